@@ -1,0 +1,243 @@
+/*
+ * flash_forward.cl: exact attention forward, portable OpenCL C 1.2.
+ *
+ * One work-group owns BLOCK_M query rows of one (batch, head). It keeps its Q
+ * block in local memory, streams K and V through local memory BLOCK_N keys
+ * at a time, and folds each block of scores into three running values per
+ * row: the running max m, the running sum of exponentials l and the
+ * unnormalised output acc (rescaled by exp(m_old - m_new) when m grows).
+ * It divides acc by l once at the end and writes LSE = m + log l.
+ *
+ * The work-group is a TM x TN grid of work-items. Work-item (tm, tn) owns the
+ * query rows i = tm + TM*r and, inside a block, the keys j = tn + TN*c and the
+ * output columns tn + TN*c: strided ownership, so any block size works
+ * (down to 1, which the tests use to force the rescale).
+ *
+ * Scores are kept in base 2: Q is pre-multiplied by scale*log2(e), so
+ * exp(scale*s - m) becomes exp2(s2 - m2). No finite-math flags are used: the
+ * running max starts at -INFINITY and fully masked rows are handled
+ * explicitly, so they give O = 0 and LSE = -inf, never NaN.
+ *
+ * Every tunable has a default here so the file compiles standalone; the host
+ * passes the chosen values with -D. Keep the local-memory footprint formula
+ * in src/tile.c in step with the arrays declared below.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64          /* d, exact (1..256) */
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 32           /* query rows per work-group */
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 32           /* keys per streamed K/V block */
+#endif
+#ifndef TM
+#define TM 16                /* work-group rows */
+#endif
+#ifndef TN
+#define TN 16                /* work-group columns */
+#endif
+#ifndef DTYPE
+#define DTYPE 0              /* storage: 0 f32, 1 f16, 2 bf16 */
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+
+#define WG (TM * TN)
+#define RM ((BLOCK_M + TM - 1) / TM)      /* query rows per work-item */
+#define CN ((BLOCK_N + TN - 1) / TN)      /* keys per work-item per block */
+#define CD ((HEAD_DIM + TN - 1) / TN)     /* output columns per work-item */
+#define LDQK (HEAD_DIM | 1)               /* odd row pitch: no bank conflicts across rows */
+
+#if DTYPE == 0
+typedef float storage_t;
+#define LOAD(p, i) ((p)[(i)])
+#define STORE(p, i, x) ((p)[(i)] = (x))
+#elif DTYPE == 1
+typedef half storage_t;                   /* pointer use only: no cl_khr_fp16 needed */
+#define LOAD(p, i) vload_half((size_t)(i), (p))
+#define STORE(p, i, x) vstore_half_rte((x), (size_t)(i), (p))
+#elif DTYPE == 2
+typedef ushort storage_t;                 /* bfloat16: the high half of a float */
+#define LOAD(p, i) as_float((uint)(p)[(i)] << 16)
+#define STORE(p, i, x) ((p)[(i)] = float_to_bf16(x))
+static ushort float_to_bf16(float x)
+{
+    uint u = as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (ushort)((u >> 16) | 0x40u);       /* keep NaN a (quiet) NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);              /* round to nearest even */
+    return (ushort)(u >> 16);
+}
+#else
+#error "DTYPE must be 0 (f32), 1 (f16) or 2 (bf16)"
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                   __global const storage_t *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                   __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                   __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
+                   __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                   int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
+{
+    __local float q_tile[BLOCK_M * LDQK];
+    __local float k_tile[BLOCK_N * LDQK];
+    __local float v_tile[BLOCK_N * HEAD_DIM];
+    __local float p_tile[BLOCK_M * BLOCK_N];
+    __local float row_part[BLOCK_M * TN];  /* per-row partials: block max, then l */
+
+    const int lid = (int)get_local_id(0);
+    const int tm = lid / TN;
+    const int tn = lid % TN;
+    const int n_qblocks = (int)get_num_groups(0);
+#if CAUSAL
+    /* Heaviest blocks (most visible keys) first, for load balance. */
+    const int qb = n_qblocks - 1 - (int)get_group_id(0);
+#else
+    const int qb = (int)get_group_id(0);
+#endif
+    const int h = (int)get_group_id(1);
+    const int b = (int)get_group_id(2);
+    const int hk = h / group;
+    const int q0 = qb * BLOCK_M;
+    const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */
+
+    const ulong q_base = q_off + (ulong)b * q_sb + (ulong)h * q_sh;
+    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    const ulong o_base = o_off + (ulong)b * o_sb + (ulong)h * o_sh;
+
+    for (int idx = lid; idx < BLOCK_M * HEAD_DIM; idx += WG) {
+        const int i = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const int row = q0 + i;
+        q_tile[i * LDQK + c] = row < seq_q ? LOAD(q, q_base + (ulong)row * q_ss + c) * scale_log2 : 0.0f;
+    }
+
+    float m[RM], l[RM], acc[RM][CD];
+    for (int r = 0; r < RM; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int c = 0; c < CD; c++)
+            acc[r][c] = 0.0f;
+    }
+
+#if CAUSAL
+    const int kv_end = min(seq_kv, q0 + BLOCK_M + diag);  /* keys past this are masked for every row */
+#else
+    const int kv_end = seq_kv;
+#endif
+
+    for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
+        barrier(CLK_LOCAL_MEM_FENCE);  /* previous block's tiles are no longer read */
+        for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
+            const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
+            const int key = kb + j;
+            const bool in = key < seq_kv;
+            k_tile[j * LDQK + c] = in ? LOAD(k, k_base + (ulong)key * k_ss + c) : 0.0f;
+            v_tile[j * HEAD_DIM + c] = in ? LOAD(v, v_base + (ulong)key * v_ss + c) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* This block's scores, masked to -inf where a key is absent or hidden. */
+        float s[RM][CN];
+        for (int r = 0; r < RM; r++) {
+            const int i = tm + TM * r;
+            float block_max = -INFINITY;
+            for (int c = 0; c < CN; c++) {
+                const int j = tn + TN * c;
+                const int key = kb + j;
+                bool visible = i < BLOCK_M && j < BLOCK_N && key < seq_kv;
+#if CAUSAL
+                visible = visible && key <= q0 + i + diag;
+#endif
+                float dot = 0.0f;
+                if (visible) {
+                    for (int e = 0; e < HEAD_DIM; e++)
+                        dot = fma(q_tile[i * LDQK + e], k_tile[j * LDQK + e], dot);
+                }
+                s[r][c] = visible ? dot : -INFINITY;
+                block_max = fmax(block_max, s[r][c]);
+            }
+            if (i < BLOCK_M)
+                row_part[i * TN + tn] = block_max;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* Online softmax: new running max, rescale old totals, P into local. */
+        for (int r = 0; r < RM; r++) {
+            const int i = tm + TM * r;
+            if (i >= BLOCK_M)
+                continue;
+            float m_new = m[r];
+            for (int t = 0; t < TN; t++)
+                m_new = fmax(m_new, row_part[i * TN + t]);
+            /* A row that has seen no visible key keeps m = -inf: nothing to
+             * rescale (acc and l are 0) and every p is exp2(-inf) = 0. */
+            const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = exp2(m[r] - m_ref);
+            float l_part = 0.0f;
+            for (int c = 0; c < CN; c++) {
+                const int j = tn + TN * c;
+                const float p = exp2(s[r][c] - m_ref);
+                if (j < BLOCK_N)
+                    p_tile[i * BLOCK_N + j] = p;
+                l_part += p;
+            }
+            l[r] = l[r] * alpha + l_part;
+            for (int c = 0; c < CD; c++)
+                acc[r][c] *= alpha;
+            m[r] = m_new;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* acc += P · V for this block. */
+        const int n_keys = min(BLOCK_N, kv_end - kb);
+        for (int j = 0; j < n_keys; j++) {
+            float vj[CD];
+            for (int c = 0; c < CD; c++) {
+                const int col = tn + TN * c;
+                vj[c] = col < HEAD_DIM ? v_tile[j * HEAD_DIM + col] : 0.0f;
+            }
+            for (int r = 0; r < RM; r++) {
+                const int i = tm + TM * r;
+                if (i >= BLOCK_M)
+                    continue;
+                const float p = p_tile[i * BLOCK_N + j];
+                for (int c = 0; c < CD; c++)
+                    acc[r][c] = fma(p, vj[c], acc[r][c]);
+            }
+        }
+    }
+
+    /* Each work-item summed l over its own keys; add the TN partials of a row. */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < RM; r++) {
+        const int i = tm + TM * r;
+        if (i < BLOCK_M)
+            row_part[i * TN + tn] = l[r];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int r = 0; r < RM; r++) {
+        const int i = tm + TM * r;
+        const int row = q0 + i;
+        if (i >= BLOCK_M || row >= seq_q)
+            continue;
+        float l_row = 0.0f;
+        for (int t = 0; t < TN; t++)
+            l_row += row_part[i * TN + t];
+        const float inv_l = l_row > 0.0f ? 1.0f / l_row : 0.0f;
+        for (int c = 0; c < CD; c++) {
+            const int col = tn + TN * c;
+            if (col < HEAD_DIM)
+                STORE(o, o_base + (ulong)row * o_ss + col, acc[r][c] * inv_l);
+        }
+        if (has_lse && tn == 0) {
+            const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
+            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] = lse_row;
+        }
+    }
+}

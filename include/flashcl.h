@@ -1,0 +1,260 @@
+/*
+ * flashcl: exact FlashAttention as OpenCL kernels.
+ *
+ * One header, C99, usable from C++. The library computes
+ *
+ *     O = softmax(scale * Q Kᵀ  [+ causal mask]) V
+ *
+ * block by block in OpenCL local memory (the online-softmax recurrence), so no
+ * N×N matrix ever exists. Every call is enqueued on the caller's command queue
+ * and returns without waiting, like CLBlast.
+ *
+ * Thread safety: a flashcl_context may be used from several threads at once;
+ * the library serialises what must be serialised. flashcl_last_error() is
+ * per thread.
+ */
+#ifndef FLASHCL_H
+#define FLASHCL_H
+
+#include <stddef.h>
+
+/* flashcl is written against OpenCL 1.2; a caller who wants newer API in the
+ * same translation unit defines CL_TARGET_OPENCL_VERSION before this header. */
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#ifdef __APPLE__
+#include <OpenCL/opencl.h>
+#else
+#include <CL/cl.h>
+#endif
+
+#include "flashcl_version.h"
+
+#if defined(_WIN32) && defined(FLASHCL_BUILDING_DLL)
+#define FLASHCL_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define FLASHCL_API __attribute__((visibility("default")))
+#else
+#define FLASHCL_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Every function that can fail returns a flashcl_status. OpenCL's own codes
+ * are passed through unchanged (they are negative cl_int values); flashcl's
+ * own failures use the range from -2048 down. flashcl_last_error() gives the
+ * detail: which argument, which value, the kernel build log. */
+typedef enum flashcl_status {
+    FLASHCL_SUCCESS                  = 0,    /* CL_SUCCESS */
+    FLASHCL_DEVICE_NOT_FOUND         = -1,   /* CL_DEVICE_NOT_FOUND */
+    FLASHCL_OUT_OF_RESOURCES         = -5,   /* CL_OUT_OF_RESOURCES */
+    FLASHCL_OUT_OF_HOST_MEMORY       = -6,   /* CL_OUT_OF_HOST_MEMORY */
+    FLASHCL_BUILD_PROGRAM_FAILURE    = -11,  /* CL_BUILD_PROGRAM_FAILURE */
+    FLASHCL_INVALID_VALUE            = -30,  /* CL_INVALID_VALUE */
+    FLASHCL_INVALID_CONTEXT          = -34,  /* CL_INVALID_CONTEXT: e.g. a buffer of another context */
+    FLASHCL_INVALID_COMMAND_QUEUE    = -36,  /* CL_INVALID_COMMAND_QUEUE */
+    FLASHCL_INVALID_MEM_OBJECT       = -38,  /* CL_INVALID_MEM_OBJECT */
+
+    FLASHCL_ERROR_NULL_ARGUMENT      = -2048, /* a required pointer or cl_mem is NULL */
+    FLASHCL_ERROR_INVALID_SHAPE      = -2049, /* a dimension <= 0, head_dim > 256, heads_q % heads_kv != 0 */
+    FLASHCL_ERROR_INVALID_DTYPE      = -2050, /* unknown dtype, or Q/K/V/O dtypes differ, or LSE not f32 */
+    FLASHCL_ERROR_OUT_OF_BOUNDS      = -2051, /* a view reaches past the end of its cl_mem */
+    FLASHCL_ERROR_OVERFLOW           = -2052, /* a view's extent does not fit in size_t */
+    FLASHCL_ERROR_MISALIGNED         = -2053, /* an offset is not a multiple of the element size */
+    FLASHCL_ERROR_ALIASING           = -2054, /* the output overlaps an input or the other output */
+    FLASHCL_ERROR_INVALID_SCALE      = -2055, /* softmax scale is NaN or infinite */
+    FLASHCL_ERROR_INVALID_CONFIG     = -2056, /* a forced block size the device cannot run */
+    FLASHCL_ERROR_UNSUPPORTED_DEVICE = -2057, /* the device lacks what flashcl needs */
+    FLASHCL_ERROR_INVALID_ENV        = -2058  /* FLASHCL_DEVICE names no device */
+} flashcl_status;
+
+/* Short constant name of a status, e.g. "FLASHCL_ERROR_OUT_OF_BOUNDS";
+ * "CL_..." names for OpenCL codes. Never NULL. */
+FLASHCL_API const char *flashcl_status_name(flashcl_status status);
+
+/* The detail of the most recent failure in the calling thread: a sentence
+ * naming the argument and value (and the build log after a build failure).
+ * Empty string if the thread has seen no failure. Valid until the thread's
+ * next flashcl call. */
+FLASHCL_API const char *flashcl_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct flashcl_context flashcl_context;
+
+enum flashcl_log_level {
+    FLASHCL_LOG_ERROR = 1,
+    FLASHCL_LOG_WARN  = 2,
+    FLASHCL_LOG_INFO  = 3,  /* device chosen, kernels built */
+    FLASHCL_LOG_DEBUG = 4   /* build options, per-call configuration */
+};
+
+typedef void (*flashcl_log_fn)(void *user, enum flashcl_log_level level, const char *message);
+
+/* Parameters of flashcl_context_create. Zero/NULL in any field means its
+ * default; a NULL params pointer means all defaults. */
+struct flashcl_context_params {
+    /* The caller's context and device. Both NULL: the library chooses a device
+     * (FLASHCL_DEVICE, else the first GPU on any platform, else the first
+     * device) and creates and owns its own cl_context. Both given: the caller
+     * keeps ownership; the library retains them while the flashcl_context
+     * lives. Exactly one given is an error. */
+    cl_context context;
+    cl_device_id device;
+
+    /* Device selection used when no device is given, overriding the
+     * FLASHCL_DEVICE environment variable: "P:D" (platform and device index,
+     * as clinfo -l lists them) or a case-insensitive substring of the
+     * platform or device name, e.g. "NVIDIA" or "pthread". NULL: the env. */
+    const char *device_select;
+
+    /* Force the tile: query rows per work-group (block_m) and keys per
+     * streamed K/V block (block_n), 1..256 each. 0: chosen from the device's
+     * local memory with the sizing rule (see flashcl_block_size_bound). */
+    int block_m;
+    int block_n;
+
+    /* Where the library's messages go. NULL: nowhere (flashcl never prints). */
+    flashcl_log_fn log;
+    void *log_user;
+    enum flashcl_log_level log_level;  /* most verbose level passed; 0: INFO */
+};
+
+/* Compound-literal helper (C only): flashcl_context_params(.block_m = 2) */
+#define flashcl_context_params(...) (&(const struct flashcl_context_params){ __VA_ARGS__ })
+
+/* Creates a context bound to one OpenCL device. On failure *out is NULL. */
+FLASHCL_API flashcl_status flashcl_context_create(const struct flashcl_context_params *params,
+                                                  flashcl_context **out);
+
+/* Releases everything the context holds and sets *ctx to NULL. Accepts NULL
+ * and &NULL. Work already enqueued keeps its own references and completes. */
+FLASHCL_API void flashcl_context_destroy(flashcl_context **ctx);
+
+/* The OpenCL objects the context runs on (owned by whoever created them). */
+FLASHCL_API cl_context flashcl_context_cl_context(const flashcl_context *ctx);
+FLASHCL_API cl_device_id flashcl_context_device(const flashcl_context *ctx);
+/* Device name, e.g. "NVIDIA H200". */
+FLASHCL_API const char *flashcl_context_device_name(const flashcl_context *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum flashcl_dtype {
+    FLASHCL_F32  = 1,  /* IEEE binary32 */
+    FLASHCL_F16  = 2,  /* IEEE binary16, read/written with vload_half (no cl_khr_fp16 needed) */
+    FLASHCL_BF16 = 3   /* bfloat16 */
+} flashcl_dtype;
+
+/* Bytes per element of a dtype; 0 for an unknown value. */
+FLASHCL_API size_t flashcl_dtype_size(flashcl_dtype dtype);
+
+/* A view of a 4-D tensor [batch, seq, head, dim] in a cl_mem. The last
+ * dimension is contiguous; the other three have element strides, so
+ * [B,N,H,d], [B,H,N,d] and slices of a fused QKV buffer are all views of
+ * their buffers. Arithmetic is always f32; dtype is the storage format.
+ * The LSE output uses the same struct with dim = 1 (stride_head and
+ * stride_seq give its layout). */
+typedef struct flashcl_tensor {
+    cl_mem mem;
+    size_t offset;        /* bytes from the start of mem; a multiple of the element size */
+    flashcl_dtype dtype;
+    size_t stride_batch;  /* elements */
+    size_t stride_seq;    /* elements */
+    size_t stride_head;   /* elements */
+} flashcl_tensor;
+
+/* Contiguous [batch, seq, heads, dim] view (the layout of PyTorch's
+ * flash_attn and of most model code). */
+FLASHCL_API flashcl_tensor flashcl_tensor_bnhd(cl_mem mem, flashcl_dtype dtype, size_t seq,
+                                               size_t heads, size_t dim);
+/* Contiguous [batch, heads, seq, dim] view (the layout of PyTorch's SDPA). */
+FLASHCL_API flashcl_tensor flashcl_tensor_bhnd(cl_mem mem, flashcl_dtype dtype, size_t seq,
+                                               size_t heads, size_t dim);
+/* Contiguous f32 [batch, heads, seq] view for the log-sum-exp output. */
+FLASHCL_API flashcl_tensor flashcl_tensor_lse(cl_mem mem, size_t seq, size_t heads);
+
+/* ------------------------------------------------------------------------ */
+/* Attention                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define FLASHCL_MAX_HEAD_DIM 256
+
+/* One attention problem. Q [batch, seq_q, heads_q, head_dim]; K, V
+ * [batch, seq_kv, heads_kv, head_dim]; O like Q. Query head h reads key/value
+ * head h / (heads_q / heads_kv) (grouped-query and multi-query attention). */
+struct flashcl_attention {
+    int batch;
+    int seq_q;
+    int seq_kv;
+    int heads_q;
+    int heads_kv;   /* divides heads_q */
+    int head_dim;   /* 1..FLASHCL_MAX_HEAD_DIM */
+
+    flashcl_tensor q, k, v;  /* same dtype */
+    flashcl_tensor o;        /* written; same dtype as q */
+    /* Optional output, f32 [batch, heads_q, seq_q]: the natural log of the
+     * row's sum of exp(scaled score), -INFINITY for a row that sees no key.
+     * lse.mem == NULL: not written. */
+    flashcl_tensor lse;
+
+    /* Multiplies QKᵀ before the softmax. 0: 1/sqrt(head_dim). Any other
+     * finite value is used as given. */
+    float scale;
+
+    /* Nonzero: query i sees key j only if j <= i + (seq_kv - seq_q), the
+     * mask aligned to the bottom-right corner as in FlashAttention >= 2.1.
+     * A query row that sees no key (seq_q > seq_kv) gets O = 0, LSE = -inf. */
+    int causal;
+};
+
+/* Enqueues O = softmax(scale·QKᵀ)·V (and LSE) on queue, after the events in
+ * wait_list; *event (if not NULL) receives an event that completes with the
+ * work. Does not block. Nothing is allocated on the device besides what the
+ * caller passes: no N×N buffer exists. On any validation failure nothing is
+ * enqueued and the outputs are untouched. The queue must belong to the
+ * context's cl_context and device. */
+FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                           cl_command_queue queue, cl_uint num_wait_events,
+                                           const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
+/* Tiling                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The sizing rule: a tile holds about four B×d arrays (Q, K, V blocks and the
+ * output accumulator) of elem_bytes each, so
+ *     B <= local_mem_bytes / (4 · elem_bytes · head_dim),
+ * 16·B·d bytes for 4-byte floats. Returns that bound before any rounding to
+ * what a kernel supports (0 if an argument is 0). E.g. 196608 bytes, d = 128,
+ * 4-byte floats -> 96. */
+FLASHCL_API size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes,
+                                            size_t head_dim);
+
+/* The tile flashcl_forward would use on this context for this head_dim and
+ * dtype (after the rule, rounding and any forced size). */
+struct flashcl_tile {
+    int block_m;        /* query rows per work-group */
+    int block_n;        /* keys per streamed K/V block */
+    int workgroup_size; /* work-items per work-group */
+    size_t local_bytes; /* local memory the kernel declares */
+};
+
+FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim,
+                                                flashcl_dtype dtype, struct flashcl_tile *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHCL_H */

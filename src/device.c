@@ -1,0 +1,251 @@
+/* Choosing an OpenCL device and the context that binds flashcl to it. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_PLATFORMS 16
+#define MAX_DEVICES 64
+
+static bool contains_ignoring_case(const char *haystack, const char *needle)
+{
+    size_t n = strlen(needle);
+    if (n == 0)
+        return false;
+    for (; *haystack; haystack++) {
+        size_t i = 0;
+        while (i < n && haystack[i] &&
+               tolower((unsigned char)haystack[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return true;
+    }
+    return false;
+}
+
+/* Parses "P:D" into indices; false if select is not of that form. */
+static bool parse_indices(const char *select, unsigned *platform, unsigned *device)
+{
+    char tail;
+    return sscanf(select, "%u:%u%c", platform, device, &tail) == 2;
+}
+
+/* Picks a device: by `select` when given ("P:D" or a name substring), else
+ * the first GPU on any platform, else the first device of any kind. The
+ * platforms' order is the ICD loader's and carries no meaning: on a machine
+ * with PoCL and NVIDIA either may be platform 0. */
+static flashcl_status choose_device(const char *select, cl_device_id *out)
+{
+    cl_platform_id platforms[MAX_PLATFORMS];
+    cl_uint n_platforms = 0;
+    cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &n_platforms);
+    /* -1001 is CL_PLATFORM_NOT_FOUND_KHR: the ICD loader found no platform. */
+    if (err == -1001 || (err == CL_SUCCESS && n_platforms == 0))
+        return fail(NULL, FLASHCL_DEVICE_NOT_FOUND,
+                    "no OpenCL platform found (is an ICD such as pocl-opencl-icd installed?)");
+    if (err != CL_SUCCESS)
+        return fail(NULL, (flashcl_status)err, "clGetPlatformIDs failed (%d)", err);
+    if (n_platforms > MAX_PLATFORMS)
+        n_platforms = MAX_PLATFORMS;
+
+    unsigned want_p = 0, want_d = 0;
+    const bool by_index = select && parse_indices(select, &want_p, &want_d);
+    cl_device_id first_any = NULL, first_gpu = NULL;
+
+    for (cl_uint p = 0; p < n_platforms; p++) {
+        cl_device_id devices[MAX_DEVICES];
+        cl_uint n_devices = 0;
+        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, MAX_DEVICES, devices, &n_devices) !=
+            CL_SUCCESS)
+            continue;  /* a platform with no devices is not an error */
+        if (n_devices > MAX_DEVICES)
+            n_devices = MAX_DEVICES;
+        char platform_name[256] = "";
+        clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof(platform_name), platform_name, NULL);
+
+        for (cl_uint d = 0; d < n_devices; d++) {
+            if (by_index) {
+                if (p == want_p && d == want_d) {
+                    *out = devices[d];
+                    return FLASHCL_SUCCESS;
+                }
+                continue;
+            }
+            if (select) {
+                char device_name[256] = "";
+                clGetDeviceInfo(devices[d], CL_DEVICE_NAME, sizeof(device_name), device_name, NULL);
+                if (contains_ignoring_case(device_name, select) ||
+                    contains_ignoring_case(platform_name, select)) {
+                    *out = devices[d];
+                    return FLASHCL_SUCCESS;
+                }
+                continue;
+            }
+            cl_device_type type = 0;
+            clGetDeviceInfo(devices[d], CL_DEVICE_TYPE, sizeof(type), &type, NULL);
+            if (!first_any)
+                first_any = devices[d];
+            if (!first_gpu && (type & CL_DEVICE_TYPE_GPU))
+                first_gpu = devices[d];
+        }
+    }
+    if (select)
+        return fail(NULL, FLASHCL_ERROR_INVALID_ENV,
+                    "device selection \"%s\" matches no OpenCL device (use \"P:D\" indices as "
+                    "clinfo -l lists them, or part of a platform or device name)", select);
+    *out = first_gpu ? first_gpu : first_any;
+    if (!*out)
+        return fail(NULL, FLASHCL_DEVICE_NOT_FOUND, "no OpenCL device found on %u platform(s)",
+                    n_platforms);
+    return FLASHCL_SUCCESS;
+}
+
+static flashcl_status query_device(flashcl_context *ctx)
+{
+    cl_int err = clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof(ctx->device_name),
+                                 ctx->device_name, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof(ctx->device_type),
+                           &ctx->device_type, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(ctx->local_mem_size),
+                           &ctx->local_mem_size, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
+                           sizeof(ctx->max_workgroup_size), &ctx->max_workgroup_size, NULL);
+    if (err != CL_SUCCESS)
+        return fail(NULL, FLASHCL_INVALID_VALUE, "cannot query the device (is it a valid cl_device_id?)");
+    ctx->device_name[sizeof(ctx->device_name) - 1] = '\0';
+    if (ctx->max_workgroup_size < 64)
+        return fail(NULL, FLASHCL_ERROR_UNSUPPORTED_DEVICE,
+                    "device \"%s\" allows %zu work-items per work-group; flashcl needs 64",
+                    ctx->device_name, ctx->max_workgroup_size);
+    return FLASHCL_SUCCESS;
+}
+
+/* The caller's cl_context must contain the caller's device. */
+static flashcl_status check_device_in_context(cl_context context, cl_device_id device)
+{
+    cl_uint n = 0;
+    cl_int err = clGetContextInfo(context, CL_CONTEXT_NUM_DEVICES, sizeof(n), &n, NULL);
+    if (err != CL_SUCCESS)
+        return fail(NULL, FLASHCL_INVALID_CONTEXT, "params.context is not a valid cl_context (%d)", err);
+    cl_device_id devices[MAX_DEVICES];
+    if (n > MAX_DEVICES)
+        n = MAX_DEVICES;
+    err = clGetContextInfo(context, CL_CONTEXT_DEVICES, n * sizeof(cl_device_id), devices, NULL);
+    if (err != CL_SUCCESS)
+        return fail(NULL, FLASHCL_INVALID_CONTEXT, "cannot list params.context's devices (%d)", err);
+    for (cl_uint i = 0; i < n; i++)
+        if (devices[i] == device)
+            return FLASHCL_SUCCESS;
+    return fail(NULL, FLASHCL_INVALID_VALUE, "params.device is not one of params.context's devices");
+}
+
+static flashcl_status check_block(const char *name, int value)
+{
+    if (value < 0 || value > 256)
+        return fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.%s = %d; must be 0 (automatic) or 1..256",
+                    name, value);
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl_context_create(const struct flashcl_context_params *params,
+                                      flashcl_context **out)
+{
+    clear_error();
+    if (!out)
+        return fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "out is NULL");
+    *out = NULL;
+    static const struct flashcl_context_params defaults = {0};
+    if (!params)
+        params = &defaults;
+    if ((params->context == NULL) != (params->device == NULL))
+        return fail(NULL, FLASHCL_INVALID_VALUE,
+                    "params.context and params.device must be given together (or both NULL)");
+    if (params->log_level < 0 || params->log_level > FLASHCL_LOG_DEBUG)
+        return fail(NULL, FLASHCL_INVALID_VALUE, "params.log_level = %d; must be 0..%d",
+                    (int)params->log_level, FLASHCL_LOG_DEBUG);
+    flashcl_status st = check_block("block_m", params->block_m);
+    if (st == FLASHCL_SUCCESS)
+        st = check_block("block_n", params->block_n);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    flashcl_context *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a context");
+    ctx->forced_block_m = params->block_m;
+    ctx->forced_block_n = params->block_n;
+    ctx->log = params->log;
+    ctx->log_user = params->log_user;
+    ctx->log_level = params->log_level ? params->log_level : FLASHCL_LOG_INFO;
+    if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
+        free(ctx);
+        return fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot create a mutex");
+    }
+
+    if (params->context) {
+        st = check_device_in_context(params->context, params->device);
+        if (st != FLASHCL_SUCCESS)
+            goto error;
+        clRetainContext(params->context);
+        clRetainDevice(params->device);
+        ctx->cl_ctx = params->context;
+        ctx->device = params->device;
+    } else {
+        const char *select = params->device_select ? params->device_select : getenv("FLASHCL_DEVICE");
+        if (select && !*select)
+            select = NULL;
+        st = choose_device(select, &ctx->device);
+        if (st != FLASHCL_SUCCESS)
+            goto error;
+        clRetainDevice(ctx->device);  /* a no-op for root devices; keeps destroy uniform */
+        cl_int err;
+        ctx->cl_ctx = clCreateContext(NULL, 1, &ctx->device, NULL, NULL, &err);
+        if (!ctx->cl_ctx) {
+            st = fail(NULL, (flashcl_status)err, "clCreateContext failed (%d)", err);
+            goto error;
+        }
+    }
+    st = query_device(ctx);
+    if (st != FLASHCL_SUCCESS)
+        goto error;
+    log_msg(ctx, FLASHCL_LOG_INFO, "flashcl %s on \"%s\" (%llu bytes of local memory reported)",
+            FLASHCL_VERSION_STRING, ctx->device_name, (unsigned long long)ctx->local_mem_size);
+    *out = ctx;
+    return FLASHCL_SUCCESS;
+
+error:
+    flashcl_context_destroy(&ctx);
+    return st;
+}
+
+void flashcl_context_destroy(flashcl_context **pctx)
+{
+    if (!pctx || !*pctx)
+        return;
+    flashcl_context *ctx = *pctx;
+    program_cache_free(ctx);
+    if (ctx->cl_ctx)
+        clReleaseContext(ctx->cl_ctx);
+    if (ctx->device)
+        clReleaseDevice(ctx->device);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+    *pctx = NULL;
+}
+
+cl_context flashcl_context_cl_context(const flashcl_context *ctx)
+{
+    return ctx ? ctx->cl_ctx : NULL;
+}
+
+cl_device_id flashcl_context_device(const flashcl_context *ctx)
+{
+    return ctx ? ctx->device : NULL;
+}
+
+const char *flashcl_context_device_name(const flashcl_context *ctx)
+{
+    return ctx ? ctx->device_name : "";
+}

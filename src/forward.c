@@ -1,0 +1,113 @@
+/* flashcl_forward: validate, choose the tile, build (once), enqueue. */
+#include <math.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+#define LOG2E 1.4426950408889634
+
+static int dtype_define(flashcl_dtype dtype)
+{
+    return dtype == FLASHCL_F32 ? 0 : dtype == FLASHCL_F16 ? 1 : 2;
+}
+
+/* The queue must run on the context's device, or the enqueue fails late. */
+static flashcl_status check_queue(const flashcl_context *ctx, cl_command_queue queue)
+{
+    cl_context qctx = NULL;
+    cl_device_id qdev = NULL;
+    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof(qctx), &qctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof(qdev), &qdev, NULL);
+    if (err != CL_SUCCESS)
+        return fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE, "queue is not a valid cl_command_queue (%d)", err);
+    if (qctx != ctx->cl_ctx || qdev != ctx->device)
+        return fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE,
+                    "queue runs on another context or device than the flashcl context");
+    return FLASHCL_SUCCESS;
+}
+
+/* Sets the five kernel arguments of one tensor view, from index *arg on. */
+static cl_int set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize)
+{
+    const cl_mem mem = t->mem;
+    const cl_ulong values[4] = {t->offset / esize, t->stride_batch, t->stride_seq, t->stride_head};
+    cl_int err = clSetKernelArg(kernel, (*arg)++, sizeof(cl_mem), mem ? &mem : NULL);
+    for (int i = 0; i < 4; i++)
+        err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_ulong), &values[i]);
+    return err;
+}
+
+flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                               cl_command_queue queue, cl_uint num_wait_events,
+                               const cl_event *wait_list, cl_event *event)
+{
+    clear_error();
+    if (!ctx || !attn || !queue)
+        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                    !ctx ? "ctx" : !attn ? "attn" : "queue");
+    if ((num_wait_events == 0) != (wait_list == NULL))
+        return fail(ctx, FLASHCL_INVALID_VALUE, "num_wait_events = %u with wait_list %s",
+                    num_wait_events, wait_list ? "non-NULL" : "NULL");
+    flashcl_status st = validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = check_queue(ctx, queue);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    struct flashcl_tile tile;
+    int tm, tn;
+    st = tile_choose(ctx, attn->head_dim, attn->q.dtype, &tile, &tm, &tn);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    char options[256];
+    snprintf(options, sizeof(options),
+             "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DTM=%d -DTN=%d -DDTYPE=%d -DCAUSAL=%d",
+             attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype_define(attn->q.dtype),
+             attn->causal ? 1 : 0);
+
+    const float scale = attn->scale != 0.0f ? attn->scale : (float)(1.0 / sqrt((double)attn->head_dim));
+    const float scale_log2 = (float)(scale * LOG2E);
+    const cl_int has_lse = attn->lse.mem != NULL;
+    const cl_int seq_q = attn->seq_q, seq_kv = attn->seq_kv;
+    const cl_int group = attn->heads_q / attn->heads_kv;
+    const size_t esize = flashcl_dtype_size(attn->q.dtype);
+
+    const size_t n_qblocks = ((size_t)attn->seq_q + (size_t)tile.block_m - 1) / (size_t)tile.block_m;
+    const size_t local[3] = {(size_t)tile.workgroup_size, 1, 1};
+    const size_t global[3] = {n_qblocks * local[0], (size_t)attn->heads_q, (size_t)attn->batch};
+
+    /* Arguments live in the cl_kernel, shared by all threads of this context. */
+    pthread_mutex_lock(&ctx->lock);
+    cl_kernel kernel;
+    st = program_get_kernel(ctx, flashcl_source_flash_forward, "flash_forward", options, &kernel);
+    if (st == FLASHCL_SUCCESS) {
+        cl_uint arg = 0;
+        cl_int err = set_view_args(kernel, &arg, &attn->q, esize);
+        err |= set_view_args(kernel, &arg, &attn->k, esize);
+        err |= set_view_args(kernel, &arg, &attn->v, esize);
+        err |= set_view_args(kernel, &arg, &attn->o, esize);
+        err |= set_view_args(kernel, &arg, &attn->lse, sizeof(float));
+        err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &has_lse);
+        err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_q);
+        err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
+        err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &group);
+        err |= clSetKernelArg(kernel, arg++, sizeof(cl_float), &scale_log2);
+        if (err != CL_SUCCESS) {
+            st = fail(ctx, FLASHCL_INVALID_VALUE, "setting the forward kernel's arguments failed");
+        } else {
+            err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait_events,
+                                         wait_list, event);
+            if (err != CL_SUCCESS)
+                st = fail(ctx, (flashcl_status)err,
+                          "enqueueing the forward kernel (%zu x %zu x %zu work-items, tile %dx%d, "
+                          "%zu bytes local) failed (%d)", global[0], global[1], global[2],
+                          tile.block_m, tile.block_n, tile.local_bytes, err);
+        }
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    if (st == FLASHCL_SUCCESS)
+        log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s", options);
+    return st;
+}

@@ -1,0 +1,79 @@
+/* Private declarations shared by the library's source files. */
+#ifndef FLASHCL_INTERNAL_H
+#define FLASHCL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+
+#include "flashcl.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FLASHCL_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define FLASHCL_PRINTF(fmt, args)
+#endif
+
+/* ---- status.c: the per-thread error message and the log ---- */
+
+/* Records a failure's detail for flashcl_last_error() and returns status, so
+ * a check reads `return fail(ctx, FLASHCL_..., "q.offset %zu ...", x);`. ctx may be
+ * NULL; with a context the message also goes to its log at ERROR level. */
+flashcl_status fail(const flashcl_context *ctx, flashcl_status status, const char *fmt, ...)
+    FLASHCL_PRINTF(3, 4);
+/* Appends more text (a build log) to the thread's current error message. */
+void fail_append(const char *text);
+void clear_error(void);
+void log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const char *fmt, ...)
+    FLASHCL_PRINTF(3, 4);
+
+/* ---- program.c: built programs, keyed by their build options ---- */
+
+struct program_entry {
+    char *key;  /* "kernel-name build-options" */
+    cl_program program;
+    cl_kernel kernel;
+    struct program_entry *next;
+};
+
+/* Returns (building on first use) the kernel `name` of the embedded source
+ * `source` built with `options`. Caller holds ctx->lock. */
+flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
+                                  const char *options, cl_kernel *out);
+void program_cache_free(flashcl_context *ctx);
+
+/* Embedded kernel sources (generated at build time from cl/). */
+extern const char flashcl_source_flash_forward[];
+
+/* ---- tile.c: the sizing rule and the tile a call uses ---- */
+
+/* Local memory the portable forward kernel declares for a tile. */
+size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn);
+flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype,
+                           struct flashcl_tile *out, int *tm, int *tn);
+
+/* ---- validate.c ---- */
+
+flashcl_status validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a);
+
+/* ---- the context (device.c) ---- */
+
+struct flashcl_context {
+    cl_context cl_ctx;
+    cl_device_id device;
+    char device_name[256];
+    cl_device_type device_type;
+    cl_ulong local_mem_size;
+    size_t max_workgroup_size;
+
+    int forced_block_m, forced_block_n;
+
+    flashcl_log_fn log;
+    void *log_user;
+    enum flashcl_log_level log_level;
+
+    pthread_mutex_t lock;  /* guards the program cache and kernel arguments */
+    struct program_entry *programs;
+};
+
+#endif /* FLASHCL_INTERNAL_H */

@@ -1,0 +1,43 @@
+/* dtypes and the helpers that build contiguous tensor views. */
+#include "internal.h"
+
+size_t flashcl_dtype_size(flashcl_dtype dtype)
+{
+    switch (dtype) {
+    case FLASHCL_F32:
+        return 4;
+    case FLASHCL_F16:
+    case FLASHCL_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+flashcl_tensor flashcl_tensor_bnhd(cl_mem mem, flashcl_dtype dtype, size_t seq, size_t heads,
+                                   size_t dim)
+{
+    flashcl_tensor t = {0};
+    t.mem = mem;
+    t.dtype = dtype;
+    t.stride_head = dim;
+    t.stride_seq = heads * dim;
+    t.stride_batch = seq * heads * dim;
+    return t;
+}
+
+flashcl_tensor flashcl_tensor_bhnd(cl_mem mem, flashcl_dtype dtype, size_t seq, size_t heads,
+                                   size_t dim)
+{
+    flashcl_tensor t = {0};
+    t.mem = mem;
+    t.dtype = dtype;
+    t.stride_seq = dim;
+    t.stride_head = seq * dim;
+    t.stride_batch = heads * seq * dim;
+    return t;
+}
+
+flashcl_tensor flashcl_tensor_lse(cl_mem mem, size_t seq, size_t heads)
+{
+    return flashcl_tensor_bhnd(mem, FLASHCL_F32, seq, heads, 1);
+}

@@ -1,0 +1,88 @@
+/* The sizing rule and the tile a forward call runs with. */
+#include "internal.h"
+
+#define MAX_AUTO_BLOCK 128  /* past this the per-work-item register arrays only grow */
+
+size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes, size_t head_dim)
+{
+    if (elem_bytes == 0 || head_dim == 0)
+        return 0;
+    /* Four B×d arrays: Q, K, V blocks and the output accumulator. */
+    const size_t per_row = 4 * elem_bytes * head_dim;
+    return local_mem_bytes / per_row;
+}
+
+/* Mirrors the __local arrays of cl/flash_forward.cl. */
+size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn)
+{
+    const size_t m = (size_t)block_m, n = (size_t)block_n, d = (size_t)head_dim;
+    const size_t ldqk = d | 1;
+    const size_t floats = m * ldqk + n * ldqk + n * d + m * n + m * (size_t)tn;
+    return floats * sizeof(float);
+}
+
+/* Rounds the rule's bound down to a block the kernel runs well: a multiple of
+ * the work-group's side (16) when it is that large, else a power of two. */
+static int round_block(size_t bound, int side)
+{
+    if (bound >= MAX_AUTO_BLOCK)
+        return MAX_AUTO_BLOCK;
+    if (bound >= (size_t)side)
+        return (int)(bound / (size_t)side) * side;
+    int b = 1;
+    while ((size_t)b * 2 <= bound)
+        b *= 2;
+    return b;
+}
+
+flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype,
+                           struct flashcl_tile *out, int *tm, int *tn)
+{
+    (void)dtype;  /* tiles hold f32 whatever the storage type */
+    const int side = ctx->max_workgroup_size >= 256 ? 16 : 8;
+    *tm = side;
+    *tn = side;
+
+    const size_t bound = flashcl_block_size_bound(ctx->local_mem_size, sizeof(float), (size_t)head_dim);
+    int block = round_block(bound, side);
+    int block_m = ctx->forced_block_m ? ctx->forced_block_m : block;
+    int block_n = ctx->forced_block_n ? ctx->forced_block_n : block;
+
+    /* The rule is approximate (the kernel also keeps a P block); shrink the
+     * automatic sizes until the real footprint fits. */
+    while (forward_local_bytes(block_m, block_n, head_dim, side) > ctx->local_mem_size) {
+        const bool can_m = !ctx->forced_block_m && block_m > 1;
+        const bool can_n = !ctx->forced_block_n && block_n > 1;
+        if (!can_m && !can_n)
+            return fail(ctx, FLASHCL_ERROR_INVALID_CONFIG,
+                        "a %dx%d tile for head_dim %d needs %zu bytes of local memory; "
+                        "\"%s\" has %llu", block_m, block_n, head_dim,
+                        forward_local_bytes(block_m, block_n, head_dim, side),
+                        ctx->device_name, (unsigned long long)ctx->local_mem_size);
+        if (can_m && (block_m >= block_n || !can_n))
+            block_m = block_m > side ? block_m - side : block_m / 2;
+        else
+            block_n = block_n > side ? block_n - side : block_n / 2;
+    }
+
+    out->block_m = block_m;
+    out->block_n = block_n;
+    out->workgroup_size = side * side;
+    out->local_bytes = forward_local_bytes(block_m, block_n, head_dim, side);
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim, flashcl_dtype dtype,
+                                    struct flashcl_tile *out)
+{
+    clear_error();
+    if (!ctx || !out)
+        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", ctx ? "out" : "ctx");
+    if (head_dim < 1 || head_dim > FLASHCL_MAX_HEAD_DIM)
+        return fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "head_dim = %d; must be 1..%d", head_dim,
+                    FLASHCL_MAX_HEAD_DIM);
+    if (flashcl_dtype_size(dtype) == 0)
+        return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "dtype = %d is not a flashcl_dtype", (int)dtype);
+    int tm, tn;
+    return tile_choose(ctx, head_dim, dtype, out, &tm, &tn);
+}

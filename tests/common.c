@@ -1,0 +1,465 @@
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* ---- environment ---- */
+
+static struct test_env env;
+
+#define MAX_FORCED 8
+static struct {
+    int block_m, block_n;
+    flashcl_context *ctx;
+} forced[MAX_FORCED];
+static int n_forced;
+
+struct test_env *test_env_get(void)
+{
+    if (env.ctx)
+        return &env;
+    ck_assert_flashcl_ok(flashcl_context_create(NULL, &env.ctx));
+    env.cl = flashcl_context_cl_context(env.ctx);
+    env.device = flashcl_context_device(env.ctx);
+    cl_int err;
+    env.queue = clCreateCommandQueue(env.cl, env.device, CL_QUEUE_PROFILING_ENABLE, &err);
+    ck_assert_msg(env.queue != NULL, "clCreateCommandQueue failed (%d)", err);
+    return &env;
+}
+
+flashcl_context *test_context_with_blocks(int block_m, int block_n)
+{
+    struct test_env *e = test_env_get();
+    for (int i = 0; i < n_forced; i++)
+        if (forced[i].block_m == block_m && forced[i].block_n == block_n)
+            return forced[i].ctx;
+    ck_assert_int_lt(n_forced, MAX_FORCED);
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    params.block_m = block_m;
+    params.block_n = block_n;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
+    forced[n_forced].block_m = block_m;
+    forced[n_forced].block_n = block_n;
+    forced[n_forced++].ctx = ctx;
+    return ctx;
+}
+
+int test_run_suite(Suite *s)
+{
+    SRunner *runner = srunner_create(s);
+    /* No fork: OpenCL state does not survive fork(), and one process keeps
+     * the built kernels for every test. */
+    srunner_set_fork_status(runner, CK_NOFORK);
+    srunner_run_all(runner, CK_NORMAL);
+    const int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    for (int i = 0; i < n_forced; i++)
+        flashcl_context_destroy(&forced[i].ctx);
+    if (env.queue)
+        clReleaseCommandQueue(env.queue);
+    flashcl_context_destroy(&env.ctx);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* ---- host-side values ---- */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t f32_to_f16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t abs = u & 0x7fffffffu;
+    if (abs > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (abs >= 0x477ff000u)  /* rounds to >= 65520: infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (abs < 0x38800000u) { /* below 2^-14: subnormal or zero */
+        /* Scale into the subnormal grid and round to nearest even. */
+        const float scaled = bits_f32(abs) * 16777216.0f;  /* * 2^24 */
+        const float r = nearbyintf(scaled);
+        return (uint16_t)(sign | (uint32_t)r);
+    }
+    uint32_t mant = abs + 0xfffu + ((abs >> 13) & 1u);  /* round to nearest even at bit 13 */
+    return (uint16_t)(sign | ((mant - 0x38000000u) >> 13));
+}
+
+float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t mant = h & 0x3ffu;
+    if (exp == 0)
+        return (sign ? -1.0f : 1.0f) * (float)mant * 5.9604644775390625e-8f;  /* 2^-24 */
+    if (exp == 31)
+        return bits_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float bf16_to_f32(uint16_t b)
+{
+    return bits_f32((uint32_t)b << 16);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+void rng_seed(uint64_t seed)
+{
+    rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+}
+
+double rng_uniform(double lo, double hi)
+{
+    /* xorshift64*: plenty for test data, identical on every platform. */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    const uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
+    return lo + (hi - lo) * (double)(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- tensors on the host ---- */
+
+/* A host image of one cl_mem and the view of a tensor inside it. */
+struct host_tensor {
+    flashcl_tensor view;
+    size_t count[3], dim;
+};
+
+static size_t elem_index(const struct host_tensor *t, size_t b, size_t n, size_t h, size_t e)
+{
+    return t->view.offset / flashcl_dtype_size(t->view.dtype) + b * t->view.stride_batch +
+           n * t->view.stride_seq + h * t->view.stride_head + e;
+}
+
+static double load_value(const void *buf, flashcl_dtype dtype, size_t idx)
+{
+    switch (dtype) {
+    case FLASHCL_F32:
+        return ((const float *)buf)[idx];
+    case FLASHCL_F16:
+        return f16_to_f32(((const uint16_t *)buf)[idx]);
+    default:
+        return bf16_to_f32(((const uint16_t *)buf)[idx]);
+    }
+}
+
+/* Stores x rounded to dtype and returns the value actually stored. */
+static double store_value(void *buf, flashcl_dtype dtype, size_t idx, float x)
+{
+    switch (dtype) {
+    case FLASHCL_F32:
+        ((float *)buf)[idx] = x;
+        return x;
+    case FLASHCL_F16:
+        ((uint16_t *)buf)[idx] = f32_to_f16(x);
+        return f16_to_f32(((uint16_t *)buf)[idx]);
+    default:
+        ((uint16_t *)buf)[idx] = f32_to_bf16(x);
+        return bf16_to_f32(((uint16_t *)buf)[idx]);
+    }
+}
+
+void test_tolerance(flashcl_dtype dtype, double *atol, double *rtol)
+{
+    *atol = 2e-6;
+    switch (dtype) {
+    case FLASHCL_F32:
+        *rtol = 2e-5;   /* f32 accumulation over <= 256 terms per dot and per row block */
+        break;
+    case FLASHCL_F16:
+        *rtol = 1.2e-3; /* half an ulp of f16 (2^-11 = 4.9e-4) plus f32 arithmetic */
+        break;
+    default:
+        *rtol = 8e-3;   /* half an ulp of bf16 (2^-8 = 3.9e-3) plus f32 arithmetic */
+        break;
+    }
+}
+
+/* Sets the views of Q, K, V, O for a layout; returns each buffer's size in elements. */
+static void make_layout(const struct test_case *c, struct host_tensor *q, struct host_tensor *k,
+                        struct host_tensor *v, struct host_tensor *o, size_t sizes[4])
+{
+    const size_t B = (size_t)c->batch, Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv;
+    const size_t Hq = (size_t)c->heads_q, Hk = (size_t)c->heads_kv, d = (size_t)c->head_dim;
+    const size_t esize = flashcl_dtype_size(c->dtype);
+    struct host_tensor *all[4] = {q, k, v, o};
+    const size_t ns[4] = {Nq, Nk, Nk, Nq}, hs[4] = {Hq, Hk, Hk, Hq};
+    for (int i = 0; i < 4; i++) {
+        struct host_tensor *t = all[i];
+        memset(t, 0, sizeof(*t));
+        t->count[0] = B;
+        t->count[1] = ns[i];
+        t->count[2] = hs[i];
+        t->dim = d;
+        t->view.dtype = c->dtype;
+        switch (c->layout) {
+        case LAYOUT_BHND:
+            t->view = flashcl_tensor_bhnd(NULL, c->dtype, ns[i], hs[i], d);
+            sizes[i] = B * hs[i] * ns[i] * d;
+            break;
+        case LAYOUT_PADDED:
+            t->view.stride_head = d + 3;
+            t->view.stride_seq = hs[i] * (d + 3) + 5;
+            t->view.stride_batch = ns[i] * t->view.stride_seq + 7;
+            t->view.offset = 9 * esize;
+            sizes[i] = 9 + B * t->view.stride_batch + 11;
+            break;
+        case LAYOUT_FUSED_QKV:
+            if (i < 3) {  /* [B, N, 3, H, d] with H = heads_q = heads_kv */
+                t->view.stride_head = d;
+                t->view.stride_seq = 3 * Hq * d;
+                t->view.stride_batch = Nq * 3 * Hq * d;
+                t->view.offset = (size_t)i * Hq * d * esize;
+                sizes[i] = B * Nq * 3 * Hq * d;
+                break;
+            }
+            /* O is a plain [B, N, H, d] buffer */
+            /* fall through */
+        case LAYOUT_BNHD:
+            t->view = flashcl_tensor_bnhd(NULL, c->dtype, ns[i], hs[i], d);
+            sizes[i] = B * ns[i] * hs[i] * d;
+            break;
+        }
+    }
+}
+
+/* The double-precision reference for one (b, h) and query row i. */
+static void reference_row(const struct test_case *c, const double *qd, const double *kd,
+                          const double *vd, size_t i, double *out, double *lse, double *scores)
+{
+    const size_t Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv, d = (size_t)c->head_dim;
+    const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
+    (void)Nq;
+    double max = -INFINITY;
+    for (size_t j = 0; j < Nk; j++) {
+        const long long limit = (long long)i + ((long long)c->seq_kv - (long long)c->seq_q);
+        if (c->causal && (long long)j > limit) {
+            scores[j] = -INFINITY;
+            continue;
+        }
+        double s = 0;
+        for (size_t e = 0; e < d; e++)
+            s += qd[i * d + e] * kd[j * d + e];
+        scores[j] = s * scale;
+        if (scores[j] > max)
+            max = scores[j];
+    }
+    for (size_t e = 0; e < d; e++)
+        out[e] = 0;
+    if (max == -INFINITY) {
+        *lse = -INFINITY;
+        return;
+    }
+    double sum = 0;
+    for (size_t j = 0; j < Nk; j++) {
+        if (scores[j] == -INFINITY)
+            continue;
+        const double p = exp(scores[j] - max);
+        sum += p;
+        for (size_t e = 0; e < d; e++)
+            out[e] += p * vd[j * d + e];
+    }
+    for (size_t e = 0; e < d; e++)
+        out[e] /= sum;
+    *lse = max + log(sum);
+}
+
+static cl_mem upload(struct test_env *e, const void *host, size_t bytes)
+{
+    cl_int err;
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, (void *)host, &err);
+    ck_assert_msg(mem != NULL, "clCreateBuffer(%zu bytes) failed (%d)", bytes, err);
+    return mem;
+}
+
+void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_result *result)
+{
+    struct test_env *e = test_env_get();
+    if (!ctx)
+        ctx = e->ctx;
+    const size_t esize = flashcl_dtype_size(c->dtype);
+    const size_t B = (size_t)c->batch, Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv;
+    const size_t Hq = (size_t)c->heads_q, Hk = (size_t)c->heads_kv, d = (size_t)c->head_dim;
+    const size_t group = Hq / Hk;
+
+    struct host_tensor t[4];
+    size_t sizes[4];
+    make_layout(c, &t[0], &t[1], &t[2], &t[3], sizes);
+    const int fused = c->layout == LAYOUT_FUSED_QKV;
+
+    /* Host images: random inputs (also in the gaps, which must not be read
+     * into results), poisoned outputs (0xFF bytes: NaN in every dtype). */
+    unsigned char *img[4];
+    for (int i = 0; i < 4; i++) {
+        img[i] = malloc(sizes[i] * esize);
+        ck_assert_ptr_nonnull(img[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (fused && i > 0)
+            break;
+        for (size_t x = 0; x < sizes[i]; x++)
+            store_value(img[i], c->dtype, x, (float)rng_uniform(-1.0, 1.0));
+    }
+    memset(img[3], 0xff, sizes[3] * esize);
+
+    /* The reference reads the stored (rounded) inputs back per (b, head). */
+    double *qd = malloc(Nq * d * sizeof(double)), *kd = malloc(Nk * d * sizeof(double));
+    double *vd = malloc(Nk * d * sizeof(double)), *scores = malloc(Nk * sizeof(double));
+    double *ref = malloc(B * Hq * Nq * d * sizeof(double)), *ref_lse = malloc(B * Hq * Nq * sizeof(double));
+    ck_assert(qd && kd && vd && scores && ref && ref_lse);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++) {
+            const unsigned char *src[3] = {img[0], fused ? img[0] : img[1], fused ? img[0] : img[2]};
+            for (size_t n = 0; n < Nq; n++)
+                for (size_t x = 0; x < d; x++)
+                    qd[n * d + x] = load_value(src[0], c->dtype, elem_index(&t[0], b, n, h, x));
+            for (size_t n = 0; n < Nk; n++)
+                for (size_t x = 0; x < d; x++) {
+                    kd[n * d + x] = load_value(src[1], c->dtype, elem_index(&t[1], b, n, h / group, x));
+                    vd[n * d + x] = load_value(src[2], c->dtype, elem_index(&t[2], b, n, h / group, x));
+                }
+            for (size_t n = 0; n < Nq; n++) {
+                const size_t row = (b * Hq + h) * Nq + n;
+                reference_row(c, qd, kd, vd, n, &ref[row * d], &ref_lse[row], scores);
+            }
+        }
+
+    cl_mem mem[4];
+    mem[0] = upload(e, img[0], sizes[0] * esize);
+    mem[1] = fused ? mem[0] : upload(e, img[1], sizes[1] * esize);
+    mem[2] = fused ? mem[0] : upload(e, img[2], sizes[2] * esize);
+    mem[3] = upload(e, img[3], sizes[3] * esize);
+    float *lse_host = NULL;
+    cl_mem lse_mem = NULL;
+    if (c->with_lse) {
+        lse_host = malloc(B * Hq * Nq * sizeof(float));
+        ck_assert_ptr_nonnull(lse_host);
+        memset(lse_host, 0xff, B * Hq * Nq * sizeof(float));
+        lse_mem = upload(e, lse_host, B * Hq * Nq * sizeof(float));
+    }
+
+    struct flashcl_attention a = {0};
+    a.batch = c->batch;
+    a.seq_q = c->seq_q;
+    a.seq_kv = c->seq_kv;
+    a.heads_q = c->heads_q;
+    a.heads_kv = c->heads_kv;
+    a.head_dim = c->head_dim;
+    a.q = t[0].view;
+    a.k = t[1].view;
+    a.v = t[2].view;
+    a.o = t[3].view;
+    a.q.mem = mem[0];
+    a.k.mem = mem[1];
+    a.v.mem = mem[2];
+    a.o.mem = mem[3];
+    if (c->with_lse)
+        a.lse = flashcl_tensor_lse(lse_mem, Nq, Hq);
+    a.scale = c->scale;
+    a.causal = c->causal;
+
+    cl_event done = NULL;
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 0, NULL, &done));
+    ck_assert_ptr_nonnull(done);
+    ck_assert_cl(clWaitForEvents(1, &done));
+    cl_int exec_status = 1;
+    ck_assert_cl(clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(exec_status), &exec_status, NULL));
+    ck_assert_int_eq(exec_status, CL_COMPLETE);
+    clReleaseEvent(done);
+
+    unsigned char *out = malloc(sizes[3] * esize);
+    ck_assert_ptr_nonnull(out);
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, mem[3], CL_TRUE, 0, sizes[3] * esize, out, 0, NULL, NULL));
+    if (c->with_lse)
+        ck_assert_cl(clEnqueueReadBuffer(e->queue, lse_mem, CL_TRUE, 0, B * Hq * Nq * sizeof(float),
+                                         lse_host, 0, NULL, NULL));
+
+    double atol, rtol;
+    test_tolerance(c->dtype, &atol, &rtol);
+    double max_err = 0, err2 = 0, ref2 = 0, max_lse_err = 0;
+    unsigned char *written = calloc(sizes[3] * esize, 1);  /* bytes inside the O view */
+    ck_assert_ptr_nonnull(written);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++)
+            for (size_t n = 0; n < Nq; n++) {
+                const size_t row = (b * Hq + h) * Nq + n;
+                for (size_t x = 0; x < d; x++) {
+                    const size_t idx = elem_index(&t[3], b, n, h, x);
+                    memset(written + idx * esize, 1, esize);
+                    const double got = load_value(out, c->dtype, idx), want = ref[row * d + x];
+                    const double err = fabs(got - want);
+                    ck_assert_msg(err <= atol + rtol * fabs(want),
+                                  "O[b=%zu][n=%zu][h=%zu][%zu] = %.9g, reference %.9g (error %.3g, "
+                                  "tolerance %.3g)", b, n, h, x, got, want, err, atol + rtol * fabs(want));
+                    max_err = fmax(max_err, err);
+                    err2 += err * err;
+                    ref2 += want * want;
+                }
+                if (c->with_lse) {
+                    const double got = lse_host[row], want = ref_lse[row];
+                    if (isinf(want)) {
+                        ck_assert_msg(isinf(got) && got < 0, "LSE[%zu] = %g, expected -inf", row, got);
+                    } else {
+                        const double err = fabs(got - want);
+                        ck_assert_msg(err <= 2e-5 * fmax(1.0, fabs(want)),
+                                      "LSE[b=%zu][h=%zu][n=%zu] = %.9g, reference %.9g", b, h, n, got, want);
+                        max_lse_err = fmax(max_lse_err, err);
+                    }
+                }
+            }
+    for (size_t x = 0; x < sizes[3] * esize; x++)
+        ck_assert_msg(written[x] || out[x] == 0xff, "byte %zu outside the O view was overwritten", x);
+
+    if (result) {
+        result->max_abs_err = max_err;
+        result->max_lse_err = max_lse_err;
+        result->rel_l2_err = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+    }
+
+    clReleaseMemObject(mem[0]);
+    if (!fused) {
+        clReleaseMemObject(mem[1]);
+        clReleaseMemObject(mem[2]);
+    }
+    clReleaseMemObject(mem[3]);
+    if (lse_mem)
+        clReleaseMemObject(lse_mem);
+    free(lse_host);
+    free(out);
+    free(written);
+    free(qd);
+    free(kd);
+    free(vd);
+    free(scores);
+    free(ref);
+    free(ref_lse);
+    for (int i = 0; i < 4; i++)
+        free(img[i]);
+}

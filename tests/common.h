@@ -1,0 +1,93 @@
+/* Shared test helpers: a context and queue on the default device, host-side
+ * dtype conversion, random data, the double-precision reference, and one
+ * routine that runs a whole attention case on the device and compares. */
+#ifndef FLASHCL_TESTS_COMMON_H
+#define FLASHCL_TESTS_COMMON_H
+
+#include <check.h>
+#include <stdint.h>
+
+#include "flashcl.h"
+
+/* Check assertions that print the failing status with the library's message. */
+#define ck_assert_flashcl_ok(expr)                                                              \
+    do {                                                                                        \
+        flashcl_status st_ = (expr);                                                            \
+        ck_assert_msg(st_ == FLASHCL_SUCCESS, "%s returned %s: %s", #expr,                      \
+                      flashcl_status_name(st_), flashcl_last_error());                          \
+    } while (0)
+
+#define ck_assert_status(expr, expected)                                                        \
+    do {                                                                                        \
+        flashcl_status st_ = (expr);                                                            \
+        ck_assert_msg(st_ == (expected), "%s returned %s, expected %s (%s)", #expr,             \
+                      flashcl_status_name(st_), flashcl_status_name(expected),                  \
+                      flashcl_last_error());                                                    \
+    } while (0)
+
+#define ck_assert_cl(expr)                                                                      \
+    do {                                                                                        \
+        cl_int err_ = (expr);                                                                   \
+        ck_assert_msg(err_ == CL_SUCCESS, "%s failed with %d", #expr, err_);                    \
+    } while (0)
+
+/* One context and in-order profiling queue per test process (the suites
+ * run without fork, so built kernels are reused across test cases). */
+struct test_env {
+    flashcl_context *ctx;
+    cl_context cl;
+    cl_device_id device;
+    cl_command_queue queue;
+};
+struct test_env *test_env_get(void);
+/* A second context forcing the tile (0 = automatic), cached per pair. */
+flashcl_context *test_context_with_blocks(int block_m, int block_n);
+/* Runs a Check suite without forking; returns the process exit code. */
+int test_run_suite(Suite *s);
+
+/* ---- host-side values ---- */
+
+uint16_t f32_to_f16(float f);
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+float bf16_to_f32(uint16_t b);
+
+/* Deterministic uniform random numbers in [lo, hi). */
+void rng_seed(uint64_t seed);
+double rng_uniform(double lo, double hi);
+
+/* ---- one attention case, run and checked ---- */
+
+enum test_layout {
+    LAYOUT_BNHD,       /* [B, N, H, d] contiguous */
+    LAYOUT_BHND,       /* [B, H, N, d] contiguous */
+    LAYOUT_PADDED,     /* [B, N, H, d] with gaps after each row, head and batch, and an offset */
+    LAYOUT_FUSED_QKV,  /* Q, K, V slices of one [B, N, 3, H, d] buffer (needs seq_q == seq_kv) */
+};
+
+struct test_case {
+    int batch, seq_q, seq_kv, heads_q, heads_kv, head_dim;
+    flashcl_dtype dtype;
+    int causal;
+    float scale;            /* 0: default 1/sqrt(d) */
+    enum test_layout layout;
+    int with_lse;
+};
+
+struct case_result {
+    double max_abs_err;     /* over O */
+    double max_lse_err;     /* over LSE */
+    double rel_l2_err;      /* ||O - ref|| / ||ref|| */
+};
+
+/* Tolerance for |O - ref| <= atol + rtol * |ref|, by storage dtype; the
+ * reference reads the same (rounded) inputs, so what is left is f32
+ * arithmetic and the rounding of O to its storage type. */
+void test_tolerance(flashcl_dtype dtype, double *atol, double *rtol);
+
+/* Runs c on ctx (NULL: the shared one) with random inputs and poisoned
+ * outputs, compares every element with the double reference, and fails the
+ * current Check test on any mismatch or on a changed byte outside the views. */
+void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_result *result);
+
+#endif

@@ -1,0 +1,270 @@
+/* Bad inputs: each returns its own status, names the argument in the
+ * message, enqueues nothing and leaves the outputs as they were. */
+#include <stdint.h>
+#include <string.h>
+
+#include "common.h"
+
+#define N 16
+#define H 2
+#define D 8
+#define ELEMS (N * H * D)
+
+static cl_mem q, k, v, o, lse, small;
+static cl_context other_cl;
+static cl_mem foreign;
+
+static cl_mem make_buffer(cl_context cl, size_t bytes, unsigned char fill)
+{
+    unsigned char *host = malloc(bytes);
+    ck_assert_ptr_nonnull(host);
+    memset(host, fill, bytes);
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
+    free(host);
+    ck_assert_msg(m != NULL, "clCreateBuffer failed (%d)", err);
+    return m;
+}
+
+static void setup(void)
+{
+    struct test_env *e = test_env_get();
+    if (q)
+        return;
+    q = make_buffer(e->cl, ELEMS * 4, 0x3c);  /* finite nonzero floats */
+    k = make_buffer(e->cl, ELEMS * 4, 0x3d);
+    v = make_buffer(e->cl, ELEMS * 4, 0x3e);
+    o = make_buffer(e->cl, ELEMS * 4, 0xff);  /* poison */
+    lse = make_buffer(e->cl, N * H * 4, 0xff);
+    small = make_buffer(e->cl, ELEMS * 4 - 4, 0x3c);
+    cl_int err;
+    other_cl = clCreateContext(NULL, 1, &e->device, NULL, NULL, &err);
+    ck_assert_ptr_nonnull(other_cl);
+    foreign = make_buffer(other_cl, ELEMS * 4, 0x3c);
+}
+
+static struct flashcl_attention valid(void)
+{
+    struct flashcl_attention a = {0};
+    a.batch = 1;
+    a.seq_q = a.seq_kv = N;
+    a.heads_q = a.heads_kv = H;
+    a.head_dim = D;
+    a.q = flashcl_tensor_bnhd(q, FLASHCL_F32, N, H, D);
+    a.k = flashcl_tensor_bnhd(k, FLASHCL_F32, N, H, D);
+    a.v = flashcl_tensor_bnhd(v, FLASHCL_F32, N, H, D);
+    a.o = flashcl_tensor_bnhd(o, FLASHCL_F32, N, H, D);
+    a.lse = flashcl_tensor_lse(lse, N, H);
+    return a;
+}
+
+/* Every byte of O and LSE still holds the poison. */
+static void assert_outputs_untouched(void)
+{
+    struct test_env *e = test_env_get();
+    ck_assert_cl(clFinish(e->queue));
+    unsigned char host[ELEMS * 4];
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, o, CL_TRUE, 0, sizeof(host), host, 0, NULL, NULL));
+    for (size_t i = 0; i < sizeof(host); i++)
+        ck_assert_msg(host[i] == 0xff, "O byte %zu changed by a rejected call", i);
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, lse, CL_TRUE, 0, N * H * 4, host, 0, NULL, NULL));
+    for (size_t i = 0; i < N * H * 4; i++)
+        ck_assert_msg(host[i] == 0xff, "LSE byte %zu changed by a rejected call", i);
+}
+
+static void expect(const struct flashcl_attention *a, flashcl_status status, const char *needle)
+{
+    struct test_env *e = test_env_get();
+    cl_event ev = (cl_event)(uintptr_t)1;  /* a rejected call does not touch *event */
+    const flashcl_status st = flashcl_forward(e->ctx, a, e->queue, 0, NULL, &ev);
+    ck_assert_ptr_eq(ev, (cl_event)(uintptr_t)1);
+    ck_assert_msg(st == status, "returned %s, expected %s (%s)", flashcl_status_name(st),
+                  flashcl_status_name(status), flashcl_last_error());
+    ck_assert_msg(strstr(flashcl_last_error(), needle) != NULL, "message \"%s\" does not mention \"%s\"",
+                  flashcl_last_error(), needle);
+    assert_outputs_untouched();
+}
+
+START_TEST(null_pointers)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_attention a = valid();
+    ck_assert_status(flashcl_forward(NULL, &a, e->queue, 0, NULL, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_status(flashcl_forward(e->ctx, NULL, e->queue, 0, NULL, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_status(flashcl_forward(e->ctx, &a, NULL, 0, NULL, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_str_eq(flashcl_last_error(), "queue is NULL");
+    a.k.mem = NULL;
+    expect(&a, FLASHCL_ERROR_NULL_ARGUMENT, "attn.k.mem");
+    a = valid();
+    a.o.mem = NULL;
+    expect(&a, FLASHCL_ERROR_NULL_ARGUMENT, "attn.o.mem");
+    a = valid();
+    ck_assert_status(flashcl_forward(e->ctx, &a, e->queue, 2, NULL, NULL), FLASHCL_INVALID_VALUE);
+    assert_outputs_untouched();
+}
+END_TEST
+
+START_TEST(bad_dims)
+{
+    struct flashcl_attention a;
+    const char *names[] = {"batch", "seq_q", "seq_kv", "heads_q", "heads_kv", "head_dim"};
+    for (int i = 0; i < 6; i++) {
+        for (int bad = -1; bad <= 0; bad++) {
+            a = valid();
+            int *fields[] = {&a.batch, &a.seq_q, &a.seq_kv, &a.heads_q, &a.heads_kv, &a.head_dim};
+            *fields[i] = bad;
+            expect(&a, FLASHCL_ERROR_INVALID_SHAPE, names[i]);
+        }
+    }
+    a = valid();
+    a.head_dim = 257;
+    expect(&a, FLASHCL_ERROR_INVALID_SHAPE, "head_dim = 257");
+    a = valid();
+    a.heads_q = 3;
+    a.heads_kv = 2;
+    expect(&a, FLASHCL_ERROR_INVALID_SHAPE, "heads_q = 3 is not a multiple of attn.heads_kv = 2");
+}
+END_TEST
+
+START_TEST(bad_dtypes)
+{
+    struct flashcl_attention a = valid();
+    a.v.dtype = FLASHCL_F16;
+    expect(&a, FLASHCL_ERROR_INVALID_DTYPE, "attn.v.dtype");
+    a = valid();
+    a.q.dtype = (flashcl_dtype)42;
+    expect(&a, FLASHCL_ERROR_INVALID_DTYPE, "attn.q.dtype = 42");
+    a = valid();
+    a.lse.dtype = FLASHCL_BF16;
+    expect(&a, FLASHCL_ERROR_INVALID_DTYPE, "attn.lse.dtype");
+}
+END_TEST
+
+START_TEST(out_of_bounds)
+{
+    struct flashcl_attention a = valid();
+    a.k.mem = small;  /* one float short */
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.k reaches byte 1024 but its cl_mem holds 1020");
+    a = valid();
+    a.o.offset = 4;
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.o");
+    a = valid();
+    a.q.stride_seq += 1;
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.q");
+    a = valid();
+    a.batch = 2;
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.q");
+    a = valid();
+    a.lse.stride_head += 1;
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.lse");
+}
+END_TEST
+
+START_TEST(overflow)
+{
+    struct flashcl_attention a = valid();
+    a.v.stride_seq = SIZE_MAX / 4;
+    expect(&a, FLASHCL_ERROR_OVERFLOW, "attn.v");
+    a = valid();
+    a.q.stride_head = SIZE_MAX / 2 + 1;
+    expect(&a, FLASHCL_ERROR_OVERFLOW, "attn.q");
+    a = valid();
+    a.k.offset = SIZE_MAX - 3;
+    expect(&a, FLASHCL_ERROR_OVERFLOW, "attn.k");
+    a = valid();
+    a.o.stride_seq = SIZE_MAX / (N - 1) / 4 + 1;  /* elements fit, bytes do not */
+    expect(&a, FLASHCL_ERROR_OVERFLOW, "attn.o");
+}
+END_TEST
+
+START_TEST(misaligned_and_scale)
+{
+    struct flashcl_attention a = valid();
+    a.q.offset = 2;
+    expect(&a, FLASHCL_ERROR_MISALIGNED, "attn.q.offset = 2");
+    a = valid();
+    a.scale = INFINITY;
+    expect(&a, FLASHCL_ERROR_INVALID_SCALE, "attn.scale");
+    a.scale = NAN;
+    expect(&a, FLASHCL_ERROR_INVALID_SCALE, "attn.scale");
+}
+END_TEST
+
+START_TEST(aliasing)
+{
+    struct flashcl_attention a = valid();
+    a.o.mem = k;
+    expect(&a, FLASHCL_ERROR_ALIASING, "attn.o overlaps attn.k");
+    a = valid();
+    a.lse.mem = o;
+    a.lse.offset = 0;
+    expect(&a, FLASHCL_ERROR_ALIASING, "attn.o overlaps attn.lse");
+    a = valid();
+    a.o.stride_seq = 0;  /* every row to the same place */
+    expect(&a, FLASHCL_ERROR_ALIASING, "attn.o's strides");
+}
+END_TEST
+
+START_TEST(wrong_context)
+{
+    struct flashcl_attention a = valid();
+    a.v.mem = foreign;
+    expect(&a, FLASHCL_INVALID_CONTEXT, "attn.v.mem belongs to another cl_context");
+    struct test_env *e = test_env_get();
+    cl_int err;
+    cl_command_queue foreign_queue = clCreateCommandQueue(other_cl, e->device, 0, &err);
+    ck_assert_ptr_nonnull(foreign_queue);
+    a = valid();
+    ck_assert_status(flashcl_forward(e->ctx, &a, foreign_queue, 0, NULL, NULL), FLASHCL_INVALID_COMMAND_QUEUE);
+    clReleaseCommandQueue(foreign_queue);
+    assert_outputs_untouched();
+}
+END_TEST
+
+START_TEST(valid_call_writes)
+{
+    /* The control: the same buffers with a valid call do change O. */
+    struct test_env *e = test_env_get();
+    struct flashcl_attention a = valid();
+    cl_mem o2 = make_buffer(e->cl, ELEMS * 4, 0xff);
+    a.o.mem = o2;
+    ck_assert_flashcl_ok(flashcl_forward(e->ctx, &a, e->queue, 0, NULL, NULL));
+    float host[ELEMS];
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, o2, CL_TRUE, 0, sizeof(host), host, 0, NULL, NULL));
+    for (int i = 0; i < ELEMS; i++)
+        ck_assert_msg(host[i] == host[i], "O[%d] is NaN after a valid call", i);
+    clReleaseMemObject(o2);
+    ck_assert_str_eq(flashcl_last_error(), "");
+}
+END_TEST
+
+START_TEST(status_names)
+{
+    ck_assert_str_eq(flashcl_status_name(FLASHCL_SUCCESS), "FLASHCL_SUCCESS");
+    ck_assert_str_eq(flashcl_status_name(FLASHCL_ERROR_ALIASING), "FLASHCL_ERROR_ALIASING");
+    ck_assert_str_eq(flashcl_status_name(FLASHCL_INVALID_MEM_OBJECT), "CL_INVALID_MEM_OBJECT");
+    ck_assert_str_eq(flashcl_status_name((flashcl_status)-9999), "FLASHCL_UNKNOWN_STATUS");
+    ck_assert_int_eq(FLASHCL_INVALID_VALUE, CL_INVALID_VALUE);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("errors");
+    TCase *tc = tcase_create("validation");
+    tcase_set_timeout(tc, 600);
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, null_pointers);
+    tcase_add_test(tc, bad_dims);
+    tcase_add_test(tc, bad_dtypes);
+    tcase_add_test(tc, out_of_bounds);
+    tcase_add_test(tc, overflow);
+    tcase_add_test(tc, misaligned_and_scale);
+    tcase_add_test(tc, aliasing);
+    tcase_add_test(tc, wrong_context);
+    tcase_add_test(tc, valid_call_writes);
+    tcase_add_test(tc, status_names);
+    suite_add_tcase(s, tc);
+    const int rc = test_run_suite(s);
+    return rc;
+}

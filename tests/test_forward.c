@@ -1,0 +1,137 @@
+/* The forward kernel against the double-precision reference on random
+ * inputs: shapes, masks, head groups, head dims, layouts and dtypes. Every
+ * output starts poisoned, and bytes outside the output view must survive. */
+#include <stdio.h>
+
+#include "common.h"
+
+#define F32 FLASHCL_F32
+#define F16 FLASHCL_F16
+#define BF16 FLASHCL_BF16
+
+static void run_and_report(flashcl_context *ctx, const char *what, const struct test_case *c)
+{
+    struct case_result r;
+    rng_seed((uint64_t)(c->seq_q * 7919 + c->seq_kv * 104729 + c->head_dim * 31 + c->heads_q));
+    test_run_case(ctx, c, &r);
+    printf("%-28s B=%d Nq=%-4d Nk=%-4d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d: "
+           "max|err| %.2e, rel L2 %.2e, LSE %.2e\n", what, c->batch, c->seq_q, c->seq_kv, c->heads_q,
+           c->heads_kv, c->head_dim, (int)c->dtype, c->causal, (int)c->layout, r.max_abs_err,
+           r.rel_l2_err, r.max_lse_err);
+}
+
+/* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, lse */
+static const struct test_case shape_cases[] = {
+    {2, 64, 64, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1},
+    {1, 37, 131, 2, 2, 32, F32, 0, 0, LAYOUT_BNHD, 1},   /* Nq != Nk */
+    {1, 131, 37, 2, 2, 32, F32, 0, 0, LAYOUT_BNHD, 1},
+    {1, 77, 77, 1, 1, 64, F32, 0, 0, LAYOUT_BNHD, 1},    /* N not a multiple of any block */
+    {1, 300, 300, 1, 1, 16, F32, 0, 0, LAYOUT_BNHD, 1},  /* several K/V blocks */
+    {3, 1, 1, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1},      /* N = 1 */
+    {1, 1, 100, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1},
+    {1, 100, 1, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1},
+    {2, 97, 97, 2, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1},    /* causal */
+    {1, 40, 150, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1},   /* causal, Nq < Nk: bottom-right */
+    {1, 150, 40, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1},   /* causal, Nq > Nk: first rows see nothing */
+    {1, 1, 50, 1, 1, 32, F32, 1, 0, LAYOUT_BNHD, 1},     /* causal single query sees every key */
+    {2, 60, 60, 8, 2, 32, F32, 0, 0, LAYOUT_BNHD, 1},    /* GQA 4:1 */
+    {1, 60, 90, 8, 2, 32, F32, 1, 0, LAYOUT_BHND, 1},
+    {2, 50, 70, 4, 1, 64, F32, 0, 0, LAYOUT_BNHD, 1},    /* MQA */
+    {1, 64, 64, 2, 2, 64, F32, 0, 0.5f, LAYOUT_BNHD, 1}, /* explicit scale */
+    {1, 64, 64, 2, 2, 64, F32, 0, -0.3f, LAYOUT_BNHD, 1},
+    {1, 64, 64, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 0},    /* no LSE */
+};
+
+START_TEST(shapes)
+{
+    run_and_report(NULL, "shape", &shape_cases[_i]);
+}
+END_TEST
+
+static const int head_dims[] = {1, 16, 32, 64, 80, 96, 128, 256};
+
+START_TEST(head_dim)
+{
+    struct test_case c = {2, 70, 90, 2, 1, head_dims[_i], F32, 0, 0, LAYOUT_BNHD, 1};
+    run_and_report(NULL, "head_dim", &c);
+    c.causal = 1;
+    c.seq_q = 90;
+    c.seq_kv = 70;
+    run_and_report(NULL, "head_dim causal", &c);
+}
+END_TEST
+
+static const struct test_case layout_cases[] = {
+    {2, 50, 50, 3, 3, 64, F32, 0, 0, LAYOUT_BNHD, 1},
+    {2, 50, 50, 3, 3, 64, F32, 0, 0, LAYOUT_BHND, 1},
+    {2, 50, 70, 4, 2, 48, F32, 1, 0, LAYOUT_PADDED, 1},
+    {2, 50, 50, 3, 3, 64, F32, 1, 0, LAYOUT_FUSED_QKV, 1},
+};
+
+START_TEST(layouts)
+{
+    run_and_report(NULL, "layout", &layout_cases[_i]);
+}
+END_TEST
+
+static const struct test_case dtype_cases[] = {
+    {2, 64, 80, 4, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1},
+    {1, 90, 90, 2, 2, 128, F16, 1, 0, LAYOUT_BHND, 1},
+    {2, 33, 65, 2, 1, 80, F16, 1, 0, LAYOUT_PADDED, 1},
+    {1, 40, 40, 2, 2, 256, F16, 0, 0, LAYOUT_FUSED_QKV, 1},
+    {2, 64, 80, 4, 2, 64, BF16, 0, 0, LAYOUT_BNHD, 1},
+    {1, 90, 90, 2, 2, 128, BF16, 1, 0, LAYOUT_BHND, 1},
+    {2, 33, 65, 2, 1, 96, BF16, 1, 0, LAYOUT_PADDED, 1},
+    {1, 40, 40, 2, 2, 16, BF16, 0, 0, LAYOUT_FUSED_QKV, 1},
+};
+
+START_TEST(dtypes)
+{
+    run_and_report(NULL, "dtype", &dtype_cases[_i]);
+}
+END_TEST
+
+/* Odd forced tiles exercise the strided ownership: blocks smaller than the
+ * work-group, not multiples of it, and with more rows than keys. */
+static const int forced_tiles[][2] = {{3, 5}, {1, 7}, {40, 24}};
+
+START_TEST(forced_tiles_match)
+{
+    flashcl_context *ctx = test_context_with_blocks(forced_tiles[_i][0], forced_tiles[_i][1]);
+    const struct test_case c1 = {1, 45, 61, 4, 2, 24, F32, 1, 0, LAYOUT_BNHD, 1};
+    const struct test_case c2 = {1, 61, 45, 2, 2, 40, BF16, 1, 0, LAYOUT_BNHD, 1};
+    run_and_report(ctx, "forced tile", &c1);
+    run_and_report(ctx, "forced tile", &c2);
+}
+END_TEST
+
+/* The same call twice gives bit-identical output: no race between work-items. */
+START_TEST(repeatable)
+{
+    const struct test_case c = {1, 130, 130, 2, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1};
+    struct case_result a, b;
+    rng_seed(42);
+    test_run_case(NULL, &c, &a);
+    rng_seed(42);
+    test_run_case(NULL, &c, &b);
+    ck_assert_double_eq(a.max_abs_err, b.max_abs_err);
+    ck_assert_double_eq(a.rel_l2_err, b.rel_l2_err);
+}
+END_TEST
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+int main(void)
+{
+    Suite *s = suite_create("forward");
+    TCase *tc = tcase_create("against the double reference");
+    tcase_set_timeout(tc, 1200);
+    tcase_add_loop_test(tc, shapes, 0, COUNT(shape_cases));
+    tcase_add_loop_test(tc, head_dim, 0, COUNT(head_dims));
+    tcase_add_loop_test(tc, layouts, 0, COUNT(layout_cases));
+    tcase_add_loop_test(tc, dtypes, 0, COUNT(dtype_cases));
+    tcase_add_loop_test(tc, forced_tiles_match, 0, COUNT(forced_tiles));
+    tcase_add_test(tc, repeatable);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}

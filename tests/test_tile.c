@@ -1,0 +1,71 @@
+/* The sizing rule's arithmetic (the seed chapter's figures) and the tile the
+ * library picks from it on this device. */
+#include "common.h"
+
+START_TEST(rule_reproduces_the_seed)
+{
+    ck_assert_uint_eq(flashcl_block_size_bound(196608, 4, 128), 96);   /* A100 SRAM, d = 128 */
+    ck_assert_uint_eq(flashcl_block_size_bound(196608, 4, 64), 192);   /* active recall 4 */
+    ck_assert_uint_eq(flashcl_block_size_bound(49152, 4, 128), 24);    /* NVIDIA's reported 48 KB */
+    ck_assert_uint_eq(flashcl_block_size_bound(49152, 2, 128), 48);    /* 2-byte elements */
+    ck_assert_uint_eq(flashcl_block_size_bound(196608, 0, 128), 0);
+    ck_assert_uint_eq(flashcl_block_size_bound(196608, 4, 0), 0);
+    ck_assert_uint_eq(flashcl_block_size_bound(100, 4, 128), 0);
+}
+END_TEST
+
+static const int dims[] = {1, 16, 32, 64, 80, 96, 128, 256};
+
+START_TEST(automatic_tile_fits_and_obeys_the_rule)
+{
+    struct test_env *e = test_env_get();
+    cl_ulong local = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(local), &local, NULL));
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_tile(e->ctx, dims[_i], FLASHCL_F32, &t));
+    const size_t bound = flashcl_block_size_bound(local, 4, (size_t)dims[_i]);
+    ck_assert_int_ge(t.block_m, 1);
+    ck_assert_int_ge(t.block_n, 1);
+    ck_assert_uint_le((size_t)t.block_m, bound > 0 ? bound : 1);
+    ck_assert_uint_le((size_t)t.block_n, bound > 0 ? bound : 1);
+    ck_assert_uint_le(t.local_bytes, local);
+    ck_assert_int_ge(t.workgroup_size, 64);
+}
+END_TEST
+
+START_TEST(forced_tile_is_reported)
+{
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_tile(test_context_with_blocks(5, 3), 64, FLASHCL_BF16, &t));
+    ck_assert_int_eq(t.block_m, 5);
+    ck_assert_int_eq(t.block_n, 3);
+    ck_assert_flashcl_ok(flashcl_forward_tile(test_context_with_blocks(0, 7), 64, FLASHCL_F32, &t));
+    ck_assert_int_eq(t.block_n, 7);
+    ck_assert_int_ge(t.block_m, 1);
+}
+END_TEST
+
+START_TEST(tile_query_checks_arguments)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_tile t;
+    ck_assert_status(flashcl_forward_tile(NULL, 64, FLASHCL_F32, &t), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_status(flashcl_forward_tile(e->ctx, 64, FLASHCL_F32, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_status(flashcl_forward_tile(e->ctx, 0, FLASHCL_F32, &t), FLASHCL_ERROR_INVALID_SHAPE);
+    ck_assert_status(flashcl_forward_tile(e->ctx, 257, FLASHCL_F32, &t), FLASHCL_ERROR_INVALID_SHAPE);
+    ck_assert_status(flashcl_forward_tile(e->ctx, 64, (flashcl_dtype)0, &t), FLASHCL_ERROR_INVALID_DTYPE);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tile");
+    TCase *tc = tcase_create("sizing rule");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, rule_reproduces_the_seed);
+    tcase_add_loop_test(tc, automatic_tile_fits_and_obeys_the_rule, 0, (int)(sizeof(dims) / sizeof(dims[0])));
+    tcase_add_test(tc, forced_tile_is_reported);
+    tcase_add_test(tc, tile_query_checks_arguments);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
