@@ -66,84 +66,6 @@ int test_run_suite(Suite *s)
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
-/* ---- host-side values ---- */
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t f32_to_f16(float f)
-{
-    const uint32_t u = f32_bits(f);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    const uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u);
-    if (abs >= 0x477ff000u)  /* rounds to >= 65520: infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (abs < 0x38800000u) { /* below 2^-14: subnormal or zero */
-        /* Scale into the subnormal grid and round to nearest even. */
-        const float scaled = bits_f32(abs) * 16777216.0f;  /* * 2^24 */
-        const float r = nearbyintf(scaled);
-        return (uint16_t)(sign | (uint32_t)r);
-    }
-    uint32_t mant = abs + 0xfffu + ((abs >> 13) & 1u);  /* round to nearest even at bit 13 */
-    return (uint16_t)(sign | ((mant - 0x38000000u) >> 13));
-}
-
-float f16_to_f32(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu;
-    const uint32_t mant = h & 0x3ffu;
-    if (exp == 0)
-        return (sign ? -1.0f : 1.0f) * (float)mant * 5.9604644775390625e-8f;  /* 2^-24 */
-    if (exp == 31)
-        return bits_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-uint16_t f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float bf16_to_f32(uint16_t b)
-{
-    return bits_f32((uint32_t)b << 16);
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-void rng_seed(uint64_t seed)
-{
-    rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
-}
-
-double rng_uniform(double lo, double hi)
-{
-    /* xorshift64*: plenty for test data, identical on every platform. */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    const uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
-    return lo + (hi - lo) * (double)(r >> 11) * (1.0 / 9007199254740992.0);
-}
-
 /* ---- tensors on the host ---- */
 
 /* A host image of one cl_mem and the view of a tensor inside it. */
@@ -156,34 +78,6 @@ static size_t elem_index(const struct host_tensor *t, size_t b, size_t n, size_t
 {
     return t->view.offset / flashcl_dtype_size(t->view.dtype) + b * t->view.stride_batch +
            n * t->view.stride_seq + h * t->view.stride_head + e;
-}
-
-static double load_value(const void *buf, flashcl_dtype dtype, size_t idx)
-{
-    switch (dtype) {
-    case FLASHCL_F32:
-        return ((const float *)buf)[idx];
-    case FLASHCL_F16:
-        return f16_to_f32(((const uint16_t *)buf)[idx]);
-    default:
-        return bf16_to_f32(((const uint16_t *)buf)[idx]);
-    }
-}
-
-/* Stores x rounded to dtype and returns the value actually stored. */
-static double store_value(void *buf, flashcl_dtype dtype, size_t idx, float x)
-{
-    switch (dtype) {
-    case FLASHCL_F32:
-        ((float *)buf)[idx] = x;
-        return x;
-    case FLASHCL_F16:
-        ((uint16_t *)buf)[idx] = f32_to_f16(x);
-        return f16_to_f32(((uint16_t *)buf)[idx]);
-    default:
-        ((uint16_t *)buf)[idx] = f32_to_bf16(x);
-        return bf16_to_f32(((uint16_t *)buf)[idx]);
-    }
 }
 
 void test_tolerance(flashcl_dtype dtype, double *atol, double *rtol)
@@ -250,47 +144,6 @@ static void make_layout(const struct test_case *c, struct host_tensor *q, struct
     }
 }
 
-/* The double-precision reference for one (b, h) and query row i. */
-static void reference_row(const struct test_case *c, const double *qd, const double *kd,
-                          const double *vd, size_t i, double *out, double *lse, double *scores)
-{
-    const size_t Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv, d = (size_t)c->head_dim;
-    const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
-    (void)Nq;
-    double max = -INFINITY;
-    for (size_t j = 0; j < Nk; j++) {
-        const long long limit = (long long)i + ((long long)c->seq_kv - (long long)c->seq_q);
-        if (c->causal && (long long)j > limit) {
-            scores[j] = -INFINITY;
-            continue;
-        }
-        double s = 0;
-        for (size_t e = 0; e < d; e++)
-            s += qd[i * d + e] * kd[j * d + e];
-        scores[j] = s * scale;
-        if (scores[j] > max)
-            max = scores[j];
-    }
-    for (size_t e = 0; e < d; e++)
-        out[e] = 0;
-    if (max == -INFINITY) {
-        *lse = -INFINITY;
-        return;
-    }
-    double sum = 0;
-    for (size_t j = 0; j < Nk; j++) {
-        if (scores[j] == -INFINITY)
-            continue;
-        const double p = exp(scores[j] - max);
-        sum += p;
-        for (size_t e = 0; e < d; e++)
-            out[e] += p * vd[j * d + e];
-    }
-    for (size_t e = 0; e < d; e++)
-        out[e] /= sum;
-    *lse = max + log(sum);
-}
-
 static cl_mem upload(struct test_env *e, const void *host, size_t bytes)
 {
     cl_int err;
@@ -325,7 +178,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         if (fused && i > 0)
             break;
         for (size_t x = 0; x < sizes[i]; x++)
-            store_value(img[i], c->dtype, x, (float)rng_uniform(-1.0, 1.0));
+            hostref_store(img[i], c->dtype, x, (float)rng_uniform(-1.0, 1.0));
     }
     memset(img[3], 0xff, sizes[3] * esize);
 
@@ -339,15 +192,20 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
             const unsigned char *src[3] = {img[0], fused ? img[0] : img[1], fused ? img[0] : img[2]};
             for (size_t n = 0; n < Nq; n++)
                 for (size_t x = 0; x < d; x++)
-                    qd[n * d + x] = load_value(src[0], c->dtype, elem_index(&t[0], b, n, h, x));
+                    qd[n * d + x] = hostref_load(src[0], c->dtype, elem_index(&t[0], b, n, h, x));
             for (size_t n = 0; n < Nk; n++)
                 for (size_t x = 0; x < d; x++) {
-                    kd[n * d + x] = load_value(src[1], c->dtype, elem_index(&t[1], b, n, h / group, x));
-                    vd[n * d + x] = load_value(src[2], c->dtype, elem_index(&t[2], b, n, h / group, x));
+                    kd[n * d + x] = hostref_load(src[1], c->dtype, elem_index(&t[1], b, n, h / group, x));
+                    vd[n * d + x] = hostref_load(src[2], c->dtype, elem_index(&t[2], b, n, h / group, x));
                 }
+            const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
             for (size_t n = 0; n < Nq; n++) {
                 const size_t row = (b * Hq + h) * Nq + n;
-                reference_row(c, qd, kd, vd, n, &ref[row * d], &ref_lse[row], scores);
+                /* Causal, aligned bottom-right: key j is visible to query n if j <= n + Nk - Nq. */
+                const long long last = c->causal ? (long long)n + (long long)Nk - (long long)Nq
+                                                 : (long long)Nk - 1;
+                hostref_attention_row(&qd[n * d], kd, vd, Nk, d, scale, last, &ref[row * d],
+                                      &ref_lse[row], scores);
             }
         }
 
@@ -413,7 +271,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
                 for (size_t x = 0; x < d; x++) {
                     const size_t idx = elem_index(&t[3], b, n, h, x);
                     memset(written + idx * esize, 1, esize);
-                    const double got = load_value(out, c->dtype, idx), want = ref[row * d + x];
+                    const double got = hostref_load(out, c->dtype, idx), want = ref[row * d + x];
                     const double err = fabs(got - want);
                     ck_assert_msg(err <= atol + rtol * fabs(want),
                                   "O[b=%zu][n=%zu][h=%zu][%zu] = %.9g, reference %.9g (error %.3g, "

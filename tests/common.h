@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "flashcl.h"
+#include "hostref.h"
 
 /* Check assertions that print the failing status with the library's message. */
 #define ck_assert_flashcl_ok(expr)                                                              \
@@ -44,17 +45,6 @@ struct test_env *test_env_get(void);
 flashcl_context *test_context_with_blocks(int block_m, int block_n);
 /* Runs a Check suite without forking; returns the process exit code. */
 int test_run_suite(Suite *s);
-
-/* ---- host-side values ---- */
-
-uint16_t f32_to_f16(float f);
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
-float bf16_to_f32(uint16_t b);
-
-/* Deterministic uniform random numbers in [lo, hi). */
-void rng_seed(uint64_t seed);
-double rng_uniform(double lo, double hi);
 
 /* ---- one attention case, run and checked ---- */
 

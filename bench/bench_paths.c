@@ -1,0 +1,141 @@
+#include "bench_paths.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const path_names[BENCH_PATH_COUNT] = {"flash"};
+
+const char *bench_path_name(enum bench_path path)
+{
+    return path_names[path];
+}
+
+int bench_parse_paths(const char *list)
+{
+    int set = 0;
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int p = 0; p < BENCH_PATH_COUNT; p++)
+            if (strcmp(tok, path_names[p]) == 0)
+                found = p;
+        if (found < 0) {
+            free(copy);
+            return -1;
+        }
+        set |= 1 << found;
+    }
+    free(copy);
+    return set ? set : -1;
+}
+
+double bench_tolerance(flashcl_dtype dtype)
+{
+    /* Outputs lie in [-1, 1]: f32 arithmetic, or one rounding to the storage type. */
+    return dtype == FLASHCL_F32 ? 1e-4 : dtype == FLASHCL_F16 ? 2e-3 : 1.6e-2;
+}
+
+flashcl_status bench_env_create(struct bench_env *env)
+{
+    memset(env, 0, sizeof(*env));
+    flashcl_status st = flashcl_context_create(NULL, &env->ctx);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    snprintf(env->device_name, sizeof(env->device_name), "%s", flashcl_context_device_name(env->ctx));
+    cl_int err;
+    env->queue = clCreateCommandQueue(flashcl_context_cl_context(env->ctx), flashcl_context_device(env->ctx),
+                                      CL_QUEUE_PROFILING_ENABLE, &err);
+    if (!env->queue) {
+        flashcl_context_destroy(&env->ctx);
+        return (flashcl_status)err;
+    }
+    return FLASHCL_SUCCESS;
+}
+
+void bench_env_release(struct bench_env *env)
+{
+    if (env->queue)
+        clReleaseCommandQueue(env->queue);
+    flashcl_context_destroy(&env->ctx);
+}
+
+static cl_mem buffer(struct bench_env *env, size_t bytes, const void *host, cl_int *err)
+{
+    if (*err != CL_SUCCESS)
+        return NULL;
+    cl_mem_flags flags = CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0);
+    return clCreateBuffer(flashcl_context_cl_context(env->ctx), flags, bytes, (void *)host, err);
+}
+
+flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_case *c, const void *q,
+                                    const void *k, const void *v, struct bench_buffers *b)
+{
+    memset(b, 0, sizeof(*b));
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    const size_t bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
+    const size_t lse_bytes = (size_t)c->batch * h * n * sizeof(float);
+    cl_int err = CL_SUCCESS;
+    b->q = buffer(env, bytes, q, &err);
+    b->k = buffer(env, bytes, k, &err);
+    b->v = buffer(env, bytes, v, &err);
+    b->o = buffer(env, bytes, NULL, &err);
+    b->lse = buffer(env, lse_bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        bench_buffers_release(b);
+        return (flashcl_status)err;
+    }
+    b->io_bytes = 4 * bytes + lse_bytes;
+    struct flashcl_attention *a = &b->attn;
+    a->batch = c->batch;
+    a->seq_q = a->seq_kv = c->n;
+    a->heads_q = a->heads_kv = c->heads;
+    a->head_dim = c->d;
+    a->q = flashcl_tensor_bnhd(b->q, c->dtype, n, h, d);
+    a->k = flashcl_tensor_bnhd(b->k, c->dtype, n, h, d);
+    a->v = flashcl_tensor_bnhd(b->v, c->dtype, n, h, d);
+    a->o = flashcl_tensor_bnhd(b->o, c->dtype, n, h, d);
+    a->lse = flashcl_tensor_lse(b->lse, n, h);
+    a->causal = c->causal;
+    return FLASHCL_SUCCESS;
+}
+
+void bench_buffers_release(struct bench_buffers *b)
+{
+    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o, &b->lse};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (*all[i]) {
+            clReleaseMemObject(*all[i]);
+            *all[i] = NULL;
+        }
+}
+
+flashcl_status bench_prepare_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
+                                  const struct bench_case *c, size_t *device_bytes)
+{
+    (void)env;
+    (void)path;
+    (void)c;
+    *device_bytes = b->io_bytes;  /* flash needs nothing else */
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
+                              const struct bench_case *c, cl_event *event)
+{
+    (void)path;
+    (void)c;
+    return flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, event);
+}
+
+void bench_release_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b)
+{
+    (void)env;
+    (void)path;
+    (void)b;
+}
+
+flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes)
+{
+    return (flashcl_status)clEnqueueReadBuffer(env->queue, b->o, CL_TRUE, 0, bytes, out, 0, NULL, NULL);
+}

@@ -1,0 +1,56 @@
+/* The attention paths flashcl-bench compares, behind one interface: set up
+ * buffers once per case, then prepare, run (timed) and release each path. */
+#ifndef FLASHCL_BENCH_PATHS_H
+#define FLASHCL_BENCH_PATHS_H
+
+#include <stdbool.h>
+
+#include "flashcl.h"
+
+enum bench_path {
+    BENCH_FLASH = 0,  /* flashcl_forward */
+    BENCH_PATH_COUNT
+};
+#define BENCH_PATH_NAMES "flash"
+#define BENCH_PATH_DEFAULT_NAMES "flash"
+
+struct bench_env {
+    flashcl_context *ctx;
+    cl_command_queue queue;  /* in order, with profiling */
+    char device_name[256];
+};
+
+/* One problem: [batch, n, heads, d] Q, K, V, O; N_q = N_kv = n. */
+struct bench_case {
+    int n, d, batch, heads, causal;
+    flashcl_dtype dtype;
+};
+
+struct bench_buffers {
+    cl_mem q, k, v, o, lse;
+    size_t io_bytes;             /* Q, K, V, O and LSE together */
+    struct flashcl_attention attn;
+};
+
+flashcl_status bench_env_create(struct bench_env *env);
+void bench_env_release(struct bench_env *env);
+
+int bench_parse_paths(const char *list);  /* bit set, or -1 */
+const char *bench_path_name(enum bench_path path);
+/* Largest sampled error against the double reference that counts as right. */
+double bench_tolerance(flashcl_dtype dtype);
+
+flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_case *c, const void *q,
+                                    const void *k, const void *v, struct bench_buffers *b);
+void bench_buffers_release(struct bench_buffers *b);
+
+/* Allocates what the path needs beyond the buffers; *device_bytes is all
+ * the device memory the path uses (set even when it does not fit). */
+flashcl_status bench_prepare_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
+                                  const struct bench_case *c, size_t *device_bytes);
+flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
+                              const struct bench_case *c, cl_event *event);
+void bench_release_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
+flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes);
+
+#endif

@@ -1,0 +1,460 @@
+/*
+ * flashcl-bench: times flashcl's attention on the default OpenCL device.
+ *
+ * For each (N, head_dim, dtype, causal) it builds Q, K, V with random values
+ * (never zeros), runs the forward call, times it with OpenCL profiling events
+ * (warm-up runs first, then the median of --reps runs), checks sampled rows
+ * against a double-precision reference, and prints a table. The shapes follow
+ * FlashAttention's benchmark convention: batch·N = --tokens (16k) and
+ * heads·d = --hidden (2048). TFLOP/s = 4·B·H·N²·d / t, halved when causal.
+ *
+ * Run with --help for the options.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_paths.h"
+#include "hostref.h"
+
+#define MAX_LIST 16
+#define SAMPLED_ROWS 8  /* query rows checked against the CPU reference per case */
+
+struct options {
+    int n[MAX_LIST], n_count;
+    int d[MAX_LIST], d_count;
+    flashcl_dtype dtype[3];
+    int dtype_count;
+    int causal[2], causal_count;
+    int paths;  /* bit set of enum bench_path */
+    long tokens, hidden;
+    int warmup, reps;
+    const char *csv, *json;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: flashcl-bench [options]\n"
+            "  --n LIST        sequence lengths (default 512,1024,2048,4096,8192,16384,32768)\n"
+            "  --d LIST        head dims (default 64,128)\n"
+            "  --dtype LIST    f32,f16,bf16 (default f32,f16)\n"
+            "  --causal LIST   0,1 (default 0,1)\n"
+            "  --paths LIST    %s (default %s)\n"
+            "  --tokens T      batch*N (default 16384; batch = max(1, T/N))\n"
+            "  --hidden C      heads*d (default 2048)\n"
+            "  --warmup W      untimed runs first (default 2)\n"
+            "  --reps R        timed runs, median reported (default 10)\n"
+            "  --csv FILE      also write the results as CSV\n"
+            "  --json FILE     also write the results as JSON\n"
+            "  --quick         a seconds-long sweep for CPU devices: N 256,512, d 64, f32,\n"
+            "                  causal 0,1, tokens 1024, hidden 256, warmup 1, reps 3\n"
+            "The device is chosen by FLASHCL_DEVICE (\"P:D\" or a name substring), else the\n"
+            "first GPU, else the first device.\n",
+            BENCH_PATH_NAMES, BENCH_PATH_DEFAULT_NAMES);
+}
+
+static int parse_int_list(const char *arg, int *out, int max)
+{
+    int count = 0;
+    char *copy = strdup(arg), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        if (*end || v < 0 || v > 1 << 30 || count == max) {
+            free(copy);
+            return -1;
+        }
+        out[count++] = (int)v;
+    }
+    free(copy);
+    return count;
+}
+
+static int parse_dtypes(const char *arg, flashcl_dtype *out)
+{
+    int count = 0;
+    char *copy = strdup(arg), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        flashcl_dtype t = strcmp(tok, "f32") == 0    ? FLASHCL_F32
+                          : strcmp(tok, "f16") == 0  ? FLASHCL_F16
+                          : strcmp(tok, "bf16") == 0 ? FLASHCL_BF16
+                                                     : (flashcl_dtype)0;
+        if (!t || count == 3) {
+            free(copy);
+            return -1;
+        }
+        out[count++] = t;
+    }
+    free(copy);
+    return count;
+}
+
+static const char *dtype_name(flashcl_dtype t)
+{
+    return t == FLASHCL_F32 ? "f32" : t == FLASHCL_F16 ? "f16" : "bf16";
+}
+
+static void parse_options(int argc, char **argv, struct options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->n_count = parse_int_list("512,1024,2048,4096,8192,16384,32768", o->n, MAX_LIST);
+    o->d_count = parse_int_list("64,128", o->d, MAX_LIST);
+    o->dtype_count = parse_dtypes("f32,f16", o->dtype);
+    o->causal_count = parse_int_list("0,1", o->causal, 2);
+    o->paths = bench_parse_paths(BENCH_PATH_DEFAULT_NAMES);
+    o->tokens = 16384;
+    o->hidden = 2048;
+    o->warmup = 2;
+    o->reps = 10;
+
+    static const struct option longopts[] = {
+        {"n", required_argument, 0, 'n'},      {"d", required_argument, 0, 'd'},
+        {"dtype", required_argument, 0, 't'},  {"causal", required_argument, 0, 'c'},
+        {"paths", required_argument, 0, 'p'},  {"tokens", required_argument, 0, 'T'},
+        {"hidden", required_argument, 0, 'H'}, {"warmup", required_argument, 0, 'w'},
+        {"reps", required_argument, 0, 'r'},   {"csv", required_argument, 0, 'C'},
+        {"json", required_argument, 0, 'J'},   {"quick", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+    };
+    int opt, li = 0;
+    while ((opt = getopt_long(argc, argv, "", longopts, &li)) != -1) {
+        bool bad = false;
+        switch (opt) {
+        case 'n': bad = (o->n_count = parse_int_list(optarg, o->n, MAX_LIST)) <= 0; break;
+        case 'd': bad = (o->d_count = parse_int_list(optarg, o->d, MAX_LIST)) <= 0; break;
+        case 't': bad = (o->dtype_count = parse_dtypes(optarg, o->dtype)) <= 0; break;
+        case 'c': bad = (o->causal_count = parse_int_list(optarg, o->causal, 2)) <= 0; break;
+        case 'p': bad = (o->paths = bench_parse_paths(optarg)) <= 0; break;
+        case 'T': bad = (o->tokens = atol(optarg)) <= 0; break;
+        case 'H': bad = (o->hidden = atol(optarg)) <= 0; break;
+        case 'w': bad = (o->warmup = atoi(optarg)) < 0; break;
+        case 'r': bad = (o->reps = atoi(optarg)) <= 0; break;
+        case 'C': o->csv = optarg; break;
+        case 'J': o->json = optarg; break;
+        case 'q':
+            o->n_count = parse_int_list("256,512", o->n, MAX_LIST);
+            o->d_count = parse_int_list("64", o->d, MAX_LIST);
+            o->dtype_count = parse_dtypes("f32", o->dtype);
+            o->tokens = 1024;
+            o->hidden = 256;
+            o->warmup = 1;
+            o->reps = 3;
+            break;
+        case 'h': usage(stdout); exit(EXIT_SUCCESS);
+        default: usage(stderr); exit(EXIT_FAILURE);
+        }
+        if (bad) {
+            fprintf(stderr, "flashcl-bench: bad value \"%s\" for --%s\n", optarg, longopts[li].name);
+            usage(stderr);
+            exit(EXIT_FAILURE);
+        }
+    }
+    for (int i = 0; i < o->d_count; i++)
+        if (o->d[i] < 1 || o->d[i] > FLASHCL_MAX_HEAD_DIM || o->hidden % o->d[i]) {
+            fprintf(stderr, "flashcl-bench: head dim %d must be 1..256 and divide --hidden %ld\n",
+                    o->d[i], o->hidden);
+            exit(EXIT_FAILURE);
+        }
+    for (int i = 0; i < o->n_count; i++)
+        if (o->n[i] < 1) {
+            fprintf(stderr, "flashcl-bench: N must be >= 1\n");
+            exit(EXIT_FAILURE);
+        }
+}
+
+/* Random inputs in the storage dtype, sampled rows' reference outputs. */
+static void fill_random(void *buf, flashcl_dtype dtype, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        hostref_store(buf, dtype, i, (float)rng_uniform(-1.0, 1.0));
+}
+
+/* Largest |O - reference| over SAMPLED_ROWS rows spread over batches and
+ * heads ([B, N, H, d] layout; causal aligned bottom-right, N_q = N_kv). */
+static double sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v,
+                            const void *o)
+{
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    double *kd = malloc(n * d * sizeof(double)), *vd = malloc(n * d * sizeof(double));
+    double *scratch = malloc(n * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
+    if (!kd || !vd || !scratch) {
+        free(kd);
+        free(vd);
+        free(scratch);
+        return NAN;
+    }
+    double max_err = 0;
+    for (int s = 0; s < SAMPLED_ROWS; s++) {
+        const size_t b = (size_t)s % (size_t)c->batch, head = ((size_t)s * 5) % h;
+        const size_t row = s == 0 ? n - 1 : ((size_t)s * 2654435761u) % n;
+        for (size_t j = 0; j < n; j++)
+            for (size_t e = 0; e < d; e++) {
+                const size_t idx = ((b * n + j) * h + head) * d + e;
+                kd[j * d + e] = hostref_load(k, c->dtype, idx);
+                vd[j * d + e] = hostref_load(v, c->dtype, idx);
+            }
+        for (size_t e = 0; e < d; e++)
+            qd[e] = hostref_load(q, c->dtype, ((b * n + row) * h + head) * d + e);
+        double lse;
+        hostref_attention_row(qd, kd, vd, n, d, 1.0 / sqrt((double)d),
+                              c->causal ? (long long)row : (long long)n - 1, ref, &lse, scratch);
+        for (size_t e = 0; e < d; e++) {
+            const double err = fabs(hostref_load(o, c->dtype, ((b * n + row) * h + head) * d + e) - ref[e]);
+            max_err = err > max_err || err != err ? err : max_err;
+        }
+    }
+    free(kd);
+    free(vd);
+    free(scratch);
+    return max_err;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times `reps` back-to-back runs of one path after `warmup` runs: each run
+ * has its own profiling event, and the median duration is returned. */
+static flashcl_status time_path(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
+                                const struct bench_case *c, int warmup, int reps, double *median_ms,
+                                double *min_ms)
+{
+    cl_event *events = calloc((size_t)(warmup + reps), sizeof(cl_event));
+    double *ms = calloc((size_t)reps, sizeof(double));
+    flashcl_status st = events && ms ? FLASHCL_SUCCESS : FLASHCL_OUT_OF_HOST_MEMORY;
+    int enqueued = 0;
+    for (; st == FLASHCL_SUCCESS && enqueued < warmup + reps; enqueued++)
+        st = bench_run_path(env, path, bufs, c, &events[enqueued]);
+    if (clFinish(env->queue) != CL_SUCCESS && st == FLASHCL_SUCCESS)
+        st = FLASHCL_OUT_OF_RESOURCES;
+    for (int i = 0; i < enqueued; i++) {
+        if (st == FLASHCL_SUCCESS && i >= warmup) {
+            cl_ulong start = 0, end = 0;
+            clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_START, sizeof(start), &start, NULL);
+            clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL);
+            ms[i - warmup] = (double)(end - start) * 1e-6;
+        }
+        if (events[i])
+            clReleaseEvent(events[i]);
+    }
+    if (st == FLASHCL_SUCCESS) {
+        qsort(ms, (size_t)reps, sizeof(double), compare_doubles);
+        *median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+        *min_ms = ms[0];
+    }
+    free(events);
+    free(ms);
+    return st;
+}
+
+struct result {
+    struct bench_case c;
+    enum bench_path path;
+    flashcl_status status;
+    double median_ms, min_ms, tflops, err_ref, err_vs_flash;
+    size_t device_bytes;
+};
+
+static void run_case(struct bench_env *env, const struct options *opt, const struct bench_case *c,
+                     struct result *results, int *n_results)
+{
+    const size_t esize = flashcl_dtype_size(c->dtype);
+    const size_t elems = (size_t)c->batch * (size_t)c->n * (size_t)c->heads * (size_t)c->d;
+    void *q = malloc(elems * esize), *k = malloc(elems * esize), *v = malloc(elems * esize);
+    void *o = malloc(elems * esize), *o_flash = malloc(elems * esize);
+    if (!q || !k || !v || !o || !o_flash) {
+        fprintf(stderr, "flashcl-bench: out of host memory\n");
+        exit(EXIT_FAILURE);
+    }
+    rng_seed((uint64_t)c->n * 131 + (uint64_t)c->d);
+    fill_random(q, c->dtype, elems);
+    fill_random(k, c->dtype, elems);
+    fill_random(v, c->dtype, elems);
+    const double flops = 4.0 * c->batch * c->heads * (double)c->n * c->n * c->d * (c->causal ? 0.5 : 1.0);
+
+    struct bench_buffers bufs;
+    flashcl_status st = bench_buffers_create(env, c, q, k, v, &bufs);
+    bool have_flash = false;
+    for (int p = 0; p < BENCH_PATH_COUNT; p++) {
+        if (!(opt->paths & (1 << p)))
+            continue;
+        struct result *r = &results[(*n_results)++];
+        memset(r, 0, sizeof(*r));
+        r->c = *c;
+        r->path = (enum bench_path)p;
+        r->err_ref = r->err_vs_flash = NAN;
+        r->status = st;
+        if (st != FLASHCL_SUCCESS)
+            continue;
+        r->status = bench_prepare_path(env, r->path, &bufs, c, &r->device_bytes);
+        if (r->status == FLASHCL_SUCCESS)
+            r->status = time_path(env, r->path, &bufs, c, opt->warmup, opt->reps, &r->median_ms, &r->min_ms);
+        if (r->status == FLASHCL_SUCCESS)
+            r->status = bench_read_output(env, &bufs, o, elems * esize);
+        if (r->status == FLASHCL_SUCCESS) {
+            r->tflops = flops / (r->median_ms * 1e-3) / 1e12;
+            r->err_ref = sampled_error(c, q, k, v, o);
+            if (r->path == BENCH_FLASH) {
+                memcpy(o_flash, o, elems * esize);
+                have_flash = true;
+            } else if (have_flash) {
+                double m = 0;
+                for (size_t i = 0; i < elems; i++) {
+                    const double e = fabs(hostref_load(o, c->dtype, i) - hostref_load(o_flash, c->dtype, i));
+                    m = e > m || e != e ? e : m;
+                }
+                r->err_vs_flash = m;
+            }
+        } else {
+            fprintf(stderr, "\n%s N=%d d=%d: %s: %s\n", bench_path_name(r->path), c->n, c->d,
+                    flashcl_status_name(r->status), flashcl_last_error());
+        }
+        bench_release_path(env, r->path, &bufs);
+    }
+    bench_buffers_release(&bufs);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(o_flash);
+}
+
+static void print_table(FILE *f, const struct result *r, int n, const char *device)
+{
+    fprintf(f, "\nflashcl-bench on %s (times: median of the timed runs, OpenCL profiling events)\n", device);
+    fprintf(f, "%-9s %6s %4s %5s %6s %5s %6s %10s %9s %10s %8s %10s %10s\n", "path", "N", "d", "dtype",
+            "causal", "batch", "heads", "ms", "TFLOP/s", "dev MiB", "speedup", "err(ref)", "err(flash)");
+    for (int i = 0; i < n; i++) {
+        const struct result *x = &r[i];
+        fprintf(f, "%-9s %6d %4d %5s %6d %5d %6d ", bench_path_name(x->path), x->c.n, x->c.d,
+                dtype_name(x->c.dtype), x->c.causal, x->c.batch, x->c.heads);
+        if (x->status != FLASHCL_SUCCESS) {
+            fprintf(f, "%s", flashcl_status_name(x->status));
+            if (x->device_bytes)
+                fprintf(f, " (needs %.1f MiB)", x->device_bytes / 1048576.0);
+            fprintf(f, "\n");
+            continue;
+        }
+        /* Speed-up of flash over this row's path, when both ran on the case. */
+        double speedup = NAN;
+        for (int j = 0; j < n; j++)
+            if (r[j].path == BENCH_FLASH && r[j].status == FLASHCL_SUCCESS &&
+                memcmp(&r[j].c, &x->c, sizeof(x->c)) == 0)
+                speedup = x->median_ms / r[j].median_ms;
+        fprintf(f, "%10.3f %9.2f %10.1f %8.2f %10.2e %10.2e\n", x->median_ms, x->tflops,
+                x->device_bytes / 1048576.0, speedup, x->err_ref, x->err_vs_flash);
+    }
+}
+
+static void csv_header(FILE *f)
+{
+    fprintf(f, "device,path,N,d,dtype,causal,batch,heads,status,median_ms,min_ms,tflops,device_bytes,"
+               "err_ref,err_vs_flash\n");
+}
+
+/* One row per result, written as soon as it exists so a cut-short sweep
+ * still leaves its finished rows. */
+static void csv_row(FILE *f, const struct result *r, const char *device)
+{
+    fprintf(f, "\"%s\",%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e\n", device,
+            bench_path_name(r->path), r->c.n, r->c.d, dtype_name(r->c.dtype), r->c.causal, r->c.batch,
+            r->c.heads, flashcl_status_name(r->status), r->median_ms, r->min_ms, r->tflops,
+            r->device_bytes, r->err_ref, r->err_vs_flash);
+    fflush(f);
+}
+
+static void json_number(FILE *f, const char *key, double x, const char *tail)
+{
+    if (isfinite(x))
+        fprintf(f, "\"%s\": %.6g%s", key, x, tail);
+    else
+        fprintf(f, "\"%s\": null%s", key, tail);
+}
+
+static void write_json(const char *path, const struct result *r, int n, const char *device)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return;
+    }
+    fprintf(f, "{\n  \"device\": \"%s\",\n  \"flashcl_version\": \"%s\",\n  \"results\": [\n", device,
+            FLASHCL_VERSION_STRING);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "    {\"path\": \"%s\", \"N\": %d, \"d\": %d, \"dtype\": \"%s\", \"causal\": %s, "
+                   "\"batch\": %d, \"heads\": %d, \"status\": \"%s\", \"device_bytes\": %zu, ",
+                bench_path_name(r[i].path), r[i].c.n, r[i].c.d, dtype_name(r[i].c.dtype),
+                r[i].c.causal ? "true" : "false", r[i].c.batch, r[i].c.heads,
+                flashcl_status_name(r[i].status), r[i].device_bytes);
+        json_number(f, "median_ms", r[i].status ? NAN : r[i].median_ms, ", ");
+        json_number(f, "min_ms", r[i].status ? NAN : r[i].min_ms, ", ");
+        json_number(f, "tflops", r[i].status ? NAN : r[i].tflops, ", ");
+        json_number(f, "err_ref", r[i].err_ref, ", ");
+        json_number(f, "err_vs_flash", r[i].err_vs_flash, "}");
+        fprintf(f, "%s\n", i + 1 < n ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    struct options opt;
+    parse_options(argc, argv, &opt);
+
+    struct bench_env env;
+    if (bench_env_create(&env) != FLASHCL_SUCCESS) {
+        fprintf(stderr, "flashcl-bench: %s\n", flashcl_last_error());
+        return EXIT_FAILURE;
+    }
+    const int total = opt.n_count * opt.d_count * opt.dtype_count * opt.causal_count;
+    struct result *results = calloc((size_t)total * BENCH_PATH_COUNT, sizeof(*results));
+    int n_results = 0, done = 0, failures = 0;
+    FILE *csv = NULL;
+    if (opt.csv) {
+        csv = fopen(opt.csv, "w");
+        if (!csv) {
+            perror(opt.csv);
+            return EXIT_FAILURE;
+        }
+        csv_header(csv);
+    }
+    for (int a = 0; a < opt.d_count; a++)
+        for (int b = 0; b < opt.dtype_count; b++)
+            for (int cz = 0; cz < opt.causal_count; cz++)
+                for (int i = 0; i < opt.n_count; i++) {
+                    struct bench_case c = {0};
+                    c.n = opt.n[i];
+                    c.d = opt.d[a];
+                    c.dtype = opt.dtype[b];
+                    c.causal = opt.causal[cz];
+                    c.batch = opt.tokens / c.n > 0 ? (int)(opt.tokens / c.n) : 1;
+                    c.heads = (int)(opt.hidden / c.d);
+                    fprintf(stderr, "\r[%d/%d] N=%d d=%d %s %s          ", ++done, total, c.n, c.d,
+                            dtype_name(c.dtype), c.causal ? "causal" : "full");
+                    const int first = n_results;
+                    run_case(&env, &opt, &c, results, &n_results);
+                    for (int r = first; csv && r < n_results; r++)
+                        csv_row(csv, &results[r], env.device_name);
+                }
+    fprintf(stderr, "\n");
+    for (int i = 0; i < n_results; i++)
+        if (results[i].status == FLASHCL_SUCCESS && !(results[i].err_ref <= bench_tolerance(results[i].c.dtype)))
+            failures++;
+    print_table(stdout, results, n_results, env.device_name);
+    if (csv)
+        fclose(csv);
+    if (opt.json)
+        write_json(opt.json, results, n_results, env.device_name);
+    if (failures)
+        printf("%d result(s) exceed the error tolerance of their dtype\n", failures);
+    free(results);
+    bench_env_release(&env);
+    return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One whole GPU run on the lent NVIDIA machine (../shared/DEVICE.md): build
+# flashcl against NVIDIA's OpenCL, run the test suite there, run flashcl-bench
+# and PyTorch's SDPA backends on the same shapes, and join the two tables.
+# Results go to $OUT (default ./gpu-out). Needs the Debian packages of
+# CLBlast and Check in .devdeb/ (carried with the tree).
+#
+#   bench/gpu-run.sh [tests|bench|all] [flashcl-bench options...]
+set -u -o pipefail
+MODE=${1:-all}; shift || true
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+BUILD=/tmp/flashcl-build
+
+export OCL_ICD_FILENAMES=/usr/local/nvidia/lib64/libnvidia-opencl.so.1
+export FLASHCL_DEVICE=${FLASHCL_DEVICE:-NVIDIA}
+mkdir -p /tmp/x /tmp/pc
+for f in .devdeb/*.deb; do dpkg -x "$f" /tmp/x; done
+for p in /tmp/x/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+  sed 's#^prefix=.*#prefix=/tmp/x/usr#' "$p" > "/tmp/pc/$(basename "$p")"
+done
+export PKG_CONFIG_PATH=/tmp/pc LD_LIBRARY_PATH=/tmp/x/usr/lib/x86_64-linux-gnu
+
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+} > "$OUT/env.txt"
+
+meson setup "$BUILD" --buildtype=release >"$OUT/build.log" 2>&1 && ninja -C "$BUILD" >>"$OUT/build.log" 2>&1 \
+  || { tail -50 "$OUT/build.log"; exit 1; }
+
+status=0
+if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
+  cat "$BUILD/meson-logs/testlog.txt" >> "$OUT/tests.log"
+  grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Timeout):" "$OUT/tests.log" | head -20
+  "$BUILD/examples/flashcl-demo" 4096 8 64 1 | tee -a "$OUT/tests.log" || status=1
+fi
+if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+  BENCH_ARGS=("$@")
+  [ ${#BENCH_ARGS[@]} -gt 0 ] || BENCH_ARGS=(--n 1024,4096,16384,32768 --d 64,128 --dtype f32,f16 --causal 0,1)
+  "$BUILD/bench/flashcl-bench" "${BENCH_ARGS[@]}" --csv "$OUT/flashcl.csv" > "$OUT/bench.log" 2>/dev/null || status=1
+  cat "$OUT/bench.log"
+  # PyTorch on the same shapes, in the same run.
+  TORCH_ARGS=$(python3 - "${BENCH_ARGS[@]}" <<'PY'
+import sys
+a = sys.argv[1:]
+keep = {"--n", "--d", "--dtype", "--causal", "--tokens", "--hidden"}
+print(" ".join(f"{a[i]} {a[i+1]}" for i in range(len(a) - 1) if a[i] in keep))
+PY
+)
+  python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$OUT/torch.csv" 2>"$OUT/torch.log" || status=1
+  python3 bench/compare.py "$OUT/flashcl.csv" "$OUT/torch.csv" | tee "$OUT/compare.md"
+fi
+exit $status

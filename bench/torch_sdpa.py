@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Times PyTorch's scaled_dot_product_attention backends on the shapes
+flashcl-bench uses (batch*N = tokens, heads*d = hidden), so the two can be
+compared in the same device run. CUDA events, warm-up, median of --reps.
+
+    python3 bench/torch_sdpa.py --n 1024,4096 --d 64,128 --dtype f16,f32 --csv out.csv
+"""
+import argparse
+import csv
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "fa2": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "mem_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def time_backend(backend, q, k, v, causal, warmup, reps):
+    with sdpa_kernel([backend]):
+        for _ in range(warmup):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--n", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
+    ap.add_argument("--d", type=ints, default=[64, 128])
+    ap.add_argument("--dtype", default="f32,f16")
+    ap.add_argument("--causal", type=ints, default=[0, 1])
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--math-max-n", type=int, default=8192,
+                    help="skip the math backend above this N (it materialises N*N per head)")
+    ap.add_argument("--csv", required=True)
+    args = ap.parse_args()
+
+    dev = torch.device("cuda")
+    name = torch.cuda.get_device_name(dev)
+    with open(args.csv, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["device", "torch", "backend", "N", "d", "dtype", "causal", "batch", "heads",
+                      "median_ms", "tflops", "status"])
+        for d in args.d:
+            for dtype_name in args.dtype.split(","):
+                for causal in args.causal:
+                    for n in args.n:
+                        batch, heads = max(1, args.tokens // n), args.hidden // d
+                        gen = torch.Generator(device=dev).manual_seed(n * 131 + d)
+                        shape = (batch, heads, n, d)
+                        q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32)
+                                   .mul_(2).sub_(1).to(DTYPES[dtype_name]) for _ in range(3))
+                        flops = 4.0 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+                        for bname, backend in BACKENDS.items():
+                            if bname == "math" and n > args.math_max_n:
+                                continue
+                            try:
+                                ms = time_backend(backend, q, k, v, bool(causal), args.warmup, args.reps)
+                                row = [f"{ms:.6f}", f"{flops / (ms * 1e-3) / 1e12:.3f}", "ok"]
+                            except Exception as e:  # a backend that refuses this dtype/shape
+                                row = ["", "", type(e).__name__]
+                            out.writerow([name, torch.__version__, bname, n, d, dtype_name, causal,
+                                          batch, heads] + row)
+                            f.flush()
+                        print(f"torch N={n} d={d} {dtype_name} causal={causal} done", file=sys.stderr)
+                        del q, k, v
+                        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

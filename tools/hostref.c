@@ -1,0 +1,137 @@
+#include "hostref.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t f32_to_f16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t abs = u & 0x7fffffffu;
+    if (abs > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (abs >= 0x477ff000u)  /* rounds to >= 65520: infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (abs < 0x38800000u) { /* below 2^-14: onto the subnormal grid of 2^-24 */
+        const float r = nearbyintf(bits_f32(abs) * 16777216.0f);
+        return (uint16_t)(sign | (uint32_t)r);
+    }
+    const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);  /* nearest even at bit 13 */
+    return (uint16_t)(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t mant = h & 0x3ffu;
+    if (exp == 0)
+        return (sign ? -1.0f : 1.0f) * (float)mant * 5.9604644775390625e-8f;  /* 2^-24 */
+    if (exp == 31)
+        return bits_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float bf16_to_f32(uint16_t b)
+{
+    return bits_f32((uint32_t)b << 16);
+}
+
+double hostref_load(const void *buf, flashcl_dtype dtype, size_t idx)
+{
+    switch (dtype) {
+    case FLASHCL_F32:
+        return ((const float *)buf)[idx];
+    case FLASHCL_F16:
+        return f16_to_f32(((const uint16_t *)buf)[idx]);
+    default:
+        return bf16_to_f32(((const uint16_t *)buf)[idx]);
+    }
+}
+
+double hostref_store(void *buf, flashcl_dtype dtype, size_t idx, float x)
+{
+    switch (dtype) {
+    case FLASHCL_F32:
+        ((float *)buf)[idx] = x;
+        break;
+    case FLASHCL_F16:
+        ((uint16_t *)buf)[idx] = f32_to_f16(x);
+        break;
+    default:
+        ((uint16_t *)buf)[idx] = f32_to_bf16(x);
+        break;
+    }
+    return hostref_load(buf, dtype, idx);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+void rng_seed(uint64_t seed)
+{
+    rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
+}
+
+double rng_uniform(double lo, double hi)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    const uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
+    return lo + (hi - lo) * (double)(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void hostref_attention_row(const double *q, const double *k, const double *v, size_t n_kv, size_t d,
+                           double scale, long long last_visible, double *out, double *lse,
+                           double *scratch)
+{
+    const size_t n_visible = last_visible < 0 ? 0
+                             : (size_t)last_visible + 1 < n_kv ? (size_t)last_visible + 1 : n_kv;
+    double max = -INFINITY;
+    for (size_t j = 0; j < n_visible; j++) {
+        double s = 0;
+        for (size_t e = 0; e < d; e++)
+            s += q[e] * k[j * d + e];
+        scratch[j] = s * scale;
+        max = fmax(max, scratch[j]);
+    }
+    for (size_t e = 0; e < d; e++)
+        out[e] = 0;
+    if (n_visible == 0) {
+        *lse = -INFINITY;
+        return;
+    }
+    double sum = 0;
+    for (size_t j = 0; j < n_visible; j++) {
+        const double p = exp(scratch[j] - max);
+        sum += p;
+        for (size_t e = 0; e < d; e++)
+            out[e] += p * v[j * d + e];
+    }
+    for (size_t e = 0; e < d; e++)
+        out[e] /= sum;
+    *lse = max + log(sum);
+}

@@ -1,0 +1,33 @@
+/* Host-side helpers shared by the tests and the benchmark: storage-format
+ * conversion, deterministic random numbers and the double-precision
+ * attention reference. Not part of the installed library. */
+#ifndef FLASHCL_HOSTREF_H
+#define FLASHCL_HOSTREF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flashcl.h"
+
+uint16_t f32_to_f16(float f);    /* round to nearest even, with subnormals and inf */
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);   /* round to nearest even */
+float bf16_to_f32(uint16_t b);
+
+/* Stores x in buf[idx] as dtype; returns the value actually stored. */
+double hostref_store(void *buf, flashcl_dtype dtype, size_t idx, float x);
+double hostref_load(const void *buf, flashcl_dtype dtype, size_t idx);
+
+/* xorshift64*: deterministic, identical on every platform. */
+void rng_seed(uint64_t seed);
+double rng_uniform(double lo, double hi);
+
+/* One query row of attention in double precision: q [d], k and v [n_kv][d].
+ * Keys j > last_visible are masked (pass n_kv - 1 for none). Writes out [d]
+ * and the natural-log LSE; a row that sees no key gets 0 and -inf. scratch
+ * holds n_kv doubles. */
+void hostref_attention_row(const double *q, const double *k, const double *v, size_t n_kv, size_t d,
+                           double scale, long long last_visible, double *out, double *lse,
+                           double *scratch);
+
+#endif
