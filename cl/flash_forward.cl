@@ -38,9 +38,6 @@
 #ifndef TN
 #define TN 16                /* work-group columns */
 #endif
-#ifndef DTYPE
-#define DTYPE 0              /* storage: 0 f32, 1 f16, 2 bf16 */
-#endif
 #ifndef CAUSAL
 #define CAUSAL 0
 #endif
@@ -51,29 +48,7 @@
 #define CD ((HEAD_DIM + TN - 1) / TN)     /* output columns per work-item */
 #define LDQK (HEAD_DIM | 1)               /* odd row pitch: no bank conflicts across rows */
 
-#if DTYPE == 0
-typedef float storage_t;
-#define LOAD(p, i) ((p)[(i)])
-#define STORE(p, i, x) ((p)[(i)] = (x))
-#elif DTYPE == 1
-typedef half storage_t;                   /* pointer use only: no cl_khr_fp16 needed */
-#define LOAD(p, i) vload_half((size_t)(i), (p))
-#define STORE(p, i, x) vstore_half_rte((x), (size_t)(i), (p))
-#elif DTYPE == 2
-typedef ushort storage_t;                 /* bfloat16: the high half of a float */
-#define LOAD(p, i) as_float((uint)(p)[(i)] << 16)
-#define STORE(p, i, x) ((p)[(i)] = float_to_bf16(x))
-static ushort float_to_bf16(float x)
-{
-    uint u = as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (ushort)((u >> 16) | 0x40u);       /* keep NaN a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);              /* round to nearest even */
-    return (ushort)(u >> 16);
-}
-#else
-#error "DTYPE must be 0 (f32), 1 (f16) or 2 (bf16)"
-#endif
+#include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,

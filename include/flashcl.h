@@ -49,7 +49,7 @@ extern "C" {
 
 /* Every function that can fail returns a flashcl_status. OpenCL's own codes
  * are passed through unchanged (they are negative cl_int values); flashcl's
- * own failures use the range from -2048 down. flashcl_last_error() gives the
+ * own failures use the range from -3000 down (clear of CLBlast's codes). flashcl_last_error() gives the
  * detail: which argument, which value, the kernel build log. */
 typedef enum flashcl_status {
     FLASHCL_SUCCESS                  = 0,    /* CL_SUCCESS */
@@ -62,17 +62,19 @@ typedef enum flashcl_status {
     FLASHCL_INVALID_COMMAND_QUEUE    = -36,  /* CL_INVALID_COMMAND_QUEUE */
     FLASHCL_INVALID_MEM_OBJECT       = -38,  /* CL_INVALID_MEM_OBJECT */
 
-    FLASHCL_ERROR_NULL_ARGUMENT      = -2048, /* a required pointer or cl_mem is NULL */
-    FLASHCL_ERROR_INVALID_SHAPE      = -2049, /* a dimension <= 0, head_dim > 256, heads_q % heads_kv != 0 */
-    FLASHCL_ERROR_INVALID_DTYPE      = -2050, /* unknown dtype, or Q/K/V/O dtypes differ, or LSE not f32 */
-    FLASHCL_ERROR_OUT_OF_BOUNDS      = -2051, /* a view reaches past the end of its cl_mem */
-    FLASHCL_ERROR_OVERFLOW           = -2052, /* a view's extent does not fit in size_t */
-    FLASHCL_ERROR_MISALIGNED         = -2053, /* an offset is not a multiple of the element size */
-    FLASHCL_ERROR_ALIASING           = -2054, /* the output overlaps an input or the other output */
-    FLASHCL_ERROR_INVALID_SCALE      = -2055, /* softmax scale is NaN or infinite */
-    FLASHCL_ERROR_INVALID_CONFIG     = -2056, /* a forced block size the device cannot run */
-    FLASHCL_ERROR_UNSUPPORTED_DEVICE = -2057, /* the device lacks what flashcl needs */
-    FLASHCL_ERROR_INVALID_ENV        = -2058  /* FLASHCL_DEVICE names no device */
+    FLASHCL_ERROR_NULL_ARGUMENT      = -3000, /* a required pointer or cl_mem is NULL */
+    FLASHCL_ERROR_INVALID_SHAPE      = -3001, /* a dimension <= 0, head_dim > 256, heads_q % heads_kv != 0 */
+    FLASHCL_ERROR_INVALID_DTYPE      = -3002, /* unknown dtype, or Q/K/V/O dtypes differ, or LSE not f32 */
+    FLASHCL_ERROR_OUT_OF_BOUNDS      = -3003, /* a view reaches past the end of its cl_mem */
+    FLASHCL_ERROR_OVERFLOW           = -3004, /* a view's extent does not fit in size_t */
+    FLASHCL_ERROR_MISALIGNED         = -3005, /* an offset is not a multiple of the element size */
+    FLASHCL_ERROR_ALIASING           = -3006, /* the output overlaps an input or the other output */
+    FLASHCL_ERROR_INVALID_SCALE      = -3007, /* softmax scale is NaN or infinite */
+    FLASHCL_ERROR_INVALID_CONFIG     = -3008, /* a forced block size the device cannot run */
+    FLASHCL_ERROR_UNSUPPORTED_DEVICE = -3009, /* the device lacks what flashcl needs */
+    FLASHCL_ERROR_INVALID_ENV        = -3010, /* FLASHCL_DEVICE names no device */
+    FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY = -3011, /* the standard path's N×N workspace does not fit */
+    FLASHCL_ERROR_CLBLAST            = -3012  /* CLBlast failed; the message has its status */
 } flashcl_status;
 
 /* Short constant name of a status, e.g. "FLASHCL_ERROR_OUT_OF_BOUNDS";
@@ -227,6 +229,37 @@ struct flashcl_attention {
 FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                            cl_command_queue queue, cl_uint num_wait_events,
                                            const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
+/* Standard attention (the materialised baseline)                             */
+/* ------------------------------------------------------------------------ */
+
+/* The same function as flashcl_forward (scale, causal, GQA, dtypes, strides,
+ * LSE), computed the standard way: S = scale·QKᵀ with CLBlast's strided
+ * batched SGEMM, a row softmax in place, O = P·V with SGEMM. S and P live in
+ * a workspace of about 4·batch·heads_q·seq_q·seq_kv bytes (plus f32 copies
+ * of Q, K, V): O(N²) device memory, the baseline flashcl exists to beat.
+ * f16/bf16 inputs are widened to f32 in the workspace first. */
+
+/* Bytes of workspace flashcl_standard_forward needs for this problem.
+ * Validates attn like the call itself. */
+FLASHCL_API flashcl_status flashcl_standard_workspace_size(flashcl_context *ctx,
+                                                           const struct flashcl_attention *attn,
+                                                           size_t *bytes);
+
+/* Enqueues standard attention. workspace: a buffer of the context of at
+ * least flashcl_standard_workspace_size bytes, or NULL to let the call
+ * allocate (and release) one. If the workspace would exceed the device's
+ * largest allocation or its global memory, returns
+ * FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY (the message gives the size needed)
+ * and enqueues nothing. Needs an in-order queue (CLBlast's GEMMs are ordered
+ * by the queue); the wait list gates the first command, *event completes
+ * with the last. */
+FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
+                                                    const struct flashcl_attention *attn,
+                                                    cl_mem workspace, cl_command_queue queue,
+                                                    cl_uint num_wait_events,
+                                                    const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
 /* Tiling                                                                     */

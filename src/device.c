@@ -110,6 +110,10 @@ static flashcl_status query_device(flashcl_context *ctx)
                            &ctx->device_type, NULL);
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(ctx->local_mem_size),
                            &ctx->local_mem_size, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(ctx->max_alloc_size),
+                           &ctx->max_alloc_size, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(ctx->global_mem_size),
+                           &ctx->global_mem_size, NULL);
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
                            sizeof(ctx->max_workgroup_size), &ctx->max_workgroup_size, NULL);
     if (err != CL_SUCCESS)

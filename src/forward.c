@@ -6,7 +6,7 @@
 
 #define LOG2E 1.4426950408889634
 
-static int dtype_define(flashcl_dtype dtype)
+int dtype_define(flashcl_dtype dtype)
 {
     return dtype == FLASHCL_F32 ? 0 : dtype == FLASHCL_F16 ? 1 : 2;
 }
@@ -27,6 +27,27 @@ static flashcl_status check_queue(const flashcl_context *ctx, cl_command_queue q
     return FLASHCL_SUCCESS;
 }
 
+flashcl_status check_call(flashcl_context *ctx, const struct flashcl_attention *attn,
+                          cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list)
+{
+    clear_error();
+    if (!ctx || !attn || !queue)
+        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                    !ctx ? "ctx" : !attn ? "attn" : "queue");
+    if ((num_wait_events == 0) != (wait_list == NULL))
+        return fail(ctx, FLASHCL_INVALID_VALUE, "num_wait_events = %u with wait_list %s",
+                    num_wait_events, wait_list ? "non-NULL" : "NULL");
+    flashcl_status st = validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = check_queue(ctx, queue);
+    return st;
+}
+
+float effective_scale(const struct flashcl_attention *attn)
+{
+    return attn->scale != 0.0f ? attn->scale : (float)(1.0 / sqrt((double)attn->head_dim));
+}
+
 /* Sets the five kernel arguments of one tensor view, from index *arg on. */
 static cl_int set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize)
 {
@@ -42,16 +63,7 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
                                cl_command_queue queue, cl_uint num_wait_events,
                                const cl_event *wait_list, cl_event *event)
 {
-    clear_error();
-    if (!ctx || !attn || !queue)
-        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                    !ctx ? "ctx" : !attn ? "attn" : "queue");
-    if ((num_wait_events == 0) != (wait_list == NULL))
-        return fail(ctx, FLASHCL_INVALID_VALUE, "num_wait_events = %u with wait_list %s",
-                    num_wait_events, wait_list ? "non-NULL" : "NULL");
-    flashcl_status st = validate_attention(ctx, attn);
-    if (st == FLASHCL_SUCCESS)
-        st = check_queue(ctx, queue);
+    flashcl_status st = check_call(ctx, attn, queue, num_wait_events, wait_list);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -67,8 +79,7 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
              attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype_define(attn->q.dtype),
              attn->causal ? 1 : 0);
 
-    const float scale = attn->scale != 0.0f ? attn->scale : (float)(1.0 / sqrt((double)attn->head_dim));
-    const float scale_log2 = (float)(scale * LOG2E);
+    const float scale_log2 = (float)(effective_scale(attn) * LOG2E);
     const cl_int has_lse = attn->lse.mem != NULL;
     const cl_int seq_q = attn->seq_q, seq_kv = attn->seq_kv;
     const cl_int group = attn->heads_q / attn->heads_kv;

@@ -29,21 +29,17 @@ void log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const cha
 
 /* ---- program.c: built programs, keyed by their build options ---- */
 
-struct program_entry {
-    char *key;  /* "kernel-name build-options" */
-    cl_program program;
-    cl_kernel kernel;
-    struct program_entry *next;
-};
+struct program_entry;
 
-/* Returns (building on first use) the kernel `name` of the embedded source
- * `source` built with `options`. Caller holds ctx->lock. */
+/* Returns (building on first use) the kernel `name` (a string literal) of
+ * the embedded source `source` built with `options`. Caller holds ctx->lock. */
 flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
                                   const char *options, cl_kernel *out);
 void program_cache_free(flashcl_context *ctx);
 
 /* Embedded kernel sources (generated at build time from cl/). */
 extern const char flashcl_source_flash_forward[];
+extern const char flashcl_source_standard_attention[];
 
 /* ---- tile.c: the sizing rule and the tile a call uses ---- */
 
@@ -51,6 +47,15 @@ extern const char flashcl_source_flash_forward[];
 size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn);
 flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype,
                            struct flashcl_tile *out, int *tm, int *tn);
+
+/* ---- forward.c, shared with standard.c ---- */
+
+int dtype_define(flashcl_dtype dtype);
+/* Checks what every attention call checks: pointers, the problem, the queue. */
+flashcl_status check_call(flashcl_context *ctx, const struct flashcl_attention *attn,
+                          cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list);
+/* 1/sqrt(d) unless the caller set a scale. */
+float effective_scale(const struct flashcl_attention *attn);
 
 /* ---- validate.c ---- */
 
@@ -64,6 +69,8 @@ struct flashcl_context {
     char device_name[256];
     cl_device_type device_type;
     cl_ulong local_mem_size;
+    cl_ulong max_alloc_size;
+    cl_ulong global_mem_size;
     size_t max_workgroup_size;
 
     int forced_block_m, forced_block_n;

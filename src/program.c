@@ -1,10 +1,25 @@
-/* Building kernels from the embedded sources, once per set of build options. */
+/* Building programs from the embedded sources, once per (source, options),
+ * and handing out their kernels by name. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "internal.h"
+
+struct kernel_entry {
+    const char *name;  /* a string literal of the caller's */
+    cl_kernel kernel;
+    struct kernel_entry *next;
+};
+
+struct program_entry {
+    const char *source;  /* identity: one of the embedded sources */
+    char *options;
+    cl_program program;
+    struct kernel_entry *kernels;
+    struct program_entry *next;
+};
 
 static double now_ms(void)
 {
@@ -31,81 +46,89 @@ static void append_build_log(cl_program program, cl_device_id device)
     free(log);
 }
 
-static flashcl_status build(flashcl_context *ctx, const char *source, const char *name,
-                            const char *options, struct program_entry *entry)
+static void program_free(struct program_entry *p)
 {
-    cl_int err;
-    const double start = now_ms();
-    entry->program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
-    if (!entry->program)
-        return fail(ctx, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
-    err = clBuildProgram(entry->program, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        flashcl_status st = fail(ctx, (flashcl_status)err,
-                                 "building kernel %s with \"%s\" on \"%s\" failed (%d)", name,
-                                 options, ctx->device_name, err);
-        append_build_log(entry->program, ctx->device);
-        return st;
+    for (struct kernel_entry *k = p->kernels, *next; k; k = next) {
+        next = k->next;
+        clReleaseKernel(k->kernel);
+        free(k);
     }
-    entry->kernel = clCreateKernel(entry->program, name, &err);
-    if (!entry->kernel)
-        return fail(ctx, (flashcl_status)err, "clCreateKernel(%s) failed (%d)", name, err);
-    log_msg(ctx, FLASHCL_LOG_INFO, "built %s in %.0f ms", name, now_ms() - start);
-    log_msg(ctx, FLASHCL_LOG_DEBUG, "build options: %s", options);
-    return FLASHCL_SUCCESS;
+    if (p->program)
+        clReleaseProgram(p->program);
+    free(p->options);
+    free(p);
 }
 
-static void entry_free(struct program_entry *e)
+static flashcl_status program_get(flashcl_context *ctx, const char *source, const char *options,
+                                  struct program_entry **out)
 {
-    if (e->kernel)
-        clReleaseKernel(e->kernel);
-    if (e->program)
-        clReleaseProgram(e->program);
-    free(e->key);
-    free(e);
+    for (struct program_entry *p = ctx->programs; p; p = p->next)
+        if (p->source == source && strcmp(p->options, options) == 0) {
+            *out = p;
+            return FLASHCL_SUCCESS;
+        }
+    struct program_entry *p = calloc(1, sizeof(*p));
+    if (!p || !(p->options = strdup(options))) {
+        free(p);
+        return fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a program entry");
+    }
+    p->source = source;
+    cl_int err;
+    const double start = now_ms();
+    p->program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    if (!p->program) {
+        program_free(p);
+        return fail(ctx, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
+    }
+    err = clBuildProgram(p->program, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        flashcl_status st = fail(ctx, (flashcl_status)err, "building a program with \"%s\" on \"%s\" failed (%d)",
+                                 options, ctx->device_name, err);
+        append_build_log(p->program, ctx->device);
+        program_free(p);
+        return st;
+    }
+    log_msg(ctx, FLASHCL_LOG_INFO, "built a program in %.0f ms", now_ms() - start);
+    log_msg(ctx, FLASHCL_LOG_DEBUG, "build options: %s", options);
+    p->next = ctx->programs;
+    ctx->programs = p;
+    *out = p;
+    return FLASHCL_SUCCESS;
 }
 
 flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
                                   const char *options, cl_kernel *out)
 {
-    /* Options name every compile-time choice and each kernel's source is
-     * fixed, so "name options" identifies the build. */
-    const size_t key_len = strlen(name) + 1 + strlen(options) + 1;
-    char *key = malloc(key_len);
-    if (!key)
-        return fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a program key");
-    snprintf(key, key_len, "%s %s", name, options);
-    for (struct program_entry *e = ctx->programs; e; e = e->next) {
-        if (strcmp(e->key, key) == 0) {
-            free(key);
-            *out = e->kernel;
+    struct program_entry *p = NULL;
+    flashcl_status st = program_get(ctx, source, options, &p);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    for (struct kernel_entry *k = p->kernels; k; k = k->next)
+        if (strcmp(k->name, name) == 0) {
+            *out = k->kernel;
             return FLASHCL_SUCCESS;
         }
+    struct kernel_entry *k = calloc(1, sizeof(*k));
+    if (!k)
+        return fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a kernel entry");
+    cl_int err;
+    k->kernel = clCreateKernel(p->program, name, &err);
+    if (!k->kernel) {
+        free(k);
+        return fail(ctx, (flashcl_status)err, "clCreateKernel(%s) failed (%d)", name, err);
     }
-    struct program_entry *e = calloc(1, sizeof(*e));
-    if (!e) {
-        free(key);
-        return fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a program entry");
-    }
-    e->key = key;
-    flashcl_status st = build(ctx, source, name, options, e);
-    if (st != FLASHCL_SUCCESS) {
-        entry_free(e);
-        return st;
-    }
-    e->next = ctx->programs;
-    ctx->programs = e;
-    *out = e->kernel;
+    k->name = name;
+    k->next = p->kernels;
+    p->kernels = k;
+    *out = k->kernel;
     return FLASHCL_SUCCESS;
 }
 
 void program_cache_free(flashcl_context *ctx)
 {
-    struct program_entry *e = ctx->programs;
-    while (e) {
-        struct program_entry *next = e->next;
-        entry_free(e);
-        e = next;
+    for (struct program_entry *p = ctx->programs, *next; p; p = next) {
+        next = p->next;
+        program_free(p);
     }
     ctx->programs = NULL;
 }

@@ -62,6 +62,8 @@ const char *flashcl_status_name(flashcl_status status)
     NAME(FLASHCL_ERROR_INVALID_CONFIG);
     NAME(FLASHCL_ERROR_UNSUPPORTED_DEVICE);
     NAME(FLASHCL_ERROR_INVALID_ENV);
+    NAME(FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY);
+    NAME(FLASHCL_ERROR_CLBLAST);
 #undef NAME
     default:
         break;

@@ -244,7 +244,10 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     a.causal = c->causal;
 
     cl_event done = NULL;
-    ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 0, NULL, &done));
+    if (c->standard)
+        ck_assert_flashcl_ok(flashcl_standard_forward(ctx, &a, NULL, e->queue, 0, NULL, &done));
+    else
+        ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 0, NULL, &done));
     ck_assert_ptr_nonnull(done);
     ck_assert_cl(clWaitForEvents(1, &done));
     cl_int exec_status = 1;

@@ -62,6 +62,7 @@ struct test_case {
     float scale;            /* 0: default 1/sqrt(d) */
     enum test_layout layout;
     int with_lse;
+    int standard;           /* run flashcl_standard_forward instead of flashcl_forward */
 };
 
 struct case_result {
