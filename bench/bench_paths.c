@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const path_names[BENCH_PATH_COUNT] = {"flash"};
+static const char *const path_names[BENCH_PATH_COUNT] = {"flash", "standard"};
 
 const char *bench_path_name(enum bench_path path)
 {
@@ -113,18 +113,35 @@ void bench_buffers_release(struct bench_buffers *b)
 flashcl_status bench_prepare_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
                                   const struct bench_case *c, size_t *device_bytes)
 {
-    (void)env;
-    (void)path;
     (void)c;
-    *device_bytes = b->io_bytes;  /* flash needs nothing else */
-    return FLASHCL_SUCCESS;
+    *device_bytes = b->io_bytes;
+    if (path == BENCH_FLASH)
+        return FLASHCL_SUCCESS;  /* flash needs nothing beyond the inputs and outputs */
+
+    size_t ws_bytes = 0;
+    flashcl_status st = flashcl_standard_workspace_size(env->ctx, &b->attn, &ws_bytes);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    *device_bytes += ws_bytes;
+    /* The workspace is allocated once, outside the timed runs; a size the
+     * device cannot hold gets the library's own out-of-memory answer. */
+    cl_ulong max_alloc = 0, global = 0;
+    cl_device_id dev = flashcl_context_device(env->ctx);
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global), &global, NULL);
+    if (ws_bytes > max_alloc || *device_bytes > global)
+        return flashcl_standard_forward(env->ctx, &b->attn, NULL, env->queue, 0, NULL, NULL);
+    cl_int err;
+    b->workspace = clCreateBuffer(flashcl_context_cl_context(env->ctx), CL_MEM_READ_WRITE, ws_bytes, NULL, &err);
+    return b->workspace ? FLASHCL_SUCCESS : FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY;
 }
 
 flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
                               const struct bench_case *c, cl_event *event)
 {
-    (void)path;
     (void)c;
+    if (path == BENCH_STANDARD)
+        return flashcl_standard_forward(env->ctx, &b->attn, b->workspace, env->queue, 0, NULL, event);
     return flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, event);
 }
 
@@ -132,7 +149,10 @@ void bench_release_path(struct bench_env *env, enum bench_path path, struct benc
 {
     (void)env;
     (void)path;
-    (void)b;
+    if (b->workspace) {
+        clReleaseMemObject(b->workspace);
+        b->workspace = NULL;
+    }
 }
 
 flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes)

@@ -9,10 +9,11 @@
 
 enum bench_path {
     BENCH_FLASH = 0,  /* flashcl_forward */
+    BENCH_STANDARD,   /* flashcl_standard_forward: CLBlast GEMMs, S and P in device memory */
     BENCH_PATH_COUNT
 };
-#define BENCH_PATH_NAMES "flash"
-#define BENCH_PATH_DEFAULT_NAMES "flash"
+#define BENCH_PATH_NAMES "flash,standard"
+#define BENCH_PATH_DEFAULT_NAMES "flash,standard"
 
 struct bench_env {
     flashcl_context *ctx;
@@ -29,6 +30,7 @@ struct bench_case {
 struct bench_buffers {
     cl_mem q, k, v, o, lse;
     size_t io_bytes;             /* Q, K, V, O and LSE together */
+    cl_mem workspace;            /* the standard path's, while it is prepared */
     struct flashcl_attention attn;
 };
 

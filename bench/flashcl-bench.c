@@ -3,7 +3,7 @@
  *
  * For each (N, head_dim, dtype, causal) it builds Q, K, V with random values
  * (never zeros), runs the forward call, times it with OpenCL profiling events
- * (warm-up runs first, then the median of --reps runs), checks sampled rows
+ * (warm-up runs first, then the median of --reps runs; see time_one), checks sampled rows
  * against a double-precision reference, and prints a table. The shapes follow
  * FlashAttention's benchmark convention: batch·N = --tokens (16k) and
  * heads·d = --hidden (2048). TFLOP/s = 4·B·H·N²·d / t, halved when causal.
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_paths.h"
 #include "hostref.h"
@@ -219,36 +220,63 @@ static int compare_doubles(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Times `reps` back-to-back runs of one path after `warmup` runs: each run
- * has its own profiling event, and the median duration is returned. */
+static double host_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Device time of one run: from the end of a marker enqueued just before it
+ * (on the in-order queue, when the previous work is done) to the end of the
+ * run's last command. The standard path is several commands, so its launch
+ * gaps count, as they do for a user. Falls back to the host clock around a
+ * finished queue where markers carry no profiling information. */
+static flashcl_status time_one(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
+                               const struct bench_case *c, double *ms)
+{
+    cl_event marker = NULL, last = NULL;
+    const double host_start = host_ms();
+    cl_int err = clEnqueueMarkerWithWaitList(env->queue, 0, NULL, &marker);
+    flashcl_status st = err == CL_SUCCESS ? bench_run_path(env, path, bufs, c, &last) : (flashcl_status)err;
+    if (st == FLASHCL_SUCCESS && clWaitForEvents(1, &last) != CL_SUCCESS)
+        st = FLASHCL_OUT_OF_RESOURCES;
+    if (st == FLASHCL_SUCCESS) {
+        cl_ulong start = 0, end = 0;
+        if (clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof(start), &start, NULL) == CL_SUCCESS &&
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) == CL_SUCCESS &&
+            end > start)
+            *ms = (double)(end - start) * 1e-6;
+        else
+            *ms = host_ms() - host_start;
+    }
+    if (marker)
+        clReleaseEvent(marker);
+    if (last)
+        clReleaseEvent(last);
+    return st;
+}
+
+/* Median (and minimum) of `reps` timed runs after `warmup` untimed ones. */
 static flashcl_status time_path(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
                                 const struct bench_case *c, int warmup, int reps, double *median_ms,
                                 double *min_ms)
 {
-    cl_event *events = calloc((size_t)(warmup + reps), sizeof(cl_event));
     double *ms = calloc((size_t)reps, sizeof(double));
-    flashcl_status st = events && ms ? FLASHCL_SUCCESS : FLASHCL_OUT_OF_HOST_MEMORY;
-    int enqueued = 0;
-    for (; st == FLASHCL_SUCCESS && enqueued < warmup + reps; enqueued++)
-        st = bench_run_path(env, path, bufs, c, &events[enqueued]);
-    if (clFinish(env->queue) != CL_SUCCESS && st == FLASHCL_SUCCESS)
-        st = FLASHCL_OUT_OF_RESOURCES;
-    for (int i = 0; i < enqueued; i++) {
-        if (st == FLASHCL_SUCCESS && i >= warmup) {
-            cl_ulong start = 0, end = 0;
-            clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_START, sizeof(start), &start, NULL);
-            clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL);
-            ms[i - warmup] = (double)(end - start) * 1e-6;
-        }
-        if (events[i])
-            clReleaseEvent(events[i]);
+    if (!ms)
+        return FLASHCL_OUT_OF_HOST_MEMORY;
+    flashcl_status st = FLASHCL_SUCCESS;
+    for (int i = 0; st == FLASHCL_SUCCESS && i < warmup + reps; i++) {
+        double t = 0;
+        st = time_one(env, path, bufs, c, &t);
+        if (i >= warmup)
+            ms[i - warmup] = t;
     }
     if (st == FLASHCL_SUCCESS) {
         qsort(ms, (size_t)reps, sizeof(double), compare_doubles);
         *median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
         *min_ms = ms[0];
     }
-    free(events);
     free(ms);
     return st;
 }
@@ -329,7 +357,7 @@ static void print_table(FILE *f, const struct result *r, int n, const char *devi
 {
     fprintf(f, "\nflashcl-bench on %s (times: median of the timed runs, OpenCL profiling events)\n", device);
     fprintf(f, "%-9s %6s %4s %5s %6s %5s %6s %10s %9s %10s %8s %10s %10s\n", "path", "N", "d", "dtype",
-            "causal", "batch", "heads", "ms", "TFLOP/s", "dev MiB", "speedup", "err(ref)", "err(flash)");
+            "causal", "batch", "heads", "ms", "TFLOP/s", "dev MiB", "flash x", "err(ref)", "err(flash)");
     for (int i = 0; i < n; i++) {
         const struct result *x = &r[i];
         fprintf(f, "%-9s %6d %4d %5s %6d %5d %6d ", bench_path_name(x->path), x->c.n, x->c.d,
@@ -341,7 +369,7 @@ static void print_table(FILE *f, const struct result *r, int n, const char *devi
             fprintf(f, "\n");
             continue;
         }
-        /* Speed-up of flash over this row's path, when both ran on the case. */
+        /* 'flash x': this path's time over flash's on the same case (flash's speed-up). */
         double speedup = NAN;
         for (int j = 0; j < n; j++)
             if (r[j].path == BENCH_FLASH && r[j].status == FLASHCL_SUCCESS &&
