@@ -36,10 +36,21 @@ double bench_tolerance(flashcl_dtype dtype)
     return dtype == FLASHCL_F32 ? 1e-4 : dtype == FLASHCL_F16 ? 2e-3 : 1.6e-2;
 }
 
-flashcl_status bench_env_create(struct bench_env *env)
+static void log_to_stderr(void *user, enum flashcl_log_level level, const char *message)
+{
+    (void)user;
+    fprintf(stderr, "flashcl[%d]: %s\n", (int)level, message);
+}
+
+flashcl_status bench_env_create(struct bench_env *env, bool verbose)
 {
     memset(env, 0, sizeof(*env));
-    flashcl_status st = flashcl_context_create(NULL, &env->ctx);
+    struct flashcl_context_params params = {0};
+    if (verbose) {
+        params.log = log_to_stderr;
+        params.log_level = FLASHCL_LOG_DEBUG;
+    }
+    flashcl_status st = flashcl_context_create(&params, &env->ctx);
     if (st != FLASHCL_SUCCESS)
         return st;
     snprintf(env->device_name, sizeof(env->device_name), "%s", flashcl_context_device_name(env->ctx));
@@ -158,4 +169,14 @@ void bench_release_path(struct bench_env *env, enum bench_path path, struct benc
 flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes)
 {
     return (flashcl_status)clEnqueueReadBuffer(env->queue, b->o, CL_TRUE, 0, bytes, out, 0, NULL, NULL);
+}
+
+const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struct bench_buffers *b)
+{
+    if (path == BENCH_STANDARD)
+        return "clblast";
+    struct flashcl_tile t;
+    if (flashcl_forward_config(env->ctx, &b->attn, &t) != FLASHCL_SUCCESS)
+        return "?";
+    return t.variant == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable";
 }

@@ -34,7 +34,8 @@ struct bench_buffers {
     struct flashcl_attention attn;
 };
 
-flashcl_status bench_env_create(struct bench_env *env);
+/* verbose: the library's DEBUG log (builds, compiler reports) to stderr. */
+flashcl_status bench_env_create(struct bench_env *env, bool verbose);
 void bench_env_release(struct bench_env *env);
 
 int bench_parse_paths(const char *list);  /* bit set, or -1 */
@@ -53,6 +54,8 @@ flashcl_status bench_prepare_path(struct bench_env *env, enum bench_path path, s
 flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
                               const struct bench_case *c, cl_event *event);
 void bench_release_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
+/* What runs for this path on these buffers: portable, tensor-core, clblast. */
+const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
 flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes);
 
 #endif

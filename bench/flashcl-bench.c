@@ -34,6 +34,7 @@ struct options {
     long tokens, hidden;
     int warmup, reps;
     const char *csv, *json;
+    bool verbose;
 };
 
 static void usage(FILE *f)
@@ -51,6 +52,8 @@ static void usage(FILE *f)
             "  --reps R        timed runs, median reported (default 10)\n"
             "  --csv FILE      also write the results as CSV\n"
             "  --json FILE     also write the results as JSON\n"
+            "  --verbose       the library's debug log on stderr (builds; with\n"
+            "                  FLASHCL_BUILD_OPTIONS=-cl-nv-verbose, NVIDIA's register report)\n"
             "  --quick         a seconds-long sweep for CPU devices: N 256,512, d 64, f32,\n"
             "                  causal 0,1, tokens 1024, hidden 256, warmup 1, reps 3\n"
             "The device is chosen by FLASHCL_DEVICE (\"P:D\" or a name substring), else the\n"
@@ -119,6 +122,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"hidden", required_argument, 0, 'H'}, {"warmup", required_argument, 0, 'w'},
         {"reps", required_argument, 0, 'r'},   {"csv", required_argument, 0, 'C'},
         {"json", required_argument, 0, 'J'},   {"quick", no_argument, 0, 'q'},
+        {"verbose", no_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -145,6 +149,7 @@ static void parse_options(int argc, char **argv, struct options *o)
             o->warmup = 1;
             o->reps = 3;
             break;
+        case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
         default: usage(stderr); exit(EXIT_FAILURE);
         }
@@ -287,6 +292,7 @@ struct result {
     flashcl_status status;
     double median_ms, min_ms, tflops, err_ref, err_vs_flash;
     size_t device_bytes;
+    const char *kernel;  /* what ran: portable, tensor-core or clblast */
 };
 
 static void run_case(struct bench_env *env, const struct options *opt, const struct bench_case *c,
@@ -321,6 +327,7 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
         if (st != FLASHCL_SUCCESS)
             continue;
         r->status = bench_prepare_path(env, r->path, &bufs, c, &r->device_bytes);
+        r->kernel = bench_kernel_name(env, r->path, &bufs);
         if (r->status == FLASHCL_SUCCESS)
             r->status = time_path(env, r->path, &bufs, c, opt->warmup, opt->reps, &r->median_ms, &r->min_ms);
         if (r->status == FLASHCL_SUCCESS)
@@ -356,11 +363,11 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
 static void print_table(FILE *f, const struct result *r, int n, const char *device)
 {
     fprintf(f, "\nflashcl-bench on %s (times: median of the timed runs, OpenCL profiling events)\n", device);
-    fprintf(f, "%-9s %6s %4s %5s %6s %5s %6s %10s %9s %10s %8s %10s %10s\n", "path", "N", "d", "dtype",
+    fprintf(f, "%-9s %-11s %6s %4s %5s %6s %5s %6s %10s %9s %10s %8s %10s %10s\n", "path", "kernel", "N", "d", "dtype",
             "causal", "batch", "heads", "ms", "TFLOP/s", "dev MiB", "flash x", "err(ref)", "err(flash)");
     for (int i = 0; i < n; i++) {
         const struct result *x = &r[i];
-        fprintf(f, "%-9s %6d %4d %5s %6d %5d %6d ", bench_path_name(x->path), x->c.n, x->c.d,
+        fprintf(f, "%-9s %-11s %6d %4d %5s %6d %5d %6d ", bench_path_name(x->path), x->kernel ? x->kernel : "-", x->c.n, x->c.d,
                 dtype_name(x->c.dtype), x->c.causal, x->c.batch, x->c.heads);
         if (x->status != FLASHCL_SUCCESS) {
             fprintf(f, "%s", flashcl_status_name(x->status));
@@ -383,17 +390,17 @@ static void print_table(FILE *f, const struct result *r, int n, const char *devi
 static void csv_header(FILE *f)
 {
     fprintf(f, "device,path,N,d,dtype,causal,batch,heads,status,median_ms,min_ms,tflops,device_bytes,"
-               "err_ref,err_vs_flash\n");
+               "err_ref,err_vs_flash,kernel\n");
 }
 
 /* One row per result, written as soon as it exists so a cut-short sweep
  * still leaves its finished rows. */
 static void csv_row(FILE *f, const struct result *r, const char *device)
 {
-    fprintf(f, "\"%s\",%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e\n", device,
+    fprintf(f, "\"%s\",%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e,%s\n", device,
             bench_path_name(r->path), r->c.n, r->c.d, dtype_name(r->c.dtype), r->c.causal, r->c.batch,
             r->c.heads, flashcl_status_name(r->status), r->median_ms, r->min_ms, r->tflops,
-            r->device_bytes, r->err_ref, r->err_vs_flash);
+            r->device_bytes, r->err_ref, r->err_vs_flash, r->kernel ? r->kernel : "");
     fflush(f);
 }
 
@@ -416,10 +423,10 @@ static void write_json(const char *path, const struct result *r, int n, const ch
             FLASHCL_VERSION_STRING);
     for (int i = 0; i < n; i++) {
         fprintf(f, "    {\"path\": \"%s\", \"N\": %d, \"d\": %d, \"dtype\": \"%s\", \"causal\": %s, "
-                   "\"batch\": %d, \"heads\": %d, \"status\": \"%s\", \"device_bytes\": %zu, ",
+                   "\"batch\": %d, \"heads\": %d, \"status\": \"%s\", \"kernel\": \"%s\", \"device_bytes\": %zu, ",
                 bench_path_name(r[i].path), r[i].c.n, r[i].c.d, dtype_name(r[i].c.dtype),
                 r[i].c.causal ? "true" : "false", r[i].c.batch, r[i].c.heads,
-                flashcl_status_name(r[i].status), r[i].device_bytes);
+                flashcl_status_name(r[i].status), r[i].kernel ? r[i].kernel : "", r[i].device_bytes);
         json_number(f, "median_ms", r[i].status ? NAN : r[i].median_ms, ", ");
         json_number(f, "min_ms", r[i].status ? NAN : r[i].min_ms, ", ");
         json_number(f, "tflops", r[i].status ? NAN : r[i].tflops, ", ");
@@ -437,7 +444,7 @@ int main(int argc, char **argv)
     parse_options(argc, argv, &opt);
 
     struct bench_env env;
-    if (bench_env_create(&env) != FLASHCL_SUCCESS) {
+    if (bench_env_create(&env, opt.verbose) != FLASHCL_SUCCESS) {
         fprintf(stderr, "flashcl-bench: %s\n", flashcl_last_error());
         return EXIT_FAILURE;
     }

@@ -11,9 +11,9 @@ mkdir -p "$out"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 device=$(awk -F'"' 'NR == 2 {print $2}' "$csv")
 for path in flash standard; do
-  # Columns after the quoted device: path,N,d,dtype,causal,batch,heads,status,median_ms,min_ms,tflops,device_bytes
+  # Columns after the quoted device: path,N,d,dtype,causal,batch,heads,status,median_ms,min_ms,tflops,device_bytes,err_ref,err_vs_flash,kernel
   awk -F, -v p="$path" -v d="$d" -v t="$dtype" -v c="$causal" '
-    NR > 1 { n = split($0, f, ","); off = n - 15;
+    NR > 1 { n = split($0, f, ","); off = n - 16;
              if (f[off+2] == p && f[off+4] == d && f[off+5] == t && f[off+6] == c)
                print f[off+3], (f[off+9] == "FLASHCL_SUCCESS" ? f[off+10] : "NaN"), f[off+13] / 1048576 }' \
     "$csv" | sort -n > "$tmp/$path.dat"

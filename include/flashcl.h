@@ -125,6 +125,10 @@ struct flashcl_context_params {
     int block_m;
     int block_n;
 
+    /* Nonzero: never use the tensor-core kernel, only the portable one (also
+     * set by the environment variable FLASHCL_PORTABLE=1). */
+    int portable_only;
+
     /* Where the library's messages go. NULL: nowhere (flashcl never prints). */
     flashcl_log_fn log;
     void *log_user;
@@ -274,9 +278,16 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
 FLASHCL_API size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes,
                                             size_t head_dim);
 
-/* The tile flashcl_forward would use on this context for this head_dim and
- * dtype (after the rule, rounding and any forced size). */
+/* Which kernel a forward call runs. */
+enum flashcl_variant {
+    FLASHCL_VARIANT_PORTABLE = 1,    /* cl/flash_forward.cl: any OpenCL 1.2 device, FMA units */
+    FLASHCL_VARIANT_TENSOR_CORE = 2  /* cl/flash_forward_mma.cl: NVIDIA sm_80+, f16/bf16, mma.sync */
+};
+
+/* The portable kernel's tile for this head_dim and dtype on this context
+ * (after the rule, rounding and any forced size). */
 struct flashcl_tile {
+    enum flashcl_variant variant;
     int block_m;        /* query rows per work-group */
     int block_n;        /* keys per streamed K/V block */
     int workgroup_size; /* work-items per work-group */
@@ -285,6 +296,19 @@ struct flashcl_tile {
 
 FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim,
                                                 flashcl_dtype dtype, struct flashcl_tile *out);
+
+/* The kernel and tile flashcl_forward would use for this exact call. The
+ * tensor-core variant is chosen when the context has it (NVIDIA, compute
+ * capability >= 8.0, the probe built, not portable_only), the dtype is f16 or
+ * bf16, head_dim is a multiple of 16 up to 128, and every view's offset and
+ * strides are multiples of 8 elements (16-byte rows); else the portable one. */
+FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
+                                                  const struct flashcl_attention *attn,
+                                                  struct flashcl_tile *out);
+
+/* Nonzero when the context can run the tensor-core variant; *why (if not
+ * NULL) gets a sentence saying why or why not. */
+FLASHCL_API int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,8 @@
 /* flashcl_forward: validate, choose the tile, build (once), enqueue. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -25,6 +27,17 @@ static flashcl_status check_queue(const flashcl_context *ctx, cl_command_queue q
         return fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE,
                     "queue runs on another context or device than the flashcl context");
     return FLASHCL_SUCCESS;
+}
+
+/* FLASHCL_BUILD_OPTIONS adds compiler options to every kernel build, for
+ * diagnosis (e.g. -cl-nv-verbose, whose report the DEBUG log shows). */
+void append_user_build_options(char *options, size_t size)
+{
+    const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
+    if (extra && *extra) {
+        const size_t used = strlen(options);
+        snprintf(options + used, size - used, " %s", extra);
+    }
 }
 
 flashcl_status check_call(flashcl_context *ctx, const struct flashcl_attention *attn,
@@ -67,17 +80,31 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     if (st != FLASHCL_SUCCESS)
         return st;
 
+    /* Both kernels take the same arguments; they differ in source and tile. */
     struct flashcl_tile tile;
-    int tm, tn;
-    st = tile_choose(ctx, attn->head_dim, attn->q.dtype, &tile, &tm, &tn);
-    if (st != FLASHCL_SUCCESS)
-        return st;
-
-    char options[256];
-    snprintf(options, sizeof(options),
-             "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DTM=%d -DTN=%d -DDTYPE=%d -DCAUSAL=%d",
-             attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype_define(attn->q.dtype),
-             attn->causal ? 1 : 0);
+    const char *source, *name;
+    char options[512];
+    const int tensor_cores = variant_uses_tensor_cores(ctx, attn);
+    if (tensor_cores) {
+        int warps;
+        variant_mma_tile(attn->head_dim, &tile, &warps);
+        source = flashcl_source_flash_forward_mma;
+        name = "flash_forward_mma";
+        snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DBLOCK_N=%d -DDTYPE=%d -DCAUSAL=%d",
+                 attn->head_dim, warps, tile.block_n, dtype_define(attn->q.dtype), attn->causal ? 1 : 0);
+    } else {
+        int tm, tn;
+        st = tile_choose(ctx, attn->head_dim, attn->q.dtype, &tile, &tm, &tn);
+        if (st != FLASHCL_SUCCESS)
+            return st;
+        source = flashcl_source_flash_forward;
+        name = "flash_forward";
+        snprintf(options, sizeof(options),
+                 "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DTM=%d -DTN=%d -DDTYPE=%d -DCAUSAL=%d",
+                 attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype_define(attn->q.dtype),
+                 attn->causal ? 1 : 0);
+    }
+    append_user_build_options(options, sizeof(options));
 
     const float scale_log2 = (float)(effective_scale(attn) * LOG2E);
     const cl_int has_lse = attn->lse.mem != NULL;
@@ -92,7 +119,7 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
     cl_kernel kernel;
-    st = program_get_kernel(ctx, flashcl_source_flash_forward, "flash_forward", options, &kernel);
+    st = program_get_kernel(ctx, source, name, options, &kernel);
     if (st == FLASHCL_SUCCESS) {
         cl_uint arg = 0;
         cl_int err = set_view_args(kernel, &arg, &attn->q, esize);
@@ -112,8 +139,8 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
                                          wait_list, event);
             if (err != CL_SUCCESS)
                 st = fail(ctx, (flashcl_status)err,
-                          "enqueueing the forward kernel (%zu x %zu x %zu work-items, tile %dx%d, "
-                          "%zu bytes local) failed (%d)", global[0], global[1], global[2],
+                          "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, "
+                          "%zu bytes local) failed (%d)", name, global[0], global[1], global[2],
                           tile.block_m, tile.block_n, tile.local_bytes, err);
         }
     }

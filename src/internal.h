@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "flashcl.h"
 
@@ -40,6 +41,7 @@ void program_cache_free(flashcl_context *ctx);
 /* Embedded kernel sources (generated at build time from cl/). */
 extern const char flashcl_source_flash_forward[];
 extern const char flashcl_source_standard_attention[];
+extern const char flashcl_source_flash_forward_mma[];
 
 /* ---- tile.c: the sizing rule and the tile a call uses ---- */
 
@@ -51,11 +53,19 @@ flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dty
 /* ---- forward.c, shared with standard.c ---- */
 
 int dtype_define(flashcl_dtype dtype);
+void append_user_build_options(char *options, size_t size);
 /* Checks what every attention call checks: pointers, the problem, the queue. */
 flashcl_status check_call(flashcl_context *ctx, const struct flashcl_attention *attn,
                           cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list);
 /* 1/sqrt(d) unless the caller set a scale. */
 float effective_scale(const struct flashcl_attention *attn);
+
+/* ---- variant.c: portable or tensor-core kernel ---- */
+
+/* Sets ctx->tensor_cores (and the note saying why) for the context's device. */
+void variant_probe(flashcl_context *ctx, bool portable_only);
+bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_attention *a);
+void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps);
 
 /* ---- validate.c ---- */
 
@@ -74,6 +84,8 @@ struct flashcl_context {
     size_t max_workgroup_size;
 
     int forced_block_m, forced_block_n;
+    bool tensor_cores;           /* the tensor-core kernel may run here */
+    char tensor_core_note[160];  /* why or why not */
 
     flashcl_log_fn log;
     void *log_user;

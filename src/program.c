@@ -46,6 +46,20 @@ static void append_build_log(cl_program program, cl_device_id device)
     free(log);
 }
 
+/* The compiler's report (registers, spills with -cl-nv-verbose) at DEBUG. */
+static void log_build_log(const flashcl_context *ctx, cl_program program)
+{
+    size_t size = 0;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) != CL_SUCCESS || size < 2)
+        return;
+    char *log = malloc(size + 1);
+    if (log && clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, size, log, NULL) == CL_SUCCESS) {
+        log[size] = '\0';
+        log_msg(ctx, FLASHCL_LOG_DEBUG, "build log: %.900s", log);
+    }
+    free(log);
+}
+
 static void program_free(struct program_entry *p)
 {
     for (struct kernel_entry *k = p->kernels, *next; k; k = next) {
@@ -90,6 +104,8 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     }
     log_msg(ctx, FLASHCL_LOG_INFO, "built a program in %.0f ms", now_ms() - start);
     log_msg(ctx, FLASHCL_LOG_DEBUG, "build options: %s", options);
+    if (ctx->log && ctx->log_level >= FLASHCL_LOG_DEBUG)
+        log_build_log(ctx, p->program);
     p->next = ctx->programs;
     ctx->programs = p;
     *out = p;

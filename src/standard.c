@@ -154,8 +154,9 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
                                        const struct workspace_plan *plan, cl_command_queue queue,
                                        cl_uint n_wait, const cl_event *wait, cl_event *event)
 {
-    char options[96];
+    char options[512];
     snprintf(options, sizeof(options), "-cl-std=CL1.2 -DDTYPE=%d", dtype_define(a->q.dtype));
+    append_user_build_options(options, sizeof(options));
     cl_kernel pack, unpack, softmax;
     flashcl_status st = program_get_kernel(ctx, flashcl_source_standard_attention, "pack_rows", options, &pack);
     if (st == FLASHCL_SUCCESS)

@@ -65,6 +65,7 @@ flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dty
             block_n = block_n > side ? block_n - side : block_n / 2;
     }
 
+    out->variant = FLASHCL_VARIANT_PORTABLE;
     out->block_m = block_m;
     out->block_n = block_n;
     out->workgroup_size = side * side;

@@ -69,12 +69,16 @@ struct case_result {
     double max_abs_err;     /* over O */
     double max_lse_err;     /* over LSE */
     double rel_l2_err;      /* ||O - ref|| / ||ref|| */
+    enum flashcl_variant variant; /* the kernel that ran (flash path) */
 };
 
 /* Tolerance for |O - ref| <= atol + rtol * |ref|, by storage dtype; the
  * reference reads the same (rounded) inputs, so what is left is f32
- * arithmetic and the rounding of O to its storage type. */
-void test_tolerance(flashcl_dtype dtype, double *atol, double *rtol);
+ * arithmetic and the rounding of O to its storage type. The tensor-core
+ * variant also rounds P to the storage type before P·V (as FlashAttention-2
+ * does): each p_j is off by up to half an ulp, so O by up to that times
+ * max|v| (inputs here lie in [-1, 1]). */
+void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, double *atol, double *rtol);
 
 /* Runs c on ctx (NULL: the shared one) with random inputs and poisoned
  * outputs, compares every element with the double reference, and fails the

@@ -2,6 +2,7 @@
  * inputs: shapes, masks, head groups, head dims, layouts and dtypes. Every
  * output starts poisoned, and bytes outside the output view must survive. */
 #include <stdio.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -14,8 +15,9 @@ static void run_and_report(flashcl_context *ctx, const char *what, const struct 
     struct case_result r;
     rng_seed((uint64_t)(c->seq_q * 7919 + c->seq_kv * 104729 + c->head_dim * 31 + c->heads_q));
     test_run_case(ctx, c, &r);
-    printf("%-28s B=%d Nq=%-4d Nk=%-4d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d: "
-           "max|err| %.2e, rel L2 %.2e, LSE %.2e\n", what, c->batch, c->seq_q, c->seq_kv, c->heads_q,
+    printf("%-12s %-22s", r.variant == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable", what);
+    printf(" B=%d Nq=%-4d Nk=%-4d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d: "
+           "max|err| %.2e, rel L2 %.2e, LSE %.2e\n", c->batch, c->seq_q, c->seq_kv, c->heads_q,
            c->heads_kv, c->head_dim, (int)c->dtype, c->causal, (int)c->layout, r.max_abs_err,
            r.rel_l2_err, r.max_lse_err);
 }
@@ -119,6 +121,66 @@ START_TEST(repeatable)
 }
 END_TEST
 
+/* Eligible for the tensor-core kernel (f16/bf16, d a multiple of 16 up to
+ * 128, 16-byte rows): it must run wherever the context has tensor cores,
+ * and the portable kernel elsewhere. Odd lengths, both causal alignments,
+ * GQA, N = 1 and several K/V blocks. */
+static const struct test_case tensor_core_cases[] = {
+    {2, 200, 200, 4, 4, 64, F16, 0, 0, LAYOUT_BNHD, 1},
+    {2, 200, 200, 4, 4, 64, F16, 1, 0, LAYOUT_BNHD, 1},
+    {1, 130, 257, 8, 2, 128, F16, 1, 0, LAYOUT_BHND, 1},   /* Nq < Nk, GQA */
+    {1, 257, 130, 2, 2, 128, F16, 1, 0, LAYOUT_BNHD, 1},   /* Nq > Nk: rows with no key */
+    {1, 1, 77, 2, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1},
+    {1, 77, 1, 2, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1},
+    {1, 96, 96, 2, 2, 16, F16, 0, 0, LAYOUT_BNHD, 1},
+    {1, 96, 96, 2, 2, 32, F16, 1, 0.25f, LAYOUT_BNHD, 1},
+    {1, 96, 96, 2, 2, 96, F16, 0, 0, LAYOUT_FUSED_QKV, 1},
+    {2, 150, 150, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 1},   /* MQA */
+    {1, 100, 300, 2, 2, 128, BF16, 0, 0, LAYOUT_BHND, 1},
+    {1, 300, 100, 2, 2, 128, BF16, 1, 0, LAYOUT_FUSED_QKV, 0},
+};
+
+START_TEST(tensor_core)
+{
+    struct test_env *e = test_env_get();
+    struct case_result r;
+    const char *why = NULL;
+    const int has = flashcl_context_has_tensor_cores(e->ctx, &why);
+    rng_seed((uint64_t)_i + 100);
+    test_run_case(NULL, &tensor_core_cases[_i], &r);
+    printf("%-12s tensor-core case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e (%s)\n",
+           r.variant == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable", _i, r.max_abs_err,
+           r.rel_l2_err, r.max_lse_err, why);
+    ck_assert_int_eq(r.variant, has ? FLASHCL_VARIANT_TENSOR_CORE : FLASHCL_VARIANT_PORTABLE);
+}
+END_TEST
+
+/* portable_only (and FLASHCL_PORTABLE=1) keep the portable kernel, and so do
+ * views whose rows are not 16-byte aligned. */
+START_TEST(portable_fallback)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.portable_only = 1;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    const char *why = NULL;
+    ck_assert_int_eq(flashcl_context_has_tensor_cores(ctx, &why), 0);
+    ck_assert_ptr_nonnull(strstr(why, "portable_only"));
+    struct case_result r;
+    rng_seed(5);
+    test_run_case(ctx, &tensor_core_cases[1], &r);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_PORTABLE);
+    flashcl_context_destroy(&ctx);
+
+    const struct test_case padded = {1, 64, 64, 2, 2, 64, F16, 0, 0, LAYOUT_PADDED, 1};
+    test_run_case(NULL, &padded, &r);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_PORTABLE);
+}
+END_TEST
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int main(void)
@@ -132,6 +194,8 @@ int main(void)
     tcase_add_loop_test(tc, dtypes, 0, COUNT(dtype_cases));
     tcase_add_loop_test(tc, forced_tiles_match, 0, COUNT(forced_tiles));
     tcase_add_test(tc, repeatable);
+    tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
+    tcase_add_test(tc, portable_fallback);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

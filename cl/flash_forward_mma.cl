@@ -1,0 +1,318 @@
+/*
+ * flash_forward_mma.cl: the forward pass on NVIDIA tensor cores (sm_80+),
+ * from OpenCL C through inline PTX. f16 or bf16 storage, f32 accumulation.
+ *
+ * Same algorithm and same results contract as flash_forward.cl; the host
+ * only picks this file on an NVIDIA device of compute capability >= 8.0
+ * whose compiler passed the probe (src/variant.c), for 16-byte-aligned
+ * views and a head dim this file supports (HEAD_DIM a multiple of 16, <= 128).
+ *
+ * A work-group is WARPS warps; warp w owns query rows 16w..16w+15 of the
+ * block. Each iteration streams one BLOCK_N-key block of K and V into local
+ * memory with cp.async (K of the next block loads while this block's softmax
+ * and P·V run), loads fragments with ldmatrix, and runs
+ *     S = Q Kᵀ      mma.sync m16n8k16 (Q fragments stay in registers)
+ *     online softmax on the S fragments (quad shuffles for row max / sum)
+ *     O += P V      P repacked from the S accumulators, never stored
+ * Fragment layouts: ../shared/TENSOR-CORE-NOTES.md (g = lane/4, t = lane%4).
+ * Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk index XORed
+ * with (row % 8) so ldmatrix's eight row addresses hit distinct banks.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+#ifndef DTYPE
+#define DTYPE 1              /* 1 f16, 2 bf16 */
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64           /* keys per streamed block */
+#endif
+
+#define BLOCK_M (16 * WARPS)
+#define WG (32 * WARPS)
+#define CHUNKS (HEAD_DIM / 8)          /* 16-byte chunks per row */
+#define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
+#define S_TILES (BLOCK_N / 8)          /* n-tiles of S per warp */
+#define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
+
+#if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
+#error "HEAD_DIM must be a multiple of 16, at most 128"
+#endif
+#if BLOCK_N % 16 != 0
+#error "BLOCK_N must be a multiple of 16"
+#endif
+
+#if DTYPE == 1
+#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#define CVT_PACK "cvt.rn.f16x2.f32 "
+#elif DTYPE == 2
+#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#define CVT_PACK "cvt.rn.bf16x2.f32 "
+#else
+#error "DTYPE must be 1 (f16) or 2 (bf16)"
+#endif
+
+static inline uint local_address(__local const uint4 *p)
+{
+    return (uint)(size_t)p;
+}
+
+static inline void mma_16x8x16(float *c, const uint *a, uint b0, uint b1)
+{
+    __asm__ volatile(MMA "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static inline void ldmatrix_x4(uint address, uint *r)
+{
+    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(address)
+                     : "memory");
+}
+
+static inline void ldmatrix_x4_trans(uint address, uint *r)
+{
+    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(address)
+                     : "memory");
+}
+
+static inline void copy_async_16(uint address, __global const ushort *src)
+{
+    __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(src) : "memory");
+}
+
+static inline void copy_async_commit(void)
+{
+    __asm__ volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most `n` committed groups are still in flight. */
+#define COPY_ASYNC_WAIT(n) __asm__ volatile("cp.async.wait_group " #n ";" ::: "memory")
+
+static inline uint pack_pair(float lo, float hi)
+{
+    uint r;
+    __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
+    return r;
+}
+
+static inline float quad_xor(float v, int mask)
+{
+    float r;
+    __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+    return r;
+}
+
+/* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
+static inline int swizzle(int row, int chunk)
+{
+    return row * CHUNKS + (chunk ^ (row & 7));
+}
+
+/* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row
+ * exists, zeros past the end (plain stores; visible after the barrier). */
+static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
+                             int first_row, int seq, int tid)
+{
+    for (int c = tid; c < rows * CHUNKS; c += WG) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
+        __local uint4 *dst = &tile[swizzle(r, ch)];
+        if (first_row + r < seq)
+            copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 8);
+        else
+            *dst = (uint4)(0u);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                       __global const ushort *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                       __global const ushort *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                       __global ushort *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
+                       __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
+{
+    __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 v_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+
+    const int tid = (int)get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+#if CAUSAL
+    const int qb = (int)get_num_groups(0) - 1 - (int)get_group_id(0);  /* heaviest first */
+#else
+    const int qb = (int)get_group_id(0);
+#endif
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
+    const int q0 = qb * BLOCK_M;
+    const int diag = seq_kv - seq_q;
+
+    __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)h * q_sh;
+    __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+
+#if CAUSAL
+    const int kv_end = min(seq_kv, q0 + BLOCK_M + diag);
+#else
+    const int kv_end = seq_kv;
+#endif
+
+    /* Prologue: Q and the first K block in one group. */
+    load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
+    if (kv_end > 0)
+        load_tile(k_tile, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
+    copy_async_commit();
+    COPY_ASYNC_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* Q fragments for this warp's 16 rows, all of d: a0..a3 per k-step. */
+    uint qf[KSTEPS][4];
+    {
+        const int j = lane >> 3, row = warp * 16 + 8 * (j & 1) + (lane & 7);
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++)
+            ldmatrix_x4(local_address(&q_tile[swizzle(row, kk * 2 + (j >> 1))]), qf[kk]);
+    }
+
+    float acc[O_TILES][4];
+#pragma unroll
+    for (int n = 0; n < O_TILES; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+    const int row0 = q0 + warp * 16 + g;  /* this thread's rows: row0 and row0 + 8 */
+
+    for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
+        load_tile(v_tile, BLOCK_N, v_base, v_ss, kb, seq_kv, tid);
+        copy_async_commit();
+        COPY_ASYNC_WAIT(1);  /* this block's K has landed; V may still be in flight */
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float s[S_TILES][4];
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        {
+            const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+                for (int np = 0; np < S_TILES / 2; np++) {
+                    uint bf[4];
+                    ldmatrix_x4(local_address(&k_tile[swizzle(np * 16 + key, kk * 2 + (j & 1))]), bf);
+                    mma_16x8x16(s[2 * np], qf[kk], bf[0], bf[1]);
+                    mma_16x8x16(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with k_tile */
+        if (kb + BLOCK_N < kv_end)
+            load_tile(k_tile, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+        copy_async_commit();  /* possibly empty: keeps the group count uniform */
+
+        /* Online softmax on the fragments, in base 2. Masks only where needed. */
+        const bool edge = kb + BLOCK_N > seq_kv || (CAUSAL && kb + BLOCK_N - 1 > q0 + warp * 16 + diag);
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = s[n][e] * scale_log2;
+                if (edge) {
+                    const int key = kb + n * 8 + 2 * t + (e & 1);
+                    const int row = row0 + 8 * (e >> 1);
+                    bool visible = key < seq_kv;
+#if CAUSAL
+                    visible = visible && key <= row + diag;
+#endif
+                    x = visible ? x : -INFINITY;
+                }
+                s[n][e] = x;
+            }
+        uint pf[BLOCK_N / 16][4];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < S_TILES; n++)
+                mx = fmax(mx, fmax(s[n][2 * r], s[n][2 * r + 1]));
+            mx = fmax(mx, quad_xor(mx, 1));
+            mx = fmax(mx, quad_xor(mx, 2));
+            const float m_new = fmax(m_row[r], mx);
+            /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
+            const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = native_exp2(m_row[r] - m_ref);
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < S_TILES; n++) {
+                s[n][2 * r] = native_exp2(s[n][2 * r] - m_ref);
+                s[n][2 * r + 1] = native_exp2(s[n][2 * r + 1] - m_ref);
+                sum += s[n][2 * r] + s[n][2 * r + 1];
+            }
+            l_row[r] = l_row[r] * alpha + sum;
+            m_row[r] = m_new;
+#pragma unroll
+            for (int n = 0; n < O_TILES; n++) {
+                acc[n][2 * r] *= alpha;
+                acc[n][2 * r + 1] *= alpha;
+            }
+        }
+#pragma unroll
+        for (int kc = 0; kc < BLOCK_N / 16; kc++) {
+            pf[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
+            pf[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
+            pf[kc][2] = pack_pair(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+            pf[kc][3] = pack_pair(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+        }
+
+        COPY_ASYNC_WAIT(1);  /* V has landed; the next K may still be in flight */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            const int key = lane & 15, half = lane >> 4;
+#pragma unroll
+            for (int kc = 0; kc < BLOCK_N / 16; kc++) {
+#pragma unroll
+                for (int np = 0; np < O_TILES / 2; np++) {
+                    uint bf[4];
+                    ldmatrix_x4_trans(local_address(&v_tile[swizzle(kc * 16 + key, np * 2 + half)]), bf);
+                    mma_16x8x16(acc[2 * np], pf[kc], bf[0], bf[1]);
+                    mma_16x8x16(acc[2 * np + 1], pf[kc], bf[2], bf[3]);
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with v_tile */
+    }
+    COPY_ASYNC_WAIT(0);
+
+    /* Each thread summed l over its own keys: add the quad's four partials. */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_row[r] += quad_xor(l_row[r], 1);
+        l_row[r] += quad_xor(l_row[r], 2);
+    }
+    __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)h * o_sh;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 8 * r;
+        if (row >= seq_q)
+            continue;
+        const float inv_l = l_row[r] > 0.0f ? 1.0f / l_row[r] : 0.0f;
+        __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++)
+            dst[n * 4] = pack_pair(acc[n][2 * r] * inv_l, acc[n][2 * r + 1] * inv_l);
+        if (has_lse && t == 0)
+            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] =
+                l_row[r] > 0.0f ? (m_row[r] + log2(l_row[r])) * M_LN2_F : -INFINITY;
+    }
+}

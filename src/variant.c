@@ -1,0 +1,154 @@
+/* Which forward kernel a call runs: the tensor-core one where the device,
+ * the dtype, the head dim and the views allow it, else the portable one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* cl_nv_device_attribute_query */
+#define DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+
+#define MMA_WARPS 4
+#define MMA_BLOCK_N 64
+
+/* The instructions the tensor-core kernel uses, in the smallest kernel that
+ * uses them all: if this builds, the compiler takes the inline PTX. */
+static const char probe_source[] =
+    "__kernel void probe(__global const ushort *src, __global float *dst)\n"
+    "{\n"
+    "    __local uint4 tile[32] __attribute__((aligned(16)));\n"
+    "    const uint lane = get_local_id(0);\n"
+    "    const uint addr = (uint)(size_t)&tile[lane];\n"
+    "    __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(addr), \"l\"(src + 8 * lane) : \"memory\");\n"
+    "    __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\");\n"
+    "    __asm__ volatile(\"cp.async.wait_group 0;\" ::: \"memory\");\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    uint a[4], b[4];\n"
+    "    __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\"\n"
+    "                     : \"=r\"(a[0]), \"=r\"(a[1]), \"=r\"(a[2]), \"=r\"(a[3]) : \"r\"(addr) : \"memory\");\n"
+    "    __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\"\n"
+    "                     : \"=r\"(b[0]), \"=r\"(b[1]), \"=r\"(b[2]), \"=r\"(b[3]) : \"r\"(addr) : \"memory\");\n"
+    "    float c[4] = {0, 0, 0, 0};\n"
+    "    __asm__ volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "                     : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "    __asm__ volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "                     : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[2]), \"r\"(b[3]));\n"
+    "    uint packed;\n"
+    "    __asm__(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(packed) : \"f\"(c[1]), \"f\"(c[0]));\n"
+    "    __asm__(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(packed) : \"f\"(c[3]), \"f\"(packed ? c[2] : 0.0f));\n"
+    "    float r;\n"
+    "    __asm__ volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=f\"(r) : \"f\"(c[2]), \"r\"(1));\n"
+    "    dst[lane] = r + (float)packed;\n"
+    "}\n";
+
+static bool has_extension(cl_device_id device, const char *name)
+{
+    size_t size = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || size == 0)
+        return false;
+    char *ext = malloc(size + 1);
+    if (!ext)
+        return false;
+    bool found = false;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, ext, NULL) == CL_SUCCESS) {
+        ext[size] = '\0';
+        const size_t n = strlen(name);
+        for (const char *p = strstr(ext, name); p && !found; p = strstr(p + 1, name))
+            found = (p == ext || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0');
+    }
+    free(ext);
+    return found;
+}
+
+void variant_probe(flashcl_context *ctx, bool portable_only)
+{
+    ctx->tensor_cores = false;
+    if (portable_only) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "disabled: portable_only or FLASHCL_PORTABLE=1");
+        return;
+    }
+    if (!has_extension(ctx->device, "cl_nv_device_attribute_query")) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "not an NVIDIA device (no cl_nv_device_attribute_query)");
+        return;
+    }
+    cl_uint major = 0, minor = 0;
+    clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof(major), &major, NULL);
+    clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof(minor), &minor, NULL);
+    if (major < 8) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "compute capability %u.%u; mma.sync m16n8k16 with cp.async needs 8.0", major, minor);
+        return;
+    }
+    const char *src = probe_source;
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &src, NULL, &err);
+    if (program)
+        err = clBuildProgram(program, 1, &ctx->device, "-cl-std=CL1.2", NULL, NULL);
+    if (program)
+        clReleaseProgram(program);
+    if (err != CL_SUCCESS) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "compute capability %u.%u, but the inline-PTX probe did not build (%d)", major, minor, err);
+        log_msg(ctx, FLASHCL_LOG_WARN, "tensor cores off: %s", ctx->tensor_core_note);
+        return;
+    }
+    ctx->tensor_cores = true;
+    snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+             "compute capability %u.%u, inline-PTX probe built", major, minor);
+    log_msg(ctx, FLASHCL_LOG_INFO, "tensor cores on: %s", ctx->tensor_core_note);
+}
+
+int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why)
+{
+    if (why)
+        *why = ctx ? ctx->tensor_core_note : "ctx is NULL";
+    return ctx && ctx->tensor_cores;
+}
+
+/* Every view's rows start on 16 bytes: offset and strides in multiples of 8. */
+static bool rows_aligned(const flashcl_tensor *t)
+{
+    const size_t esize = flashcl_dtype_size(t->dtype);
+    return (t->offset / esize) % 8 == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 &&
+           t->stride_head % 8 == 0;
+}
+
+bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_attention *a)
+{
+    return ctx->tensor_cores && (a->q.dtype == FLASHCL_F16 || a->q.dtype == FLASHCL_BF16) &&
+           a->head_dim % 16 == 0 && a->head_dim <= 128 && rows_aligned(&a->q) && rows_aligned(&a->k) &&
+           rows_aligned(&a->v) && rows_aligned(&a->o);
+}
+
+void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps)
+{
+    *warps = MMA_WARPS;
+    out->variant = FLASHCL_VARIANT_TENSOR_CORE;
+    out->block_m = 16 * MMA_WARPS;
+    out->block_n = MMA_BLOCK_N;
+    out->workgroup_size = 32 * MMA_WARPS;
+    out->local_bytes = (size_t)(out->block_m + 2 * out->block_n) * (size_t)head_dim * 2;
+}
+
+flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                      struct flashcl_tile *out)
+{
+    clear_error();
+    if (!ctx || !attn || !out)
+        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "out");
+    flashcl_status st = validate_attention(ctx, attn);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    if (variant_uses_tensor_cores(ctx, attn)) {
+        int warps;
+        variant_mma_tile(attn->head_dim, out, &warps);
+        return FLASHCL_SUCCESS;
+    }
+    int tm, tn;
+    return tile_choose(ctx, attn->head_dim, attn->q.dtype, out, &tm, &tn);
+}
