@@ -222,7 +222,10 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         copy_async_commit();  /* possibly empty: keeps the group count uniform */
 
         /* Online softmax on the fragments, in base 2. Masks only where needed. */
-        const bool edge = kb + BLOCK_N > seq_kv || (CAUSAL && kb + BLOCK_N - 1 > q0 + warp * 16 + diag);
+        bool edge = kb + BLOCK_N > seq_kv;
+#if CAUSAL
+        edge = edge || kb + BLOCK_N - 1 > q0 + warp * 16 + diag;
+#endif
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
@@ -278,13 +281,13 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         COPY_ASYNC_WAIT(1);  /* V has landed; the next K may still be in flight */
         barrier(CLK_LOCAL_MEM_FENCE);
         {
-            const int key = lane & 15, half = lane >> 4;
+            const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
 #pragma unroll
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
 #pragma unroll
                 for (int np = 0; np < O_TILES / 2; np++) {
                     uint bf[4];
-                    ldmatrix_x4_trans(local_address(&v_tile[swizzle(kc * 16 + key, np * 2 + half)]), bf);
+                    ldmatrix_x4_trans(local_address(&v_tile[swizzle(kc * 16 + key, np * 2 + upper)]), bf);
                     mma_16x8x16(acc[2 * np], pf[kc], bf[0], bf[1]);
                     mma_16x8x16(acc[2 * np + 1], pf[kc], bf[2], bf[3]);
                 }

@@ -11,8 +11,9 @@
  * so S and P round-trip through device memory: the memory wall the flash
  * kernel avoids. The workspace holds, per (batch, kv head), the `group`
  * query heads that share that kv head stacked along the rows:
- * [batch][kv head][group * seq][d]. One GEMM batch entry then serves a whole
- * GQA group with uniform strides.
+ * [batch][kv head][group * seq][d], each (batch, kv head) entry `entry`
+ * elements apart (padded for sub-buffer alignment). One GEMM batch entry then
+ * serves a whole GQA group with uniform strides.
  */
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
@@ -23,16 +24,16 @@
 
 /* Index of element (b, h, n, e) in the packed workspace. */
 static ulong packed_index(ulong b, ulong h, ulong n, ulong e, ulong heads, ulong group, ulong seq,
-                          ulong d)
+                          ulong d, ulong entry)
 {
     const ulong hk = h / group, gi = h % group;
-    return ((b * (heads / group) + hk) * (group * seq) + gi * seq + n) * d + e;
+    return (b * (heads / group) + hk) * entry + (gi * seq + n) * d + e;
 }
 
 /* One work-item per element of a [batch, seq, heads, d] view. */
 __kernel void pack_rows(__global const storage_t *src, ulong off, ulong sb, ulong ss, ulong sh,
-                        __global float *dst, ulong dst_off, ulong total, int seq, int heads, int group,
-                        int d)
+                        __global float *dst, ulong dst_off, ulong entry, ulong total, int seq, int heads,
+                        int group, int d)
 {
     const ulong id = get_global_id(0);
     if (id >= total)
@@ -40,11 +41,12 @@ __kernel void pack_rows(__global const storage_t *src, ulong off, ulong sb, ulon
     const ulong e = id % (ulong)d, t = id / (ulong)d;
     const ulong n = t % (ulong)seq, t2 = t / (ulong)seq;
     const ulong h = t2 % (ulong)heads, b = t2 / (ulong)heads;
-    dst[dst_off + packed_index(b, h, n, e, heads, group, seq, d)] = LOAD(src, off + b * sb + n * ss + h * sh + e);
+    dst[dst_off + packed_index(b, h, n, e, heads, group, seq, d, entry)] = LOAD(src, off + b * sb + n * ss + h * sh + e);
 }
 
-__kernel void unpack_rows(__global const float *src, ulong src_off, __global storage_t *dst, ulong off,
-                          ulong sb, ulong ss, ulong sh, ulong total, int seq, int heads, int group, int d)
+__kernel void unpack_rows(__global const float *src, ulong src_off, ulong entry, __global storage_t *dst,
+                          ulong off, ulong sb, ulong ss, ulong sh, ulong total, int seq, int heads, int group,
+                          int d)
 {
     const ulong id = get_global_id(0);
     if (id >= total)
@@ -52,13 +54,13 @@ __kernel void unpack_rows(__global const float *src, ulong src_off, __global sto
     const ulong e = id % (ulong)d, t = id / (ulong)d;
     const ulong n = t % (ulong)seq, t2 = t / (ulong)seq;
     const ulong h = t2 % (ulong)heads, b = t2 / (ulong)heads;
-    STORE(dst, off + b * sb + n * ss + h * sh + e, src[src_off + packed_index(b, h, n, e, heads, group, seq, d)]);
+    STORE(dst, off + b * sb + n * ss + h * sh + e, src[src_off + packed_index(b, h, n, e, heads, group, seq, d, entry)]);
 }
 
 /* One work-group per row of S (already scaled): masked softmax in place,
  * and the row's LSE. A row with no visible key becomes 0, LSE -inf. */
 __kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1)))
-void row_softmax(__global float *s, ulong s_off, int seq_q, int seq_kv, int heads_q, int group,
+void row_softmax(__global float *s, ulong s_off, ulong s_entry, int seq_q, int seq_kv, int heads_q, int group,
                  int causal, __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                  int has_lse)
 {
@@ -73,7 +75,7 @@ void row_softmax(__global float *s, ulong s_off, int seq_q, int seq_kv, int head
     const int h = (int)(kv_batch % (ulong)heads_kv) * group + gi;
     /* Bottom-right causal alignment: key j is visible if j <= i + seq_kv - seq_q. */
     const int visible = causal ? clamp(i + seq_kv - seq_q + 1, 0, seq_kv) : seq_kv;
-    __global float *x = s + s_off + row * (ulong)seq_kv;
+    __global float *x = s + s_off + kv_batch * s_entry + r * (ulong)seq_kv;
 
     float m = -INFINITY;
     for (int j = lid; j < visible; j += SOFTMAX_WG)

@@ -116,8 +116,11 @@ static flashcl_status query_device(flashcl_context *ctx)
                            &ctx->global_mem_size, NULL);
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
                            sizeof(ctx->max_workgroup_size), &ctx->max_workgroup_size, NULL);
+    cl_uint align_bits = 0;
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(align_bits), &align_bits, NULL);
     if (err != CL_SUCCESS)
         return fail(NULL, FLASHCL_INVALID_VALUE, "cannot query the device (is it a valid cl_device_id?)");
+    ctx->base_align_bytes = align_bits / 8 > 512 ? align_bits / 8 : 512;
     ctx->device_name[sizeof(ctx->device_name) - 1] = '\0';
     if (ctx->max_workgroup_size < 64)
         return fail(NULL, FLASHCL_ERROR_UNSUPPORTED_DEVICE,

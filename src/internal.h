@@ -80,6 +80,7 @@ struct flashcl_context {
     cl_device_type device_type;
     cl_ulong local_mem_size;
     cl_ulong max_alloc_size;
+    size_t base_align_bytes;  /* sub-buffer origin alignment (at least 512) */
     cl_ulong global_mem_size;
     size_t max_workgroup_size;
 

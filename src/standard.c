@@ -3,41 +3,78 @@
 #include <clblast_c.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "internal.h"
 
+/* CLBlast's kernels index with 32-bit ints: each GEMM call must see fewer
+ * than 2^31 elements per operand. The workspace is therefore laid out in
+ * (batch, kv head) entries padded to the sub-buffer alignment, and GEMMs run
+ * on sub-buffers of as many whole entries as stay under that limit. */
+#define CLBLAST_MAX_ELEMENTS ((size_t)1 << 31)
+
+/* The limit, lowered by FLASHCL_TEST_GEMM_LIMIT (elements) so the tests can
+ * run the chunked path on small problems. */
+static size_t gemm_limit(void)
+{
+    const char *env = getenv("FLASHCL_TEST_GEMM_LIMIT");
+    const long long v = env ? atoll(env) : 0;
+    return v > 0 && (size_t)v < CLBLAST_MAX_ELEMENTS ? (size_t)v : CLBLAST_MAX_ELEMENTS;
+}
+
 /* Workspace regions, in f32 elements: packed Q (reused for O once S exists),
- * packed K, packed V, then S/P. */
+ * packed K, packed V, then S/P; each region `entries` entries of its stride. */
 struct workspace_plan {
-    size_t q, k, v, s;       /* element offsets */
-    size_t elements;         /* total */
+    size_t entries;                      /* batch * heads_kv */
+    size_t rows;                         /* group * seq_q: query rows per entry */
+    size_t q_entry, kv_entry, s_entry;   /* padded entry strides */
+    size_t q, k, v, s;                   /* region offsets */
+    size_t elements;                     /* total */
+    size_t limit;                        /* elements one GEMM call may index */
+    size_t chunk;                        /* entries per GEMM call */
 };
 
-static bool mul3_overflows(size_t a, size_t b, size_t c, size_t *out)
+static size_t round_up(size_t x, size_t to)
 {
-    if ((b && a > SIZE_MAX / b) || (c && a * b > SIZE_MAX / c))
+    return (x + to - 1) / to * to;
+}
+
+static bool mul_overflows(size_t a, size_t b, size_t *out)
+{
+    if (b && a > SIZE_MAX / b)
         return true;
-    *out = a * b * c;
+    *out = a * b;
     return false;
 }
 
 static flashcl_status plan_workspace(const flashcl_context *ctx, const struct flashcl_attention *a,
                                      struct workspace_plan *p)
 {
-    const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
-    const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
-    size_t q_elems, kv_elems, s_elems, rows;
-    if (mul3_overflows(b, hq, nq, &rows) || mul3_overflows(rows, d, 1, &q_elems) ||
-        mul3_overflows(b * hk, nk, d, &kv_elems) || mul3_overflows(rows, nk, 1, &s_elems) ||
-        q_elems > SIZE_MAX / 8 || kv_elems > SIZE_MAX / 8 || s_elems > SIZE_MAX / 8 ||
-        q_elems + 2 * kv_elems + s_elems > SIZE_MAX / sizeof(float))
+    const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv, d = (size_t)a->head_dim;
+    const size_t group = (size_t)(a->heads_q / a->heads_kv);
+    const size_t align = ctx->base_align_bytes / sizeof(float);
+    p->entries = (size_t)a->batch * (size_t)a->heads_kv;
+    p->rows = group * nq;
+    size_t q_e, kv_e, s_e, q_all, kv_all, s_all;
+    if (mul_overflows(p->rows, d, &q_e) || mul_overflows(nk, d, &kv_e) || mul_overflows(p->rows, nk, &s_e) ||
+        s_e > SIZE_MAX / 2 || mul_overflows(p->entries, round_up(q_e, align), &q_all) ||
+        mul_overflows(p->entries, round_up(kv_e, align), &kv_all) ||
+        mul_overflows(p->entries, round_up(s_e, align), &s_all) || s_all > SIZE_MAX / 8 || q_all > SIZE_MAX / 8 ||
+        kv_all > SIZE_MAX / 8)
         return fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                     "the standard path's workspace for %zu x %zu scores per head overflows size_t", nq, nk);
+    p->q_entry = round_up(q_e, align);
+    p->kv_entry = round_up(kv_e, align);
+    p->s_entry = round_up(s_e, align);
     p->q = 0;
-    p->k = q_elems;
-    p->v = p->k + kv_elems;
-    p->s = p->v + kv_elems;
-    p->elements = p->s + s_elems;
+    p->k = q_all;
+    p->v = p->k + kv_all;
+    p->s = p->v + kv_all;
+    p->elements = p->s + s_all;
+    size_t largest = p->s_entry > p->q_entry ? p->s_entry : p->q_entry;
+    largest = largest > p->kv_entry ? largest : p->kv_entry;
+    p->limit = gemm_limit();
+    p->chunk = largest < p->limit ? (p->limit - 1) / largest : 0;
     return FLASHCL_SUCCESS;
 }
 
@@ -129,13 +166,14 @@ static cl_int set_view(cl_kernel kernel, cl_uint first, const flashcl_tensor *t,
 
 /* Enqueues pack of one tensor into the workspace at element offset dst_off. */
 static cl_int enqueue_pack(cl_command_queue queue, cl_kernel pack, const flashcl_tensor *t, size_t esize,
-                           cl_mem ws, cl_ulong dst_off, const struct repack_shape *r, cl_uint n_wait,
-                           const cl_event *wait)
+                           cl_mem ws, cl_ulong dst_off, cl_ulong entry, const struct repack_shape *r,
+                           cl_uint n_wait, const cl_event *wait)
 {
     cl_int err = set_view(pack, 0, t, esize);
     err |= clSetKernelArg(pack, 5, sizeof(cl_mem), &ws);
     err |= clSetKernelArg(pack, 6, sizeof(cl_ulong), &dst_off);
-    err |= set_repack_args(pack, 7, r);
+    err |= clSetKernelArg(pack, 7, sizeof(cl_ulong), &entry);
+    err |= set_repack_args(pack, 8, r);
     if (err != CL_SUCCESS)
         return err;
     return enqueue_elementwise(queue, pack, (size_t)r->total, n_wait, wait, NULL);
@@ -147,6 +185,63 @@ static flashcl_status clblast_failed(const flashcl_context *ctx, const char *wha
         return fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "CLBlast's %s ran out of device memory (%d)",
                     what, (int)code);
     return fail(ctx, FLASHCL_ERROR_CLBLAST, "CLBlast's %s failed with status %d", what, (int)code);
+}
+
+enum gemm_kind {
+    GEMM_SCORES,  /* S = scale · Q Kᵀ */
+    GEMM_OUTPUT   /* O = P V, written over packed Q */
+};
+
+/* A sub-buffer of `count` elements of ws from element `first`. */
+static cl_mem region(cl_mem ws, size_t first, size_t count, cl_int *err)
+{
+    const cl_buffer_region r = {first * sizeof(float), count * sizeof(float)};
+    return clCreateSubBuffer(ws, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, err);
+}
+
+/* Runs one strided-batched GEMM over all entries, plan->chunk entries per
+ * CLBlast call, each call on sub-buffers so its indices fit in 32 bits. */
+static flashcl_status gemm_chunks(const flashcl_context *ctx, cl_command_queue queue, cl_mem ws,
+                                  const struct workspace_plan *p, enum gemm_kind kind, float alpha, size_t d,
+                                  size_t nk)
+{
+    const bool whole = p->elements < p->limit;  /* one call on ws itself */
+    for (size_t first = 0; first < p->entries; first += p->chunk) {
+        const size_t n = p->entries - first < p->chunk ? p->entries - first : p->chunk;
+        cl_int err = CL_SUCCESS;
+        cl_mem q = ws, kv = ws, s = ws;
+        size_t q_off = p->q, kv_off = kind == GEMM_SCORES ? p->k : p->v, s_off = p->s;
+        if (!whole) {
+            q = region(ws, p->q + first * p->q_entry, n * p->q_entry, &err);
+            kv = err ? NULL : region(ws, kv_off + first * p->kv_entry, n * p->kv_entry, &err);
+            s = err ? NULL : region(ws, p->s + first * p->s_entry, n * p->s_entry, &err);
+            q_off = kv_off = s_off = 0;
+        }
+        CLBlastStatusCode code = CLBlastSuccess;
+        if (err == CL_SUCCESS && kind == GEMM_SCORES)
+            code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, p->rows,
+                                              nk, d, alpha, q, q_off, d, p->q_entry, kv, kv_off, d, p->kv_entry, 0.0f,
+                                              s, s_off, nk, p->s_entry, n, &queue, NULL);
+        else if (err == CL_SUCCESS)
+            code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, p->rows,
+                                              d, nk, alpha, s, s_off, nk, p->s_entry, kv, kv_off, d, p->kv_entry, 0.0f,
+                                              q, q_off, d, p->q_entry, n, &queue, NULL);
+        if (!whole) {  /* released now, freed once the GEMM is done with them */
+            if (q)
+                clReleaseMemObject(q);
+            if (kv)
+                clReleaseMemObject(kv);
+            if (s)
+                clReleaseMemObject(s);
+        }
+        if (err != CL_SUCCESS)
+            return fail(ctx, (flashcl_status)err,
+                        "creating sub-buffers of the standard path's workspace failed (%d); a workspace over "
+                        "2^31 floats must be a buffer, not itself a sub-buffer", err);
+        if (code != CLBlastSuccess)
+            return clblast_failed(ctx, kind == GEMM_SCORES ? "SGEMM for S = QKᵀ" : "SGEMM for O = PV", code);
+    }
+    return FLASHCL_SUCCESS;
 }
 
 /* The whole chain; caller holds ctx->lock. */
@@ -169,34 +264,33 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     const size_t esize = flashcl_dtype_size(a->q.dtype);
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv, d = (size_t)a->head_dim;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, group = hq / hk;
+    (void)d;
     const struct repack_shape rq = {(cl_ulong)(b * nq * hq * d), a->seq_q, a->heads_q, (cl_int)group, a->head_dim};
     const struct repack_shape rkv = {(cl_ulong)(b * nk * hk * d), a->seq_kv, a->heads_kv, 1, a->head_dim};
 
     /* The wait list gates the packs; everything after follows in queue order. */
-    cl_int err = enqueue_pack(queue, pack, &a->q, esize, ws, plan->q, &rq, n_wait, wait);
+    cl_int err = enqueue_pack(queue, pack, &a->q, esize, ws, plan->q, plan->q_entry, &rq, n_wait, wait);
     if (err == CL_SUCCESS)
-        err = enqueue_pack(queue, pack, &a->k, esize, ws, plan->k, &rkv, n_wait, wait);
+        err = enqueue_pack(queue, pack, &a->k, esize, ws, plan->k, plan->kv_entry, &rkv, n_wait, wait);
     if (err == CL_SUCCESS)
-        err = enqueue_pack(queue, pack, &a->v, esize, ws, plan->v, &rkv, n_wait, wait);
+        err = enqueue_pack(queue, pack, &a->v, esize, ws, plan->v, plan->kv_entry, &rkv, n_wait, wait);
     if (err != CL_SUCCESS)
         return fail(ctx, (flashcl_status)err, "enqueueing the standard path's packing failed (%d)", err);
 
-    /* S[g] (group·Nq × Nk) = scale · Q[g] · K[g]ᵀ, one batch entry per (batch, kv head). */
-    const size_t rows = group * nq, batches = b * hk;
-    CLBlastStatusCode code = CLBlastSgemmStridedBatched(
-        CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeYes, rows, nk, d, effective_scale(a),
-        ws, plan->q, d, rows * d, ws, plan->k, d, nk * d, 0.0f, ws, plan->s, nk, rows * nk, batches, &queue, NULL);
-    if (code != CLBlastSuccess)
-        return clblast_failed(ctx, "SGEMM for S = QKᵀ", code);
+    /* S[e] (group·Nq × Nk) = scale · Q[e] · K[e]ᵀ, one batch entry per (batch, kv head). */
+    st = gemm_chunks(ctx, queue, ws, plan, GEMM_SCORES, effective_scale(a), (size_t)a->head_dim, nk);
+    if (st != FLASHCL_SUCCESS)
+        return st;
 
     const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, heads_q = a->heads_q, grp = (cl_int)group;
     const cl_int causal = a->causal ? 1 : 0, has_lse = a->lse.mem != NULL;
-    const cl_ulong s_off = plan->s;
+    const cl_ulong s_off = plan->s, s_entry = plan->s_entry;
     const cl_ulong lse_v[4] = {a->lse.offset / sizeof(float), a->lse.stride_batch, a->lse.stride_seq,
                                a->lse.stride_head};
     cl_uint arg = 0;
     err = clSetKernelArg(softmax, arg++, sizeof(cl_mem), &ws);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_off);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_entry);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_q);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_kv);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &heads_q);
@@ -212,18 +306,17 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     if (err != CL_SUCCESS)
         return fail(ctx, (flashcl_status)err, "enqueueing the row softmax failed (%d)", err);
 
-    /* O[g] (group·Nq × d) = P[g] · V[g], into the packed-Q region (Q is no longer needed). */
-    code = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, rows, d, nk,
-                                      1.0f, ws, plan->s, nk, rows * nk, ws, plan->v, d, nk * d, 0.0f, ws, plan->q,
-                                      d, rows * d, batches, &queue, NULL);
-    if (code != CLBlastSuccess)
-        return clblast_failed(ctx, "SGEMM for O = PV", code);
+    /* O[e] (group·Nq × d) = P[e] · V[e], into the packed-Q region (Q is no longer needed). */
+    st = gemm_chunks(ctx, queue, ws, plan, GEMM_OUTPUT, 1.0f, (size_t)a->head_dim, nk);
+    if (st != FLASHCL_SUCCESS)
+        return st;
 
-    const cl_ulong o_src = plan->q;
+    const cl_ulong o_src = plan->q, o_entry = plan->q_entry;
     err = clSetKernelArg(unpack, 0, sizeof(cl_mem), &ws);
     err |= clSetKernelArg(unpack, 1, sizeof(cl_ulong), &o_src);
-    err |= set_view(unpack, 2, &a->o, esize);
-    err |= set_repack_args(unpack, 7, &rq);
+    err |= clSetKernelArg(unpack, 2, sizeof(cl_ulong), &o_entry);
+    err |= set_view(unpack, 3, &a->o, esize);
+    err |= set_repack_args(unpack, 8, &rq);
     if (err == CL_SUCCESS)
         err = enqueue_elementwise(queue, unpack, (size_t)rq.total, 0, NULL, event);
     if (err != CL_SUCCESS)
@@ -244,19 +337,19 @@ flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flash
     if (st != FLASHCL_SUCCESS)
         return st;
     const size_t bytes = plan.elements * sizeof(float);
-
+    /* The memory wall first, then CLBlast's own limit, then the allocation. */
+    st = workspace ? check_workspace(ctx, workspace, bytes) : check_fits(ctx, bytes);
+    if (st == FLASHCL_SUCCESS && plan.chunk == 0)
+        st = fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+                  "one head group's scores (%zu x %d) reach %zu elements, past CLBlast's 32-bit indexing; "
+                  "the flash path has no such limit", plan.rows, attn->seq_kv, plan.limit);
     cl_mem ws = workspace;
-    if (ws) {
-        st = check_workspace(ctx, ws, bytes);
-    } else {
-        st = check_fits(ctx, bytes);
-        if (st == FLASHCL_SUCCESS) {
-            cl_int err;
-            ws = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-            if (!ws)
-                st = fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
-                          "allocating the standard path's %.2f GiB workspace failed (%d)", bytes / 1073741824.0, err);
-        }
+    if (st == FLASHCL_SUCCESS && !ws) {
+        cl_int err;
+        ws = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        if (!ws)
+            st = fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+                      "allocating the standard path's %.2f GiB workspace failed (%d)", bytes / 1073741824.0, err);
     }
     if (st != FLASHCL_SUCCESS)
         return st;

@@ -136,7 +136,7 @@ START_TEST(log_callback)
     p.log_user = &rec;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
-    ck_assert_int_eq(rec.infos, 1);
+    ck_assert_int_ge(rec.infos, 1);  /* the device chosen (and, on NVIDIA, the tensor-core probe) */
     ck_assert_ptr_nonnull(strstr(rec.first, flashcl_context_device_name(ctx)));
     ck_assert_int_eq(rec.debugs, 0);  /* INFO is the default level */
     flashcl_context_destroy(&ctx);
