@@ -6,6 +6,8 @@
 # CLBlast and Check in .devdeb/ (carried with the tree).
 #
 #   bench/gpu-run.sh [tests|bench|all] [flashcl-bench options...]
+#   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n;
+#                    each is checked by the forward tests, then timed at N=16k next to FA2)
 set -u -o pipefail
 MODE=${1:-all}; shift || true
 OUT=${OUT:-$PWD/gpu-out}
@@ -54,5 +56,25 @@ PY
 )
   python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$OUT/torch.csv" 2>"$OUT/torch.log" || status=1
   python3 bench/compare.py "$OUT/flashcl.csv" "$OUT/torch.csv" | tee "$OUT/compare.md"
+fi
+if [ "$MODE" = mma-sweep ]; then
+  CONFIGS=${1:-"4,1,64 4,2,64 4,2,32 8,1,64"}
+  meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
+  grep -E "^ *[0-9]+/[0-9]+ " "$OUT/tests.log" | head -10
+  SHAPES=(--n 16384 --d 64,128 --dtype f16 --causal 0,1 --paths flash)
+  for cfg in $CONFIGS; do
+    if FLASHCL_MMA_CONFIG=$cfg "$BUILD/tests/test_forward" > "$OUT/forward-$cfg.log" 2>&1; then
+      echo "config $cfg: forward tests pass"
+      FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose \
+        "${SHAPES[@]}" --csv "$OUT/sweep-$cfg.csv" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " \
+        | sed "s/^/[$cfg] /" | tee -a "$OUT/sweep.log"
+    else
+      echo "config $cfg: forward tests FAIL"; grep -E ":F:|:E:" "$OUT/forward-$cfg.log" | head -5 | tee -a "$OUT/sweep.log"
+    fi
+    rm -f "$OUT/forward-$cfg.log"
+  done
+  python3 bench/torch_sdpa.py --n 16384 --d 64,128 --dtype f16 --causal 0,1 --csv "$OUT/torch.csv" 2>/dev/null
+  grep fa2 "$OUT/torch.csv" | tee -a "$OUT/sweep.log"
+  rm -f "$OUT"/sweep-*.csv
 fi
 exit $status

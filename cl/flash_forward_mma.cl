@@ -7,8 +7,11 @@
  * whose compiler passed the probe (src/variant.c), for 16-byte-aligned
  * views and a head dim this file supports (HEAD_DIM a multiple of 16, <= 128).
  *
- * A work-group is WARPS warps; warp w owns query rows 16w..16w+15 of the
- * block. Each iteration streams one BLOCK_N-key block of K and V into local
+ * A work-group is WARPS warps; warp w owns M_TILES x 16 consecutive query
+ * rows of the block. With M_TILES = 2 every K/V fragment loaded with ldmatrix
+ * feeds two mma (half the local-memory traffic per mma), and Q fragments are
+ * re-read from local memory each k-step to leave registers for the second
+ * tile; with M_TILES = 1 Q stays in registers. Each iteration streams one BLOCK_N-key block of K and V into local
  * memory with cp.async (K of the next block loads while this block's softmax
  * and P·V run), loads fragments with ldmatrix, and runs
  *     S = Q Kᵀ      mma.sync m16n8k16 (Q fragments stay in registers)
@@ -34,19 +37,29 @@
 #ifndef BLOCK_N
 #define BLOCK_N 64           /* keys per streamed block */
 #endif
+#ifndef M_TILES
+#define M_TILES 1            /* 16-row mma tiles per warp: 1 or 2 */
+#endif
 
-#define BLOCK_M (16 * WARPS)
+#define WARP_ROWS (16 * M_TILES)
+#define BLOCK_M (WARP_ROWS * WARPS)
 #define WG (32 * WARPS)
 #define CHUNKS (HEAD_DIM / 8)          /* 16-byte chunks per row */
 #define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
 #define S_TILES (BLOCK_N / 8)          /* n-tiles of S per warp */
 #define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
+/* XOR swizzle within aligned groups of 8 chunks (or fewer, when a row has
+ * fewer or a non-multiple of 8): a group must divide CHUNKS. */
+#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
 
 #if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
 #error "HEAD_DIM must be a multiple of 16, at most 128"
 #endif
 #if BLOCK_N % 16 != 0
 #error "BLOCK_N must be a multiple of 16"
+#endif
+#if M_TILES != 1 && M_TILES != 2
+#error "M_TILES must be 1 or 2"
 #endif
 
 #if DTYPE == 1
@@ -117,7 +130,7 @@ static inline float quad_xor(float v, int mask)
 /* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
 static inline int swizzle(int row, int chunk)
 {
-    return row * CHUNKS + (chunk ^ (row & 7));
+    return row * CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
 }
 
 /* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row
@@ -177,21 +190,26 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     COPY_ASYNC_WAIT(0);
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    /* Q fragments for this warp's 16 rows, all of d: a0..a3 per k-step. */
+    /* Q fragments (a0..a3 per k-step) of this warp's rows, from q_tile. */
+    const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
+#if M_TILES == 1
     uint qf[KSTEPS][4];
-    {
-        const int j = lane >> 3, row = warp * 16 + 8 * (j & 1) + (lane & 7);
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++)
-            ldmatrix_x4(local_address(&q_tile[swizzle(row, kk * 2 + (j >> 1))]), qf[kk]);
-    }
+    for (int kk = 0; kk < KSTEPS; kk++)
+        ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
+#endif
 
-    float acc[O_TILES][4];
+    float acc[M_TILES][O_TILES][4];
+    float m_row[M_TILES][2], l_row[M_TILES][2];
 #pragma unroll
-    for (int n = 0; n < O_TILES; n++)
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
-    const int row0 = q0 + warp * 16 + g;  /* this thread's rows: row0 and row0 + 8 */
+    for (int mt = 0; mt < M_TILES; mt++) {
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++)
+            acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        m_row[mt][0] = m_row[mt][1] = -INFINITY;
+        l_row[mt][0] = l_row[mt][1] = 0.0f;
+    }
+    const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 
     for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
         load_tile(v_tile, BLOCK_N, v_base, v_ss, kb, seq_kv, tid);
@@ -199,20 +217,37 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         COPY_ASYNC_WAIT(1);  /* this block's K has landed; V may still be in flight */
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        float s[S_TILES][4];
+        float s[M_TILES][S_TILES][4];
 #pragma unroll
-        for (int n = 0; n < S_TILES; n++)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int n = 0; n < S_TILES; n++)
+                s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
         {
             const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; kk++) {
+#if M_TILES == 1
+                const uint *qa[1] = {qf[kk]};
+#else
+                uint qr[M_TILES][4];
+                const uint *qa[M_TILES];
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + 16 * mt + q_lane_row,
+                                                              kk * 2 + q_lane_chunk)]), qr[mt]);
+                    qa[mt] = qr[mt];
+                }
+#endif
 #pragma unroll
                 for (int np = 0; np < S_TILES / 2; np++) {
                     uint bf[4];
                     ldmatrix_x4(local_address(&k_tile[swizzle(np * 16 + key, kk * 2 + (j & 1))]), bf);
-                    mma_16x8x16(s[2 * np], qf[kk], bf[0], bf[1]);
-                    mma_16x8x16(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+#pragma unroll
+                    for (int mt = 0; mt < M_TILES; mt++) {
+                        mma_16x8x16(s[mt][2 * np], qa[mt], bf[0], bf[1]);
+                        mma_16x8x16(s[mt][2 * np + 1], qa[mt], bf[2], bf[3]);
+                    }
                 }
             }
         }
@@ -224,58 +259,60 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         /* Online softmax on the fragments, in base 2. Masks only where needed. */
         bool edge = kb + BLOCK_N > seq_kv;
 #if CAUSAL
-        edge = edge || kb + BLOCK_N - 1 > q0 + warp * 16 + diag;
+        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag;
 #endif
+        uint pf[M_TILES][BLOCK_N / 16][4];
 #pragma unroll
-        for (int n = 0; n < S_TILES; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[n][e] * scale_log2;
-                if (edge) {
-                    const int key = kb + n * 8 + 2 * t + (e & 1);
-                    const int row = row0 + 8 * (e >> 1);
-                    bool visible = key < seq_kv;
-#if CAUSAL
-                    visible = visible && key <= row + diag;
-#endif
-                    x = visible ? x : -INFINITY;
-                }
-                s[n][e] = x;
-            }
-        uint pf[BLOCK_N / 16][4];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
+        for (int mt = 0; mt < M_TILES; mt++) {
 #pragma unroll
             for (int n = 0; n < S_TILES; n++)
-                mx = fmax(mx, fmax(s[n][2 * r], s[n][2 * r + 1]));
-            mx = fmax(mx, quad_xor(mx, 1));
-            mx = fmax(mx, quad_xor(mx, 2));
-            const float m_new = fmax(m_row[r], mx);
-            /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
-            const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-            const float alpha = native_exp2(m_row[r] - m_ref);
-            float sum = 0.0f;
 #pragma unroll
-            for (int n = 0; n < S_TILES; n++) {
-                s[n][2 * r] = native_exp2(s[n][2 * r] - m_ref);
-                s[n][2 * r + 1] = native_exp2(s[n][2 * r + 1] - m_ref);
-                sum += s[n][2 * r] + s[n][2 * r + 1];
+                for (int e = 0; e < 4; e++) {
+                    float x = s[mt][n][e] * scale_log2;
+                    if (edge) {
+                        const int key = kb + n * 8 + 2 * t + (e & 1);
+                        bool visible = key < seq_kv;
+#if CAUSAL
+                        visible = visible && key <= warp_row0 + 16 * mt + g + 8 * (e >> 1) + diag;
+#endif
+                        x = visible ? x : -INFINITY;
+                    }
+                    s[mt][n][e] = x;
+                }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < S_TILES; n++)
+                    mx = fmax(mx, fmax(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+                mx = fmax(mx, quad_xor(mx, 1));
+                mx = fmax(mx, quad_xor(mx, 2));
+                const float m_new = fmax(m_row[mt][r], mx);
+                /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
+                const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+                const float alpha = native_exp2(m_row[mt][r] - m_ref);
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < S_TILES; n++) {
+                    s[mt][n][2 * r] = native_exp2(s[mt][n][2 * r] - m_ref);
+                    s[mt][n][2 * r + 1] = native_exp2(s[mt][n][2 * r + 1] - m_ref);
+                    sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+                }
+                l_row[mt][r] = l_row[mt][r] * alpha + sum;
+                m_row[mt][r] = m_new;
+#pragma unroll
+                for (int n = 0; n < O_TILES; n++) {
+                    acc[mt][n][2 * r] *= alpha;
+                    acc[mt][n][2 * r + 1] *= alpha;
+                }
             }
-            l_row[r] = l_row[r] * alpha + sum;
-            m_row[r] = m_new;
 #pragma unroll
-            for (int n = 0; n < O_TILES; n++) {
-                acc[n][2 * r] *= alpha;
-                acc[n][2 * r + 1] *= alpha;
+            for (int kc = 0; kc < BLOCK_N / 16; kc++) {
+                pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+                pf[mt][kc][1] = pack_pair(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+                pf[mt][kc][2] = pack_pair(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+                pf[mt][kc][3] = pack_pair(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
             }
-        }
-#pragma unroll
-        for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-            pf[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
-            pf[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
-            pf[kc][2] = pack_pair(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-            pf[kc][3] = pack_pair(s[2 * kc + 1][2], s[2 * kc + 1][3]);
         }
 
         COPY_ASYNC_WAIT(1);  /* V has landed; the next K may still be in flight */
@@ -288,8 +325,11 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                 for (int np = 0; np < O_TILES / 2; np++) {
                     uint bf[4];
                     ldmatrix_x4_trans(local_address(&v_tile[swizzle(kc * 16 + key, np * 2 + upper)]), bf);
-                    mma_16x8x16(acc[2 * np], pf[kc], bf[0], bf[1]);
-                    mma_16x8x16(acc[2 * np + 1], pf[kc], bf[2], bf[3]);
+#pragma unroll
+                    for (int mt = 0; mt < M_TILES; mt++) {
+                        mma_16x8x16(acc[mt][2 * np], pf[mt][kc], bf[0], bf[1]);
+                        mma_16x8x16(acc[mt][2 * np + 1], pf[mt][kc], bf[2], bf[3]);
+                    }
                 }
             }
         }
@@ -297,25 +337,26 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     }
     COPY_ASYNC_WAIT(0);
 
-    /* Each thread summed l over its own keys: add the quad's four partials. */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l_row[r] += quad_xor(l_row[r], 1);
-        l_row[r] += quad_xor(l_row[r], 2);
-    }
     __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)h * o_sh;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + 8 * r;
-        if (row >= seq_q)
-            continue;
-        const float inv_l = l_row[r] > 0.0f ? 1.0f / l_row[r] : 0.0f;
-        __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
+    for (int mt = 0; mt < M_TILES; mt++) {
 #pragma unroll
-        for (int n = 0; n < O_TILES; n++)
-            dst[n * 4] = pack_pair(acc[n][2 * r] * inv_l, acc[n][2 * r + 1] * inv_l);
-        if (has_lse && t == 0)
-            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] =
-                l_row[r] > 0.0f ? (m_row[r] + log2(l_row[r])) * M_LN2_F : -INFINITY;
+        for (int r = 0; r < 2; r++) {
+            /* Each thread summed l over its own keys: add the quad's four partials. */
+            float l = l_row[mt][r];
+            l += quad_xor(l, 1);
+            l += quad_xor(l, 2);
+            const int row = warp_row0 + 16 * mt + g + 8 * r;
+            if (row >= seq_q)
+                continue;
+            const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+            __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
+#pragma unroll
+            for (int n = 0; n < O_TILES; n++)
+                dst[n * 4] = pack_pair(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
+            if (has_lse && t == 0)
+                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] =
+                    l > 0.0f ? (m_row[mt][r] + log2(l)) * M_LN2_F : -INFINITY;
+        }
     }
 }

@@ -65,7 +65,7 @@ float effective_scale(const struct flashcl_attention *attn);
 /* Sets ctx->tensor_cores (and the note saying why) for the context's device. */
 void variant_probe(flashcl_context *ctx, bool portable_only);
 bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_attention *a);
-void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps);
+void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps, int *m_tiles);
 
 /* ---- validate.c ---- */
 

@@ -1,5 +1,6 @@
 /* Which forward kernel a call runs: the tensor-core one where the device,
  * the dtype, the head dim and the views allow it, else the portable one. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,8 +10,26 @@
 #define DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
 #define DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
 
-#define MMA_WARPS 4
-#define MMA_BLOCK_N 64
+/* The tensor-core kernel's shape by head dim (measured on the H200, see
+ * docs/perf.md): warps per work-group, 16-row mma tiles per warp, keys per
+ * K/V block. FLASHCL_MMA_CONFIG="warps,m_tiles,block_n" overrides it, for
+ * measuring other shapes. */
+struct mma_shape {
+    int warps, m_tiles, block_n;
+};
+
+static struct mma_shape mma_shape_for(int head_dim)
+{
+    struct mma_shape shape = {4, 1, 64};
+    (void)head_dim;
+    const char *env = getenv("FLASHCL_MMA_CONFIG");
+    struct mma_shape forced;
+    if (env && sscanf(env, "%d,%d,%d", &forced.warps, &forced.m_tiles, &forced.block_n) == 3 &&
+        forced.warps >= 1 && forced.warps <= 8 && (forced.m_tiles == 1 || forced.m_tiles == 2) &&
+        forced.block_n >= 16 && forced.block_n <= 128 && forced.block_n % 16 == 0)
+        shape = forced;
+    return shape;
+}
 
 /* The instructions the tensor-core kernel uses, in the smallest kernel that
  * uses them all: if this builds, the compiler takes the inline PTX. */
@@ -125,13 +144,15 @@ bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_
            rows_aligned(&a->v) && rows_aligned(&a->o);
 }
 
-void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps)
+void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps, int *m_tiles)
 {
-    *warps = MMA_WARPS;
+    const struct mma_shape shape = mma_shape_for(head_dim);
+    *warps = shape.warps;
+    *m_tiles = shape.m_tiles;
     out->variant = FLASHCL_VARIANT_TENSOR_CORE;
-    out->block_m = 16 * MMA_WARPS;
-    out->block_n = MMA_BLOCK_N;
-    out->workgroup_size = 32 * MMA_WARPS;
+    out->block_m = 16 * shape.m_tiles * shape.warps;
+    out->block_n = shape.block_n;
+    out->workgroup_size = 32 * shape.warps;
     out->local_bytes = (size_t)(out->block_m + 2 * out->block_n) * (size_t)head_dim * 2;
 }
 
@@ -145,8 +166,8 @@ flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl
     if (st != FLASHCL_SUCCESS)
         return st;
     if (variant_uses_tensor_cores(ctx, attn)) {
-        int warps;
-        variant_mma_tile(attn->head_dim, out, &warps);
+        int warps, m_tiles;
+        variant_mma_tile(attn->head_dim, out, &warps, &m_tiles);
         return FLASHCL_SUCCESS;
     }
     int tm, tn;
