@@ -310,6 +310,34 @@ FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
  * NULL) gets a sentence saying why or why not. */
 FLASHCL_API int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why);
 
+/* ------------------------------------------------------------------------ */
+/* IO model                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Predicted device-memory traffic of one attention forward (all heads), and
+ * block-read counts for the two flash loop orders: K/V blocks outer (the
+ * first FlashAttention: each K/V block read once, each Q block once per K/V
+ * block) and Q blocks outer (FlashAttention-2: each Q block read once, each
+ * K/V block once per Q block). Standard attention writes S and P in f32. */
+struct flashcl_io_estimate {
+    double flops;                    /* 4·B·Hq·Nq·Nk·d (no causal halving) */
+    double standard_bytes;           /* Q, K read; S written, read; P written, read; V read; O written */
+    double flash_bytes;              /* Q blocks outer (what flashcl runs) */
+    double flash_kv_outer_bytes;     /* K/V blocks outer, O and (m, l) round-trip per K/V block */
+    unsigned long long q_block_reads_kv_outer;  /* Tc·Tr per (batch, head) */
+    unsigned long long q_block_reads_q_outer;   /* Tr */
+    unsigned long long kv_block_reads_kv_outer; /* Tc */
+    unsigned long long kv_block_reads_q_outer;  /* Tr·Tc */
+};
+
+/* elem_bytes: 4 for f32, 2 for f16/bf16. block_m rows of Q and block_n keys
+ * per block (Tr = ceil(seq_q / block_m), Tc = ceil(seq_kv / block_n)). The
+ * seed's example: seq 4096, blocks of 128 -> 32 x 32 = 1024 Q-block reads
+ * with K/V outer, against 32 with Q outer. */
+FLASHCL_API flashcl_status flashcl_io_model(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv,
+                                            int head_dim, size_t elem_bytes, int block_m, int block_n,
+                                            struct flashcl_io_estimate *out);
+
 #ifdef __cplusplus
 }
 #endif
