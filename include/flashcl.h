@@ -129,6 +129,11 @@ struct flashcl_context_params {
      * set by the environment variable FLASHCL_PORTABLE=1). */
     int portable_only;
 
+    /* Folder of the on-disk program cache. NULL: FLASHCL_CACHE_DIR, else
+     * $XDG_CACHE_HOME/flashcl, else ~/.cache/flashcl. "" (or "off"): no
+     * disk cache. A folder that cannot be created or written turns it off. */
+    const char *cache_dir;
+
     /* Where the library's messages go. NULL: nowhere (flashcl never prints). */
     flashcl_log_fn log;
     void *log_user;

@@ -219,6 +219,7 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
         goto error;
     log_msg(ctx, FLASHCL_LOG_INFO, "flashcl %s on \"%s\" (%llu bytes of local memory reported)",
             FLASHCL_VERSION_STRING, ctx->device_name, (unsigned long long)ctx->local_mem_size);
+    cache_init(ctx, params->cache_dir);
     const char *portable_env = getenv("FLASHCL_PORTABLE");
     variant_probe(ctx, params->portable_only || (portable_env && strcmp(portable_env, "1") == 0));
     *out = ctx;

@@ -38,6 +38,15 @@ flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, cons
                                   const char *options, cl_kernel *out);
 void program_cache_free(flashcl_context *ctx);
 
+/* ---- cache.c: compiled programs on disk ---- */
+
+/* Picks the cache folder (param, FLASHCL_CACHE_DIR, XDG cache; "" or "off":
+ * none) and records what identifies this device's binaries. */
+void cache_init(flashcl_context *ctx, const char *param_dir);
+/* A built program from the cache, or NULL (absent, or rejected and removed). */
+cl_program cache_load(flashcl_context *ctx, const char *source, const char *options);
+void cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program);
+
 /* Embedded kernel sources (generated at build time from cl/). */
 extern const char flashcl_source_flash_forward[];
 extern const char flashcl_source_standard_attention[];
@@ -91,6 +100,9 @@ struct flashcl_context {
     flashcl_log_fn log;
     void *log_user;
     enum flashcl_log_level log_level;
+
+    char cache_dir[1024];        /* "" when the disk cache is off */
+    char cache_identity[640];    /* flashcl version, platform, device, driver */
 
     pthread_mutex_t lock;  /* guards the program cache and kernel arguments */
     struct program_entry *programs;

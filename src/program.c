@@ -89,6 +89,14 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     p->source = source;
     cl_int err;
     const double start = now_ms();
+    p->program = cache_load(ctx, source, options);
+    if (p->program) {
+        log_msg(ctx, FLASHCL_LOG_INFO, "loaded a program from the cache in %.0f ms", now_ms() - start);
+        p->next = ctx->programs;
+        ctx->programs = p;
+        *out = p;
+        return FLASHCL_SUCCESS;
+    }
     p->program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
     if (!p->program) {
         program_free(p);
@@ -106,6 +114,7 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     log_msg(ctx, FLASHCL_LOG_DEBUG, "build options: %s", options);
     if (ctx->log && ctx->log_level >= FLASHCL_LOG_DEBUG)
         log_build_log(ctx, p->program);
+    cache_store(ctx, source, options, p->program);
     p->next = ctx->programs;
     ctx->programs = p;
     *out = p;
