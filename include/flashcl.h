@@ -129,6 +129,25 @@ struct flashcl_context_params {
      * set by the environment variable FLASHCL_PORTABLE=1). */
     int portable_only;
 
+    /* The tuning file (written by flashcl-probe --tune). NULL: FLASHCL_TUNING,
+     * else $XDG_CACHE_HOME/flashcl/tuning.txt (~/.cache/flashcl/tuning.txt).
+     * "": none. Entries for another device, driver or flashcl version are
+     * ignored; a malformed file is reported (WARN) and ignored as a whole. */
+    const char *tuning_file;
+
+    /* Local memory a work-group may really use, when the device reports less
+     * than works (NVIDIA reports 48 KB; static arrays up to 227 KB run on an
+     * H200). 0: the tuning file's probed value, else the reported one. Only
+     * forced and tuned tiles use more than the reported size. */
+    size_t local_mem_bytes;
+
+    /* Force the tensor-core kernel's shape (0: tuned or built-in default):
+     * warps per work-group (1..8), 16-row mma tiles per warp (1 or 2), keys
+     * per K/V block (16..128, a multiple of 16). */
+    int mma_warps;
+    int mma_m_tiles;
+    int mma_block_n;
+
     /* Folder of the on-disk program cache. NULL: FLASHCL_CACHE_DIR, else
      * $XDG_CACHE_HOME/flashcl, else ~/.cache/flashcl. "" (or "off"): no
      * disk cache. A folder that cannot be created or written turns it off. */
@@ -289,10 +308,20 @@ enum flashcl_variant {
     FLASHCL_VARIANT_TENSOR_CORE = 2  /* cl/flash_forward_mma.cl: NVIDIA sm_80+, f16/bf16, mma.sync */
 };
 
+/* Where a tile came from. */
+enum flashcl_tile_source {
+    FLASHCL_TILE_RULE = 1,    /* the sizing rule on the reported local memory */
+    FLASHCL_TILE_DEFAULT = 2, /* the tensor-core kernel's built-in shape */
+    FLASHCL_TILE_TUNED = 3,   /* an entry of the tuning file */
+    FLASHCL_TILE_FORCED = 4   /* context parameters (or FLASHCL_MMA_CONFIG) */
+};
+
 /* The portable kernel's tile for this head_dim and dtype on this context
  * (after the rule, rounding and any forced size). */
 struct flashcl_tile {
     enum flashcl_variant variant;
+    enum flashcl_tile_source source;
+    int warps, m_tiles;  /* tensor-core kernel only (0 otherwise) */
     int block_m;        /* query rows per work-group */
     int block_n;        /* keys per streamed K/V block */
     int workgroup_size; /* work-items per work-group */
@@ -302,7 +331,8 @@ struct flashcl_tile {
 FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim,
                                                 flashcl_dtype dtype, struct flashcl_tile *out);
 
-/* The kernel and tile flashcl_forward would use for this exact call. The
+/* The kernel and tile flashcl_forward would use for this exact call (the
+ * tuning file is consulted per variant, dtype, head_dim and causal). The
  * tensor-core variant is chosen when the context has it (NVIDIA, compute
  * capability >= 8.0, the probe built, not portable_only), the dtype is f16 or
  * bf16, head_dim is a multiple of 16 up to 128, and every view's offset and
@@ -314,6 +344,37 @@ FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
 /* Nonzero when the context can run the tensor-core variant; *why (if not
  * NULL) gets a sentence saying why or why not. */
 FLASHCL_API int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why);
+
+/* ------------------------------------------------------------------------ */
+/* Tuning                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* One configuration of the tuning file: for (variant, dtype, head_dim,
+ * causal), the tile the library should use. */
+struct flashcl_tuned_config {
+    enum flashcl_variant variant;
+    flashcl_dtype dtype;
+    int head_dim;
+    int causal;
+    int block_m, block_n;  /* portable: the tile; tensor-core: block_n keys per block */
+    int warps, m_tiles;    /* tensor-core only */
+    double ms;             /* what it measured (informational) */
+};
+
+/* Candidate configurations for a variant/dtype/head_dim (causal is left 0)
+ * that fit local_mem_bytes (0: the context's usable local memory): portable
+ * tiles with blocks at or under the sizing rule's bound, tensor-core shapes
+ * whose tiles fit. Writes up to max into out; returns how many exist. */
+FLASHCL_API int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant,
+                                          flashcl_dtype dtype, int head_dim, size_t local_mem_bytes,
+                                          struct flashcl_tuned_config *out, int max);
+
+/* One line of the tuning file for this context's device, driver and
+ * flashcl version: a configuration, or (config NULL) the local memory the
+ * probe found usable. The file is "flashcl-tuning 1" then such lines. */
+FLASHCL_API flashcl_status flashcl_tuning_format(const flashcl_context *ctx,
+                                                 const struct flashcl_tuned_config *config,
+                                                 size_t probed_local_mem, char *line, size_t size);
 
 /* ------------------------------------------------------------------------ */
 /* IO model                                                                   */

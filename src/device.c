@@ -175,6 +175,15 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
     flashcl_status st = check_block("block_m", params->block_m);
     if (st == FLASHCL_SUCCESS)
         st = check_block("block_n", params->block_n);
+    if (st == FLASHCL_SUCCESS && (params->mma_warps < 0 || params->mma_warps > 8))
+        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.mma_warps = %d; must be 0 or 1..8", params->mma_warps);
+    if (st == FLASHCL_SUCCESS && params->mma_m_tiles != 0 && params->mma_m_tiles != 1 && params->mma_m_tiles != 2)
+        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.mma_m_tiles = %d; must be 0, 1 or 2",
+                  params->mma_m_tiles);
+    if (st == FLASHCL_SUCCESS && params->mma_block_n != 0 &&
+        (params->mma_block_n < 16 || params->mma_block_n > 128 || params->mma_block_n % 16 != 0))
+        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.mma_block_n = %d; must be 0 or a multiple of 16 in 16..128",
+                  params->mma_block_n);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -183,6 +192,10 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
         return fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a context");
     ctx->forced_block_m = params->block_m;
     ctx->forced_block_n = params->block_n;
+    ctx->forced_mma_warps = params->mma_warps;
+    ctx->forced_mma_m_tiles = params->mma_m_tiles;
+    ctx->forced_mma_block_n = params->mma_block_n;
+    ctx->param_local_mem = params->local_mem_bytes;
     ctx->log = params->log;
     ctx->log_user = params->log_user;
     ctx->log_level = params->log_level ? params->log_level : FLASHCL_LOG_INFO;
@@ -220,6 +233,7 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
     log_msg(ctx, FLASHCL_LOG_INFO, "flashcl %s on \"%s\" (%llu bytes of local memory reported)",
             FLASHCL_VERSION_STRING, ctx->device_name, (unsigned long long)ctx->local_mem_size);
     cache_init(ctx, params->cache_dir);
+    tuning_load(ctx, params->tuning_file);
     const char *portable_env = getenv("FLASHCL_PORTABLE");
     variant_probe(ctx, params->portable_only || (portable_env && strcmp(portable_env, "1") == 0));
     *out = ctx;
@@ -236,6 +250,7 @@ void flashcl_context_destroy(flashcl_context **pctx)
         return;
     flashcl_context *ctx = *pctx;
     program_cache_free(ctx);
+    tuning_free(ctx);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
     if (ctx->device)

@@ -86,16 +86,16 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     char options[512];
     const int tensor_cores = variant_uses_tensor_cores(ctx, attn);
     if (tensor_cores) {
-        int warps, m_tiles;
-        variant_mma_tile(attn->head_dim, &tile, &warps, &m_tiles);
+        variant_mma_tile(ctx, attn, &tile);
         source = flashcl_source_flash_forward_mma;
         name = "flash_forward_mma";
         snprintf(options, sizeof(options),
                  "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DDTYPE=%d -DCAUSAL=%d",
-                 attn->head_dim, warps, m_tiles, tile.block_n, dtype_define(attn->q.dtype), attn->causal ? 1 : 0);
+                 attn->head_dim, tile.warps, tile.m_tiles, tile.block_n, dtype_define(attn->q.dtype),
+                 attn->causal ? 1 : 0);
     } else {
         int tm, tn;
-        st = tile_choose(ctx, attn->head_dim, attn->q.dtype, &tile, &tm, &tn);
+        st = tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, &tile, &tm, &tn);
         if (st != FLASHCL_SUCCESS)
             return st;
         source = flashcl_source_flash_forward;

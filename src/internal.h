@@ -38,6 +38,16 @@ flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, cons
                                   const char *options, cl_kernel *out);
 void program_cache_free(flashcl_context *ctx);
 
+/* ---- tuning.c: the tuning file ---- */
+
+void tuning_identity(flashcl_context *ctx);
+void tuning_load(flashcl_context *ctx, const char *param_path);
+void tuning_free(flashcl_context *ctx);
+const struct flashcl_tuned_config *tuning_find(const flashcl_context *ctx, enum flashcl_variant variant,
+                                               flashcl_dtype dtype, int head_dim, int causal);
+/* Local memory forced and tuned tiles may use (param, probed, reported). */
+size_t usable_local_mem(const flashcl_context *ctx);
+
 /* ---- cache.c: compiled programs on disk ---- */
 
 /* Picks the cache folder (param, FLASHCL_CACHE_DIR, XDG cache; "" or "off":
@@ -56,7 +66,7 @@ extern const char flashcl_source_flash_forward_mma[];
 
 /* Local memory the portable forward kernel declares for a tile. */
 size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn);
-flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype,
+flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
                            struct flashcl_tile *out, int *tm, int *tn);
 
 /* ---- forward.c, shared with standard.c ---- */
@@ -74,7 +84,7 @@ float effective_scale(const struct flashcl_attention *attn);
 /* Sets ctx->tensor_cores (and the note saying why) for the context's device. */
 void variant_probe(flashcl_context *ctx, bool portable_only);
 bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_attention *a);
-void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps, int *m_tiles);
+void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out);
 
 /* ---- validate.c ---- */
 
@@ -94,6 +104,12 @@ struct flashcl_context {
     size_t max_workgroup_size;
 
     int forced_block_m, forced_block_n;
+    int forced_mma_warps, forced_mma_m_tiles, forced_mma_block_n;
+    size_t param_local_mem;          /* params.local_mem_bytes */
+    size_t probed_local_mem;         /* from the tuning file; 0 if none */
+    struct flashcl_tuned_config *tuned;
+    int n_tuned;
+    char tuning_device[256], tuning_driver[128];
     bool tensor_cores;           /* the tensor-core kernel may run here */
     char tensor_core_note[160];  /* why or why not */
 

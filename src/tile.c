@@ -1,4 +1,6 @@
 /* The sizing rule and the tile a forward call runs with. */
+#include <string.h>
+
 #include "internal.h"
 
 #define MAX_AUTO_BLOCK 128  /* past this the per-work-item register arrays only grow */
@@ -35,40 +37,56 @@ static int round_block(size_t bound, int side)
     return b;
 }
 
-flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype,
+flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
                            struct flashcl_tile *out, int *tm, int *tn)
 {
-    (void)dtype;  /* tiles hold f32 whatever the storage type */
     const int side = ctx->max_workgroup_size >= 256 ? 16 : 8;
     *tm = side;
     *tn = side;
+    memset(out, 0, sizeof(*out));
+    out->variant = FLASHCL_VARIANT_PORTABLE;
+    out->workgroup_size = side * side;
+
+    /* Forced sizes, else a tuned entry, else the rule. Forced and tuned tiles
+     * may use the local memory that really works; the rule stays within what
+     * the device reports. */
+    const struct flashcl_tuned_config *tuned = tuning_find(ctx, FLASHCL_VARIANT_PORTABLE, dtype, head_dim, causal);
+    const size_t usable = usable_local_mem(ctx);
+    if (tuned && !ctx->forced_block_m && !ctx->forced_block_n &&
+        forward_local_bytes(tuned->block_m, tuned->block_n, head_dim, side) <= usable) {
+        out->source = FLASHCL_TILE_TUNED;
+        out->block_m = tuned->block_m;
+        out->block_n = tuned->block_n;
+        out->local_bytes = forward_local_bytes(tuned->block_m, tuned->block_n, head_dim, side);
+        return FLASHCL_SUCCESS;
+    }
 
     const size_t bound = flashcl_block_size_bound(ctx->local_mem_size, sizeof(float), (size_t)head_dim);
-    int block = round_block(bound, side);
+    const int block = round_block(bound, side);
     int block_m = ctx->forced_block_m ? ctx->forced_block_m : block;
     int block_n = ctx->forced_block_n ? ctx->forced_block_n : block;
+    const bool forced = ctx->forced_block_m || ctx->forced_block_n;
+    const size_t limit = forced ? usable : (size_t)ctx->local_mem_size;
 
     /* The rule is approximate (the kernel also keeps a P block); shrink the
      * automatic sizes until the real footprint fits. */
-    while (forward_local_bytes(block_m, block_n, head_dim, side) > ctx->local_mem_size) {
+    while (forward_local_bytes(block_m, block_n, head_dim, side) > limit) {
         const bool can_m = !ctx->forced_block_m && block_m > 1;
         const bool can_n = !ctx->forced_block_n && block_n > 1;
         if (!can_m && !can_n)
             return fail(ctx, FLASHCL_ERROR_INVALID_CONFIG,
                         "a %dx%d tile for head_dim %d needs %zu bytes of local memory; "
-                        "\"%s\" has %llu", block_m, block_n, head_dim,
-                        forward_local_bytes(block_m, block_n, head_dim, side),
-                        ctx->device_name, (unsigned long long)ctx->local_mem_size);
+                        "\"%s\" has %zu", block_m, block_n, head_dim,
+                        forward_local_bytes(block_m, block_n, head_dim, side), ctx->device_name, limit);
         if (can_m && (block_m >= block_n || !can_n))
             block_m = block_m > side ? block_m - side : block_m / 2;
         else
             block_n = block_n > side ? block_n - side : block_n / 2;
     }
 
-    out->variant = FLASHCL_VARIANT_PORTABLE;
+    out->source = forced ? FLASHCL_TILE_FORCED : FLASHCL_TILE_RULE;
     out->block_m = block_m;
     out->block_n = block_n;
-    out->workgroup_size = side * side;
     out->local_bytes = forward_local_bytes(block_m, block_n, head_dim, side);
     return FLASHCL_SUCCESS;
 }
@@ -85,5 +103,5 @@ flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim, flashcl_
     if (flashcl_dtype_size(dtype) == 0)
         return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "dtype = %d is not a flashcl_dtype", (int)dtype);
     int tm, tn;
-    return tile_choose(ctx, head_dim, dtype, out, &tm, &tn);
+    return tile_choose(ctx, head_dim, dtype, 0, out, &tm, &tn);
 }

@@ -10,28 +10,18 @@
 #define DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
 #define DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
 
-/* The tensor-core kernel's shape by head dim (measured on the H200, see
- * docs/perf.md): warps per work-group, 16-row mma tiles per warp, keys per
- * K/V block. FLASHCL_MMA_CONFIG="warps,m_tiles,block_n" overrides it, for
- * measuring other shapes. */
-struct mma_shape {
-    int warps, m_tiles, block_n;
-};
+/* The tensor-core kernel's built-in shape: 4 warps, two 16-row mma tiles
+ * per warp (each K/V fragment feeds two mma), 64-key blocks. Measured at
+ * N = 16k on the H200 (2026-11-29): 245 vs 212 TFLOP/s at d = 128, 218 vs
+ * 198 at d = 64, against one tile per warp (docs/perf.md). */
+#define MMA_DEFAULT_WARPS 4
+#define MMA_DEFAULT_M_TILES 2
+#define MMA_DEFAULT_BLOCK_N 64
 
-static struct mma_shape mma_shape_for(int head_dim)
+static bool valid_mma_shape(int warps, int m_tiles, int block_n)
 {
-    /* Two 16-row tiles per warp: each K/V fragment feeds two mma. Measured at
-     * N = 16k on the H200 (2026-11-29): 245 vs 212 TFLOP/s at d = 128, 218 vs
-     * 198 at d = 64, against one tile per warp (docs/perf.md). */
-    struct mma_shape shape = {4, 2, 64};
-    (void)head_dim;
-    const char *env = getenv("FLASHCL_MMA_CONFIG");
-    struct mma_shape forced;
-    if (env && sscanf(env, "%d,%d,%d", &forced.warps, &forced.m_tiles, &forced.block_n) == 3 &&
-        forced.warps >= 1 && forced.warps <= 8 && (forced.m_tiles == 1 || forced.m_tiles == 2) &&
-        forced.block_n >= 16 && forced.block_n <= 128 && forced.block_n % 16 == 0)
-        shape = forced;
-    return shape;
+    return warps >= 1 && warps <= 8 && (m_tiles == 1 || m_tiles == 2) && block_n >= 16 && block_n <= 128 &&
+           block_n % 16 == 0;
 }
 
 /* The instructions the tensor-core kernel uses, in the smallest kernel that
@@ -147,16 +137,41 @@ bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_
            rows_aligned(&a->v) && rows_aligned(&a->o);
 }
 
-void variant_mma_tile(int head_dim, struct flashcl_tile *out, int *warps, int *m_tiles)
+/* Shape precedence: context parameters, FLASHCL_MMA_CONFIG (for
+ * measuring), the tuning file, the built-in default. */
+void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out)
 {
-    const struct mma_shape shape = mma_shape_for(head_dim);
-    *warps = shape.warps;
-    *m_tiles = shape.m_tiles;
+    int warps = MMA_DEFAULT_WARPS, m_tiles = MMA_DEFAULT_M_TILES, block_n = MMA_DEFAULT_BLOCK_N;
+    enum flashcl_tile_source source = FLASHCL_TILE_DEFAULT;
+    const char *env = getenv("FLASHCL_MMA_CONFIG");
+    int ew, em, eb;
+    const struct flashcl_tuned_config *tuned =
+        tuning_find(ctx, FLASHCL_VARIANT_TENSOR_CORE, a->q.dtype, a->head_dim, a->causal);
+    if (ctx->forced_mma_warps || ctx->forced_mma_m_tiles || ctx->forced_mma_block_n) {
+        warps = ctx->forced_mma_warps ? ctx->forced_mma_warps : warps;
+        m_tiles = ctx->forced_mma_m_tiles ? ctx->forced_mma_m_tiles : m_tiles;
+        block_n = ctx->forced_mma_block_n ? ctx->forced_mma_block_n : block_n;
+        source = FLASHCL_TILE_FORCED;
+    } else if (env && sscanf(env, "%d,%d,%d", &ew, &em, &eb) == 3 && valid_mma_shape(ew, em, eb)) {
+        warps = ew;
+        m_tiles = em;
+        block_n = eb;
+        source = FLASHCL_TILE_FORCED;
+    } else if (tuned) {
+        warps = tuned->warps;
+        m_tiles = tuned->m_tiles;
+        block_n = tuned->block_n;
+        source = FLASHCL_TILE_TUNED;
+    }
+    memset(out, 0, sizeof(*out));
     out->variant = FLASHCL_VARIANT_TENSOR_CORE;
-    out->block_m = 16 * shape.m_tiles * shape.warps;
-    out->block_n = shape.block_n;
-    out->workgroup_size = 32 * shape.warps;
-    out->local_bytes = (size_t)(out->block_m + 2 * out->block_n) * (size_t)head_dim * 2;
+    out->source = source;
+    out->warps = warps;
+    out->m_tiles = m_tiles;
+    out->block_m = 16 * m_tiles * warps;
+    out->block_n = block_n;
+    out->workgroup_size = 32 * warps;
+    out->local_bytes = (size_t)(out->block_m + 2 * out->block_n) * (size_t)a->head_dim * 2;
 }
 
 flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
@@ -169,10 +184,9 @@ flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl
     if (st != FLASHCL_SUCCESS)
         return st;
     if (variant_uses_tensor_cores(ctx, attn)) {
-        int warps, m_tiles;
-        variant_mma_tile(attn->head_dim, out, &warps, &m_tiles);
+        variant_mma_tile(ctx, attn, out);
         return FLASHCL_SUCCESS;
     }
     int tm, tn;
-    return tile_choose(ctx, attn->head_dim, attn->q.dtype, out, &tm, &tn);
+    return tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, out, &tm, &tn);
 }

@@ -1,0 +1,249 @@
+/* The tuning file: a round trip through flashcl_tuning_format, entries of
+ * other devices or versions ignored, malformed files rejected whole without
+ * harm, the tuned tile really used (and correct), and the candidates the
+ * tuner may try staying under the sizing rule's bound. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static char path[256];
+
+static void write_file(const char *text)
+{
+    snprintf(path, sizeof(path), "/tmp/flashcl-tuning-test-%ld.txt", (long)getpid());
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+struct warn_log {
+    int warnings;
+    char last[512];
+};
+
+static void record(void *user, enum flashcl_log_level level, const char *message)
+{
+    struct warn_log *w = user;
+    if (level == FLASHCL_LOG_WARN) {
+        w->warnings++;
+        snprintf(w->last, sizeof(w->last), "%s", message);
+    }
+}
+
+static flashcl_context *context_with_file(struct warn_log *w, size_t local_mem)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.tuning_file = path;
+    p.local_mem_bytes = local_mem;
+    p.log = record;
+    p.log_user = w;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    return ctx;
+}
+
+/* A line for the shared context's device, from the library's formatter. */
+static void line_for(const struct flashcl_tuned_config *c, char *line, size_t size)
+{
+    ck_assert_flashcl_ok(flashcl_tuning_format(test_env_get()->ctx, c, 0, line, size));
+}
+
+static struct flashcl_attention shape(int d, flashcl_dtype dtype, int causal, cl_mem mem)
+{
+    struct flashcl_attention a = {0};
+    a.batch = 1;
+    a.seq_q = a.seq_kv = 64;
+    a.heads_q = a.heads_kv = 1;
+    a.head_dim = d;
+    a.q = a.k = a.v = flashcl_tensor_bnhd(mem, dtype, 64, 1, (size_t)d);
+    a.o = a.q;
+    a.o.offset = 64 * (size_t)d * flashcl_dtype_size(dtype);  /* second half of the buffer */
+    a.causal = causal;
+    return a;
+}
+
+/* Asks which tile a call of this shape would use under ctx. */
+static struct flashcl_tile config_of(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal)
+{
+    struct test_env *e = test_env_get();
+    cl_int err;
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * (size_t)d * 4, NULL, &err);
+    ck_assert_ptr_nonnull(mem);
+    struct flashcl_attention a = shape(d, dtype, causal, mem);
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    clReleaseMemObject(mem);
+    return t;
+}
+
+START_TEST(round_trip_and_used)
+{
+    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 32, 1, 5, 7, 0, 0, 1.5};
+    struct flashcl_tuned_config mma = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 64, 0, 0, 32, 8, 1, 0.25};
+    char text[2048], line[512];
+    snprintf(text, sizeof(text), "# written by a test\nflashcl-tuning 1\n");
+    line_for(&portable, line, sizeof(line));
+    strcat(strcat(text, line), "\n");
+    line_for(&mma, line, sizeof(line));
+    strcat(strcat(text, line), "\n");
+    write_file(text);
+
+    struct warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, 0);
+    ck_assert_int_eq(w.warnings, 0);
+    struct flashcl_tile t = config_of(ctx, 32, FLASHCL_F32, 1);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
+    ck_assert_int_eq(t.block_m, 5);
+    ck_assert_int_eq(t.block_n, 7);
+    /* Other keys (causal 0 here) keep the rule. */
+    ck_assert_int_eq(config_of(ctx, 32, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
+
+    /* The tuned tile computes the right thing. */
+    const struct test_case c = {1, 70, 90, 2, 1, 32, FLASHCL_F32, 1, 0, LAYOUT_BNHD, 1};
+    struct case_result r;
+    rng_seed(31);
+    test_run_case(ctx, &c, &r);
+
+    t = config_of(ctx, 64, FLASHCL_F16, 0);
+    if (flashcl_context_has_tensor_cores(ctx, NULL)) {
+        ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
+        ck_assert_int_eq(t.warps, 8);
+        ck_assert_int_eq(t.m_tiles, 1);
+        ck_assert_int_eq(t.block_n, 32);
+    } else {
+        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+        ck_assert_int_eq(t.source, FLASHCL_TILE_RULE);
+    }
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(other_devices_and_versions_ignored)
+{
+    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 32, 0, 5, 7, 0, 0, 1.0};
+    char line[512], text[2048];
+    line_for(&portable, line, sizeof(line));
+    const char *fields[] = {"device=", "driver=", "flashcl="};
+    for (int i = 0; i < 3; i++) {
+        /* Change the value of one identity field. */
+        char changed[512];
+        snprintf(changed, sizeof(changed), "%s", line);
+        char *value = strstr(changed, fields[i]) + strlen(fields[i]);
+        value[0] = value[0] == 'X' ? 'Y' : 'X';
+        snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", changed);
+        write_file(text);
+        struct warn_log w = {0};
+        flashcl_context *ctx = context_with_file(&w, 0);
+        ck_assert_int_eq(w.warnings, 0);
+        ck_assert_int_eq(config_of(ctx, 32, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
+        flashcl_context_destroy(&ctx);
+    }
+    unlink(path);
+}
+END_TEST
+
+START_TEST(malformed_files_ignored)
+{
+    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 32, 0, 5, 7, 0, 0, 1.0};
+    char good[512];
+    line_for(&portable, good, sizeof(good));
+    char long_line[2000];
+    memset(long_line, 'a', sizeof(long_line) - 1);
+    long_line[sizeof(long_line) - 1] = '\0';
+    char bad[8][3200];
+    snprintf(bad[0], sizeof(bad[0]), "%s\n", good);                                   /* no header */
+    snprintf(bad[1], sizeof(bad[1]), "flashcl-tuning 2\n%s\n", good);                 /* unknown version */
+    snprintf(bad[2], sizeof(bad[2]), "flashcl-tuning 1\n%s\n%.40s\n", good, good);    /* truncated line */
+    snprintf(bad[3], sizeof(bad[3]), "flashcl-tuning 1\n%s|colour=blue\n", good);     /* unknown field */
+    snprintf(bad[4], sizeof(bad[4]), "flashcl-tuning 1\n%s\n", good);
+    char *bm = strstr(bad[4], "block_m=5");
+    memcpy(bm, "block_m=0", 9);                                                       /* out of range */
+    snprintf(bad[5], sizeof(bad[5]), "flashcl-tuning 1\n%s\n%s\n", good, long_line);  /* line too long */
+    rng_seed(99);
+    for (int i = 0; i < 3000; i++)                                                    /* random bytes */
+        bad[6][i] = (char)(1 + (int)rng_uniform(0, 254));
+    bad[6][2999] = '\0';
+    snprintf(bad[7], sizeof(bad[7]), "flashcl-tuning 1\n%s\nkind=forward\n", good);   /* missing identity */
+    for (int i = 0; i < 8; i++) {
+        write_file(bad[i]);
+        struct warn_log w = {0};
+        flashcl_context *ctx = context_with_file(&w, 0);
+        ck_assert_msg(w.warnings == 1, "file %d: %d warnings", i, w.warnings);
+        ck_assert_ptr_nonnull(strstr(w.last, "ignoring the file"));
+        /* Even the good line in it is not used. */
+        ck_assert_int_eq(config_of(ctx, 32, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
+        flashcl_context_destroy(&ctx);
+    }
+    unlink(path);
+}
+END_TEST
+
+START_TEST(tuned_tile_must_fit)
+{
+    /* 128x128 at d = 256 needs about 470 KB; allowed only where that much works. */
+    struct flashcl_tuned_config big = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 256, 0, 128, 128, 0, 0, 1.0};
+    char line[512], text[1024];
+    line_for(&big, line, sizeof(line));
+    snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
+    write_file(text);
+    struct warn_log w = {0};
+    flashcl_context *small = context_with_file(&w, 100000);
+    ck_assert_int_eq(config_of(small, 256, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
+    flashcl_context_destroy(&small);
+    flashcl_context *roomy = context_with_file(&w, 600000);
+    struct flashcl_tile t = config_of(roomy, 256, FLASHCL_F32, 0);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
+    ck_assert_int_eq(t.block_m, 128);
+    flashcl_context_destroy(&roomy);
+    unlink(path);
+}
+END_TEST
+
+START_TEST(candidates_within_bound)
+{
+    struct test_env *e = test_env_get();
+    static const int dims[] = {16, 64, 128, 256};
+    static const size_t locals[] = {49152, 98304, 232448};
+    struct flashcl_tuned_config c[128];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            const size_t bound = flashcl_block_size_bound(locals[j], 4, (size_t)dims[i]);
+            const int n = flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, dims[i], locals[j], c, 128);
+            ck_assert_int_gt(n, 0);
+            ck_assert_int_le(n, 128);
+            for (int k = 0; k < n; k++) {
+                ck_assert_uint_le((size_t)c[k].block_m, bound);
+                ck_assert_uint_le((size_t)c[k].block_n, bound);
+                ck_assert_int_eq(c[k].head_dim, dims[i]);
+            }
+            const int m = flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, dims[i], locals[j], c, 128);
+            ck_assert_int_eq(m == 0, dims[i] > 128);
+            for (int k = 0; k < m; k++)
+                ck_assert_uint_le((size_t)(c[k].block_m + 2 * c[k].block_n) * (size_t)dims[i] * 2, locals[j]);
+        }
+    /* More local memory never gives fewer candidates. */
+    ck_assert_int_le(flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 128, 49152, NULL, 0),
+                     flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 128, 232448, NULL, 0));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tuning");
+    TCase *tc = tcase_create("tuning file");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, round_trip_and_used);
+    tcase_add_test(tc, other_devices_and_versions_ignored);
+    tcase_add_test(tc, malformed_files_ignored);
+    tcase_add_test(tc, tuned_tile_must_fit);
+    tcase_add_test(tc, candidates_within_bound);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
