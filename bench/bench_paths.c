@@ -1,8 +1,15 @@
 #include "bench_paths.h"
 
+#include <math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "hostref.h"
+
+#define SAMPLED_ROWS 8  /* query rows checked against the CPU reference per case */
 
 static const char *const path_names[BENCH_PATH_COUNT] = {"flash", "standard"};
 
@@ -180,3 +187,118 @@ const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struc
         return "?";
     return t.variant == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable";
 }
+
+static int compare_doubles(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double host_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Device time of one run: from the end of a marker enqueued just before it
+ * (on the in-order queue, when the previous work is done) to the end of the
+ * run's last command. The standard path is several commands, so its launch
+ * gaps count, as they do for a user. Falls back to the host clock around a
+ * finished queue where markers carry no profiling information. */
+static flashcl_status time_one(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
+                               const struct bench_case *c, double *ms)
+{
+    cl_event marker = NULL, last = NULL;
+    const double host_start = host_ms();
+    cl_int err = clEnqueueMarkerWithWaitList(env->queue, 0, NULL, &marker);
+    flashcl_status st = err == CL_SUCCESS ? bench_run_path(env, path, bufs, c, &last) : (flashcl_status)err;
+    if (st == FLASHCL_SUCCESS && clWaitForEvents(1, &last) != CL_SUCCESS)
+        st = FLASHCL_OUT_OF_RESOURCES;
+    if (st == FLASHCL_SUCCESS) {
+        cl_ulong start = 0, end = 0;
+        if (clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof(start), &start, NULL) == CL_SUCCESS &&
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) == CL_SUCCESS &&
+            end > start)
+            *ms = (double)(end - start) * 1e-6;
+        else
+            *ms = host_ms() - host_start;
+    }
+    if (marker)
+        clReleaseEvent(marker);
+    if (last)
+        clReleaseEvent(last);
+    return st;
+}
+
+/* Median (and minimum) of `reps` timed runs after `warmup` untimed ones. */
+flashcl_status bench_time(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
+                                const struct bench_case *c, int warmup, int reps, double *median_ms,
+                                double *min_ms)
+{
+    double *ms = calloc((size_t)reps, sizeof(double));
+    if (!ms)
+        return FLASHCL_OUT_OF_HOST_MEMORY;
+    flashcl_status st = FLASHCL_SUCCESS;
+    for (int i = 0; st == FLASHCL_SUCCESS && i < warmup + reps; i++) {
+        double t = 0;
+        st = time_one(env, path, bufs, c, &t);
+        if (i >= warmup)
+            ms[i - warmup] = t;
+    }
+    if (st == FLASHCL_SUCCESS) {
+        qsort(ms, (size_t)reps, sizeof(double), compare_doubles);
+        *median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+        *min_ms = ms[0];
+    }
+    free(ms);
+    return st;
+}
+
+
+void bench_fill_random(void *buf, flashcl_dtype dtype, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        hostref_store(buf, dtype, i, (float)rng_uniform(-1.0, 1.0));
+}
+
+/* Largest |O - reference| over SAMPLED_ROWS rows spread over batches and
+ * heads ([B, N, H, d] layout; causal aligned bottom-right, N_q = N_kv). */
+double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v,
+                            const void *o)
+{
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    double *kd = malloc(n * d * sizeof(double)), *vd = malloc(n * d * sizeof(double));
+    double *scratch = malloc(n * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
+    if (!kd || !vd || !scratch) {
+        free(kd);
+        free(vd);
+        free(scratch);
+        return NAN;
+    }
+    double max_err = 0;
+    for (int s = 0; s < SAMPLED_ROWS; s++) {
+        const size_t b = (size_t)s % (size_t)c->batch, head = ((size_t)s * 5) % h;
+        const size_t row = s == 0 ? n - 1 : ((size_t)s * 2654435761u) % n;
+        for (size_t j = 0; j < n; j++)
+            for (size_t e = 0; e < d; e++) {
+                const size_t idx = ((b * n + j) * h + head) * d + e;
+                kd[j * d + e] = hostref_load(k, c->dtype, idx);
+                vd[j * d + e] = hostref_load(v, c->dtype, idx);
+            }
+        for (size_t e = 0; e < d; e++)
+            qd[e] = hostref_load(q, c->dtype, ((b * n + row) * h + head) * d + e);
+        double lse;
+        hostref_attention_row(qd, kd, vd, n, d, 1.0 / sqrt((double)d),
+                              c->causal ? (long long)row : (long long)n - 1, ref, &lse, scratch);
+        for (size_t e = 0; e < d; e++) {
+            const double err = fabs(hostref_load(o, c->dtype, ((b * n + row) * h + head) * d + e) - ref[e]);
+            max_err = err > max_err || err != err ? err : max_err;
+        }
+    }
+    free(kd);
+    free(vd);
+    free(scratch);
+    return max_err;
+}
+

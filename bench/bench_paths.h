@@ -58,4 +58,17 @@ void bench_release_path(struct bench_env *env, enum bench_path path, struct benc
 const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
 flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes);
 
+/* Random values in [-1, 1) stored as dtype. */
+void bench_fill_random(void *buf, flashcl_dtype dtype, size_t count);
+/* Largest |O - reference| over sampled query rows of a [B, N, H, d] case
+ * (causal aligned bottom-right, N_q = N_kv), computed in double. */
+double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v, const void *o);
+
+/* Median (and minimum) device time in ms of `reps` runs after `warmup`
+ * untimed ones; each run is timed from a marker enqueued before it to the
+ * end of its last command (OpenCL profiling; host clock where markers have
+ * no profiling information). */
+flashcl_status bench_time(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
+                          const struct bench_case *c, int warmup, int reps, double *median_ms, double *min_ms);
+
 #endif

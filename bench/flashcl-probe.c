@@ -1,0 +1,752 @@
+/*
+ * flashcl-probe: what this machine's OpenCL devices can do for attention,
+ * and the tuning file that makes flashcl use it.
+ *
+ *   flashcl-probe [--json] [--n N] [--d D]
+ *       Lists every platform and device, then probes the chosen one
+ *       (FLASHCL_DEVICE, else the first GPU, else the first device): the
+ *       largest static __local array that really builds and runs, copy
+ *       bandwidth, fp32 FMA rate, the tensor-core rate where flashcl's
+ *       tensor-core kernel runs, the ridge points, and where standard
+ *       attention and flashcl sit on the roofline for N and d.
+ *   flashcl-probe --tune [--quick] [--out FILE] [--n N] [--tokens T] [--hidden C]
+ *       Also tunes: for each dtype, head dim and mask it tries the candidate
+ *       tiles under the sizing rule's bound (on the probed local memory),
+ *       discards any that disagree with the double reference, times the rest
+ *       on a realistic size, compares the winner with the untuned choice, and
+ *       writes the winners to the tuning file the library reads.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_paths.h"
+#include "hostref.h"
+
+#define CHECK_N 100  /* tokens of the correctness check of each candidate */
+
+struct options {
+    bool json, tune, quick;
+    const char *out;
+    int n, d;             /* roofline shape; --tune times at N = n */
+    long tokens, hidden;  /* batch*N and heads*d of the timed shapes */
+};
+
+struct probe {
+    char name[256], vendor[256], driver[128], version[128];
+    cl_ulong reported_local, global_mem, max_alloc;
+    cl_uint compute_units, clock_mhz;
+    size_t max_wg;
+    bool fp16;
+    size_t usable_local;   /* largest static __local that built and ran */
+    double copy_gbs;       /* bytes read + written per second */
+    double fma_tflops;
+    double mma_tflops;     /* 0 where the tensor-core kernel does not run */
+    const char *tensor_note;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static double event_ms(cl_event e)
+{
+    cl_ulong start = 0, end = 0;
+    clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_START, sizeof(start), &start, NULL);
+    clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL);
+    return (double)(end - start) * 1e-6;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Builds `source` with `options`; the kernel `name` or NULL. */
+static cl_kernel build_kernel(cl_context cl, cl_device_id dev, const char *source, const char *options,
+                              const char *name, cl_program *program)
+{
+    cl_int err;
+    *program = clCreateProgramWithSource(cl, 1, &source, NULL, &err);
+    if (!*program)
+        return NULL;
+    if (clBuildProgram(*program, 1, &dev, options, NULL, NULL) != CL_SUCCESS) {
+        clReleaseProgram(*program);
+        *program = NULL;
+        return NULL;
+    }
+    cl_kernel k = clCreateKernel(*program, name, &err);
+    if (!k) {
+        clReleaseProgram(*program);
+        *program = NULL;
+    }
+    return k;
+}
+
+/* Median ms of `reps` launches of kernel (after one warm-up). */
+static double time_kernel(cl_command_queue q, cl_kernel k, size_t global, size_t local, int reps)
+{
+    double ms[16];
+    if (reps > 16)
+        reps = 16;
+    for (int i = -1; i < reps; i++) {
+        cl_event e;
+        if (clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &e) != CL_SUCCESS)
+            return NAN;
+        clWaitForEvents(1, &e);
+        if (i >= 0)
+            ms[i] = event_ms(e);
+        clReleaseEvent(e);
+    }
+    qsort(ms, (size_t)reps, sizeof(double), compare_doubles);
+    return ms[reps / 2];
+}
+
+/* ------------------------------------------------------- device listing */
+
+static void describe(cl_device_id dev, struct probe *p)
+{
+    memset(p, 0, sizeof(*p));
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof(p->name), p->name, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof(p->vendor), p->vendor, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof(p->driver), p->driver, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_VERSION, sizeof(p->version), p->version, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(p->reported_local), &p->reported_local, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(p->global_mem), &p->global_mem, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(p->max_alloc), &p->max_alloc, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(p->compute_units), &p->compute_units, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof(p->clock_mhz), &p->clock_mhz, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(p->max_wg), &p->max_wg, NULL);
+    char ext[8192] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, sizeof(ext), ext, NULL);
+    p->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+}
+
+static void list_devices(bool json)
+{
+    cl_platform_id platforms[16];
+    cl_uint np = 0;
+    clGetPlatformIDs(16, platforms, &np);
+    if (np > 16)
+        np = 16;
+    if (json)
+        printf("  \"devices\": [\n");
+    else
+        printf("OpenCL devices (FLASHCL_DEVICE=\"P:D\" or a name picks one):\n");
+    bool first = true;
+    for (cl_uint p = 0; p < np; p++) {
+        char pname[256] = "";
+        clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof(pname), pname, NULL);
+        cl_device_id devs[32];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 32, devs, &nd) != CL_SUCCESS)
+            continue;
+        for (cl_uint d = 0; d < nd && d < 32; d++) {
+            struct probe info;
+            describe(devs[d], &info);
+            if (json)
+                printf("%s    {\"index\": \"%u:%u\", \"platform\": \"%s\", \"name\": \"%s\", \"driver\": \"%s\", "
+                       "\"compute_units\": %u, \"reported_local_mem\": %llu, \"max_work_group\": %zu, "
+                       "\"fp16\": %s}",
+                       first ? "" : ",\n", p, d, pname, info.name, info.driver, info.compute_units,
+                       (unsigned long long)info.reported_local, info.max_wg, info.fp16 ? "true" : "false");
+            else
+                printf("  %u:%u  %-40s %s | driver %s | %u CUs | %llu KB local reported | max work-group %zu%s\n",
+                       p, d, info.name, pname, info.driver, info.compute_units,
+                       (unsigned long long)info.reported_local / 1024, info.max_wg,
+                       info.fp16 ? " | cl_khr_fp16" : "");
+            first = false;
+        }
+    }
+    if (json)
+        printf("\n  ],\n");
+}
+
+/* ------------------------------------------------------------ measures */
+
+static const char local_probe_source[] =
+    "__kernel void touch(__global uint *errors)\n"
+    "{\n"
+    "    __local uint buf[WORDS];\n"
+    "    const uint lid = get_local_id(0), n = get_local_size(0);\n"
+    "    for (uint i = lid; i < WORDS; i += n)\n"
+    "        buf[i] = i * 2654435761u + 12345u;\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    uint bad = 0;\n"
+    "    for (uint i = lid; i < WORDS; i += n) {\n"
+    "        const uint j = WORDS - 1 - i;  /* written by another work-item */\n"
+    "        bad += buf[j] != j * 2654435761u + 12345u;\n"
+    "    }\n"
+    "    errors[get_global_id(0)] = bad;\n"
+    "}\n";
+
+/* True if a __local array of `bytes` builds and every element round-trips. */
+static bool local_works(cl_context cl, cl_device_id dev, cl_command_queue q, size_t bytes)
+{
+    char options[64];
+    snprintf(options, sizeof(options), "-DWORDS=%zu", bytes / 4);
+    cl_program prog;
+    cl_kernel k = build_kernel(cl, dev, local_probe_source, options, "touch", &prog);
+    if (!k)
+        return false;
+    const size_t local = 128, global = 128 * 4;
+    cl_int err;
+    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, global * 4, NULL, &err);
+    bool ok = false;
+    cl_uint result[128 * 4];
+    if (out && clSetKernelArg(k, 0, sizeof(cl_mem), &out) == CL_SUCCESS &&
+        clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL) == CL_SUCCESS &&
+        clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof(result), result, 0, NULL, NULL) == CL_SUCCESS) {
+        ok = true;
+        for (size_t i = 0; i < global; i++)
+            ok = ok && result[i] == 0;
+    }
+    if (out)
+        clReleaseMemObject(out);
+    clReleaseKernel(k);
+    clReleaseProgram(prog);
+    return ok;
+}
+
+/* Largest working size in 4 KB steps, searched between the reported size
+ * and 256 KB (devices lie in both directions). */
+static size_t probe_local(cl_context cl, cl_device_id dev, cl_command_queue q, size_t reported)
+{
+    const size_t step = 4096;
+    size_t lo = 0, hi = reported > 262144 ? reported : 262144;
+    if (local_works(cl, dev, q, reported - reported % step))
+        lo = reported - reported % step;
+    else
+        hi = reported;
+    /* Invariant: lo works (or is 0), hi + step does not need trying. */
+    while (hi - lo > step) {
+        const size_t mid = (lo + (hi - lo) / 2) / step * step;
+        if (mid <= lo)
+            break;
+        if (local_works(cl, dev, q, mid))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (hi != lo && local_works(cl, dev, q, hi))
+        lo = hi;
+    return lo;
+}
+
+static const char bandwidth_source[] =
+    "__kernel void copy(__global const float4 *src, __global float4 *dst) {\n"
+    "    dst[get_global_id(0)] = src[get_global_id(0)];\n"
+    "}\n"
+    "__kernel void fma_rate(__global float *out, float seed) {\n"
+    "    float4 a = (float4)(seed, seed + 1, seed + 2, seed + 3), b = a * 0.5f, c = a * 0.25f, d = a * 0.125f;\n"
+    "    const float4 x = (float4)(0.999f), y = (float4)(0.001f);\n"
+    "    for (int i = 0; i < ITERS; i++) {\n"
+    "        a = fma(a, x, y); b = fma(b, x, y); c = fma(c, x, y); d = fma(d, x, y);\n"
+    "    }\n"
+    "    out[get_global_id(0)] = dot(a + b, c + d);\n"
+    "}\n";
+
+static void measure_rates(cl_context cl, cl_device_id dev, cl_command_queue q, struct probe *p, bool gpu)
+{
+    cl_program prog;
+    const int iters = gpu ? 4096 : 256;
+    char options[64];
+    snprintf(options, sizeof(options), "-DITERS=%d", iters);
+    cl_kernel copy = build_kernel(cl, dev, bandwidth_source, options, "copy", &prog);
+    if (!copy)
+        return;
+    cl_int err;
+    cl_kernel fma_k = clCreateKernel(prog, "fma_rate", &err);
+    size_t bytes = gpu ? (size_t)512 << 20 : (size_t)64 << 20;
+    if (bytes > p->max_alloc / 2)
+        bytes = (size_t)(p->max_alloc / 2) & ~(size_t)4095;
+    float *host = malloc(bytes);
+    for (size_t i = 0; host && i < bytes / 4; i++)
+        host[i] = (float)(i % 1000) * 0.001f + 0.5f;  /* never zeros */
+    cl_mem src = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
+    cl_mem dst = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    free(host);
+    if (src && dst) {
+        clSetKernelArg(copy, 0, sizeof(cl_mem), &src);
+        clSetKernelArg(copy, 1, sizeof(cl_mem), &dst);
+        const double ms = time_kernel(q, copy, bytes / 16, 256, 7);
+        p->copy_gbs = 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
+        const size_t threads = gpu ? (size_t)p->compute_units * 2048 : (size_t)p->compute_units * 1024;
+        const float seed = 1.0f;
+        clSetKernelArg(fma_k, 0, sizeof(cl_mem), &dst);
+        clSetKernelArg(fma_k, 1, sizeof(float), &seed);
+        const double fms = time_kernel(q, fma_k, threads, 256, 5);
+        p->fma_tflops = (double)threads * iters * 4 * 4 * 2 / (fms * 1e-3) / 1e12;
+    }
+    if (src)
+        clReleaseMemObject(src);
+    if (dst)
+        clReleaseMemObject(dst);
+    clReleaseKernel(fma_k);
+    clReleaseKernel(copy);
+    clReleaseProgram(prog);
+}
+
+/* mma.sync m16n8k16 f16 -> f32, 8 independent accumulators per warp, no
+ * memory traffic: the ceiling the tensor-core kernel works under. */
+static const char mma_source[] =
+    "__kernel void mma_rate(__global float *out, uint seed) {\n"
+    "    uint a0 = seed, a1 = seed + 1, a2 = seed + 2, a3 = seed + 3, b0 = seed ^ 5, b1 = seed ^ 9;\n"
+    "    float c[8][4];\n"
+    "    for (int j = 0; j < 8; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;\n"
+    "    for (int i = 0; i < ITERS; i++) {\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < 8; j++)\n"
+    "            __asm__ volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "                : \"+f\"(c[j][0]), \"+f\"(c[j][1]), \"+f\"(c[j][2]), \"+f\"(c[j][3])\n"
+    "                : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"r\"(b0), \"r\"(b1));\n"
+    "    }\n"
+    "    float s = 0.0f;\n"
+    "    for (int j = 0; j < 8; j++) s += c[j][0] + c[j][1] + c[j][2] + c[j][3];\n"
+    "    out[get_global_id(0)] = s;\n"
+    "}\n";
+
+static void measure_mma(cl_context cl, cl_device_id dev, cl_command_queue q, struct probe *p)
+{
+    cl_program prog;
+    const int iters = 2048;
+    char options[64];
+    snprintf(options, sizeof(options), "-DITERS=%d", iters);
+    cl_kernel k = build_kernel(cl, dev, mma_source, options, "mma_rate", &prog);
+    if (!k)
+        return;
+    const size_t threads = (size_t)p->compute_units * 1024;
+    cl_int err;
+    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, threads * 4, NULL, &err);
+    const cl_uint seed = 0x3c003c00u;  /* f16 pairs of 1.0 */
+    clSetKernelArg(k, 0, sizeof(cl_mem), &out);
+    clSetKernelArg(k, 1, sizeof(cl_uint), &seed);
+    const double ms = time_kernel(q, k, threads, 256, 5);
+    p->mma_tflops = (double)(threads / 32) * iters * 8 * (16.0 * 8 * 16 * 2) / (ms * 1e-3) / 1e12;
+    clReleaseMemObject(out);
+    clReleaseKernel(k);
+    clReleaseProgram(prog);
+}
+
+/* -------------------------------------------------------------- tuning */
+
+struct tune_key {
+    flashcl_dtype dtype;
+    int d, causal;
+};
+
+static const char *dtype_name(flashcl_dtype t)
+{
+    return t == FLASHCL_F32 ? "f32" : t == FLASHCL_F16 ? "f16" : "bf16";
+}
+
+/* A context over the shared cl_context with one candidate forced (NULL: the
+ * library's own choice without a tuning file). */
+static flashcl_context *candidate_context(cl_context cl, cl_device_id dev, const struct flashcl_tuned_config *c,
+                                          size_t usable_local)
+{
+    struct flashcl_context_params params = {0};
+    params.context = cl;
+    params.device = dev;
+    params.tuning_file = "";
+    if (c) {
+        params.local_mem_bytes = usable_local;
+        if (c->variant == FLASHCL_VARIANT_PORTABLE) {
+            params.block_m = c->block_m;
+            params.block_n = c->block_n;
+            params.portable_only = 1;
+        } else {
+            params.mma_warps = c->warps;
+            params.mma_m_tiles = c->m_tiles;
+            params.mma_block_n = c->block_n;
+        }
+    }
+    flashcl_context *ctx = NULL;
+    return flashcl_context_create(&params, &ctx) == FLASHCL_SUCCESS ? ctx : NULL;
+}
+
+/* Checks a context on a small problem, then times it on the realistic one.
+ * Returns the median ms, or a negative value if it failed or disagreed. */
+static double evaluate(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key,
+                       enum flashcl_variant expected, const struct bench_buffers *check_bufs,
+                       const struct bench_case *check_case, const void *cq, const void *ck, const void *cv,
+                       struct bench_buffers *time_bufs, const struct bench_case *time_case, int reps)
+{
+    struct bench_env env = {0};
+    env.ctx = ctx;
+    env.queue = queue;
+    struct bench_buffers b = *check_bufs;
+    struct flashcl_tile t;
+    if (flashcl_forward_config(ctx, &b.attn, &t) != FLASHCL_SUCCESS || t.variant != expected)
+        return -1;
+    const size_t bytes = (size_t)check_case->batch * check_case->n * check_case->heads * check_case->d *
+                         flashcl_dtype_size(key->dtype);
+    void *o = malloc(bytes);
+    double err = INFINITY;
+    if (o && flashcl_forward(ctx, &b.attn, queue, 0, NULL, NULL) == FLASHCL_SUCCESS &&
+        bench_read_output(&env, &b, o, bytes) == FLASHCL_SUCCESS)
+        err = bench_sampled_error(check_case, cq, ck, cv, o);
+    free(o);
+    if (!(err <= bench_tolerance(key->dtype)))
+        return -2;
+    double median = 0, min = 0;
+    if (bench_time(&env, BENCH_FLASH, time_bufs, time_case, 1, reps, &median, &min) != FLASHCL_SUCCESS)
+        return -3;
+    return median;
+}
+
+static void progress(int done, int total, const char *what)
+{
+    const int width = 30, filled = total ? done * width / total : width;
+    fprintf(stderr, "\r[%.*s%*s] %d/%d %-40s", filled, "##############################", width - filled, "", done,
+            total, what);
+}
+
+static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const struct probe *p,
+                const struct options *opt)
+{
+    static const struct tune_key full[] = {
+        {FLASHCL_F32, 64, 0}, {FLASHCL_F32, 64, 1}, {FLASHCL_F32, 128, 0}, {FLASHCL_F32, 128, 1},
+        {FLASHCL_F16, 64, 0}, {FLASHCL_F16, 64, 1}, {FLASHCL_F16, 128, 0}, {FLASHCL_F16, 128, 1},
+        {FLASHCL_BF16, 64, 0}, {FLASHCL_BF16, 128, 0},
+    };
+    static const struct tune_key quick[] = {
+        {FLASHCL_F32, 64, 0}, {FLASHCL_F16, 64, 0}, {FLASHCL_F16, 128, 0}, {FLASHCL_F16, 128, 1},
+    };
+    const struct tune_key *keys = opt->quick ? quick : full;
+    const int n_keys = opt->quick ? 4 : 10;
+    const int reps = opt->quick ? 3 : 7;
+    const int n_time = opt->n;
+    const int max_portable = opt->quick ? 6 : 24;  /* evenly spaced subset of the candidates */
+
+    flashcl_context *base = candidate_context(cl, dev, NULL, 0);
+    if (!base) {
+        fprintf(stderr, "flashcl-probe: %s\n", flashcl_last_error());
+        return 1;
+    }
+    struct flashcl_tuned_config winners[32];
+    int n_winners = 0;
+
+    /* Candidates of the kernel the library runs for each key (the views
+     * here are aligned, so tensor cores wherever the context has them). */
+    struct flashcl_tuned_config cand[128];
+    int n_cand[32], total = 0, done = 0;
+    enum flashcl_variant variant_of[32];
+    const bool tc = flashcl_context_has_tensor_cores(base, NULL);
+    for (int i = 0; i < n_keys; i++) {
+        variant_of[i] = tc && keys[i].dtype != FLASHCL_F32 && keys[i].d % 16 == 0 && keys[i].d <= 128
+                            ? FLASHCL_VARIANT_TENSOR_CORE
+                            : FLASHCL_VARIANT_PORTABLE;
+        n_cand[i] = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
+        if (n_cand[i] > 128)
+            n_cand[i] = 128;
+        if (variant_of[i] == FLASHCL_VARIANT_PORTABLE && n_cand[i] > max_portable)
+            n_cand[i] = max_portable;
+        total += n_cand[i] + 1;
+    }
+
+    printf("\nTuning \"%s\" (%s): timed at N=%d, batch*N=%ld, heads*d=%ld; median of %d; each candidate\n"
+           "first checked against the double reference on N=%d\n", p->name, opt->quick ? "quick" : "full", n_time,
+           opt->tokens, opt->hidden, reps, CHECK_N);
+    printf("%-5s %4s %6s  %-12s %-26s %10s %10s %8s\n", "dtype", "d", "causal", "kernel", "winner", "tuned ms",
+           "untuned ms", "speedup");
+    for (int i = 0; i < n_keys; i++) {
+        const struct tune_key *key = &keys[i];
+        /* Inputs: a small problem to check, a realistic one to time. */
+        struct bench_case cc = {CHECK_N, key->d, 1, 2, key->causal, key->dtype};
+        struct bench_case timed = {n_time, key->d, opt->tokens / n_time > 0 ? (int)(opt->tokens / n_time) : 1,
+                                opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal, key->dtype};
+        const size_t esz = flashcl_dtype_size(key->dtype);
+        const size_t celems = (size_t)cc.batch * cc.n * cc.heads * cc.d, telems = (size_t)timed.batch * timed.n * timed.heads * timed.d;
+        void *cq = malloc(celems * esz), *ck = malloc(celems * esz), *cv = malloc(celems * esz);
+        void *tq = malloc(telems * esz), *tk = malloc(telems * esz), *tv = malloc(telems * esz);
+        rng_seed((uint64_t)i + 1);
+        bench_fill_random(cq, key->dtype, celems);
+        bench_fill_random(ck, key->dtype, celems);
+        bench_fill_random(cv, key->dtype, celems);
+        bench_fill_random(tq, key->dtype, telems);
+        bench_fill_random(tk, key->dtype, telems);
+        bench_fill_random(tv, key->dtype, telems);
+        struct bench_env base_env = {0};
+        base_env.ctx = base;
+        base_env.queue = queue;
+        struct bench_buffers cb, tb;
+        if (bench_buffers_create(&base_env, &cc, cq, ck, cv, &cb) != FLASHCL_SUCCESS ||
+            bench_buffers_create(&base_env, &timed, tq, tk, tv, &tb) != FLASHCL_SUCCESS) {
+            fprintf(stderr, "flashcl-probe: cannot allocate the tuning inputs\n");
+            return 1;
+        }
+        struct flashcl_tile base_tile;
+        flashcl_forward_config(base, &tb.attn, &base_tile);
+        const double untuned = evaluate(base, queue, key, base_tile.variant, &cb, &cc, cq, ck, cv, &tb, &timed, reps);
+
+        const enum flashcl_variant var = variant_of[i];
+        struct flashcl_tuned_config all[128];
+        const int n_all = flashcl_tuning_candidates(base, var, key->dtype, key->d, p->usable_local, all, 128);
+        for (int j = 0; j < n_cand[i]; j++)  /* an evenly spaced subset when capped */
+            cand[j] = all[(long)j * n_all / n_cand[i]];
+        /* The untuned choice is a candidate too, so the winner is never a
+         * configuration measured slower than what the library would do. */
+        int n_try = n_cand[i];
+        if (base_tile.variant == var && n_try < 128) {
+            struct flashcl_tuned_config *u = &cand[n_try++];
+            memset(u, 0, sizeof(*u));
+            u->variant = var;
+            u->dtype = key->dtype;
+            u->head_dim = key->d;
+            u->block_m = base_tile.block_m;
+            u->block_n = base_tile.block_n;
+            u->warps = base_tile.warps;
+            u->m_tiles = base_tile.m_tiles;
+        }
+        double best = INFINITY;
+        int best_j = -1, rejected = 0;
+        for (int j = 0; j < n_try; j++) {
+            char what[64];
+            snprintf(what, sizeof(what), "%s d=%d %s %s %dx%d", dtype_name(key->dtype), key->d,
+                     key->causal ? "causal" : "full", var == FLASHCL_VARIANT_TENSOR_CORE ? "tc" : "portable",
+                     cand[j].block_m, cand[j].block_n);
+            progress(done++, total, what);
+            flashcl_context *ctx = candidate_context(cl, dev, &cand[j], p->usable_local);
+            const double ms = ctx ? evaluate(ctx, queue, key, var, &cb, &cc, cq, ck, cv, &tb, &timed, reps) : -1;
+            flashcl_context_destroy(&ctx);
+            if (ms == -2)
+                rejected++;  /* wrong results: never stored */
+            if (ms > 0 && ms < best) {
+                best = ms;
+                best_j = j;
+            }
+        }
+        fprintf(stderr, "\r%*s\r", 100, "");
+        double final_tuned = best, final_untuned = untuned;
+        if (best_j >= 0 && best_j != n_try - 1 && var == base_tile.variant) {
+            /* Noise can crown the wrong one: winner and untuned choice timed
+             * again in alternation; the untuned one stays unless beaten. */
+            flashcl_context *wctx = candidate_context(cl, dev, &cand[best_j], p->usable_local);
+            struct bench_env we = {wctx, queue, ""}, be = {base, queue, ""};
+            double tw[3] = {0}, tb3[3] = {0}, unused;
+            for (int r = 0; wctx && r < 3; r++) {
+                bench_time(&we, BENCH_FLASH, &tb, &timed, 1, reps, &tw[r], &unused);
+                bench_time(&be, BENCH_FLASH, &tb, &timed, 1, reps, &tb3[r], &unused);
+            }
+            flashcl_context_destroy(&wctx);
+            qsort(tw, 3, sizeof(double), compare_doubles);
+            qsort(tb3, 3, sizeof(double), compare_doubles);
+            final_tuned = tw[1];
+            final_untuned = tb3[1];
+            if (!(final_tuned < final_untuned)) {
+                best_j = n_try - 1;
+                final_tuned = final_untuned;
+            }
+        }
+        if (best_j == n_try - 1)
+            final_tuned = final_untuned;  /* the untuned choice won: the same configuration */
+        if (best_j >= 0 && var == base_tile.variant) {
+            struct flashcl_tuned_config w = cand[best_j];
+            w.causal = key->causal;
+            w.ms = final_tuned;
+            winners[n_winners++] = w;
+            char shape[48];
+            if (var == FLASHCL_VARIANT_PORTABLE)
+                snprintf(shape, sizeof(shape), "block %dx%d", w.block_m, w.block_n);
+            else
+                snprintf(shape, sizeof(shape), "warps %d, m_tiles %d, block_n %d", w.warps, w.m_tiles, w.block_n);
+            printf("%-5s %4d %6d  %-12s %-26s %10.3f %10.3f %7.2fx%s\n", dtype_name(key->dtype), key->d,
+                   key->causal, var == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable", shape, final_tuned,
+                   final_untuned, final_untuned / final_tuned, rejected ? "  (wrong candidates dropped)" : "");
+        } else {
+            printf("%-5s %4d %6d  no candidate ran correctly (%d disagreed with the reference)\n",
+                   dtype_name(key->dtype), key->d, key->causal, rejected);
+        }
+        bench_buffers_release(&cb);
+        bench_buffers_release(&tb);
+        free(cq);
+        free(ck);
+        free(cv);
+        free(tq);
+        free(tk);
+        free(tv);
+    }
+    progress(total, total, "done");
+    fprintf(stderr, "\n");
+
+    /* The tuning file: header, the probed local memory, the winners. */
+    char default_path[1024];
+    const char *path = opt->out;
+    if (!path) {
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        snprintf(default_path, sizeof(default_path), "%s%s/flashcl/tuning.txt", xdg && *xdg ? xdg : home ? home : ".",
+                 xdg && *xdg ? "" : "/.cache");
+        path = default_path;
+        char dir[1024];
+        snprintf(dir, sizeof(dir), "%s", default_path);
+        *strrchr(dir, '/') = '\0';
+        char cmd[1100];
+        snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "flashcl-probe: cannot create %s\n", dir);
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        flashcl_context_destroy(&base);
+        return 1;
+    }
+    char line[512];
+    fprintf(f, "flashcl-tuning 1\n# written by flashcl-probe --tune%s\n", opt->quick ? " --quick" : "");
+    if (flashcl_tuning_format(base, NULL, p->usable_local, line, sizeof(line)) == FLASHCL_SUCCESS)
+        fprintf(f, "%s\n", line);
+    for (int i = 0; i < n_winners; i++)
+        if (flashcl_tuning_format(base, &winners[i], 0, line, sizeof(line)) == FLASHCL_SUCCESS)
+            fprintf(f, "%s\n", line);
+    fclose(f);
+    printf("wrote %d configuration(s) to %s\n", n_winners, path);
+    flashcl_context_destroy(&base);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void roofline(const struct probe *p, int n, int d, bool json)
+{
+    struct flashcl_io_estimate io;
+    const int heads = 2048 / d > 0 ? 2048 / d : 1, batch = 16384 / n > 0 ? 16384 / n : 1;  /* FA's convention */
+    if (flashcl_io_model(batch, heads, heads, n, n, d, 2, 128, 64, &io) != FLASHCL_SUCCESS)
+        return;
+    const double bw = p->copy_gbs * 1e9;
+    const double ai_std = io.flops / io.standard_bytes, ai_flash = io.flops / io.flash_bytes;
+    const double peak_fma = p->fma_tflops * 1e12, peak_mma = p->mma_tflops > 0 ? p->mma_tflops * 1e12 : peak_fma;
+    const double attain_std = fmin(peak_fma, ai_std * bw), attain_flash = fmin(peak_mma, ai_flash * bw);
+    if (json) {
+        printf("  \"roofline\": {\"N\": %d, \"d\": %d, \"batch\": %d, \"heads\": %d, \"flops\": %.4g, "
+               "\"standard_bytes\": %.4g, \"flash_bytes\": %.4g, \"standard_intensity\": %.2f, "
+               "\"flash_intensity\": %.2f, \"standard_attainable_tflops\": %.2f, \"flash_attainable_tflops\": %.2f},\n",
+               n, d, batch, heads, io.flops, io.standard_bytes, io.flash_bytes, ai_std, ai_flash, attain_std / 1e12,
+               attain_flash / 1e12);
+        return;
+    }
+    printf("\nRoofline for N=%d, d=%d, f16 (batch %d, heads %d; IO model with Q blocks of 128, K/V of 64):\n", n, d,
+           batch, heads);
+    printf("  standard attention: %.3g FLOP over %.3g bytes = %.1f FLOP/byte -> at most %.3g TFLOP/s (%s-bound)\n",
+           io.flops, io.standard_bytes, ai_std, attain_std / 1e12, ai_std * bw < peak_fma ? "memory" : "compute");
+    printf("  flashcl:            %.3g FLOP over %.3g bytes = %.1f FLOP/byte -> at most %.3g TFLOP/s (%s-bound)\n",
+           io.flops, io.flash_bytes, ai_flash, attain_flash / 1e12, ai_flash * bw < peak_mma ? "memory" : "compute");
+    printf("  K/V-outer loop order would read Q blocks %llu times per head, Q-outer %llu times\n",
+           io.q_block_reads_kv_outer, io.q_block_reads_q_outer);
+}
+
+int main(int argc, char **argv)
+{
+    struct options opt = {0};
+    opt.n = 16384;
+    opt.d = 128;
+    opt.tokens = 16384;
+    opt.hidden = 2048;
+    bool n_given = false;
+    static const struct option longopts[] = {
+        {"json", no_argument, 0, 'j'}, {"tune", no_argument, 0, 't'},    {"quick", no_argument, 0, 'q'},
+        {"out", required_argument, 0, 'o'}, {"n", required_argument, 0, 'n'}, {"d", required_argument, 0, 'd'},
+        {"tokens", required_argument, 0, 'T'}, {"hidden", required_argument, 0, 'H'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'j': opt.json = true; break;
+        case 't': opt.tune = true; break;
+        case 'q': opt.quick = true; break;
+        case 'o': opt.out = optarg; break;
+        case 'n': opt.n = atoi(optarg); n_given = true; break;
+        case 'T': opt.tokens = atol(optarg); break;
+        case 'H': opt.hidden = atol(optarg); break;
+        case 'd': opt.d = atoi(optarg); break;
+        case 'h':
+            printf("usage: flashcl-probe [--json] [--n N] [--d D] [--tokens T] [--hidden C]\n"
+                   "                     [--tune [--quick] [--out FILE]]\n"
+                   "  --n, --d         roofline shape (16384, 128); --tune times candidates at N (default 4096,\n"
+                   "                   2048 with --quick) with batch*N = --tokens (16384), heads*d = --hidden (2048)\n"
+                   "  --out FILE       tuning file (default $XDG_CACHE_HOME/flashcl/tuning.txt)\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (opt.tune && !n_given)
+        opt.n = opt.quick ? 2048 : 4096;
+    if (opt.n < 1 || opt.d < 1 || opt.d > FLASHCL_MAX_HEAD_DIM || opt.tokens < 1 || opt.hidden < 1) {
+        fprintf(stderr, "flashcl-probe: --n, --tokens, --hidden must be >= 1 and --d 1..256\n");
+        return 2;
+    }
+
+    flashcl_context *ctx = NULL;
+    if (flashcl_context_create(NULL, &ctx) != FLASHCL_SUCCESS) {
+        fprintf(stderr, "flashcl-probe: %s\n", flashcl_last_error());
+        return 1;
+    }
+    cl_context cl = flashcl_context_cl_context(ctx);
+    cl_device_id dev = flashcl_context_device(ctx);
+    cl_int err;
+    cl_command_queue queue = clCreateCommandQueue(cl, dev, CL_QUEUE_PROFILING_ENABLE, &err);
+
+    if (opt.json)
+        printf("{\n  \"flashcl_version\": \"%s\",\n", FLASHCL_VERSION_STRING);
+    list_devices(opt.json);
+
+    struct probe p;
+    describe(dev, &p);
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof(type), &type, NULL);
+    const bool gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    if (!opt.json)
+        fprintf(stderr, "probing \"%s\" ...\n", p.name);
+    p.usable_local = probe_local(cl, dev, queue, (size_t)p.reported_local);
+    measure_rates(cl, dev, queue, &p, gpu);
+    const int tensor = flashcl_context_has_tensor_cores(ctx, &p.tensor_note);
+    if (tensor)
+        measure_mma(cl, dev, queue, &p);
+    const double ridge_fma = p.fma_tflops * 1e12 / (p.copy_gbs * 1e9);
+    const double ridge_mma = p.mma_tflops * 1e12 / (p.copy_gbs * 1e9);
+
+    if (opt.json) {
+        printf("  \"probed\": {\"name\": \"%s\", \"vendor\": \"%s\", \"driver\": \"%s\", \"compute_units\": %u, "
+               "\"clock_mhz\": %u, \"global_mem\": %llu, \"max_alloc\": %llu, \"reported_local_mem\": %llu, "
+               "\"usable_local_mem\": %zu, \"max_work_group\": %zu, \"fp16\": %s, \"bf16_storage\": true, "
+               "\"tensor_cores\": %s, \"tensor_core_note\": \"%s\", \"copy_gb_s\": %.1f, \"fma_tflops\": %.2f, "
+               "\"mma_tflops\": %.1f, \"ridge_fma\": %.2f, \"ridge_mma\": %.2f},\n",
+               p.name, p.vendor, p.driver, p.compute_units, p.clock_mhz, (unsigned long long)p.global_mem,
+               (unsigned long long)p.max_alloc, (unsigned long long)p.reported_local, p.usable_local, p.max_wg,
+               p.fp16 ? "true" : "false", tensor ? "true" : "false", p.tensor_note, p.copy_gbs, p.fma_tflops,
+               p.mma_tflops, ridge_fma, tensor ? ridge_mma : 0.0);
+        roofline(&p, opt.n, opt.d, true);
+        printf("  \"sizing_rule_d%d\": {\"reported\": %zu, \"probed\": %zu}\n}\n", opt.d,
+               flashcl_block_size_bound((size_t)p.reported_local, 4, (size_t)opt.d),
+               flashcl_block_size_bound(p.usable_local, 4, (size_t)opt.d));
+    } else {
+        printf("\nProbed \"%s\" (%s, driver %s):\n", p.name, p.vendor, p.driver);
+        printf("  compute units %u at %u MHz, global memory %.1f GB (largest allocation %.1f GB)\n", p.compute_units,
+               p.clock_mhz, p.global_mem / 1e9, p.max_alloc / 1e9);
+        printf("  local memory: %llu bytes reported, %zu bytes of static __local built and ran\n",
+               (unsigned long long)p.reported_local, p.usable_local);
+        printf("  sizing rule at d=%d: B <= %zu on the reported size, %zu on the probed one\n", opt.d,
+               flashcl_block_size_bound((size_t)p.reported_local, 4, (size_t)opt.d),
+               flashcl_block_size_bound(p.usable_local, 4, (size_t)opt.d));
+        printf("  f16: %s; bf16: storage (read and written by shifts, arithmetic in f32)\n",
+               p.fp16 ? "cl_khr_fp16" : "storage only (vload_half), no cl_khr_fp16");
+        printf("  tensor cores: %s (%s)\n", tensor ? "yes" : "no", p.tensor_note);
+        printf("  copy bandwidth %.0f GB/s (read + write), fp32 FMA %.2f TFLOP/s", p.copy_gbs, p.fma_tflops);
+        if (tensor)
+            printf(", mma.sync f16 %.0f TFLOP/s", p.mma_tflops);
+        printf("\n  ridge point: %.1f FLOP/byte on the FMA units", ridge_fma);
+        if (tensor)
+            printf(", %.1f FLOP/byte on the tensor cores", ridge_mma);
+        printf("\n");
+        roofline(&p, opt.n, opt.d, false);
+    }
+    int rc = 0;
+    if (opt.tune)
+        rc = tune(cl, dev, queue, &p, &opt);
+    clReleaseCommandQueue(queue);
+    flashcl_context_destroy(&ctx);
+    return rc;
+}
