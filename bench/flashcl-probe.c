@@ -489,7 +489,8 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         /* The untuned choice is a candidate too, so the winner is never a
          * configuration measured slower than what the library would do. */
         int n_try = n_cand[i];
-        if (base_tile.variant == var && n_try < 128) {
+        const bool has_baseline = base_tile.variant == var && n_try < 128;
+        if (has_baseline) {
             struct flashcl_tuned_config *u = &cand[n_try++];
             memset(u, 0, sizeof(*u));
             u->variant = var;
@@ -520,7 +521,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         }
         fprintf(stderr, "\r%*s\r", 100, "");
         double final_tuned = best, final_untuned = untuned;
-        if (best_j >= 0 && best_j != n_try - 1 && var == base_tile.variant) {
+        if (best_j >= 0 && !(has_baseline && best_j == n_try - 1) && var == base_tile.variant) {
             /* Noise can crown the wrong one: winner and untuned choice timed
              * again in alternation; the untuned one stays unless beaten. */
             flashcl_context *wctx = candidate_context(cl, dev, &cand[best_j], p->usable_local);
@@ -535,12 +536,12 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             qsort(tb3, 3, sizeof(double), compare_doubles);
             final_tuned = tw[1];
             final_untuned = tb3[1];
-            if (!(final_tuned < final_untuned)) {
+            if (!(final_tuned < final_untuned) && has_baseline) {
                 best_j = n_try - 1;
                 final_tuned = final_untuned;
             }
         }
-        if (best_j == n_try - 1)
+        if (has_baseline && best_j == n_try - 1)
             final_tuned = final_untuned;  /* the untuned choice won: the same configuration */
         if (best_j >= 0 && var == base_tile.variant) {
             struct flashcl_tuned_config w = cand[best_j];

@@ -6,6 +6,8 @@
 # CLBlast and Check in .devdeb/ (carried with the tree).
 #
 #   bench/gpu-run.sh [tests|bench|all] [flashcl-bench options...]
+#   bench/gpu-run.sh probe     (flashcl-probe report and --tune --quick; flashcl-bench on the perf
+#                    table's N=16k shapes without and with the tuning file; then the tests)
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n;
 #                    each is checked by the forward tests, then timed at N=16k next to FA2)
 set -u -o pipefail
@@ -56,6 +58,20 @@ PY
 )
   python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$OUT/torch.csv" 2>>"$OUT/bench.log" || status=1
   python3 bench/compare.py "$OUT/flashcl.csv" "$OUT/torch.csv" | tee "$OUT/compare.md"
+fi
+if [ "$MODE" = probe ]; then
+  "$BUILD/bench/flashcl-probe" > "$OUT/probe.txt" 2>&1 || status=1
+  "$BUILD/bench/flashcl-probe" --json > "$OUT/probe.json" 2>/dev/null || status=1
+  cat "$OUT/probe.txt"
+  "$BUILD/bench/flashcl-probe" --tune --quick --out "$OUT/tuning.txt" > "$OUT/tune.log" 2>/dev/null || status=1
+  cat "$OUT/tune.log" | tail -8
+  SHAPES=(--n 16384 --d 64,128 --dtype f32,f16 --causal 0,1 --paths flash --reps 10)
+  FLASHCL_TUNING= "$BUILD/bench/flashcl-bench" "${SHAPES[@]}" > "$OUT/bench-untuned.log" 2>/dev/null || status=1
+  FLASHCL_TUNING="$OUT/tuning.txt" "$BUILD/bench/flashcl-bench" "${SHAPES[@]}" > "$OUT/bench-tuned.log" 2>/dev/null || status=1
+  echo "untuned:"; grep "^flash" "$OUT/bench-untuned.log"
+  echo "tuned:"; grep "^flash" "$OUT/bench-tuned.log"
+  FLASHCL_TUNING= meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
+  grep -E "^ *[0-9]+/[0-9]+ " "$OUT/tests.log" | head -12
 fi
 if [ "$MODE" = mma-sweep ]; then
   CONFIGS=${1:-"4,1,64 4,2,64 4,2,32 8,1,64"}
