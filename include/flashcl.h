@@ -316,8 +316,8 @@ enum flashcl_tile_source {
     FLASHCL_TILE_FORCED = 4   /* context parameters (or FLASHCL_MMA_CONFIG) */
 };
 
-/* The portable kernel's tile for this head_dim and dtype on this context
- * (after the rule, rounding and any forced size). */
+/* A kernel and its tile, as flashcl_forward_tile (the portable kernel for a
+ * head_dim and dtype) and flashcl_forward_config (one exact call) report. */
 struct flashcl_tile {
     enum flashcl_variant variant;
     enum flashcl_tile_source source;
@@ -328,6 +328,8 @@ struct flashcl_tile {
     size_t local_bytes; /* local memory the kernel declares */
 };
 
+/* The portable kernel's tile for this head_dim and dtype on this context
+ * (non-causal; after the rule, rounding, a tuned entry or a forced size). */
 FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim,
                                                 flashcl_dtype dtype, struct flashcl_tile *out);
 

@@ -46,18 +46,26 @@ static bool make_dirs(const char *path)
     return access(buf, W_OK | X_OK) == 0;
 }
 
+bool user_cache_path(const char *leaf, char *buf, size_t size)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (xdg && *xdg)
+        n = snprintf(buf, size, "%s/flashcl%s%s", xdg, *leaf ? "/" : "", leaf);
+    else if (home && *home)
+        n = snprintf(buf, size, "%s/.cache/flashcl%s%s", home, *leaf ? "/" : "", leaf);
+    else
+        return false;
+    return n > 0 && (size_t)n < size;
+}
+
 void cache_init(flashcl_context *ctx, const char *param_dir)
 {
     ctx->cache_dir[0] = '\0';
     const char *dir = param_dir ? param_dir : getenv("FLASHCL_CACHE_DIR");
     char fallback[1024];
     if (!dir) {
-        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (xdg && *xdg)
-            snprintf(fallback, sizeof(fallback), "%s/flashcl", xdg);
-        else if (home && *home)
-            snprintf(fallback, sizeof(fallback), "%s/.cache/flashcl", home);
-        else
+        if (!user_cache_path("", fallback, sizeof(fallback)))
             return;
         dir = fallback;
     }

@@ -50,6 +50,10 @@ size_t usable_local_mem(const flashcl_context *ctx);
 
 /* ---- cache.c: compiled programs on disk ---- */
 
+/* $XDG_CACHE_HOME/flashcl/leaf, else ~/.cache/flashcl/leaf ("" leaf: the
+ * folder); false if neither variable is set or the path does not fit. */
+bool user_cache_path(const char *leaf, char *buf, size_t size);
+
 /* Picks the cache folder (param, FLASHCL_CACHE_DIR, XDG cache; "" or "off":
  * none) and records what identifies this device's binaries. */
 void cache_init(flashcl_context *ctx, const char *param_dir);

@@ -124,13 +124,11 @@ static const char *parse_line(const flashcl_context *ctx, char *line, bool *mine
             strcmp(version, FLASHCL_VERSION_STRING) == 0;
     int expected_fields;
     if (strcmp(kind, "local_mem") == 0) {
-        int kib;
         const char *bytes = field(&f, "bytes");
         char *end;
         const unsigned long long v = bytes ? strtoull(bytes, &end, 10) : 0;
         if (!bytes || *end || v == 0 || v > (1ull << 30))
             return "bytes must be 1..2^30";
-        (void)kib;
         *is_local_mem = true;
         *local_mem = (size_t)v;
         expected_fields = 5;
@@ -192,12 +190,7 @@ void tuning_load(flashcl_context *ctx, const char *param_path)
     const char *path = param_path ? param_path : getenv("FLASHCL_TUNING");
     char fallback[1024];
     if (!path) {
-        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (xdg && *xdg)
-            snprintf(fallback, sizeof(fallback), "%s/flashcl/tuning.txt", xdg);
-        else if (home && *home)
-            snprintf(fallback, sizeof(fallback), "%s/.cache/flashcl/tuning.txt", home);
-        else
+        if (!user_cache_path("tuning.txt", fallback, sizeof(fallback)))
             return;
         path = fallback;
     }
@@ -296,6 +289,15 @@ size_t usable_local_mem(const flashcl_context *ctx)
     return (size_t)ctx->local_mem_size;
 }
 
+/* Appends a candidate (counting it even past max, so callers can size). */
+static void add_candidate(struct flashcl_tuned_config *out, int max, int *count,
+                          const struct flashcl_tuned_config *c)
+{
+    if (out && *count < max)
+        out[*count] = *c;
+    (*count)++;
+}
+
 int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant, flashcl_dtype dtype,
                               int head_dim, size_t local_mem_bytes, struct flashcl_tuned_config *out, int max)
 {
@@ -313,16 +315,8 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
                 if ((size_t)bm > bound || (size_t)bn > bound ||
                     forward_local_bytes(bm, bn, head_dim, side) > local)
                     continue;
-                if (count < max && out) {
-                    struct flashcl_tuned_config *c = &out[count];
-                    memset(c, 0, sizeof(*c));
-                    c->variant = variant;
-                    c->dtype = dtype;
-                    c->head_dim = head_dim;
-                    c->block_m = bm;
-                    c->block_n = bn;
-                }
-                count++;
+                const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, bm, bn, 0, 0, 0.0};
+                add_candidate(out, max, &count, &c);
             }
     } else if (variant == FLASHCL_VARIANT_TENSOR_CORE && dtype != FLASHCL_F32 && head_dim % 16 == 0 &&
                head_dim <= 128) {
@@ -333,18 +327,9 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
                     const size_t bytes = (size_t)(16 * tiles[t] * warps[w] + 2 * blocks[b]) * (size_t)head_dim * 2;
                     if (bytes > local)
                         continue;
-                    if (count < max && out) {
-                        struct flashcl_tuned_config *c = &out[count];
-                        memset(c, 0, sizeof(*c));
-                        c->variant = variant;
-                        c->dtype = dtype;
-                        c->head_dim = head_dim;
-                        c->warps = warps[w];
-                        c->m_tiles = tiles[t];
-                        c->block_n = blocks[b];
-                        c->block_m = 16 * tiles[t] * warps[w];
-                    }
-                    count++;
+                    const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, 16 * tiles[t] * warps[w],
+                                                           blocks[b], warps[w], tiles[t], 0.0};
+                    add_candidate(out, max, &count, &c);
                 }
     }
     return count;

@@ -107,12 +107,17 @@ static int run_child(const char *dir)
     return WEXITSTATUS(status);
 }
 
-static void fresh_dir(char *dir, size_t size, const char *name)
+static void remove_dir(const char *dir)
 {
-    snprintf(dir, size, "%s/flashcl-cache-test-%ld-%s", "/tmp", (long)getpid(), name);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
+}
+
+static void fresh_dir(char *dir, size_t size, const char *name)
+{
+    snprintf(dir, size, "/tmp/flashcl-cache-test-%ld-%s", (long)getpid(), name);
+    remove_dir(dir);
 }
 
 /* The one entry file in dir. */
@@ -137,6 +142,7 @@ START_TEST(second_process_loads)
     ck_assert_int_eq(run_child(dir), 1);  /* compiles and stores */
     ck_assert_int_eq(run_child(dir), 2);  /* loads, does not compile, same results */
     ck_assert_int_eq(run_child(dir), 2);
+    remove_dir(dir);
 }
 END_TEST
 
@@ -185,6 +191,7 @@ START_TEST(damaged_entries_rebuild)
         ck_assert_msg(run_child(dir) == 1, "damage %d: the entry was not rejected and rebuilt", how);
         ck_assert_msg(run_child(dir) == 2, "damage %d: the rebuilt entry did not load", how);
     }
+    remove_dir(dir);
 }
 END_TEST
 
@@ -192,7 +199,7 @@ START_TEST(unusable_folder)
 {
     /* A path below a regular file can never be a folder. */
     char file[512], dir[600];
-    snprintf(file, sizeof(file), "%s/flashcl-cache-test-%ld-file", "/tmp", (long)getpid());
+    snprintf(file, sizeof(file), "/tmp/flashcl-cache-test-%ld-file", (long)getpid());
     FILE *f = fopen(file, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
