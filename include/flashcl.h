@@ -119,9 +119,10 @@ struct flashcl_context_params {
      * platform or device name, e.g. "NVIDIA" or "pthread". NULL: the env. */
     const char *device_select;
 
-    /* Force the tile: query rows per work-group (block_m) and keys per
-     * streamed K/V block (block_n), 1..256 each. 0: chosen from the device's
-     * local memory with the sizing rule (see flashcl_block_size_bound). */
+    /* Force the portable kernel's tile: query rows per work-group (block_m)
+     * and keys per streamed K/V block (block_n), 1..256 each. 0: the tuning
+     * file's entry, else the sizing rule on the device's local memory (see
+     * flashcl_block_size_bound). */
     int block_m;
     int block_n;
 

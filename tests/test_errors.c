@@ -1,6 +1,8 @@
 /* Bad inputs: each returns its own status, names the argument in the
  * message, enqueues nothing and leaves the outputs as they were. */
 #include <stdint.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -226,15 +228,85 @@ START_TEST(valid_call_writes)
     /* The control: the same buffers with a valid call do change O. */
     struct test_env *e = test_env_get();
     struct flashcl_attention a = valid();
-    cl_mem o2 = make_buffer(e->cl, ELEMS * 4, 0xff);
+    cl_mem o2 = make_buffer(e->cl, ELEMS * 4, 0xff), lse2 = make_buffer(e->cl, N * H * 4, 0xff);
     a.o.mem = o2;
+    a.lse.mem = lse2;  /* the shared O and LSE stay poisoned for the other tests */
     ck_assert_flashcl_ok(flashcl_forward(e->ctx, &a, e->queue, 0, NULL, NULL));
     float host[ELEMS];
     ck_assert_cl(clEnqueueReadBuffer(e->queue, o2, CL_TRUE, 0, sizeof(host), host, 0, NULL, NULL));
     for (int i = 0; i < ELEMS; i++)
         ck_assert_msg(host[i] == host[i], "O[%d] is NaN after a valid call", i);
     clReleaseMemObject(o2);
+    clReleaseMemObject(lse2);
     ck_assert_str_eq(flashcl_last_error(), "");
+    assert_outputs_untouched();
+}
+END_TEST
+
+/* Random, mostly invalid, calls: never a crash, always a status, and a
+ * rejected call leaves the outputs as they were. Valid ones may run. */
+START_TEST(random_calls)
+{
+    struct test_env *e = test_env_get();
+    rng_seed(2024);
+    int rejected = 0, ran = 0;
+    for (int i = 0; i < 3000; i++) {
+        struct flashcl_attention a = valid();
+        int *dims[] = {&a.batch, &a.seq_q, &a.seq_kv, &a.heads_q, &a.heads_kv, &a.head_dim};
+        flashcl_tensor *views[] = {&a.q, &a.k, &a.v, &a.o, &a.lse};
+        const int mutations = 1 + (int)rng_uniform(0, 4);
+        for (int m = 0; m < mutations; m++) {
+            const int what = (int)rng_uniform(0, 6);
+            flashcl_tensor *t = views[(int)rng_uniform(0, 5)];
+            const size_t big[] = {0, 1, 3, 7, 8, 64, 1000, (size_t)1 << 31, SIZE_MAX / 3, SIZE_MAX};
+            switch (what) {
+            case 0: *dims[(int)rng_uniform(0, 6)] = (int)rng_uniform(-3, 300); break;
+            case 1: t->offset = big[(int)rng_uniform(0, 10)]; break;
+            case 2: t->stride_seq = big[(int)rng_uniform(0, 10)]; break;
+            case 3: t->stride_head = big[(int)rng_uniform(0, 10)]; break;
+            case 4: t->dtype = (flashcl_dtype)(int)rng_uniform(0, 5); break;
+            default: a.scale = rng_uniform(0, 1) < 0.5 ? NAN : (float)rng_uniform(-2, 2); break;
+            }
+        }
+        cl_event ev = NULL;
+        const flashcl_status st = flashcl_forward(e->ctx, &a, e->queue, 0, NULL, &ev);
+        ck_assert_ptr_nonnull(flashcl_status_name(st));
+        if (st == FLASHCL_SUCCESS) {
+            ran++;
+            ck_assert_cl(clWaitForEvents(1, &ev));
+            clReleaseEvent(ev);
+            /* It wrote O: put the poison back for the next rejected calls. */
+            const unsigned char poison = 0xff;
+            ck_assert_cl(clEnqueueFillBuffer(e->queue, o, &poison, 1, 0, ELEMS * 4, 0, NULL, NULL));
+            ck_assert_cl(clEnqueueFillBuffer(e->queue, lse, &poison, 1, 0, N * H * 4, 0, NULL, NULL));
+        } else {
+            rejected++;
+            ck_assert_ptr_null(ev);
+            ck_assert_uint_gt(strlen(flashcl_last_error()), 0);
+        }
+        if (i % 500 == 0)
+            assert_outputs_untouched();
+    }
+    assert_outputs_untouched();
+    printf("random calls: %d rejected with a status, %d valid and run\n", rejected, ran);
+    ck_assert_int_gt(rejected, 2000);
+}
+END_TEST
+
+/* The standard path validates the same way. */
+START_TEST(standard_path_validates)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_attention a = valid();
+    a.k.mem = small;
+    ck_assert_status(flashcl_standard_forward(e->ctx, &a, NULL, e->queue, 0, NULL, NULL), FLASHCL_ERROR_OUT_OF_BOUNDS);
+    a = valid();
+    a.o.mem = v;
+    ck_assert_status(flashcl_standard_forward(e->ctx, &a, NULL, e->queue, 0, NULL, NULL), FLASHCL_ERROR_ALIASING);
+    a = valid();
+    a.heads_q = 3;
+    ck_assert_status(flashcl_standard_workspace_size(e->ctx, &a, &(size_t){0}), FLASHCL_ERROR_INVALID_SHAPE);
+    assert_outputs_untouched();
 }
 END_TEST
 
@@ -263,6 +335,8 @@ int main(void)
     tcase_add_test(tc, aliasing);
     tcase_add_test(tc, wrong_context);
     tcase_add_test(tc, valid_call_writes);
+    tcase_add_test(tc, random_calls);
+    tcase_add_test(tc, standard_path_validates);
     tcase_add_test(tc, status_names);
     suite_add_tcase(s, tc);
     const int rc = test_run_suite(s);
