@@ -30,6 +30,17 @@ static ulong packed_index(ulong b, ulong h, ulong n, ulong e, ulong heads, ulong
     return (b * (heads / group) + hk) * entry + (gi * seq + n) * d + e;
 }
 
+/* Element `id` of a [batch, seq, heads, d] tensor as (b, n, h, e). */
+static void element_of(ulong id, int seq, int heads, int d, ulong *b, ulong *n, ulong *h, ulong *e)
+{
+    *e = id % (ulong)d;
+    const ulong t = id / (ulong)d;
+    *n = t % (ulong)seq;
+    const ulong t2 = t / (ulong)seq;
+    *h = t2 % (ulong)heads;
+    *b = t2 / (ulong)heads;
+}
+
 /* One work-item per element of a [batch, seq, heads, d] view. */
 __kernel void pack_rows(__global const storage_t *src, ulong off, ulong sb, ulong ss, ulong sh,
                         __global float *dst, ulong dst_off, ulong entry, ulong total, int seq, int heads,
@@ -38,9 +49,8 @@ __kernel void pack_rows(__global const storage_t *src, ulong off, ulong sb, ulon
     const ulong id = get_global_id(0);
     if (id >= total)
         return;
-    const ulong e = id % (ulong)d, t = id / (ulong)d;
-    const ulong n = t % (ulong)seq, t2 = t / (ulong)seq;
-    const ulong h = t2 % (ulong)heads, b = t2 / (ulong)heads;
+    ulong b, n, h, e;
+    element_of(id, seq, heads, d, &b, &n, &h, &e);
     dst[dst_off + packed_index(b, h, n, e, heads, group, seq, d, entry)] = LOAD(src, off + b * sb + n * ss + h * sh + e);
 }
 
@@ -51,9 +61,8 @@ __kernel void unpack_rows(__global const float *src, ulong src_off, ulong entry,
     const ulong id = get_global_id(0);
     if (id >= total)
         return;
-    const ulong e = id % (ulong)d, t = id / (ulong)d;
-    const ulong n = t % (ulong)seq, t2 = t / (ulong)seq;
-    const ulong h = t2 % (ulong)heads, b = t2 / (ulong)heads;
+    ulong b, n, h, e;
+    element_of(id, seq, heads, d, &b, &n, &h, &e);
     STORE(dst, off + b * sb + n * ss + h * sh + e, src[src_off + packed_index(b, h, n, e, heads, group, seq, d, entry)]);
 }
 
