@@ -72,19 +72,16 @@ static cl_int set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor
     return err;
 }
 
-flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
-                               cl_command_queue queue, cl_uint num_wait_events,
-                               const cl_event *wait_list, cl_event *event)
+/* Chooses the kernel (tensor cores or portable), builds it once and
+ * enqueues it. Caller has validated the call. */
+static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl_attention *attn, bool tensor_cores,
+                                      cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
+                                      cl_event *event)
 {
-    flashcl_status st = check_call(ctx, attn, queue, num_wait_events, wait_list);
-    if (st != FLASHCL_SUCCESS)
-        return st;
-
     /* Both kernels take the same arguments; they differ in source and tile. */
     struct flashcl_tile tile;
     const char *source, *name;
     char options[512];
-    const int tensor_cores = variant_uses_tensor_cores(ctx, attn);
     if (tensor_cores) {
         variant_mma_tile(ctx, attn, &tile);
         source = flashcl_source_flash_forward_mma;
@@ -95,7 +92,7 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
                  attn->causal ? 1 : 0);
     } else {
         int tm, tn;
-        st = tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, &tile, &tm, &tn);
+        flashcl_status st = tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, &tile, &tm, &tn);
         if (st != FLASHCL_SUCCESS)
             return st;
         source = flashcl_source_flash_forward;
@@ -120,7 +117,7 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
     cl_kernel kernel;
-    st = program_get_kernel(ctx, source, name, options, &kernel);
+    flashcl_status st = program_get_kernel(ctx, source, name, options, &kernel);
     if (st == FLASHCL_SUCCESS) {
         cl_uint arg = 0;
         cl_int err = set_view_args(kernel, &arg, &attn->q, esize);
@@ -148,5 +145,33 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     pthread_mutex_unlock(&ctx->lock);
     if (st == FLASHCL_SUCCESS)
         log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s", options);
+    return st;
+}
+
+/* Failures of the tensor-core kernel itself (it did not build, or the
+ * device cannot launch it), after which the portable kernel may run. */
+static bool kernel_failure(flashcl_status st)
+{
+    return st == FLASHCL_BUILD_PROGRAM_FAILURE || st == FLASHCL_OUT_OF_RESOURCES ||
+           st == (flashcl_status)CL_INVALID_WORK_GROUP_SIZE || st == (flashcl_status)CL_INVALID_KERNEL ||
+           st == (flashcl_status)CL_INVALID_PROGRAM_EXECUTABLE;
+}
+
+flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                               cl_command_queue queue, cl_uint num_wait_events,
+                               const cl_event *wait_list, cl_event *event)
+{
+    flashcl_status st = check_call(ctx, attn, queue, num_wait_events, wait_list);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    const bool tensor_cores = variant_uses_tensor_cores(ctx, attn);
+    st = enqueue_forward(ctx, attn, tensor_cores, queue, num_wait_events, wait_list, event);
+    if (tensor_cores && kernel_failure(st)) {
+        /* The probe passed but this kernel did not: say why once, then run
+         * everything on the portable kernel. */
+        variant_disable(ctx, flashcl_status_name(st));
+        clear_error();
+        st = enqueue_forward(ctx, attn, false, queue, num_wait_events, wait_list, event);
+    }
     return st;
 }

@@ -3,6 +3,7 @@
 #define FLASHCL_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -87,6 +88,9 @@ float effective_scale(const struct flashcl_attention *attn);
 
 /* Sets ctx->tensor_cores (and the note saying why) for the context's device. */
 void variant_probe(flashcl_context *ctx, bool portable_only);
+/* After the tensor-core kernel failed on this device: portable from now on,
+ * with a WARN saying why (once). */
+void variant_disable(flashcl_context *ctx, const char *why);
 bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_attention *a);
 void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out);
 
@@ -114,7 +118,7 @@ struct flashcl_context {
     struct flashcl_tuned_config *tuned;
     int n_tuned;
     char tuning_device[256], tuning_driver[128];
-    bool tensor_cores;           /* the tensor-core kernel may run here */
+    atomic_bool tensor_cores;    /* the tensor-core kernel may run here; cleared on its failure */
     char tensor_core_note[160];  /* why or why not */
 
     flashcl_log_fn log;

@@ -1,7 +1,9 @@
 /* The forward kernel against the double-precision reference on random
  * inputs: shapes, masks, head groups, head dims, layouts and dtypes. Every
  * output starts poisoned, and bytes outside the output view must survive. */
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -181,6 +183,54 @@ START_TEST(portable_fallback)
 }
 END_TEST
 
+struct warn_count {
+    int warnings;
+};
+
+static void count_warnings(void *user, enum flashcl_log_level level, const char *message)
+{
+    (void)message;
+    if (level == FLASHCL_LOG_WARN)
+        ((struct warn_count *)user)->warnings++;
+}
+
+/* If the tensor-core kernel cannot build or launch although the probe
+ * passed, the call still succeeds on the portable kernel and says why once.
+ * A device without tensor cores is told to assume them, so the fallback
+ * really runs here; on one with them, the kernel simply works. */
+START_TEST(tensor_core_failure_falls_back)
+{
+    struct test_env *e = test_env_get();
+    const bool real = flashcl_context_has_tensor_cores(e->ctx, NULL);
+    setenv("FLASHCL_TEST_ASSUME_TENSOR_CORES", "1", 1);
+    struct warn_count w = {0};
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.log = count_warnings;
+    p.log_user = &w;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    unsetenv("FLASHCL_TEST_ASSUME_TENSOR_CORES");
+    ck_assert(flashcl_context_has_tensor_cores(ctx, NULL));
+    struct case_result r;
+    for (int i = 0; i < 2; i++) {  /* the second call goes straight to the portable kernel */
+        rng_seed(60 + (uint64_t)i);
+        test_run_case(ctx, &tensor_core_cases[0], &r);  /* checked against the reference */
+    }
+    const char *why = NULL;
+    if (real) {
+        ck_assert(flashcl_context_has_tensor_cores(ctx, &why));
+        ck_assert_int_eq(w.warnings, 0);
+    } else {
+        ck_assert(!flashcl_context_has_tensor_cores(ctx, &why));
+        ck_assert_ptr_nonnull(strstr(why, "fell back"));
+        ck_assert_int_eq(w.warnings, 1);
+    }
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int main(void)
@@ -196,6 +246,7 @@ int main(void)
     tcase_add_test(tc, repeatable);
     tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
     tcase_add_test(tc, portable_fallback);
+    tcase_add_test(tc, tensor_core_failure_falls_back);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
