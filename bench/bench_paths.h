@@ -1,5 +1,7 @@
-/* The attention paths flashcl-bench compares, behind one interface: set up
- * buffers once per case, then prepare, run (timed) and release each path. */
+/* The measuring harness shared by flashcl-bench and flashcl-probe: the
+ * attention paths behind one interface (buffers set up once per case, then
+ * prepare, run and release each path), the device timing of whole calls, and
+ * the check of sampled rows against the double reference. */
 #ifndef FLASHCL_BENCH_PATHS_H
 #define FLASHCL_BENCH_PATHS_H
 
