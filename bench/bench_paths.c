@@ -36,9 +36,12 @@ int bench_parse_paths(const char *list)
     return set ? set : -1;
 }
 
-double bench_tolerance(flashcl_dtype dtype)
+double bench_tolerance(flashcl_dtype dtype, enum flashcl_precision precision)
 {
-    /* Outputs lie in [-1, 1]: f32 arithmetic, or one rounding to the storage type. */
+    /* Outputs lie in [-1, 1]: f32 arithmetic, or one rounding to the storage
+     * type; TF32 rounds every operand to 10 mantissa bits. */
+    if (dtype == FLASHCL_F32 && precision == FLASHCL_PRECISION_TF32)
+        return 5e-3;
     return dtype == FLASHCL_F32 ? 1e-4 : dtype == FLASHCL_F16 ? 2e-3 : 1.6e-2;
 }
 
@@ -114,6 +117,7 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
     a->o = flashcl_tensor_bnhd(b->o, c->dtype, n, h, d);
     a->lse = flashcl_tensor_lse(b->lse, n, h);
     a->causal = c->causal;
+    a->precision = c->precision;
     return FLASHCL_SUCCESS;
 }
 
@@ -184,7 +188,7 @@ const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struc
     struct flashcl_tile t;
     if (flashcl_forward_config(env->ctx, &b->attn, &t) != FLASHCL_SUCCESS)
         return "?";
-    return t.variant == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable";
+    return flashcl_variant_name(t.variant);
 }
 
 static int compare_doubles(const void *a, const void *b)

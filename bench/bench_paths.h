@@ -27,6 +27,7 @@ struct bench_env {
 struct bench_case {
     int n, d, batch, heads, causal;
     flashcl_dtype dtype;
+    enum flashcl_precision precision;  /* f32 only: exact, tf32 or tf32x3 */
 };
 
 struct bench_buffers {
@@ -43,7 +44,7 @@ void bench_env_release(struct bench_env *env);
 int bench_parse_paths(const char *list);  /* bit set, or -1 */
 const char *bench_path_name(enum bench_path path);
 /* Largest sampled error against the double reference that counts as right. */
-double bench_tolerance(flashcl_dtype dtype);
+double bench_tolerance(flashcl_dtype dtype, enum flashcl_precision precision);
 
 flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_case *c, const void *q,
                                     const void *k, const void *v, struct bench_buffers *b);

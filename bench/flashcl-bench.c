@@ -22,11 +22,13 @@
 #include "hostref.h"
 
 #define MAX_LIST 16
+#define MAX_DTYPES 5
 
 struct options {
     int n[MAX_LIST], n_count;
     int d[MAX_LIST], d_count;
-    flashcl_dtype dtype[3];
+    flashcl_dtype dtype[MAX_DTYPES];
+    enum flashcl_precision precision[MAX_DTYPES];
     int dtype_count;
     int causal[2], causal_count;
     int paths;  /* bit set of enum bench_path */
@@ -42,7 +44,8 @@ static void usage(FILE *f)
             "usage: flashcl-bench [options]\n"
             "  --n LIST        sequence lengths (default 512,1024,2048,4096,8192,16384,32768)\n"
             "  --d LIST        head dims (default 64,128)\n"
-            "  --dtype LIST    f32,f16,bf16 (default f32,f16)\n"
+            "  --dtype LIST    f32,f16,bf16,tf32,tf32x3 (default f32,f16); tf32 and tf32x3:\n"
+            "                  f32 data with that precision allowed (attn.precision)\n"
             "  --causal LIST   0,1 (default 0,1)\n"
             "  --paths LIST    %s (default %s)\n"
             "  --tokens T      batch*N (default 16384; batch = max(1, T/N))\n"
@@ -77,27 +80,36 @@ static int parse_int_list(const char *arg, int *out, int max)
     return count;
 }
 
-static int parse_dtypes(const char *arg, flashcl_dtype *out)
+/* f32, f16, bf16, and tf32 / tf32x3: f32 storage with that precision allowed. */
+static int parse_dtypes(const char *arg, flashcl_dtype *out, enum flashcl_precision *precision)
 {
+    static const struct { const char *name; flashcl_dtype dtype; enum flashcl_precision precision; } known[] = {
+        {"f32", FLASHCL_F32, FLASHCL_PRECISION_EXACT},   {"f16", FLASHCL_F16, FLASHCL_PRECISION_EXACT},
+        {"bf16", FLASHCL_BF16, FLASHCL_PRECISION_EXACT}, {"tf32", FLASHCL_F32, FLASHCL_PRECISION_TF32},
+        {"tf32x3", FLASHCL_F32, FLASHCL_PRECISION_TF32X3},
+    };
     int count = 0;
     char *copy = strdup(arg), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        flashcl_dtype t = strcmp(tok, "f32") == 0    ? FLASHCL_F32
-                          : strcmp(tok, "f16") == 0  ? FLASHCL_F16
-                          : strcmp(tok, "bf16") == 0 ? FLASHCL_BF16
-                                                     : (flashcl_dtype)0;
-        if (!t || count == 3) {
+        int found = -1;
+        for (int i = 0; i < 5; i++)
+            if (strcmp(tok, known[i].name) == 0)
+                found = i;
+        if (found < 0 || count == MAX_DTYPES) {
             free(copy);
             return -1;
         }
-        out[count++] = t;
+        out[count] = known[found].dtype;
+        precision[count++] = known[found].precision;
     }
     free(copy);
     return count;
 }
 
-static const char *dtype_name(flashcl_dtype t)
+static const char *dtype_name(flashcl_dtype t, enum flashcl_precision p)
 {
+    if (t == FLASHCL_F32 && p != FLASHCL_PRECISION_EXACT)
+        return p == FLASHCL_PRECISION_TF32 ? "tf32" : "tf32x3";
     return t == FLASHCL_F32 ? "f32" : t == FLASHCL_F16 ? "f16" : "bf16";
 }
 
@@ -106,7 +118,7 @@ static void parse_options(int argc, char **argv, struct options *o)
     memset(o, 0, sizeof(*o));
     o->n_count = parse_int_list("512,1024,2048,4096,8192,16384,32768", o->n, MAX_LIST);
     o->d_count = parse_int_list("64,128", o->d, MAX_LIST);
-    o->dtype_count = parse_dtypes("f32,f16", o->dtype);
+    o->dtype_count = parse_dtypes("f32,f16", o->dtype, o->precision);
     o->causal_count = parse_int_list("0,1", o->causal, 2);
     o->paths = bench_parse_paths(BENCH_PATH_DEFAULT_NAMES);
     o->tokens = 16384;
@@ -130,7 +142,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         switch (opt) {
         case 'n': bad = (o->n_count = parse_int_list(optarg, o->n, MAX_LIST)) <= 0; break;
         case 'd': bad = (o->d_count = parse_int_list(optarg, o->d, MAX_LIST)) <= 0; break;
-        case 't': bad = (o->dtype_count = parse_dtypes(optarg, o->dtype)) <= 0; break;
+        case 't': bad = (o->dtype_count = parse_dtypes(optarg, o->dtype, o->precision)) <= 0; break;
         case 'c': bad = (o->causal_count = parse_int_list(optarg, o->causal, 2)) <= 0; break;
         case 'p': bad = (o->paths = bench_parse_paths(optarg)) <= 0; break;
         case 'T': bad = (o->tokens = atol(optarg)) <= 0; break;
@@ -142,7 +154,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'q':
             o->n_count = parse_int_list("256,512", o->n, MAX_LIST);
             o->d_count = parse_int_list("64", o->d, MAX_LIST);
-            o->dtype_count = parse_dtypes("f32", o->dtype);
+            o->dtype_count = parse_dtypes("f32", o->dtype, o->precision);
             o->tokens = 1024;
             o->hidden = 256;
             o->warmup = 1;
@@ -253,7 +265,7 @@ static void print_table(FILE *f, const struct result *r, int n, const char *devi
     for (int i = 0; i < n; i++) {
         const struct result *x = &r[i];
         fprintf(f, "%-9s %-11s %6d %4d %5s %6d %5d %6d ", bench_path_name(x->path), x->kernel ? x->kernel : "-", x->c.n, x->c.d,
-                dtype_name(x->c.dtype), x->c.causal, x->c.batch, x->c.heads);
+                dtype_name(x->c.dtype, x->c.precision), x->c.causal, x->c.batch, x->c.heads);
         if (x->status != FLASHCL_SUCCESS) {
             fprintf(f, "%s", flashcl_status_name(x->status));
             if (x->device_bytes)
@@ -283,7 +295,7 @@ static void csv_header(FILE *f)
 static void csv_row(FILE *f, const struct result *r, const char *device)
 {
     fprintf(f, "\"%s\",%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e,%s\n", device,
-            bench_path_name(r->path), r->c.n, r->c.d, dtype_name(r->c.dtype), r->c.causal, r->c.batch,
+            bench_path_name(r->path), r->c.n, r->c.d, dtype_name(r->c.dtype, r->c.precision), r->c.causal, r->c.batch,
             r->c.heads, flashcl_status_name(r->status), r->median_ms, r->min_ms, r->tflops,
             r->device_bytes, r->err_ref, r->err_vs_flash, r->kernel ? r->kernel : "");
     fflush(f);
@@ -309,7 +321,7 @@ static void write_json(const char *path, const struct result *r, int n, const ch
     for (int i = 0; i < n; i++) {
         fprintf(f, "    {\"path\": \"%s\", \"N\": %d, \"d\": %d, \"dtype\": \"%s\", \"causal\": %s, "
                    "\"batch\": %d, \"heads\": %d, \"status\": \"%s\", \"kernel\": \"%s\", \"device_bytes\": %zu, ",
-                bench_path_name(r[i].path), r[i].c.n, r[i].c.d, dtype_name(r[i].c.dtype),
+                bench_path_name(r[i].path), r[i].c.n, r[i].c.d, dtype_name(r[i].c.dtype, r[i].c.precision),
                 r[i].c.causal ? "true" : "false", r[i].c.batch, r[i].c.heads,
                 flashcl_status_name(r[i].status), r[i].kernel ? r[i].kernel : "", r[i].device_bytes);
         json_number(f, "median_ms", r[i].status ? NAN : r[i].median_ms, ", ");
@@ -353,11 +365,12 @@ int main(int argc, char **argv)
                     c.n = opt.n[i];
                     c.d = opt.d[a];
                     c.dtype = opt.dtype[b];
+                    c.precision = opt.precision[b];
                     c.causal = opt.causal[cz];
                     c.batch = opt.tokens / c.n > 0 ? (int)(opt.tokens / c.n) : 1;
                     c.heads = (int)(opt.hidden / c.d);
                     fprintf(stderr, "\r[%d/%d] N=%d d=%d %s %s          ", ++done, total, c.n, c.d,
-                            dtype_name(c.dtype), c.causal ? "causal" : "full");
+                            dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
                     const int first = n_results;
                     run_case(&env, &opt, &c, results, &n_results);
                     for (int r = first; csv && r < n_results; r++)
@@ -365,7 +378,7 @@ int main(int argc, char **argv)
                 }
     fprintf(stderr, "\n");
     for (int i = 0; i < n_results; i++)
-        if (results[i].status == FLASHCL_SUCCESS && !(results[i].err_ref <= bench_tolerance(results[i].c.dtype)))
+        if (results[i].status == FLASHCL_SUCCESS && !(results[i].err_ref <= bench_tolerance(results[i].c.dtype, results[i].c.precision)))
             failures++;
     print_table(stdout, results, n_results, env.device_name);
     if (csv)

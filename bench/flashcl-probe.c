@@ -352,10 +352,11 @@ static flashcl_context *candidate_context(cl_context cl, cl_device_id dev, const
     params.tuning_file = "";
     if (c) {
         params.local_mem_bytes = usable_local;
-        if (c->variant == FLASHCL_VARIANT_PORTABLE) {
+        if (c->variant == FLASHCL_VARIANT_PORTABLE || c->variant == FLASHCL_VARIANT_REGISTER_TILED) {
             params.block_m = c->block_m;
             params.block_n = c->block_n;
             params.portable_only = 1;
+            params.fma_variant = c->variant;
         } else {
             params.mma_warps = c->warps;
             params.mma_m_tiles = c->m_tiles;
@@ -388,7 +389,7 @@ static double evaluate(flashcl_context *ctx, cl_command_queue queue, const struc
         bench_read_output(&env, &b, o, bytes) == FLASHCL_SUCCESS)
         err = bench_sampled_error(check_case, cq, ck, cv, o);
     free(o);
-    if (!(err <= bench_tolerance(key->dtype)))
+    if (!(err <= bench_tolerance(key->dtype, FLASHCL_PRECISION_EXACT)))
         return -2;
     double median = 0, min = 0;
     if (bench_time(&env, BENCH_FLASH, time_bufs, time_case, 1, reps, &median, &min) != FLASHCL_SUCCESS)
@@ -437,11 +438,12 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     for (int i = 0; i < n_keys; i++) {
         variant_of[i] = tc && keys[i].dtype != FLASHCL_F32 && keys[i].d % 16 == 0 && keys[i].d <= 128
                             ? FLASHCL_VARIANT_TENSOR_CORE
-                            : FLASHCL_VARIANT_PORTABLE;
+                        : keys[i].d % 4 == 0 ? FLASHCL_VARIANT_REGISTER_TILED
+                                             : FLASHCL_VARIANT_PORTABLE;
         n_cand[i] = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
         if (n_cand[i] > 128)
             n_cand[i] = 128;
-        if (variant_of[i] == FLASHCL_VARIANT_PORTABLE && n_cand[i] > max_portable)
+        if (variant_of[i] != FLASHCL_VARIANT_TENSOR_CORE && n_cand[i] > max_portable)
             n_cand[i] = max_portable;
         total += n_cand[i] + 1;
     }
@@ -454,9 +456,10 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     for (int i = 0; i < n_keys; i++) {
         const struct tune_key *key = &keys[i];
         /* Inputs: a small problem to check, a realistic one to time. */
-        struct bench_case cc = {CHECK_N, key->d, 1, 2, key->causal, key->dtype};
+        struct bench_case cc = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, FLASHCL_PRECISION_EXACT};
         struct bench_case timed = {n_time, key->d, opt->tokens / n_time > 0 ? (int)(opt->tokens / n_time) : 1,
-                                opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal, key->dtype};
+                                opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal, key->dtype,
+                                FLASHCL_PRECISION_EXACT};
         const size_t esz = flashcl_dtype_size(key->dtype);
         const size_t celems = (size_t)cc.batch * cc.n * cc.heads * cc.d, telems = (size_t)timed.batch * timed.n * timed.heads * timed.d;
         void *cq = malloc(celems * esz), *ck = malloc(celems * esz), *cv = malloc(celems * esz);
@@ -506,7 +509,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         for (int j = 0; j < n_try; j++) {
             char what[64];
             snprintf(what, sizeof(what), "%s d=%d %s %s %dx%d", dtype_name(key->dtype), key->d,
-                     key->causal ? "causal" : "full", var == FLASHCL_VARIANT_TENSOR_CORE ? "tc" : "portable",
+                     key->causal ? "causal" : "full", flashcl_variant_name(var),
                      cand[j].block_m, cand[j].block_n);
             progress(done++, total, what);
             flashcl_context *ctx = candidate_context(cl, dev, &cand[j], p->usable_local);
@@ -554,7 +557,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             else
                 snprintf(shape, sizeof(shape), "warps %d, m_tiles %d, block_n %d", w.warps, w.m_tiles, w.block_n);
             printf("%-5s %4d %6d  %-12s %-26s %10.3f %10.3f %7.2fx%s\n", dtype_name(key->dtype), key->d,
-                   key->causal, var == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable", shape, final_tuned,
+                   key->causal, flashcl_variant_name(var), shape, final_tuned,
                    final_untuned, final_untuned / final_tuned, rejected ? "  (wrong candidates dropped)" : "");
         } else {
             printf("%-5s %4d %6d  no candidate ran correctly (%d disagreed with the reference)\n",

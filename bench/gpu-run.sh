@@ -41,7 +41,7 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   "$BUILD/examples/flashcl-demo" 4096 8 64 1 | tee -a "$OUT/tests.log" || status=1
   # The compiler's register / spill report for each forward kernel the sweep uses.
   FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --paths flash --n 256 \
-    --d 64,128 --dtype f32,f16,bf16 --causal 0,1 --warmup 0 --reps 1 2>&1 | grep -E "ptxas|registers|spill|bytes stack|build options" >> "$OUT/tests.log"
+    --d 64,128 --dtype f32,tf32,tf32x3,f16,bf16 --causal 0,1 --warmup 0 --reps 1 2>&1 | grep -E "ptxas|registers|spill|bytes stack|build options" >> "$OUT/tests.log"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   BENCH_ARGS=("$@")

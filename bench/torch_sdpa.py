@@ -20,7 +20,9 @@ BACKENDS = {
     "mem_efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
-DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+# tf32 / tf32x3 are flashcl's f32 rows with TF32 allowed: PyTorch runs them in f32.
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+          "tf32": torch.float32, "tf32x3": torch.float32}
 
 
 def ints(text):

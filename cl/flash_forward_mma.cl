@@ -72,10 +72,7 @@
 #error "DTYPE must be 1 (f16) or 2 (bf16)"
 #endif
 
-static inline uint local_address(__local const uint4 *p)
-{
-    return (uint)(size_t)p;
-}
+#include "nv_mma.h"
 
 static inline void mma_16x8x16(float *c, const uint *a, uint b0, uint b1)
 {
@@ -100,30 +97,10 @@ static inline void ldmatrix_x4_trans(uint address, uint *r)
                      : "memory");
 }
 
-static inline void copy_async_16(uint address, __global const ushort *src)
-{
-    __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(src) : "memory");
-}
-
-static inline void copy_async_commit(void)
-{
-    __asm__ volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* Waits until at most `n` committed groups are still in flight. */
-#define COPY_ASYNC_WAIT(n) __asm__ volatile("cp.async.wait_group " #n ";" ::: "memory")
-
 static inline uint pack_pair(float lo, float hi)
 {
     uint r;
     __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
-    return r;
-}
-
-static inline float quad_xor(float v, int mask)
-{
-    float r;
-    __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
     return r;
 }
 
@@ -264,48 +241,8 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         uint pf[M_TILES][BLOCK_N / 16][4];
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++) {
-#pragma unroll
-            for (int n = 0; n < S_TILES; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = s[mt][n][e] * scale_log2;
-                    if (edge) {
-                        const int key = kb + n * 8 + 2 * t + (e & 1);
-                        bool visible = key < seq_kv;
-#if CAUSAL
-                        visible = visible && key <= warp_row0 + 16 * mt + g + 8 * (e >> 1) + diag;
-#endif
-                        x = visible ? x : -INFINITY;
-                    }
-                    s[mt][n][e] = x;
-                }
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int n = 0; n < S_TILES; n++)
-                    mx = fmax(mx, fmax(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
-                mx = fmax(mx, quad_xor(mx, 1));
-                mx = fmax(mx, quad_xor(mx, 2));
-                const float m_new = fmax(m_row[mt][r], mx);
-                /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
-                const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-                const float alpha = native_exp2(m_row[mt][r] - m_ref);
-                float sum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < S_TILES; n++) {
-                    s[mt][n][2 * r] = native_exp2(s[mt][n][2 * r] - m_ref);
-                    s[mt][n][2 * r + 1] = native_exp2(s[mt][n][2 * r + 1] - m_ref);
-                    sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
-                }
-                l_row[mt][r] = l_row[mt][r] * alpha + sum;
-                m_row[mt][r] = m_new;
-#pragma unroll
-                for (int n = 0; n < O_TILES; n++) {
-                    acc[mt][n][2 * r] *= alpha;
-                    acc[mt][n][2 * r + 1] *= alpha;
-                }
-            }
+            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g, t, seq_kv,
+                           diag, scale_log2);
 #pragma unroll
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
                 pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
@@ -342,21 +279,18 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     for (int mt = 0; mt < M_TILES; mt++) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            /* Each thread summed l over its own keys: add the quad's four partials. */
-            float l = l_row[mt][r];
-            l += quad_xor(l, 1);
-            l += quad_xor(l, 2);
+            /* Each thread summed l over its own keys: finish_row adds the quad's partials. */
+            float lse_row;
+            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row);
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;
-            const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
             __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
 #pragma unroll
             for (int n = 0; n < O_TILES; n++)
                 dst[n * 4] = pack_pair(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
             if (has_lse && t == 0)
-                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] =
-                    l > 0.0f ? (m_row[mt][r] + log2(l)) * M_LN2_F : -INFINITY;
+                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] = lse_row;
         }
     }
 }

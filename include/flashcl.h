@@ -102,6 +102,17 @@ enum flashcl_log_level {
 
 typedef void (*flashcl_log_fn)(void *user, enum flashcl_log_level level, const char *message);
 
+/* Which kernel a forward call runs. */
+enum flashcl_variant {
+    FLASHCL_VARIANT_PORTABLE = 1,       /* cl/flash_forward.cl: any OpenCL 1.2 device, any d and
+                                           tile, FMA units */
+    FLASHCL_VARIANT_TENSOR_CORE = 2,    /* cl/flash_forward_mma.cl: NVIDIA sm_80+, f16/bf16, mma.sync */
+    FLASHCL_VARIANT_REGISTER_TILED = 3, /* cl/flash_forward_tiled.cl: any OpenCL 1.2 device, FMA
+                                           units, d % 4 == 0, tiles of 16..128 in steps of 16 */
+    FLASHCL_VARIANT_TF32 = 4            /* cl/flash_forward_tf32.cl: NVIDIA sm_80+, f32 inputs with
+                                           precision TF32 or TF32X3, mma.sync m16n8k8 */
+};
+
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
  * default; a NULL params pointer means all defaults. */
 struct flashcl_context_params {
@@ -119,10 +130,11 @@ struct flashcl_context_params {
      * platform or device name, e.g. "NVIDIA" or "pthread". NULL: the env. */
     const char *device_select;
 
-    /* Force the portable kernel's tile: query rows per work-group (block_m)
-     * and keys per streamed K/V block (block_n), 1..256 each. 0: the tuning
-     * file's entry, else the sizing rule on the device's local memory (see
-     * flashcl_block_size_bound). */
+    /* Force the FMA kernels' tile: query rows per work-group (block_m) and
+     * keys per streamed K/V block (block_n), 1..256 each. Sizes that are not
+     * multiples of 16 (or exceed 128) run on the portable kernel, the only
+     * one that takes any tile. 0: the tuning file's entry, else the sizing
+     * rule on the device's local memory (see flashcl_block_size_bound). */
     int block_m;
     int block_n;
 
@@ -141,6 +153,13 @@ struct flashcl_context_params {
      * H200). 0: the tuning file's probed value, else the reported one. Only
      * forced and tuned tiles use more than the reported size. */
     size_t local_mem_bytes;
+
+    /* 0: every call runs the fastest kernel that supports it. FLASHCL_VARIANT_PORTABLE or
+     * FLASHCL_VARIANT_REGISTER_TILED: calls that would run on the FMA units
+     * use that kernel where it supports the call (the portable one runs
+     * every call). Tensor-core variants cannot be forced: they run wherever
+     * the device, the dtype and the precision allow, unless portable_only. */
+    enum flashcl_variant fma_variant;
 
     /* Force the tensor-core kernel's shape (0: tuned or built-in default):
      * warps per work-group (1..8), 16-row mma tiles per warp (1 or 2), keys
@@ -221,6 +240,16 @@ FLASHCL_API flashcl_tensor flashcl_tensor_lse(cl_mem mem, size_t seq, size_t hea
 
 #define FLASHCL_MAX_HEAD_DIM 256
 
+/* Arithmetic an f32 call allows (docs/precision.md has the measured errors). */
+enum flashcl_precision {
+    FLASHCL_PRECISION_EXACT = 0,  /* f32 products and sums: rounding-level agreement with a
+                                     double-precision reference */
+    FLASHCL_PRECISION_TF32 = 1,   /* QKᵀ and PV on TF32 tensor cores: each operand keeps 10
+                                     mantissa bits (about 1e-3 relative error in O) */
+    FLASHCL_PRECISION_TF32X3 = 2  /* each operand split into two TF32 parts, three products
+                                     (CUTLASS's 3xTF32): errors near f32's, fewer FLOP/s */
+};
+
 /* One attention problem. Q [batch, seq_q, heads_q, head_dim]; K, V
  * [batch, seq_kv, heads_kv, head_dim]; O like Q. Query head h reads key/value
  * head h / (heads_q / heads_kv) (grouped-query and multi-query attention). */
@@ -247,6 +276,12 @@ struct flashcl_attention {
      * mask aligned to the bottom-right corner as in FlashAttention >= 2.1.
      * A query row that sees no key (seq_q > seq_kv) gets O = 0, LSE = -inf. */
     int causal;
+
+    /* How f32 inputs may be multiplied (f16/bf16 ignore it). 0 (EXACT):
+     * f32 FMA, the default. TF32 / TF32X3 allow the TF32 tensor-core kernel
+     * where the context has tensor cores (flashcl_forward_config says which
+     * kernel runs; elsewhere the call stays exact). */
+    enum flashcl_precision precision;
 };
 
 /* Enqueues O = softmax(scale·QKᵀ)·V (and LSE) on queue, after the events in
@@ -303,11 +338,10 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
 FLASHCL_API size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes,
                                             size_t head_dim);
 
-/* Which kernel a forward call runs. */
-enum flashcl_variant {
-    FLASHCL_VARIANT_PORTABLE = 1,    /* cl/flash_forward.cl: any OpenCL 1.2 device, FMA units */
-    FLASHCL_VARIANT_TENSOR_CORE = 2  /* cl/flash_forward_mma.cl: NVIDIA sm_80+, f16/bf16, mma.sync */
-};
+
+/* "portable", "tensor-core", "register-tiled" or "tf32" (the words of the
+ * tuning file); NULL for an unknown value. */
+FLASHCL_API const char *flashcl_variant_name(enum flashcl_variant variant);
 
 /* Where a tile came from. */
 enum flashcl_tile_source {
@@ -317,7 +351,7 @@ enum flashcl_tile_source {
     FLASHCL_TILE_FORCED = 4   /* context parameters (or FLASHCL_MMA_CONFIG) */
 };
 
-/* A kernel and its tile, as flashcl_forward_tile (the portable kernel for a
+/* A kernel and its tile, as flashcl_forward_tile (the FMA kernel for a
  * head_dim and dtype) and flashcl_forward_config (one exact call) report. */
 struct flashcl_tile {
     enum flashcl_variant variant;
@@ -329,17 +363,21 @@ struct flashcl_tile {
     size_t local_bytes; /* local memory the kernel declares */
 };
 
-/* The portable kernel's tile for this head_dim and dtype on this context
- * (non-causal; after the rule, rounding, a tuned entry or a forced size). */
+/* The FMA kernel (register-tiled or portable) and its tile for this
+ * head_dim and dtype on this context (non-causal; after the rule, rounding,
+ * a tuned entry or a forced size). */
 FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim,
                                                 flashcl_dtype dtype, struct flashcl_tile *out);
 
 /* The kernel and tile flashcl_forward would use for this exact call (the
- * tuning file is consulted per variant, dtype, head_dim and causal). The
- * tensor-core variant is chosen when the context has it (NVIDIA, compute
- * capability >= 8.0, the probe built, not portable_only), the dtype is f16 or
- * bf16, head_dim is a multiple of 16 up to 128, and every view's offset and
- * strides are multiples of 8 elements (16-byte rows); else the portable one. */
+ * tuning file is consulted per variant, dtype, head_dim and causal). Where
+ * the context has tensor cores (NVIDIA, compute capability >= 8.0, the probe
+ * built, not portable_only) and every view's rows start on 16 bytes (offset
+ * and strides multiples of 16 bytes): f16/bf16 with head_dim a multiple of
+ * 16 up to 128 run the tensor-core variant; f32 with precision TF32/TF32X3
+ * and head_dim a multiple of 8 up to 128 the TF32 variant. Everything else
+ * runs on the FMA units: the register-tiled kernel where head_dim % 4 == 0
+ * and its tile fits the local memory, else the portable one. */
 FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
                                                   const struct flashcl_attention *attn,
                                                   struct flashcl_tile *out);
@@ -359,15 +397,15 @@ struct flashcl_tuned_config {
     flashcl_dtype dtype;
     int head_dim;
     int causal;
-    int block_m, block_n;  /* portable: the tile; tensor-core: block_n keys per block */
-    int warps, m_tiles;    /* tensor-core only */
+    int block_m, block_n;  /* FMA kernels: the tile; tensor-core / TF32: block_n keys per block */
+    int warps, m_tiles;    /* tensor-core and TF32 only */
     double ms;             /* what it measured (informational) */
 };
 
 /* Candidate configurations for a variant/dtype/head_dim (causal is left 0)
  * that fit local_mem_bytes (0: the context's usable local memory): portable
- * tiles with blocks at or under the sizing rule's bound, tensor-core shapes
- * whose tiles fit. Writes up to max into out; returns how many exist. */
+ * tiles with blocks at or under the sizing rule's bound, register-tiled
+ * tiles (multiples of 16) and tensor-core / TF32 shapes whose tiles fit. Writes up to max into out; returns how many exist. */
 FLASHCL_API int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant,
                                           flashcl_dtype dtype, int head_dim, size_t local_mem_bytes,
                                           struct flashcl_tuned_config *out, int max);

@@ -184,6 +184,11 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
         (params->mma_block_n < 16 || params->mma_block_n > 128 || params->mma_block_n % 16 != 0))
         st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.mma_block_n = %d; must be 0 or a multiple of 16 in 16..128",
                   params->mma_block_n);
+    if (st == FLASHCL_SUCCESS && params->fma_variant != 0 && params->fma_variant != FLASHCL_VARIANT_PORTABLE &&
+        params->fma_variant != FLASHCL_VARIANT_REGISTER_TILED)
+        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG,
+                  "params.fma_variant = %d; must be 0, FLASHCL_VARIANT_PORTABLE or FLASHCL_VARIANT_REGISTER_TILED",
+                  (int)params->fma_variant);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -195,6 +200,7 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
     ctx->forced_mma_warps = params->mma_warps;
     ctx->forced_mma_m_tiles = params->mma_m_tiles;
     ctx->forced_mma_block_n = params->mma_block_n;
+    ctx->fma_variant = params->fma_variant;
     ctx->param_local_mem = params->local_mem_bytes;
     ctx->log = params->log;
     ctx->log_user = params->log_user;

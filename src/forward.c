@@ -72,35 +72,38 @@ static cl_int set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor
     return err;
 }
 
-/* Chooses the kernel (tensor cores or portable), builds it once and
- * enqueues it. Caller has validated the call. */
-static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl_attention *attn, bool tensor_cores,
-                                      cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
-                                      cl_event *event)
+/* Builds (once) and enqueues the kernel of `variant`. Caller has validated
+ * the call. */
+static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                      enum flashcl_variant variant, cl_command_queue queue, cl_uint num_wait_events,
+                                      const cl_event *wait_list, cl_event *event)
 {
-    /* Both kernels take the same arguments; they differ in source and tile. */
+    /* All four kernels take the same arguments; they differ in source and tile. */
     struct flashcl_tile tile;
     const char *source, *name;
     char options[512];
-    if (tensor_cores) {
-        variant_mma_tile(ctx, attn, &tile);
-        source = flashcl_source_flash_forward_mma;
-        name = "flash_forward_mma";
-        snprintf(options, sizeof(options),
-                 "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DDTYPE=%d -DCAUSAL=%d",
-                 attn->head_dim, tile.warps, tile.m_tiles, tile.block_n, dtype_define(attn->q.dtype),
-                 attn->causal ? 1 : 0);
+    const int dtype = dtype_define(attn->q.dtype), causal = attn->causal ? 1 : 0;
+    if (variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_TF32) {
+        variant_mma_tile(ctx, attn, variant, &tile);
+        const bool tf32 = variant == FLASHCL_VARIANT_TF32;
+        source = tf32 ? flashcl_source_flash_forward_tf32 : flashcl_source_flash_forward_mma;
+        name = tf32 ? "flash_forward_tf32" : "flash_forward_mma";
+        const int n = snprintf(options, sizeof(options),
+                               "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d",
+                               attn->head_dim, tile.warps, tile.m_tiles, tile.block_n, causal);
+        snprintf(options + n, sizeof(options) - (size_t)n, tf32 ? " -DPASSES=%d" : " -DDTYPE=%d",
+                 tf32 ? (attn->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1) : dtype);
     } else {
         int tm, tn;
-        flashcl_status st = tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, &tile, &tm, &tn);
+        flashcl_status st = tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, variant, &tile, &tm, &tn);
         if (st != FLASHCL_SUCCESS)
             return st;
-        source = flashcl_source_flash_forward;
-        name = "flash_forward";
+        const bool tiled = variant == FLASHCL_VARIANT_REGISTER_TILED;
+        source = tiled ? flashcl_source_flash_forward_tiled : flashcl_source_flash_forward;
+        name = tiled ? "flash_forward_tiled" : "flash_forward";
         snprintf(options, sizeof(options),
                  "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DTM=%d -DTN=%d -DDTYPE=%d -DCAUSAL=%d",
-                 attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype_define(attn->q.dtype),
-                 attn->causal ? 1 : 0);
+                 attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype, causal);
     }
     append_user_build_options(options, sizeof(options));
 
@@ -148,8 +151,8 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     return st;
 }
 
-/* Failures of the tensor-core kernel itself (it did not build, or the
- * device cannot launch it), after which the portable kernel may run. */
+/* Failures of a tensor-core kernel itself (it did not build, or the device
+ * cannot launch it), after which an FMA kernel may run. */
 static bool kernel_failure(flashcl_status st)
 {
     return st == FLASHCL_BUILD_PROGRAM_FAILURE || st == FLASHCL_OUT_OF_RESOURCES ||
@@ -164,14 +167,15 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     flashcl_status st = check_call(ctx, attn, queue, num_wait_events, wait_list);
     if (st != FLASHCL_SUCCESS)
         return st;
-    const bool tensor_cores = variant_uses_tensor_cores(ctx, attn);
-    st = enqueue_forward(ctx, attn, tensor_cores, queue, num_wait_events, wait_list, event);
+    const enum flashcl_variant variant = variant_choose(ctx, attn);
+    st = enqueue_forward(ctx, attn, variant, queue, num_wait_events, wait_list, event);
+    const bool tensor_cores = variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_TF32;
     if (tensor_cores && kernel_failure(st)) {
         /* The probe passed but this kernel did not: say why once, then run
-         * everything on the portable kernel. */
+         * everything on the FMA units. */
         variant_disable(ctx, flashcl_status_name(st));
         clear_error();
-        st = enqueue_forward(ctx, attn, false, queue, num_wait_events, wait_list, event);
+        st = enqueue_forward(ctx, attn, variant_choose(ctx, attn), queue, num_wait_events, wait_list, event);
     }
     return st;
 }

@@ -66,13 +66,21 @@ void cache_store(flashcl_context *ctx, const char *source, const char *options, 
 extern const char flashcl_source_flash_forward[];
 extern const char flashcl_source_standard_attention[];
 extern const char flashcl_source_flash_forward_mma[];
+extern const char flashcl_source_flash_forward_tiled[];
+extern const char flashcl_source_flash_forward_tf32[];
 
 /* ---- tile.c: the sizing rule and the tile a call uses ---- */
 
-/* Local memory the portable forward kernel declares for a tile. */
+/* Local memory the portable / register-tiled forward kernel declares for a tile. */
 size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn);
+size_t forward_tiled_local_bytes(int block_m, int block_n, int head_dim);
+/* Which FMA kernel runs (register-tiled where it supports the call and its
+ * tile fits, else portable). */
+enum flashcl_variant tile_fma_variant(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal);
+/* The tile of an FMA kernel (variant PORTABLE or REGISTER_TILED); *tm, *tn:
+ * the portable kernel's work-group grid. */
 flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
-                           struct flashcl_tile *out, int *tm, int *tn);
+                           enum flashcl_variant variant, struct flashcl_tile *out, int *tm, int *tn);
 
 /* ---- forward.c, shared with standard.c ---- */
 
@@ -91,8 +99,12 @@ void variant_probe(flashcl_context *ctx, bool portable_only);
 /* After the tensor-core kernel failed on this device: portable from now on,
  * with a WARN saying why (once). */
 void variant_disable(flashcl_context *ctx, const char *why);
-bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_attention *a);
-void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out);
+/* The kernel this call runs: tensor-core, TF32 or one of the FMA kernels. */
+enum flashcl_variant variant_choose(const flashcl_context *ctx, const struct flashcl_attention *a);
+/* Shape of the tensor-core or TF32 kernel for this call. */
+void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
+                      struct flashcl_tile *out);
+size_t variant_mma_local_bytes(enum flashcl_variant variant, int block_m, int block_n, int head_dim);
 
 /* ---- validate.c ---- */
 
@@ -115,6 +127,8 @@ struct flashcl_context {
     int forced_mma_warps, forced_mma_m_tiles, forced_mma_block_n;
     size_t param_local_mem;          /* params.local_mem_bytes */
     size_t probed_local_mem;         /* from the tuning file; 0 if none */
+    size_t arch_local_mem;           /* known for the architecture (NVIDIA sm_80+); 0 if not */
+    enum flashcl_variant fma_variant; /* params.fma_variant: 0 automatic */
     struct flashcl_tuned_config *tuned;
     int n_tuned;
     char tuning_device[256], tuning_driver[128];

@@ -23,6 +23,79 @@ size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn)
     return floats * sizeof(float);
 }
 
+/* Mirrors the __local arrays of cl/flash_forward_tiled.cl. */
+size_t forward_tiled_local_bytes(int block_m, int block_n, int head_dim)
+{
+    const size_t m = (size_t)block_m, n = (size_t)block_n, d = (size_t)head_dim;
+    const size_t floats = m * (d + 4) + 2 * n * (d + 4) + n * (m + 4) + 16 * m;
+    return floats * sizeof(float);
+}
+
+static bool tiled_block_ok(int b)
+{
+    return b >= 16 && b <= 128 && b % 16 == 0;
+}
+
+/* The register-tiled kernel's tile: tuned, forced, else the sizing rule on
+ * the usable local memory rounded down to a multiple of 16 and capped at 64
+ * rows, keys at most as many (and 32 past d = 64, which keeps two
+ * work-groups on an H100/H200 SM); shrunk by 16 until the real footprint
+ * fits. False if no tile of that kernel fits or a forced size is not one it
+ * runs. */
+static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
+                       struct flashcl_tile *out)
+{
+    if (head_dim % 4 != 0 || ctx->max_workgroup_size < 256)
+        return false;
+    const size_t usable = usable_local_mem(ctx);
+    memset(out, 0, sizeof(*out));
+    out->variant = FLASHCL_VARIANT_REGISTER_TILED;
+    out->workgroup_size = 256;
+    const struct flashcl_tuned_config *tuned =
+        tuning_find(ctx, FLASHCL_VARIANT_REGISTER_TILED, dtype, head_dim, causal);
+    const size_t bound = flashcl_block_size_bound(usable, sizeof(float), (size_t)head_dim);
+    int block_m = bound >= 64 ? 64 : (int)(bound / 16) * 16;
+    int block_n = block_m < (head_dim <= 64 ? 64 : 32) ? block_m : (head_dim <= 64 ? 64 : 32);
+    if (block_m < 16)
+        block_m = block_n = 16;
+    out->source = FLASHCL_TILE_RULE;
+    if (ctx->forced_block_m || ctx->forced_block_n) {
+        if ((ctx->forced_block_m && !tiled_block_ok(ctx->forced_block_m)) ||
+            (ctx->forced_block_n && !tiled_block_ok(ctx->forced_block_n)))
+            return false;
+        block_m = ctx->forced_block_m ? ctx->forced_block_m : block_m;
+        block_n = ctx->forced_block_n ? ctx->forced_block_n : block_n;
+        out->source = FLASHCL_TILE_FORCED;
+    } else if (tuned && tiled_block_ok(tuned->block_m) && tiled_block_ok(tuned->block_n) &&
+               forward_tiled_local_bytes(tuned->block_m, tuned->block_n, head_dim) <= usable) {
+        block_m = tuned->block_m;
+        block_n = tuned->block_n;
+        out->source = FLASHCL_TILE_TUNED;
+    }
+    while (forward_tiled_local_bytes(block_m, block_n, head_dim) > usable) {
+        if (out->source == FLASHCL_TILE_FORCED)
+            return false;
+        if (block_n > 16 && block_n >= block_m / 2)
+            block_n -= 16;
+        else if (block_m > 16)
+            block_m -= 16;
+        else
+            return false;
+    }
+    out->block_m = block_m;
+    out->block_n = block_n;
+    out->local_bytes = forward_tiled_local_bytes(block_m, block_n, head_dim);
+    return true;
+}
+
+enum flashcl_variant tile_fma_variant(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal)
+{
+    struct flashcl_tile t;
+    if (ctx->fma_variant != FLASHCL_VARIANT_PORTABLE && tiled_tile(ctx, head_dim, dtype, causal, &t))
+        return FLASHCL_VARIANT_REGISTER_TILED;
+    return FLASHCL_VARIANT_PORTABLE;
+}
+
 /* Rounds the rule's bound down to a block the kernel runs well: a multiple of
  * the work-group's side (16) when it is that large, else a power of two. */
 static int round_block(size_t bound, int side)
@@ -38,8 +111,15 @@ static int round_block(size_t bound, int side)
 }
 
 flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
-                           struct flashcl_tile *out, int *tm, int *tn)
+                           enum flashcl_variant variant, struct flashcl_tile *out, int *tm, int *tn)
 {
+    if (variant == FLASHCL_VARIANT_REGISTER_TILED) {
+        *tm = *tn = 16;
+        if (tiled_tile(ctx, head_dim, dtype, causal, out))
+            return FLASHCL_SUCCESS;
+        return fail(ctx, FLASHCL_ERROR_INVALID_CONFIG, "the register-tiled kernel has no tile for head_dim %d here",
+                    head_dim);
+    }
     const int side = ctx->max_workgroup_size >= 256 ? 16 : 8;
     *tm = side;
     *tn = side;
@@ -103,5 +183,5 @@ flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim, flashcl_
     if (flashcl_dtype_size(dtype) == 0)
         return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "dtype = %d is not a flashcl_dtype", (int)dtype);
     int tm, tn;
-    return tile_choose(ctx, head_dim, dtype, 0, out, &tm, &tn);
+    return tile_choose(ctx, head_dim, dtype, 0, tile_fma_variant(ctx, head_dim, dtype, 0), out, &tm, &tn);
 }

@@ -39,10 +39,6 @@ static const char *dtype_word(flashcl_dtype t)
     return t == FLASHCL_F32 ? "f32" : t == FLASHCL_F16 ? "f16" : t == FLASHCL_BF16 ? "bf16" : NULL;
 }
 
-static const char *variant_word(enum flashcl_variant v)
-{
-    return v == FLASHCL_VARIANT_PORTABLE ? "portable" : v == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : NULL;
-}
 
 flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct flashcl_tuned_config *c,
                                      size_t probed_local_mem, char *line, size_t size)
@@ -58,11 +54,11 @@ flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct fl
     if (!c) {
         n = snprintf(line + used, size - used, "kind=local_mem|bytes=%zu", probed_local_mem);
     } else {
-        const char *v = variant_word(c->variant), *t = dtype_word(c->dtype);
+        const char *v = flashcl_variant_name(c->variant), *t = dtype_word(c->dtype);
         if (!v || !t || c->head_dim < 1 || c->head_dim > FLASHCL_MAX_HEAD_DIM)
             return fail(ctx, FLASHCL_INVALID_VALUE, "config has variant %d, dtype %d, head_dim %d", (int)c->variant,
                         (int)c->dtype, c->head_dim);
-        if (c->variant == FLASHCL_VARIANT_PORTABLE)
+        if (c->variant == FLASHCL_VARIANT_PORTABLE || c->variant == FLASHCL_VARIANT_REGISTER_TILED)
             n = snprintf(line + used, size - used,
                          "kind=forward|variant=%s|dtype=%s|d=%d|causal=%d|block_m=%d|block_n=%d|ms=%.4f", v, t,
                          c->head_dim, c->causal ? 1 : 0, c->block_m, c->block_n, c->ms);
@@ -138,9 +134,10 @@ static const char *parse_line(const flashcl_context *ctx, char *line, bool *mine
         const char *variant = field(&f, "variant"), *dtype = field(&f, "dtype"), *ms = field(&f, "ms");
         if (!variant || !dtype)
             return "variant and dtype are required";
-        c->variant = strcmp(variant, "portable") == 0      ? FLASHCL_VARIANT_PORTABLE
-                     : strcmp(variant, "tensor-core") == 0 ? FLASHCL_VARIANT_TENSOR_CORE
-                                                           : (enum flashcl_variant)0;
+        c->variant = (enum flashcl_variant)0;
+        for (int v = FLASHCL_VARIANT_PORTABLE; v <= FLASHCL_VARIANT_TF32; v++)
+            if (strcmp(variant, flashcl_variant_name((enum flashcl_variant)v)) == 0)
+                c->variant = (enum flashcl_variant)v;
         c->dtype = strcmp(dtype, "f32") == 0    ? FLASHCL_F32
                    : strcmp(dtype, "f16") == 0  ? FLASHCL_F16
                    : strcmp(dtype, "bf16") == 0 ? FLASHCL_BF16
@@ -150,13 +147,17 @@ static const char *parse_line(const flashcl_context *ctx, char *line, bool *mine
         if (!to_int(field(&f, "d"), 1, FLASHCL_MAX_HEAD_DIM, &c->head_dim) ||
             !to_int(field(&f, "causal"), 0, 1, &c->causal) || !to_int(field(&f, "block_n"), 1, 256, &c->block_n))
             return "d, causal or block_n out of range";
-        if (c->variant == FLASHCL_VARIANT_PORTABLE) {
+        if (c->variant == FLASHCL_VARIANT_PORTABLE || c->variant == FLASHCL_VARIANT_REGISTER_TILED) {
             if (!to_int(field(&f, "block_m"), 1, 256, &c->block_m))
                 return "block_m out of range";
+            if (c->variant == FLASHCL_VARIANT_REGISTER_TILED &&
+                (c->block_m % 16 != 0 || c->block_m > 128 || c->block_n % 16 != 0 || c->block_n > 128))
+                return "block_m or block_n out of range for the register-tiled kernel";
             expected_fields = 11;
         } else {
+            const int d_step = c->variant == FLASHCL_VARIANT_TF32 ? 8 : 16;
             if (!to_int(field(&f, "warps"), 1, 8, &c->warps) || !to_int(field(&f, "m_tiles"), 1, 2, &c->m_tiles) ||
-                c->block_n % 16 != 0 || c->block_n > 128 || c->head_dim % 16 != 0 || c->head_dim > 128)
+                c->block_n % 16 != 0 || c->block_n > 128 || c->head_dim % d_step != 0 || c->head_dim > 128)
                 return "warps, m_tiles, block_n or d out of range for the tensor-core kernel";
             expected_fields = 12;
         }
@@ -286,6 +287,8 @@ size_t usable_local_mem(const flashcl_context *ctx)
         return ctx->param_local_mem;
     if (ctx->probed_local_mem > ctx->local_mem_size)
         return ctx->probed_local_mem;
+    if (ctx->arch_local_mem > ctx->local_mem_size)
+        return ctx->arch_local_mem;
     return (size_t)ctx->local_mem_size;
 }
 
@@ -318,13 +321,24 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
                 const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, bm, bn, 0, 0, 0.0};
                 add_candidate(out, max, &count, &c);
             }
-    } else if (variant == FLASHCL_VARIANT_TENSOR_CORE && dtype != FLASHCL_F32 && head_dim % 16 == 0 &&
-               head_dim <= 128) {
+    } else if (variant == FLASHCL_VARIANT_REGISTER_TILED) {
+        if (head_dim % 4 != 0 || ctx->max_workgroup_size < 256)
+            return 0;
+        for (int bm = 16; bm <= 128; bm += 16)
+            for (int bn = 16; bn <= 128; bn += 16) {
+                if (forward_tiled_local_bytes(bm, bn, head_dim) > local)
+                    continue;
+                const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, bm, bn, 0, 0, 0.0};
+                add_candidate(out, max, &count, &c);
+            }
+    } else if ((variant == FLASHCL_VARIANT_TENSOR_CORE && dtype != FLASHCL_F32 && head_dim % 16 == 0 &&
+                head_dim <= 128) ||
+               (variant == FLASHCL_VARIANT_TF32 && dtype == FLASHCL_F32 && head_dim % 8 == 0 && head_dim <= 128)) {
         static const int warps[] = {4, 8}, tiles[] = {1, 2}, blocks[] = {32, 48, 64};
         for (int w = 0; w < 2; w++)
             for (int t = 0; t < 2; t++)
                 for (int b = 0; b < 3; b++) {
-                    const size_t bytes = (size_t)(16 * tiles[t] * warps[w] + 2 * blocks[b]) * (size_t)head_dim * 2;
+                    const size_t bytes = variant_mma_local_bytes(variant, 16 * tiles[t] * warps[w], blocks[b], head_dim);
                     if (bytes > local)
                         continue;
                     const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, 16 * tiles[t] * warps[w],

@@ -170,6 +170,9 @@ flashcl_status validate_attention(const flashcl_context *ctx, const struct flash
         return st;
     if (!isfinite(a->scale))
         return fail(ctx, FLASHCL_ERROR_INVALID_SCALE, "attn.scale = %g; must be finite", a->scale);
+    if (a->precision != FLASHCL_PRECISION_EXACT && a->precision != FLASHCL_PRECISION_TF32 &&
+        a->precision != FLASHCL_PRECISION_TF32X3)
+        return fail(ctx, FLASHCL_INVALID_VALUE, "attn.precision = %d is not a flashcl_precision", (int)a->precision);
 
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;

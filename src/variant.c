@@ -17,6 +17,9 @@
 #define MMA_DEFAULT_WARPS 4
 #define MMA_DEFAULT_M_TILES 2
 #define MMA_DEFAULT_BLOCK_N 64
+/* The TF32 kernel's f32 tiles are twice as large: one tile per warp keeps
+ * two work-groups per SM at d = 128. */
+#define TF32_DEFAULT_M_TILES 1
 
 static bool valid_mma_shape(int warps, int m_tiles, int block_n)
 {
@@ -48,6 +51,12 @@ static const char probe_source[] =
     "    __asm__ volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
     "                     : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
     "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[2]), \"r\"(b[3]));\n"
+    "    uint tf[2];\n"
+    "    __asm__(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(tf[0]) : \"f\"(c[0]));\n"
+    "    __asm__(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(tf[1]) : \"f\"(c[1]));\n"
+    "    __asm__ volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "                     : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(tf[0]), \"r\"(tf[1]));\n"
     "    uint packed;\n"
     "    __asm__(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(packed) : \"f\"(c[1]), \"f\"(c[0]));\n"
     "    __asm__(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(packed) : \"f\"(c[3]), \"f\"(packed ? c[2] : 0.0f));\n"
@@ -55,6 +64,18 @@ static const char probe_source[] =
     "    __asm__ volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=f\"(r) : \"f\"(c[2]), \"r\"(1));\n"
     "    dst[lane] = r + (float)packed;\n"
     "}\n";
+
+/* Shared memory one block may use on NVIDIA GPUs (CUDA's per-block opt-in
+ * maximum). NVIDIA's OpenCL reports 48 KB, but static __local arrays up to
+ * this size build and run (227 KB seen on an H200, ../shared/DEVICE.md). */
+static size_t nvidia_local_mem(cl_uint major, cl_uint minor)
+{
+    if (major == 9 && minor == 0)
+        return 232448;  /* sm_90: 227 KB */
+    if (major == 8 && (minor == 0 || minor == 7))
+        return 166912;  /* sm_80, sm_87: 163 KB */
+    return 101376;      /* sm_86, sm_89 and, conservatively, later ones: 99 KB */
+}
 
 static bool has_extension(cl_device_id device, const char *name)
 {
@@ -80,7 +101,7 @@ void variant_disable(flashcl_context *ctx, const char *why)
     pthread_mutex_lock(&ctx->lock);
     if (atomic_exchange(&ctx->tensor_cores, false)) {
         snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
-                 "fell back to the portable kernel: the tensor-core kernel failed (%s)", why);
+                 "fell back to the FMA kernels: a tensor-core kernel failed (%s)", why);
         log_msg(ctx, FLASHCL_LOG_WARN, "tensor cores off: %s; %s", ctx->tensor_core_note, flashcl_last_error());
     }
     pthread_mutex_unlock(&ctx->lock);
@@ -129,9 +150,19 @@ void variant_probe(flashcl_context *ctx, bool portable_only)
         return;
     }
     ctx->tensor_cores = true;
+    ctx->arch_local_mem = nvidia_local_mem(major, minor);
     snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
              "compute capability %u.%u, inline-PTX probe built", major, minor);
     log_msg(ctx, FLASHCL_LOG_INFO, "tensor cores on: %s", ctx->tensor_core_note);
+}
+
+const char *flashcl_variant_name(enum flashcl_variant variant)
+{
+    return variant == FLASHCL_VARIANT_PORTABLE         ? "portable"
+           : variant == FLASHCL_VARIANT_TENSOR_CORE    ? "tensor-core"
+           : variant == FLASHCL_VARIANT_REGISTER_TILED ? "register-tiled"
+           : variant == FLASHCL_VARIANT_TF32           ? "tf32"
+                                                       : NULL;
 }
 
 int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why)
@@ -141,31 +172,40 @@ int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **wh
     return ctx && ctx->tensor_cores;
 }
 
-/* Every view's rows start on 16 bytes: offset and strides in multiples of 8. */
+/* Every view's rows start on 16 bytes (cp.async copies 16-byte chunks). */
 static bool rows_aligned(const flashcl_tensor *t)
 {
     const size_t esize = flashcl_dtype_size(t->dtype);
-    return (t->offset / esize) % 8 == 0 && t->stride_batch % 8 == 0 && t->stride_seq % 8 == 0 &&
-           t->stride_head % 8 == 0;
+    return t->offset % 16 == 0 && (t->stride_batch * esize) % 16 == 0 && (t->stride_seq * esize) % 16 == 0 &&
+           (t->stride_head * esize) % 16 == 0;
 }
 
-bool variant_uses_tensor_cores(const flashcl_context *ctx, const struct flashcl_attention *a)
+enum flashcl_variant variant_choose(const flashcl_context *ctx, const struct flashcl_attention *a)
 {
-    return ctx->tensor_cores && (a->q.dtype == FLASHCL_F16 || a->q.dtype == FLASHCL_BF16) &&
-           a->head_dim % 16 == 0 && a->head_dim <= 128 && rows_aligned(&a->q) && rows_aligned(&a->k) &&
-           rows_aligned(&a->v) && rows_aligned(&a->o);
+    if (ctx->tensor_cores && rows_aligned(&a->q) && rows_aligned(&a->k) && rows_aligned(&a->v) &&
+        rows_aligned(&a->o)) {
+        if ((a->q.dtype == FLASHCL_F16 || a->q.dtype == FLASHCL_BF16) && a->head_dim % 16 == 0 &&
+            a->head_dim <= 128)
+            return FLASHCL_VARIANT_TENSOR_CORE;
+        if (a->q.dtype == FLASHCL_F32 && a->precision != FLASHCL_PRECISION_EXACT && a->head_dim % 8 == 0 &&
+            a->head_dim <= 128)
+            return FLASHCL_VARIANT_TF32;
+    }
+    return tile_fma_variant(ctx, a->head_dim, a->q.dtype, a->causal);
 }
 
 /* Shape precedence: context parameters, FLASHCL_MMA_CONFIG (for
- * measuring), the tuning file, the built-in default. */
-void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out)
+ * measuring), the tuning file, the built-in default of the variant. */
+void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
+                      struct flashcl_tile *out)
 {
-    int warps = MMA_DEFAULT_WARPS, m_tiles = MMA_DEFAULT_M_TILES, block_n = MMA_DEFAULT_BLOCK_N;
+    const bool tf32 = variant == FLASHCL_VARIANT_TF32;
+    int warps = MMA_DEFAULT_WARPS, m_tiles = tf32 ? TF32_DEFAULT_M_TILES : MMA_DEFAULT_M_TILES;
+    int block_n = MMA_DEFAULT_BLOCK_N;
     enum flashcl_tile_source source = FLASHCL_TILE_DEFAULT;
     const char *env = getenv("FLASHCL_MMA_CONFIG");
     int ew, em, eb;
-    const struct flashcl_tuned_config *tuned =
-        tuning_find(ctx, FLASHCL_VARIANT_TENSOR_CORE, a->q.dtype, a->head_dim, a->causal);
+    const struct flashcl_tuned_config *tuned = tuning_find(ctx, variant, a->q.dtype, a->head_dim, a->causal);
     if (ctx->forced_mma_warps || ctx->forced_mma_m_tiles || ctx->forced_mma_block_n) {
         warps = ctx->forced_mma_warps ? ctx->forced_mma_warps : warps;
         m_tiles = ctx->forced_mma_m_tiles ? ctx->forced_mma_m_tiles : m_tiles;
@@ -183,14 +223,23 @@ void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention
         source = FLASHCL_TILE_TUNED;
     }
     memset(out, 0, sizeof(*out));
-    out->variant = FLASHCL_VARIANT_TENSOR_CORE;
+    out->variant = variant;
     out->source = source;
     out->warps = warps;
     out->m_tiles = m_tiles;
     out->block_m = 16 * m_tiles * warps;
     out->block_n = block_n;
     out->workgroup_size = 32 * warps;
-    out->local_bytes = (size_t)(out->block_m + 2 * out->block_n) * (size_t)a->head_dim * 2;
+    out->local_bytes = variant_mma_local_bytes(variant, out->block_m, block_n, a->head_dim);
+}
+
+/* Mirrors the __local arrays of cl/flash_forward_mma.cl and cl/flash_forward_tf32.cl. */
+size_t variant_mma_local_bytes(enum flashcl_variant variant, int block_m, int block_n, int head_dim)
+{
+    const size_t m = (size_t)block_m, n = (size_t)block_n, d = (size_t)head_dim;
+    if (variant == FLASHCL_VARIANT_TF32)
+        return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float);
+    return (m + 2 * n) * d * 2;
 }
 
 flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
@@ -202,10 +251,11 @@ flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl
     flashcl_status st = validate_attention(ctx, attn);
     if (st != FLASHCL_SUCCESS)
         return st;
-    if (variant_uses_tensor_cores(ctx, attn)) {
-        variant_mma_tile(ctx, attn, out);
+    const enum flashcl_variant variant = variant_choose(ctx, attn);
+    if (variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_TF32) {
+        variant_mma_tile(ctx, attn, variant, out);
         return FLASHCL_SUCCESS;
     }
     int tm, tn;
-    return tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, out, &tm, &tn);
+    return tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, variant, out, &tm, &tn);
 }

@@ -80,9 +80,26 @@ static size_t elem_index(const struct host_tensor *t, size_t b, size_t n, size_t
            n * t->view.stride_seq + h * t->view.stride_head + e;
 }
 
-void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, double *atol, double *rtol)
+void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
+                    double *atol, double *rtol, double *lse_tol)
 {
     *atol = 2e-6;
+    *lse_tol = 2e-5;  /* times max(1, |LSE|) */
+    if (variant == FLASHCL_VARIANT_TF32 && precision == FLASHCL_PRECISION_TF32) {
+        /* Scores from operands rounded to 10 mantissa bits (2^-11 = 4.9e-4
+         * relative each), summed over d terms; P and V rounded the same way. */
+        *atol = 4e-3;
+        *rtol = 4e-3;
+        *lse_tol = 4e-3;
+        return;
+    }
+    if (variant == FLASHCL_VARIANT_TF32) {
+        /* 3xTF32: operands carry about 21 bits (2^-22 relative per part). */
+        *atol = 2e-5;
+        *rtol = 1e-4;
+        *lse_tol = 1e-4;
+        return;
+    }
     if (variant == FLASHCL_VARIANT_TENSOR_CORE) {
         *atol = dtype == FLASHCL_F16 ? 1e-3 : 8e-3;  /* 2 x half an ulp x max|v| */
         *rtol = dtype == FLASHCL_F16 ? 1.2e-3 : 8e-3;
@@ -247,6 +264,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         a.lse = flashcl_tensor_lse(lse_mem, Nq, Hq);
     a.scale = c->scale;
     a.causal = c->causal;
+    a.precision = c->precision;
 
     struct flashcl_tile config;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &config));
@@ -271,8 +289,8 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         ck_assert_cl(clEnqueueReadBuffer(e->queue, lse_mem, CL_TRUE, 0, B * Hq * Nq * sizeof(float),
                                          lse_host, 0, NULL, NULL));
 
-    double atol, rtol;
-    test_tolerance(c->dtype, variant, &atol, &rtol);
+    double atol, rtol, lse_tol;
+    test_tolerance(c->dtype, variant, c->precision, &atol, &rtol, &lse_tol);
     double max_err = 0, err2 = 0, ref2 = 0, max_lse_err = 0;
     unsigned char *written = calloc(sizes[3] * esize, 1);  /* bytes inside the O view */
     ck_assert_ptr_nonnull(written);
@@ -298,7 +316,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
                         ck_assert_msg(isinf(got) && got < 0, "LSE[%zu] = %g, expected -inf", row, got);
                     } else {
                         const double err = fabs(got - want);
-                        ck_assert_msg(err <= 2e-5 * fmax(1.0, fabs(want)),
+                        ck_assert_msg(err <= lse_tol * fmax(1.0, fabs(want)),
                                       "LSE[b=%zu][h=%zu][n=%zu] = %.9g, reference %.9g", b, h, n, got, want);
                         max_lse_err = fmax(max_lse_err, err);
                     }

@@ -63,6 +63,7 @@ struct test_case {
     enum test_layout layout;
     int with_lse;
     int standard;           /* run flashcl_standard_forward instead of flashcl_forward */
+    enum flashcl_precision precision;
 };
 
 struct case_result {
@@ -77,8 +78,11 @@ struct case_result {
  * arithmetic and the rounding of O to its storage type. The tensor-core
  * variant also rounds P to the storage type before P·V (as FlashAttention-2
  * does): each p_j is off by up to half an ulp, so O by up to that times
- * max|v| (inputs here lie in [-1, 1]). */
-void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, double *atol, double *rtol);
+ * max|v| (inputs here lie in [-1, 1]). The TF32 variant's bounds follow
+ * from its operand rounding (docs/precision.md). lse_tol bounds
+ * |LSE - ref| / max(1, |ref|). */
+void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
+                    double *atol, double *rtol, double *lse_tol);
 
 /* Runs c on ctx (NULL: the shared one) with random inputs and poisoned
  * outputs, compares every element with the double reference, and fails the

@@ -17,7 +17,7 @@ static void run_and_report(flashcl_context *ctx, const char *what, const struct 
     struct case_result r;
     rng_seed((uint64_t)(c->seq_q * 7919 + c->seq_kv * 104729 + c->head_dim * 31 + c->heads_q));
     test_run_case(ctx, c, &r);
-    printf("%-12s %-22s", r.variant == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable", what);
+    printf("%-12s %-22s", flashcl_variant_name(r.variant), what);
     printf(" B=%d Nq=%-4d Nk=%-4d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d: "
            "max|err| %.2e, rel L2 %.2e, LSE %.2e\n", c->batch, c->seq_q, c->seq_kv, c->heads_q,
            c->heads_kv, c->head_dim, (int)c->dtype, c->causal, (int)c->layout, r.max_abs_err,
@@ -95,17 +95,76 @@ START_TEST(dtypes)
 }
 END_TEST
 
-/* Odd forced tiles exercise the strided ownership: blocks smaller than the
- * work-group, not multiples of it, and with more rows than keys. */
-static const int forced_tiles[][2] = {{3, 5}, {1, 7}, {40, 24}};
+/* Odd forced tiles exercise the portable kernel's strided ownership: blocks
+ * smaller than the work-group, not multiples of it, and with more rows than
+ * keys. Multiples of 16 run the register-tiled kernel with that tile (one
+ * row of micro-tile per work-item, more rows than keys, two 8-key groups). */
+static const int forced_tiles[][2] = {{3, 5}, {1, 7}, {40, 24}, {16, 16}, {128, 32}, {48, 80}};
 
 START_TEST(forced_tiles_match)
 {
-    flashcl_context *ctx = test_context_with_blocks(forced_tiles[_i][0], forced_tiles[_i][1]);
+    const int bm = forced_tiles[_i][0], bn = forced_tiles[_i][1];
+    flashcl_context *ctx = test_context_with_blocks(bm, bn);
     const struct test_case c1 = {1, 45, 61, 4, 2, 24, F32, 1, 0, LAYOUT_BNHD, 1};
     const struct test_case c2 = {1, 61, 45, 2, 2, 40, BF16, 1, 0, LAYOUT_BNHD, 1};
-    run_and_report(ctx, "forced tile", &c1);
-    run_and_report(ctx, "forced tile", &c2);
+    const struct test_case c3 = {1, 300, 290, 2, 1, 64, F32, 0, 0, LAYOUT_BHND, 1};
+    const enum flashcl_variant want = bm % 16 == 0 && bn % 16 == 0 ? FLASHCL_VARIANT_REGISTER_TILED
+                                                                     : FLASHCL_VARIANT_PORTABLE;
+    const struct test_case *cases[] = {&c1, &c2, &c3};
+    for (int i = 0; i < (want == FLASHCL_VARIANT_REGISTER_TILED ? 3 : 2); i++) {
+        struct flashcl_tile t;
+        run_and_report(ctx, "forced tile", cases[i]);
+        ck_assert_flashcl_ok(flashcl_forward_tile(ctx, cases[i]->head_dim, cases[i]->dtype, &t));
+        ck_assert_int_eq(t.variant, cases[i]->head_dim % 4 == 0 ? want : FLASHCL_VARIANT_PORTABLE);
+    }
+}
+END_TEST
+
+/* The portable kernel (every call that runs on the register-tiled kernel by
+ * default runs on it when asked) on the shape cases. */
+START_TEST(portable_kernel)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.portable_only = 1;
+    p.fma_variant = FLASHCL_VARIANT_PORTABLE;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    struct case_result r;
+    rng_seed((uint64_t)_i + 300);
+    test_run_case(ctx, &shape_cases[_i], &r);
+    printf("%-12s shape case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), _i,
+           r.max_abs_err, r.rel_l2_err, r.max_lse_err);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_PORTABLE);
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
+/* f32 with d a multiple of 4 runs the register-tiled kernel unless told otherwise. */
+START_TEST(register_tiled_default)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.portable_only = 1;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    const struct test_case c = {1, 130, 130, 2, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1};
+    struct case_result r;
+    rng_seed(77);
+    test_run_case(ctx, &c, &r);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, F32, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_int_eq(t.block_m % 16, 0);
+    ck_assert_int_eq(t.block_n % 16, 0);
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 30, F32, &t));  /* d % 4 != 0 */
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    flashcl_context_destroy(&ctx);
 }
 END_TEST
 
@@ -142,6 +201,42 @@ static const struct test_case tensor_core_cases[] = {
     {1, 300, 100, 2, 2, 128, BF16, 1, 0, LAYOUT_FUSED_QKV, 0},
 };
 
+/* f32 calls that allow TF32 (or 3xTF32): the TF32 kernel where the context
+ * has tensor cores (d a multiple of 8 up to 128, 16-byte rows), checked
+ * against the double reference with that precision's bound; elsewhere they
+ * stay exact and must meet the f32 bound. */
+#define TF32 FLASHCL_PRECISION_TF32
+#define TF32X3 FLASHCL_PRECISION_TF32X3
+static const struct test_case tf32_cases[] = {
+    {2, 200, 200, 4, 4, 64, F32, 0, 0, LAYOUT_BNHD, 1, 0, TF32},
+    {2, 200, 200, 4, 4, 64, F32, 1, 0, LAYOUT_BNHD, 1, 0, TF32X3},
+    {1, 130, 257, 8, 2, 128, F32, 1, 0, LAYOUT_BHND, 1, 0, TF32},    /* Nq < Nk, GQA */
+    {1, 257, 130, 2, 2, 128, F32, 1, 0, LAYOUT_BNHD, 1, 0, TF32X3},  /* rows with no key */
+    {1, 1, 77, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1, 0, TF32},
+    {1, 77, 1, 2, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1, 0, TF32X3},
+    {1, 96, 96, 2, 2, 8, F32, 0, 0, LAYOUT_BNHD, 1, 0, TF32},
+    {1, 96, 96, 2, 2, 40, F32, 1, 0.25f, LAYOUT_BNHD, 1, 0, TF32X3},
+    {1, 96, 96, 2, 2, 96, F32, 0, 0, LAYOUT_FUSED_QKV, 1, 0, TF32},
+    {2, 150, 150, 4, 1, 64, F32, 1, 0, LAYOUT_BNHD, 1, 0, TF32X3},  /* MQA */
+    {1, 300, 100, 2, 2, 128, F32, 1, 0, LAYOUT_FUSED_QKV, 0, 0, TF32},
+};
+
+START_TEST(tf32)
+{
+    struct test_env *e = test_env_get();
+    struct case_result r;
+    const int has = flashcl_context_has_tensor_cores(e->ctx, NULL);
+    rng_seed((uint64_t)_i + 200);
+    test_run_case(NULL, &tf32_cases[_i], &r);
+    printf("%-14s %s case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant),
+           tf32_cases[_i].precision == TF32 ? "tf32  " : "tf32x3", _i, r.max_abs_err, r.rel_l2_err, r.max_lse_err);
+    if (has)
+        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TF32);
+    else
+        ck_assert(r.variant == FLASHCL_VARIANT_REGISTER_TILED || r.variant == FLASHCL_VARIANT_PORTABLE);
+}
+END_TEST
+
 START_TEST(tensor_core)
 {
     struct test_env *e = test_env_get();
@@ -151,13 +246,16 @@ START_TEST(tensor_core)
     rng_seed((uint64_t)_i + 100);
     test_run_case(NULL, &tensor_core_cases[_i], &r);
     printf("%-12s tensor-core case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e (%s)\n",
-           r.variant == FLASHCL_VARIANT_TENSOR_CORE ? "tensor-core" : "portable", _i, r.max_abs_err,
+           flashcl_variant_name(r.variant), _i, r.max_abs_err,
            r.rel_l2_err, r.max_lse_err, why);
-    ck_assert_int_eq(r.variant, has ? FLASHCL_VARIANT_TENSOR_CORE : FLASHCL_VARIANT_PORTABLE);
+    if (has)
+        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    else
+        ck_assert(r.variant == FLASHCL_VARIANT_REGISTER_TILED || r.variant == FLASHCL_VARIANT_PORTABLE);
 }
 END_TEST
 
-/* portable_only (and FLASHCL_PORTABLE=1) keep the portable kernel, and so do
+/* portable_only (and FLASHCL_PORTABLE=1) keep the FMA kernels, and so do
  * views whose rows are not 16-byte aligned. */
 START_TEST(portable_fallback)
 {
@@ -174,12 +272,12 @@ START_TEST(portable_fallback)
     struct case_result r;
     rng_seed(5);
     test_run_case(ctx, &tensor_core_cases[1], &r);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_REGISTER_TILED);
     flashcl_context_destroy(&ctx);
 
     const struct test_case padded = {1, 64, 64, 2, 2, 64, F16, 0, 0, LAYOUT_PADDED, 1};
     test_run_case(NULL, &padded, &r);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_int_ne(r.variant, FLASHCL_VARIANT_TENSOR_CORE);
 }
 END_TEST
 
@@ -195,7 +293,7 @@ static void count_warnings(void *user, enum flashcl_log_level level, const char 
 }
 
 /* If the tensor-core kernel cannot build or launch although the probe
- * passed, the call still succeeds on the portable kernel and says why once.
+ * passed, the call still succeeds on an FMA kernel and says why once.
  * A device without tensor cores is told to assume them, so the fallback
  * really runs here; on one with them, the kernel simply works. */
 START_TEST(tensor_core_failure_falls_back)
@@ -214,7 +312,7 @@ START_TEST(tensor_core_failure_falls_back)
     unsetenv("FLASHCL_TEST_ASSUME_TENSOR_CORES");
     ck_assert(flashcl_context_has_tensor_cores(ctx, NULL));
     struct case_result r;
-    for (int i = 0; i < 2; i++) {  /* the second call goes straight to the portable kernel */
+    for (int i = 0; i < 2; i++) {  /* the second call goes straight to an FMA kernel */
         rng_seed(60 + (uint64_t)i);
         test_run_case(ctx, &tensor_core_cases[0], &r);  /* checked against the reference */
     }
@@ -244,6 +342,9 @@ int main(void)
     tcase_add_loop_test(tc, dtypes, 0, COUNT(dtype_cases));
     tcase_add_loop_test(tc, forced_tiles_match, 0, COUNT(forced_tiles));
     tcase_add_test(tc, repeatable);
+    tcase_add_loop_test(tc, portable_kernel, 0, COUNT(shape_cases));
+    tcase_add_test(tc, register_tiled_default);
+    tcase_add_loop_test(tc, tf32, 0, COUNT(tf32_cases));
     tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
     tcase_add_test(tc, portable_fallback);
     tcase_add_test(tc, tensor_core_failure_falls_back);

@@ -84,31 +84,43 @@ static struct flashcl_tile config_of(flashcl_context *ctx, int d, flashcl_dtype 
 
 START_TEST(round_trip_and_used)
 {
-    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 32, 1, 5, 7, 0, 0, 1.5};
+    /* d = 30 runs on the portable kernel, d = 32 on the register-tiled one. */
+    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.5};
+    struct flashcl_tuned_config tiled = {FLASHCL_VARIANT_REGISTER_TILED, FLASHCL_F32, 32, 1, 32, 48, 0, 0, 1.25};
     struct flashcl_tuned_config mma = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 64, 0, 0, 32, 8, 1, 0.25};
     char text[2048], line[512];
     snprintf(text, sizeof(text), "# written by a test\nflashcl-tuning 1\n");
-    line_for(&portable, line, sizeof(line));
-    strcat(strcat(text, line), "\n");
-    line_for(&mma, line, sizeof(line));
-    strcat(strcat(text, line), "\n");
+    const struct flashcl_tuned_config *entries[] = {&portable, &tiled, &mma};
+    for (int i = 0; i < 3; i++) {
+        line_for(entries[i], line, sizeof(line));
+        strcat(strcat(text, line), "\n");
+    }
     write_file(text);
 
     struct warn_log w = {0};
     flashcl_context *ctx = context_with_file(&w, 0);
     ck_assert_int_eq(w.warnings, 0);
-    struct flashcl_tile t = config_of(ctx, 32, FLASHCL_F32, 1);
+    struct flashcl_tile t = config_of(ctx, 30, FLASHCL_F32, 1);
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
     ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
     ck_assert_int_eq(t.block_m, 5);
     ck_assert_int_eq(t.block_n, 7);
+    t = config_of(ctx, 32, FLASHCL_F32, 1);
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
+    ck_assert_int_eq(t.block_m, 32);
+    ck_assert_int_eq(t.block_n, 48);
     /* Other keys (causal 0 here) keep the rule. */
+    ck_assert_int_eq(config_of(ctx, 30, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
     ck_assert_int_eq(config_of(ctx, 32, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
 
-    /* The tuned tile computes the right thing. */
-    const struct test_case c = {1, 70, 90, 2, 1, 32, FLASHCL_F32, 1, 0, LAYOUT_BNHD, 1};
+    /* The tuned tiles compute the right thing. */
+    const struct test_case c = {1, 70, 90, 2, 1, 30, FLASHCL_F32, 1, 0, LAYOUT_BNHD, 1};
+    const struct test_case c2 = {1, 70, 90, 2, 1, 32, FLASHCL_F32, 1, 0, LAYOUT_BNHD, 1};
     struct case_result r;
     rng_seed(31);
     test_run_case(ctx, &c, &r);
+    test_run_case(ctx, &c2, &r);
 
     t = config_of(ctx, 64, FLASHCL_F16, 0);
     if (flashcl_context_has_tensor_cores(ctx, NULL)) {
@@ -117,7 +129,7 @@ START_TEST(round_trip_and_used)
         ck_assert_int_eq(t.m_tiles, 1);
         ck_assert_int_eq(t.block_n, 32);
     } else {
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
         ck_assert_int_eq(t.source, FLASHCL_TILE_RULE);
     }
     flashcl_context_destroy(&ctx);
@@ -187,18 +199,18 @@ END_TEST
 
 START_TEST(tuned_tile_must_fit)
 {
-    /* 128x128 at d = 256 needs about 470 KB; allowed only where that much works. */
-    struct flashcl_tuned_config big = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 256, 0, 128, 128, 0, 0, 1.0};
+    /* 128x128 at d = 254 (portable kernel) needs about 470 KB; allowed only where that much works. */
+    struct flashcl_tuned_config big = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 254, 0, 128, 128, 0, 0, 1.0};
     char line[512], text[1024];
     line_for(&big, line, sizeof(line));
     snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
     write_file(text);
     struct warn_log w = {0};
     flashcl_context *small = context_with_file(&w, 100000);
-    ck_assert_int_eq(config_of(small, 256, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
+    ck_assert_int_eq(config_of(small, 254, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
     flashcl_context_destroy(&small);
     flashcl_context *roomy = context_with_file(&w, 600000);
-    struct flashcl_tile t = config_of(roomy, 256, FLASHCL_F32, 0);
+    struct flashcl_tile t = config_of(roomy, 254, FLASHCL_F32, 0);
     ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
     ck_assert_int_eq(t.block_m, 128);
     flashcl_context_destroy(&roomy);

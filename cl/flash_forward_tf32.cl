@@ -1,0 +1,281 @@
+/*
+ * flash_forward_tf32.cl: the forward pass for f32 inputs on NVIDIA tensor
+ * cores (sm_80+) with TF32 operands, from OpenCL C through inline PTX. Opt-in
+ * only (FLASHCL_PRECISION_TF32 / _TF32X3): exact f32 stays the default.
+ *
+ *   PASSES 1  every product a·b is tf32(a)·tf32(b): operands keep 10 of
+ *             f32's 23 mantissa bits (relative error ~2^-11 per operand).
+ *   PASSES 3  the split a = big + small, big = tf32(a), small = tf32(a - big),
+ *             a·b ~ big·big + big·small + small·big: three mma per product,
+ *             operand error ~2^-21, close to f32 (the "3xTF32" of CUTLASS).
+ * Accumulation is f32 in both; the softmax and the rescale are f32 on the
+ * FMA units, as in flash_forward_mma.cl, whose structure this file follows:
+ * WARPS warps, M_TILES 16-row mma tiles per warp, K and V streamed BLOCK_N
+ * keys at a time with cp.async (K of the next block loads during softmax
+ * and P·V), P kept in registers, causal blocks past the diagonal skipped.
+ *
+ * mma.sync m16n8k8 .tf32 fragments (g = lane/4, t = lane%4):
+ *   A 16×8:  a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
+ *   B 8×8:   b0 = B[t][g], b1 = B[t+4][g]
+ *   C 16×8:  c0, c1 = C[g][2t..2t+1], c2, c3 = C[g+8][2t..2t+1]
+ * A contraction may visit its k indices in any order if both operands use
+ * the same one. This file maps the instruction's k = t to column 2t and
+ * k = t + 4 to column 2t + 1 of each group of eight, so that
+ *   S = QKᵀ:  a0/a2 are Q[g][2t], Q[g][2t+1] and b0/b1 are K[g][2t], K[g][2t+1]:
+ *             one 8-byte local load each;
+ *   O += PV:  P's A operand is exactly the S accumulator (a0 = c0, a1 = c2,
+ *             a2 = c1, a3 = c3): no shuffle; b0/b1 are V[2t][g], V[2t+1][g].
+ * Local tiles are f32 [row][pitch]; pitches make those loads conflict-free:
+ * Q and K (8-byte loads, 16 lanes a phase) pitch = d + 8; V (4-byte loads of
+ * rows 2t) pitch = d + 4.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+#ifndef PASSES
+#define PASSES 1             /* 1: TF32; 3: 3xTF32 */
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64
+#endif
+#ifndef M_TILES
+#define M_TILES 1
+#endif
+
+#define WARP_ROWS (16 * M_TILES)
+#define BLOCK_M (WARP_ROWS * WARPS)
+#define WG (32 * WARPS)
+#define KSTEPS (HEAD_DIM / 8)          /* k-steps of S = QKᵀ */
+#define S_TILES (BLOCK_N / 8)          /* n-tiles of S per warp */
+#define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
+#define PITCH_QK (HEAD_DIM + 8)
+#define PITCH_V (HEAD_DIM + 4)
+#define CHUNKS (HEAD_DIM / 4)          /* 16-byte chunks per row */
+
+#if HEAD_DIM % 8 != 0 || HEAD_DIM > 128
+#error "HEAD_DIM must be a multiple of 8, at most 128"
+#endif
+#if BLOCK_N % 8 != 0
+#error "BLOCK_N must be a multiple of 8"
+#endif
+#if PASSES != 1 && PASSES != 3
+#error "PASSES must be 1 or 3"
+#endif
+
+#include "nv_mma.h"
+
+static inline void mma_16x8x8(float *c, const uint *a, uint b0, uint b1)
+{
+    __asm__ volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static inline uint to_tf32(float x)
+{
+    uint r;
+    __asm__("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+/* An operand split for the mma: big = tf32(x) and, with three passes,
+ * small = tf32(x - big). */
+typedef struct {
+    uint big;
+#if PASSES == 3
+    uint small;
+#endif
+} operand;
+
+static inline operand split(float x)
+{
+    operand o;
+    o.big = to_tf32(x);
+#if PASSES == 3
+    o.small = to_tf32(x - as_float(o.big));
+#endif
+    return o;
+}
+
+/* c += a·b over one m16n8k8 step, in one or three passes (small terms first,
+ * so the large product is added last to the accumulated value). */
+static inline void mma_split(float *c, const operand *a, operand b0, operand b1)
+{
+    const uint big[4] = {a[0].big, a[1].big, a[2].big, a[3].big};
+#if PASSES == 3
+    const uint small[4] = {a[0].small, a[1].small, a[2].small, a[3].small};
+    mma_16x8x8(c, small, b0.big, b1.big);
+    mma_16x8x8(c, big, b0.small, b1.small);
+#endif
+    mma_16x8x8(c, big, b0.big, b1.big);
+}
+
+/* rows x HEAD_DIM f32 of a [seq, d] slice into a tile of pitch `pitch`:
+ * cp.async where the row exists, zeros past the end. */
+static inline void load_tile(__local float *tile, int pitch, int rows, __global const float *base,
+                             ulong row_stride, int first_row, int seq, int tid)
+{
+    for (int c = tid; c < rows * CHUNKS; c += WG) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
+        __local float *dst = tile + r * pitch + ch * 4;
+        if (first_row + r < seq)
+            copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 4);
+        else
+            *(__local float4 *)dst = (float4)(0.0f);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                        __global const float *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                        __global const float *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                        __global float *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
+                        __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
+{
+    __local float q_tile[BLOCK_M * PITCH_QK] __attribute__((aligned(16)));
+    __local float k_tile[BLOCK_N * PITCH_QK] __attribute__((aligned(16)));
+    __local float v_tile[BLOCK_N * PITCH_V] __attribute__((aligned(16)));
+
+    const int tid = (int)get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+#if CAUSAL
+    const int qb = (int)get_num_groups(0) - 1 - (int)get_group_id(0);  /* heaviest first */
+#else
+    const int qb = (int)get_group_id(0);
+#endif
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
+    const int q0 = qb * BLOCK_M;
+    const int diag = seq_kv - seq_q;
+
+    __global const float *q_base = q + q_off + (ulong)b * q_sb + (ulong)h * q_sh;
+    __global const float *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    __global const float *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+
+#if CAUSAL
+    const int kv_end = min(seq_kv, q0 + BLOCK_M + diag);
+#else
+    const int kv_end = seq_kv;
+#endif
+
+    load_tile(q_tile, PITCH_QK, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
+    if (kv_end > 0)
+        load_tile(k_tile, PITCH_QK, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
+    copy_async_commit();
+    COPY_ASYNC_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    float acc[M_TILES][O_TILES][4];
+    float m_row[M_TILES][2], l_row[M_TILES][2];
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++) {
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++)
+            acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        m_row[mt][0] = m_row[mt][1] = -INFINITY;
+        l_row[mt][0] = l_row[mt][1] = 0.0f;
+    }
+    const int warp_row0 = q0 + warp * WARP_ROWS;
+
+    for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
+        load_tile(v_tile, PITCH_V, BLOCK_N, v_base, v_ss, kb, seq_kv, tid);
+        copy_async_commit();
+        COPY_ASYNC_WAIT(1);  /* this block's K has landed; V may still be in flight */
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float s[M_TILES][S_TILES][4];
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int n = 0; n < S_TILES; n++)
+                s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            const int col = kk * 8 + 2 * t;
+            operand qa[M_TILES][4];
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                const int row = warp * WARP_ROWS + 16 * mt + g;
+                const float2 upper = vload2(0, q_tile + row * PITCH_QK + col);
+                const float2 lower = vload2(0, q_tile + (row + 8) * PITCH_QK + col);
+                qa[mt][0] = split(upper.x);
+                qa[mt][1] = split(lower.x);
+                qa[mt][2] = split(upper.y);
+                qa[mt][3] = split(lower.y);
+            }
+#pragma unroll
+            for (int n = 0; n < S_TILES; n++) {
+                const float2 kv = vload2(0, k_tile + (n * 8 + g) * PITCH_QK + col);
+                const operand b0 = split(kv.x), b1 = split(kv.y);
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++)
+                    mma_split(s[mt][n], qa[mt], b0, b1);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with k_tile */
+        if (kb + BLOCK_N < kv_end)
+            load_tile(k_tile, PITCH_QK, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+        copy_async_commit();  /* possibly empty: keeps the group count uniform */
+
+        bool edge = kb + BLOCK_N > seq_kv;
+#if CAUSAL
+        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag;
+#endif
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g, t, seq_kv,
+                           diag, scale_log2);
+
+        COPY_ASYNC_WAIT(1);  /* V has landed; the next K may still be in flight */
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int kc = 0; kc < S_TILES; kc++) {
+            operand pa[M_TILES][4];
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                pa[mt][0] = split(s[mt][kc][0]);
+                pa[mt][1] = split(s[mt][kc][2]);
+                pa[mt][2] = split(s[mt][kc][1]);
+                pa[mt][3] = split(s[mt][kc][3]);
+            }
+            __local const float *v_rows = v_tile + (kc * 8 + 2 * t) * PITCH_V + g;
+#pragma unroll
+            for (int n = 0; n < O_TILES; n++) {
+                const operand b0 = split(v_rows[n * 8]), b1 = split(v_rows[PITCH_V + n * 8]);
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++)
+                    mma_split(acc[mt][n], pa[mt], b0, b1);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with v_tile */
+    }
+    COPY_ASYNC_WAIT(0);
+
+    __global float *o_base = o + o_off + (ulong)b * o_sb + (ulong)h * o_sh;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float lse_row;
+            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row);
+            const int row = warp_row0 + 16 * mt + g + 8 * r;
+            if (row >= seq_q)
+                continue;
+            __global float *dst = o_base + (ulong)row * o_ss + 2 * t;
+#pragma unroll
+            for (int n = 0; n < O_TILES; n++)
+                vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + n * 8);
+            if (has_lse && t == 0)
+                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] = lse_row;
+        }
+    }
+}

@@ -1,0 +1,101 @@
+/*
+ * nv_mma.h: what the two tensor-core kernels share (flash_forward_mma.cl for
+ * f16/bf16, flash_forward_tf32.cl for f32): inline-PTX helpers and the
+ * online softmax on m16n8 accumulator fragments.
+ *
+ * The includer defines S_TILES (8-key n-tiles of S per warp) and O_TILES
+ * (8-column n-tiles of O) and, for causal masking, CAUSAL. Fragment layout
+ * of an m16n8 f32 accumulator (g = lane/4, t = lane%4): c0, c1 = C[g][2t..2t+1],
+ * c2, c3 = C[g+8][2t..2t+1] (../shared/TENSOR-CORE-NOTES.md).
+ */
+
+static inline uint local_address(__local const void *p)
+{
+    return (uint)(size_t)p;
+}
+
+static inline void copy_async_16(uint address, __global const void *src)
+{
+    __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(src) : "memory");
+}
+
+static inline void copy_async_commit(void)
+{
+    __asm__ volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most `n` committed groups are still in flight. */
+#define COPY_ASYNC_WAIT(n) __asm__ volatile("cp.async.wait_group " #n ";" ::: "memory")
+
+static inline float quad_xor(float v, int mask)
+{
+    float r;
+    __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
+    return r;
+}
+
+/*
+ * Folds one block of raw scores s (one 16-row mma tile: rows row0 and
+ * row0 + 8 of this thread, keys kb + 8n + 2t + {0,1}) into the running max
+ * m, the per-thread partial sum l and the accumulator acc, in base 2; on
+ * return s holds the unnormalised probabilities P. `edge`: some key of this
+ * block may be absent or (causal) hidden from some row of the tile, so
+ * masks are applied; elsewhere none is computed.
+ */
+static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
+                                  bool edge, int kb, int row0, int t, int seq_kv, int diag, float scale_log2)
+{
+#pragma unroll
+    for (int n = 0; n < S_TILES; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float x = s[n][e] * scale_log2;
+            if (edge) {
+                const int key = kb + n * 8 + 2 * t + (e & 1);
+                bool visible = key < seq_kv;
+#if CAUSAL
+                visible = visible && key <= row0 + 8 * (e >> 1) + diag;
+#endif
+                x = visible ? x : -INFINITY;
+            }
+            s[n][e] = x;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++)
+            mx = fmax(mx, fmax(s[n][2 * r], s[n][2 * r + 1]));
+        mx = fmax(mx, quad_xor(mx, 1));
+        mx = fmax(mx, quad_xor(mx, 2));
+        const float m_new = fmax(m_row[r], mx);
+        /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
+        const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = native_exp2(m_row[r] - m_ref);
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++) {
+            s[n][2 * r] = native_exp2(s[n][2 * r] - m_ref);
+            s[n][2 * r + 1] = native_exp2(s[n][2 * r + 1] - m_ref);
+            sum += s[n][2 * r] + s[n][2 * r + 1];
+        }
+        l_row[r] = l_row[r] * alpha + sum;
+        m_row[r] = m_new;
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++) {
+            acc[n][2 * r] *= alpha;
+            acc[n][2 * r + 1] *= alpha;
+        }
+    }
+}
+
+/* The quad's four partial sums of l, then 1/l (0 for a row that saw no
+ * key) and the row's LSE in natural log. */
+static inline float finish_row(float m, float l_partial, float *lse_out)
+{
+    float l = l_partial;
+    l += quad_xor(l, 1);
+    l += quad_xor(l, 2);
+    *lse_out = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+    return l > 0.0f ? 1.0f / l : 0.0f;
+}
