@@ -10,6 +10,8 @@
 #                    table's N=16k shapes without and with the tuning file; then the tests)
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n;
 #                    each is checked by the forward tests, then timed at N=16k next to FA2)
+#   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."]]   (register-tiled f32 tiles, then TF32
+#                    shapes, timed at N=16k after the forward and tile tests)
 set -u -o pipefail
 MODE=${1:-all}; shift || true
 OUT=${OUT:-$PWD/gpu-out}
@@ -72,6 +74,21 @@ if [ "$MODE" = probe ]; then
   echo "tuned:"; grep "^flash" "$OUT/bench-tuned.log"
   FLASHCL_TUNING= meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
   grep -E "^ *[0-9]+/[0-9]+ " "$OUT/tests.log" | head -12
+fi
+if [ "$MODE" = f32-sweep ]; then
+  # Exact f32 tiles of the register-tiled kernel ("block_m,block_n"), then TF32 shapes
+  # (warps,m_tiles,block_n), timed at N=16k; the forward and tile tests run first.
+  "$BUILD/tests/test_forward" > "$OUT/forward.log" 2>&1 && echo "forward tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/forward.log" | head; }
+  "$BUILD/tests/test_tile" > "$OUT/tile.log" 2>&1 && echo "tile tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/tile.log" | head; }
+  SHAPES=(--n 16384 --d 64,128 --causal 0,1 --paths flash)
+  for tile in ${1:-"64,64 64,32 32,64 128,32 32,32"}; do
+    FLASHCL_FMA_TILE=$tile FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
+      "${SHAPES[@]}" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " | sed "s/^/[f32 $tile] /" | tee -a "$OUT/sweep.log"
+  done
+  for cfg in ${2:-"4,1,64 4,2,64 8,1,64 4,1,32"}; do
+    FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype tf32,tf32x3 \
+      "${SHAPES[@]}" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " | sed "s/^/[tf32 $cfg] /" | tee -a "$OUT/sweep.log"
+  done
 fi
 if [ "$MODE" = mma-sweep ]; then
   CONFIGS=${1:-"4,1,64 4,2,64 4,2,32 8,1,64"}

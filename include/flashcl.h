@@ -382,6 +382,14 @@ FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
                                                   const struct flashcl_attention *attn,
                                                   struct flashcl_tile *out);
 
+/* Local memory one work-group may use here, which the tiles are sized from:
+ * params.local_mem_bytes, else the tuning file's probed value, else the
+ * architecture's known size (NVIDIA compute capability >= 8.0 with the
+ * tensor-core probe passed: 99–227 KB, where the driver reports 48 KB),
+ * else CL_DEVICE_LOCAL_MEM_SIZE. The portable kernel's automatic tile stays
+ * within the reported size. */
+FLASHCL_API size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx);
+
 /* Nonzero when the context can run the tensor-core variant; *why (if not
  * NULL) gets a sentence saying why or why not. */
 FLASHCL_API int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why);

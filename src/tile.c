@@ -1,4 +1,6 @@
 /* The sizing rule and the tile a forward call runs with. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -59,7 +61,14 @@ static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype d
     if (block_m < 16)
         block_m = block_n = 16;
     out->source = FLASHCL_TILE_RULE;
-    if (ctx->forced_block_m || ctx->forced_block_n) {
+    const char *env = getenv("FLASHCL_FMA_TILE");  /* "block_m,block_n", for measuring */
+    int em, en;
+    if (!ctx->forced_block_m && !ctx->forced_block_n && env && sscanf(env, "%d,%d", &em, &en) == 2 &&
+        tiled_block_ok(em) && tiled_block_ok(en)) {
+        block_m = em;
+        block_n = en;
+        out->source = FLASHCL_TILE_FORCED;
+    } else if (ctx->forced_block_m || ctx->forced_block_n) {
         if ((ctx->forced_block_m && !tiled_block_ok(ctx->forced_block_m)) ||
             (ctx->forced_block_n && !tiled_block_ok(ctx->forced_block_n)))
             return false;

@@ -281,6 +281,11 @@ const struct flashcl_tuned_config *tuning_find(const flashcl_context *ctx, enum 
     return NULL;
 }
 
+size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx)
+{
+    return ctx ? usable_local_mem(ctx) : 0;
+}
+
 size_t usable_local_mem(const flashcl_context *ctx)
 {
     if (ctx->param_local_mem)

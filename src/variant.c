@@ -110,6 +110,7 @@ void variant_disable(flashcl_context *ctx, const char *why)
 void variant_probe(flashcl_context *ctx, bool portable_only)
 {
     ctx->tensor_cores = false;
+    ctx->nv_compiler_options = has_extension(ctx->device, "cl_nv_compiler_options");
     const char *assume = getenv("FLASHCL_TEST_ASSUME_TENSOR_CORES");
     if (!portable_only && assume && strcmp(assume, "1") == 0) {
         /* Tests only: claim tensor cores without the probe, so a device that
