@@ -81,11 +81,14 @@ if [ "$MODE" = f32-sweep ]; then
   "$BUILD/tests/test_forward" > "$OUT/forward.log" 2>&1 && echo "forward tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/forward.log" | head; }
   "$BUILD/tests/test_tile" > "$OUT/tile.log" 2>&1 && echo "tile tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/tile.log" | head; }
   SHAPES=(--n 16384 --d 64,128 --causal 0,1 --paths flash)
-  for tile in ${1:-"64,64 64,32 32,64 128,32 32,32"}; do
-    FLASHCL_FMA_TILE=$tile FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
-      "${SHAPES[@]}" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " | sed "s/^/[f32 $tile] /" | tee -a "$OUT/sweep.log"
+  TILES=${1:-64,64 64,32 32,64 128,32 32,32}
+  CONFIGS=${2:-4,1,64 4,2,64 8,1,64 4,1,32}
+  EXTRA=${FLASHCL_SWEEP_OPTIONS:-}
+  for tile in $TILES; do
+    FLASHCL_FMA_TILE=$tile FLASHCL_BUILD_OPTIONS="-cl-nv-verbose $EXTRA" "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
+      "${SHAPES[@]}" 2>&1 | grep -E "build options|ptxas info    : Used|spill stores|^flash " | sed "s/^/[f32 $tile] /" | tee -a "$OUT/sweep.log"
   done
-  for cfg in ${2:-"4,1,64 4,2,64 8,1,64 4,1,32"}; do
+  for cfg in $CONFIGS; do
     FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype tf32,tf32x3 \
       "${SHAPES[@]}" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " | sed "s/^/[tf32 $cfg] /" | tee -a "$OUT/sweep.log"
   done
