@@ -42,7 +42,7 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Timeout):" "$OUT/tests.log" | head -20
   "$BUILD/examples/flashcl-demo" 4096 8 64 1 | tee -a "$OUT/tests.log" || status=1
   # The compiler's register / spill report for each forward kernel the sweep uses.
-  FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --paths flash --n 256 \
+  FLASHCL_CACHE_DIR=off FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --paths flash --n 256 \
     --d 64,128 --dtype f32,tf32,tf32x3,f16,bf16 --causal 0,1 --warmup 0 --reps 1 2>&1 | grep -E "ptxas|registers|spill|bytes stack|build options" >> "$OUT/tests.log"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
@@ -85,11 +85,11 @@ if [ "$MODE" = f32-sweep ]; then
   CONFIGS=${2:-4,1,64 4,2,64 8,1,64 4,1,32}
   EXTRA=${FLASHCL_SWEEP_OPTIONS:-}
   for tile in $TILES; do
-    FLASHCL_FMA_TILE=$tile FLASHCL_BUILD_OPTIONS="-cl-nv-verbose $EXTRA" "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
+    FLASHCL_CACHE_DIR=off FLASHCL_FMA_TILE=$tile FLASHCL_BUILD_OPTIONS="-cl-nv-verbose $EXTRA" "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
       "${SHAPES[@]}" 2>&1 | grep -E "build options|ptxas info    : Used|spill stores|^flash " | sed "s/^/[f32 $tile] /" | tee -a "$OUT/sweep.log"
   done
   for cfg in $CONFIGS; do
-    FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype tf32,tf32x3 \
+    FLASHCL_CACHE_DIR=off FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype tf32,tf32x3 \
       "${SHAPES[@]}" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " | sed "s/^/[tf32 $cfg] /" | tee -a "$OUT/sweep.log"
   done
 fi
@@ -103,7 +103,7 @@ if [ "$MODE" = mma-sweep ]; then
   for cfg in $CONFIGS; do
     if FLASHCL_MMA_CONFIG=$cfg "$BUILD/tests/test_forward" > "$OUT/forward-$cfg.log" 2>&1; then
       echo "config $cfg: forward tests pass"
-      FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose \
+      FLASHCL_CACHE_DIR=off FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose \
         "${SHAPES[@]}" --csv "$OUT/sweep-$cfg.csv" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " \
         | sed "s/^/[$cfg] /" | tee -a "$OUT/sweep.log"
     else

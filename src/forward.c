@@ -101,14 +101,9 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         const bool tiled = variant == FLASHCL_VARIANT_REGISTER_TILED;
         source = tiled ? flashcl_source_flash_forward_tiled : flashcl_source_flash_forward;
         name = tiled ? "flash_forward_tiled" : "flash_forward";
-        const int n = snprintf(options, sizeof(options),
-                               "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DTM=%d -DTN=%d -DDTYPE=%d "
-                               "-DCAUSAL=%d", attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype, causal);
-        /* Two 256-work-item groups per NVIDIA SM need <= 128 registers each;
-         * left alone, ptxas took 137-144 at d = 64 and causal d = 128 and
-         * one group ran per SM (docs/perf.md). */
-        if (tiled && ctx->nv_compiler_options)
-            snprintf(options + n, sizeof(options) - (size_t)n, " -cl-nv-maxrregcount=128");
+        snprintf(options, sizeof(options),
+                 "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DTM=%d -DTN=%d -DDTYPE=%d -DCAUSAL=%d",
+                 attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype, causal);
     }
     append_user_build_options(options, sizeof(options));
 

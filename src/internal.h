@@ -132,7 +132,6 @@ struct flashcl_context {
     struct flashcl_tuned_config *tuned;
     int n_tuned;
     char tuning_device[256], tuning_driver[128];
-    bool nv_compiler_options;    /* cl_nv_compiler_options: -cl-nv-maxrregcount is accepted */
     atomic_bool tensor_cores;    /* the tensor-core kernel may run here; cleared on its failure */
     char tensor_core_note[160];  /* why or why not */
 

@@ -40,10 +40,10 @@ static bool tiled_block_ok(int b)
 
 /* The register-tiled kernel's tile: tuned, forced, else the sizing rule on
  * the usable local memory rounded down to a multiple of 16 and capped at 64
- * rows, keys at most as many (and 32 past d = 64, which keeps two
- * work-groups on an H100/H200 SM); shrunk by 16 until the real footprint
- * fits. False if no tile of that kernel fits or a forced size is not one it
- * runs. */
+ * rows, with at most 32 keys (64 x 32 beat 64 x 64 and 32 x 64 on the H200
+ * at d = 64 and 128: fewer registers, more groups per SM; docs/perf.md);
+ * shrunk by 16 until the real footprint fits. False if no tile of that
+ * kernel fits or a forced size is not one it runs. */
 static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
                        struct flashcl_tile *out)
 {
@@ -57,7 +57,7 @@ static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype d
         tuning_find(ctx, FLASHCL_VARIANT_REGISTER_TILED, dtype, head_dim, causal);
     const size_t bound = flashcl_block_size_bound(usable, sizeof(float), (size_t)head_dim);
     int block_m = bound >= 64 ? 64 : (int)(bound / 16) * 16;
-    int block_n = block_m < (head_dim <= 64 ? 64 : 32) ? block_m : (head_dim <= 64 ? 64 : 32);
+    int block_n = block_m < 32 ? block_m : 32;
     if (block_m < 16)
         block_m = block_n = 16;
     out->source = FLASHCL_TILE_RULE;

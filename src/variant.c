@@ -17,9 +17,11 @@
 #define MMA_DEFAULT_WARPS 4
 #define MMA_DEFAULT_M_TILES 2
 #define MMA_DEFAULT_BLOCK_N 64
-/* The TF32 kernel's f32 tiles are twice as large: one tile per warp keeps
- * two work-groups per SM at d = 128. */
-#define TF32_DEFAULT_M_TILES 1
+/* The TF32 kernel: two tiles per warp with 32-key blocks, measured at
+ * N = 16k on the H200 (2026-11-29): 98.9 vs 81.7 TFLOP/s at d = 64 and
+ * 105.8 vs 87.6 at d = 128 against (4, 1, 64) (docs/perf.md). */
+#define TF32_DEFAULT_M_TILES 2
+#define TF32_DEFAULT_BLOCK_N 32
 
 static bool valid_mma_shape(int warps, int m_tiles, int block_n)
 {
@@ -110,7 +112,6 @@ void variant_disable(flashcl_context *ctx, const char *why)
 void variant_probe(flashcl_context *ctx, bool portable_only)
 {
     ctx->tensor_cores = false;
-    ctx->nv_compiler_options = has_extension(ctx->device, "cl_nv_compiler_options");
     const char *assume = getenv("FLASHCL_TEST_ASSUME_TENSOR_CORES");
     if (!portable_only && assume && strcmp(assume, "1") == 0) {
         /* Tests only: claim tensor cores without the probe, so a device that
@@ -202,7 +203,7 @@ void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention
 {
     const bool tf32 = variant == FLASHCL_VARIANT_TF32;
     int warps = MMA_DEFAULT_WARPS, m_tiles = tf32 ? TF32_DEFAULT_M_TILES : MMA_DEFAULT_M_TILES;
-    int block_n = MMA_DEFAULT_BLOCK_N;
+    int block_n = tf32 ? TF32_DEFAULT_BLOCK_N : MMA_DEFAULT_BLOCK_N;
     enum flashcl_tile_source source = FLASHCL_TILE_DEFAULT;
     const char *env = getenv("FLASHCL_MMA_CONFIG");
     int ew, em, eb;
