@@ -356,7 +356,7 @@ enum flashcl_tile_source {
 struct flashcl_tile {
     enum flashcl_variant variant;
     enum flashcl_tile_source source;
-    int warps, m_tiles;  /* tensor-core kernel only (0 otherwise) */
+    int warps, m_tiles;  /* tensor-core and TF32 kernels only (0 otherwise) */
     int block_m;        /* query rows per work-group */
     int block_n;        /* keys per streamed K/V block */
     int workgroup_size; /* work-items per work-group */
