@@ -10,8 +10,9 @@
 #                    table's N=16k shapes without and with the tuning file; then the tests)
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n;
 #                    each is checked by the forward tests, then timed at N=16k next to FA2)
-#   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."]]   (register-tiled f32 tiles, then TF32
-#                    shapes, timed at N=16k after the forward and tile tests)
+#   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
+#                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
+#                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
 set -u -o pipefail
 MODE=${1:-all}; shift || true
 OUT=${OUT:-$PWD/gpu-out}
@@ -78,16 +79,19 @@ fi
 if [ "$MODE" = f32-sweep ]; then
   # Exact f32 tiles of the register-tiled kernel ("block_m,block_n"), then TF32 shapes
   # (warps,m_tiles,block_n), timed at N=16k; the forward and tile tests run first.
-  "$BUILD/tests/test_forward" > "$OUT/forward.log" 2>&1 && echo "forward tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/forward.log" | head; }
-  "$BUILD/tests/test_tile" > "$OUT/tile.log" 2>&1 && echo "tile tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/tile.log" | head; }
+  if [ -z "${SKIP_TESTS:-}" ]; then
+    "$BUILD/tests/test_forward" > "$OUT/forward.log" 2>&1 && echo "forward tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/forward.log" | head; }
+    "$BUILD/tests/test_tile" > "$OUT/tile.log" 2>&1 && echo "tile tests pass" || { status=1; grep -E ":F:|:E:" "$OUT/tile.log" | head; }
+  fi
   SHAPES=(--n 16384 --d 64,128 --causal 0,1 --paths flash)
   TILES=${1:-64,64 64,32 32,64 128,32 32,32}
   CONFIGS=${2:-4,1,64 4,2,64 8,1,64 4,1,32}
   EXTRA=${FLASHCL_SWEEP_OPTIONS:-}
   for tile in $TILES; do
     FLASHCL_CACHE_DIR=off FLASHCL_FMA_TILE=$tile FLASHCL_BUILD_OPTIONS="-cl-nv-verbose $EXTRA" "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
-      "${SHAPES[@]}" 2>&1 | grep -E "build options|ptxas info    : Used|spill stores|^flash " | sed "s/^/[f32 $tile] /" | tee -a "$OUT/sweep.log"
+      "${SHAPES[@]}" 2>&1 | grep -E "build options|ptxas info    : Used|spill stores|^flash " | sed "s/^/[f32 $tile $EXTRA] /" | tee -a "$OUT/sweep.log"
   done
+  [ "$CONFIGS" = none ] && CONFIGS=
   for cfg in $CONFIGS; do
     FLASHCL_CACHE_DIR=off FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype tf32,tf32x3 \
       "${SHAPES[@]}" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " | sed "s/^/[tf32 $cfg] /" | tee -a "$OUT/sweep.log"
@@ -100,6 +104,7 @@ if [ "$MODE" = mma-sweep ]; then
     grep -E "^ *[0-9]+/[0-9]+ " "$OUT/tests.log" | head -10
   fi
   SHAPES=(--n 16384 --d 64,128 --dtype f16 --causal 0,1 --paths flash)
+  [ "$CONFIGS" = none ] && CONFIGS=
   for cfg in $CONFIGS; do
     if FLASHCL_MMA_CONFIG=$cfg "$BUILD/tests/test_forward" > "$OUT/forward-$cfg.log" 2>&1; then
       echo "config $cfg: forward tests pass"

@@ -49,6 +49,7 @@
 #define LDQK (HEAD_DIM | 1)               /* odd row pitch: no bank conflicts across rows */
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "block_order.h"
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -67,15 +68,8 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
     const int lid = (int)get_local_id(0);
     const int tm = lid / TN;
     const int tn = lid % TN;
-    const int n_qblocks = (int)get_num_groups(0);
-#if CAUSAL
-    /* Heaviest blocks (most visible keys) first, for load balance. */
-    const int qb = n_qblocks - 1 - (int)get_group_id(0);
-#else
-    const int qb = (int)get_group_id(0);
-#endif
-    const int h = (int)get_group_id(1);
-    const int b = (int)get_group_id(2);
+    int qb, h, b;
+    block_coordinates(CAUSAL, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
     const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */

@@ -70,6 +70,7 @@
 #endif
 
 #include "nv_mma.h"
+#include "block_order.h"
 
 static inline void mma_16x8x8(float *c, const uint *a, uint b0, uint b1)
 {
@@ -148,12 +149,9 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-#if CAUSAL
-    const int qb = (int)get_num_groups(0) - 1 - (int)get_group_id(0);  /* heaviest first */
-#else
-    const int qb = (int)get_group_id(0);
-#endif
-    const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
+int qb, h, b;
+    block_coordinates(CAUSAL, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    const int hk = h / group;
     const int q0 = qb * BLOCK_M;
     const int diag = seq_kv - seq_q;
 

@@ -40,6 +40,9 @@
 #ifndef CAUSAL
 #define CAUSAL 0
 #endif
+#ifndef UNROLL
+#define UNROLL 4             /* unrolling of the head-dim and key loops: 1, 2 or 4 (registers) */
+#endif
 
 #define WG 256
 #define RM (BLOCK_M / 16)                 /* rows per work-item */
@@ -57,6 +60,7 @@
 #endif
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "block_order.h"
 
 /* rows x HEAD_DIM of a [seq, d] slice into a tile of pitch PITCH (times
  * `mul`), zeros past the end of the sequence. */
@@ -89,12 +93,9 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
     const int ty = (warp >> 1) * 4 + (lane >> 3);   /* 0..15 */
     const int tx = (warp & 1) * 8 + (lane & 7);     /* 0..15 */
     const int row0 = ty * RM;                       /* first of this work-item's rows in the block */
-#if CAUSAL
-    const int qb = (int)get_num_groups(0) - 1 - (int)get_group_id(0);  /* heaviest first */
-#else
-    const int qb = (int)get_group_id(0);
-#endif
-    const int h = (int)get_group_id(1), b = (int)get_group_id(2), hk = h / group;
+int qb, h, b;
+    block_coordinates(CAUSAL, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    const int hk = h / group;
     const int q0 = qb * BLOCK_M;
     const int diag = seq_kv - seq_q;
 
@@ -135,7 +136,13 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
 #pragma unroll
             for (int j = 0; j < CN; j++)
                 s[i][j] = 0.0f;
+#if UNROLL == 1
+#pragma unroll 1
+#elif UNROLL == 2
+#pragma unroll 2
+#else
 #pragma unroll 4
+#endif
         for (int e4 = 0; e4 < D4; e4++) {
             float4 qv[RM], kv[CN];
 #pragma unroll
@@ -204,7 +211,13 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* acc += P·V. Keys past the end or hidden have p = 0 and V = 0. */
+#if UNROLL == 1
+#pragma unroll 1
+#elif UNROLL == 2
+#pragma unroll 2
+#else
 #pragma unroll 4
+#endif
         for (int j = 0; j < BLOCK_N; j++) {
             float p[RM];
 #if RM % 4 == 0

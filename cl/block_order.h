@@ -1,0 +1,34 @@
+/*
+ * block_order.h: which (query block, head, batch) a work-group computes.
+ * The flash kernels' grid is (query blocks, heads, batch), launched as
+ * work-groups in order of their linear id (x fastest).
+ *
+ * Without a causal mask every query block has the same work. With one,
+ * query block qb sees about qb + 1 key blocks, so the order matters: the
+ * linear id is remapped so that the heaviest query blocks of every (batch,
+ * head) go first and the lightest of all go last (longest processing time
+ * first). Mapping only qb within each head instead left each head's
+ * heaviest block to start late when the head came late in the grid, and
+ * the last wave ran long (docs/perf.md).
+ */
+#ifndef FLASHCL_BLOCK_ORDER_H
+#define FLASHCL_BLOCK_ORDER_H
+
+static inline void block_coordinates(int causal, int *qb, int *h, int *b)
+{
+    const ulong n_q = get_num_groups(0), n_h = get_num_groups(1), n_b = get_num_groups(2);
+    if (!causal) {
+        *qb = (int)get_group_id(0);
+        *h = (int)get_group_id(1);
+        *b = (int)get_group_id(2);
+        return;
+    }
+    const ulong id = get_group_id(0) + n_q * (get_group_id(1) + n_h * get_group_id(2));
+    const ulong heads = n_h * n_b;  /* (batch, head) pairs */
+    const ulong pair = id % heads;
+    *qb = (int)(n_q - 1 - id / heads);
+    *h = (int)(pair % n_h);
+    *b = (int)(pair / n_h);
+}
+
+#endif
