@@ -419,7 +419,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     const int n_keys = opt->quick ? 4 : 10;
     const int reps = opt->quick ? 3 : 7;
     const int n_time = opt->n;
-    const int max_portable = opt->quick ? 6 : 24;  /* evenly spaced subset of the candidates */
+    const int max_portable = opt->quick ? 4 : 24;  /* evenly spaced subset of the FMA candidates */
 
     flashcl_context *base = candidate_context(cl, dev, NULL, 0);
     if (!base) {

@@ -69,7 +69,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
     const int tm = lid / TN;
     const int tn = lid % TN;
     int qb, h, b;
-    block_coordinates(CAUSAL, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    block_coordinates(CAUSAL, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
     const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */

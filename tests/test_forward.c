@@ -97,9 +97,10 @@ END_TEST
 
 /* Odd forced tiles exercise the portable kernel's strided ownership: blocks
  * smaller than the work-group, not multiples of it, and with more rows than
- * keys. Multiples of 16 run the register-tiled kernel with that tile (one
- * row of micro-tile per work-item, more rows than keys, two 8-key groups). */
-static const int forced_tiles[][2] = {{3, 5}, {1, 7}, {40, 24}, {16, 16}, {128, 32}, {48, 80}};
+ * keys. Multiples of 16 run the register-tiled kernel with that tile: one
+ * row and one key per work-item (16 x 16), and 3 rows x 5 keys, not powers
+ * of two (48 x 80). */
+static const int forced_tiles[][2] = {{3, 5}, {1, 7}, {40, 24}, {16, 16}, {48, 80}};
 
 START_TEST(forced_tiles_match)
 {
