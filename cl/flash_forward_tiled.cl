@@ -11,10 +11,10 @@
  *            ty·RM .. ty·RM+RM-1 and keys tx, tx+16, ...; each step of the
  *            head dim loads RM + CN float4 from local memory for 4·RM·CN FMA.
  *   O += PV  the same work-item owns RM rows x float4 columns tx, tx+16, ...
- *            of O; per key it loads its rows of P (one float4 when RM = 4)
+ *            of O; per key it loads its rows of P (one float4)
  *            and its columns of V for 4·RM FMA per float4.
- * The 256 work-items of a group are 8 warps; a warp covers 4 values of ty
- * and 8 of tx, so a step's Q loads hit 4 addresses and its K loads 8
+ * A group is 16·TY work-items, TY = BLOCK_M / 4 (RM = 4 rows each): 2·TY/4
+ * warps; a warp covers 4 values of ty and 8 of tx, so a step's Q loads hit 4 addresses and its K loads 8
  * (one 128-byte wavefront each on NVIDIA hardware). Row pitches are
  * HEAD_DIM + 4 floats (and BLOCK_M + 4 for Pᵀ), so the eight K rows a warp
  * reads start on distinct banks.
@@ -32,7 +32,7 @@
 #define HEAD_DIM 64          /* a multiple of 4, at most 256 */
 #endif
 #ifndef BLOCK_M
-#define BLOCK_M 64           /* query rows per work-group: 16·RM */
+#define BLOCK_M 64           /* query rows per work-group: 4·TY */
 #endif
 #ifndef BLOCK_N
 #define BLOCK_N 64           /* keys per K/V block: 16·CN */
@@ -44,8 +44,9 @@
 #define UNROLL 4             /* unrolling of the head-dim and key loops: 1, 2 or 4 (registers) */
 #endif
 
-#define WG 256
-#define RM (BLOCK_M / 16)                 /* rows per work-item */
+#define RM 4                              /* rows per work-item */
+#define TY (BLOCK_M / RM)                 /* work-item rows of the group */
+#define WG (16 * TY)
 #define CN (BLOCK_N / 16)                 /* keys per work-item per block */
 #define D4 (HEAD_DIM / 4)                 /* float4 columns of a row */
 #define CD4 ((D4 + 15) / 16)              /* float4 columns of O per work-item */
@@ -90,7 +91,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
 
     const int lid = (int)get_local_id(0);
     const int warp = lid >> 5, lane = lid & 31;
-    const int ty = (warp >> 1) * 4 + (lane >> 3);   /* 0..15 */
+    const int ty = (warp >> 1) * 4 + (lane >> 3);   /* 0..TY-1 */
     const int tx = (warp & 1) * 8 + (lane & 7);     /* 0..15 */
     const int row0 = ty * RM;                       /* first of this work-item's rows in the block */
 int qb, h, b;
@@ -219,21 +220,8 @@ int qb, h, b;
 #pragma unroll 4
 #endif
         for (int j = 0; j < BLOCK_N; j++) {
-            float p[RM];
-#if RM % 4 == 0
-#pragma unroll
-            for (int i = 0; i < RM; i += 4) {
-                const float4 p4 = vload4(0, p_tile + j * PITCH_P + row0 + i);
-                p[i] = p4.x;
-                p[i + 1] = p4.y;
-                p[i + 2] = p4.z;
-                p[i + 3] = p4.w;
-            }
-#else
-#pragma unroll
-            for (int i = 0; i < RM; i++)
-                p[i] = p_tile[j * PITCH_P + row0 + i];
-#endif
+            const float4 p4 = vload4(0, p_tile + j * PITCH_P + row0);
+            const float p[RM] = {p4.x, p4.y, p4.z, p4.w};
 #pragma unroll
             for (int c = 0; c < CD4; c++) {
                 const int c4 = tx + 16 * c;

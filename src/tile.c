@@ -47,12 +47,11 @@ static bool tiled_block_ok(int b)
 static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
                        struct flashcl_tile *out)
 {
-    if (head_dim % 4 != 0 || ctx->max_workgroup_size < 256)
+    if (head_dim % 4 != 0 || ctx->max_workgroup_size < 64)
         return false;
     const size_t usable = usable_local_mem(ctx);
     memset(out, 0, sizeof(*out));
     out->variant = FLASHCL_VARIANT_REGISTER_TILED;
-    out->workgroup_size = 256;
     const struct flashcl_tuned_config *tuned =
         tuning_find(ctx, FLASHCL_VARIANT_REGISTER_TILED, dtype, head_dim, causal);
     const size_t bound = flashcl_block_size_bound(usable, sizeof(float), (size_t)head_dim);
@@ -81,7 +80,9 @@ static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype d
         block_n = tuned->block_n;
         out->source = FLASHCL_TILE_TUNED;
     }
-    while (forward_tiled_local_bytes(block_m, block_n, head_dim) > usable) {
+    /* 4·block_m work-items: four query rows each. */
+    while (forward_tiled_local_bytes(block_m, block_n, head_dim) > usable ||
+           (size_t)(4 * block_m) > ctx->max_workgroup_size) {
         if (out->source == FLASHCL_TILE_FORCED)
             return false;
         if (block_n > 16 && block_n >= block_m / 2)
@@ -93,6 +94,7 @@ static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype d
     }
     out->block_m = block_m;
     out->block_n = block_n;
+    out->workgroup_size = 4 * block_m;
     out->local_bytes = forward_tiled_local_bytes(block_m, block_n, head_dim);
     return true;
 }

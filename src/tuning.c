@@ -327,11 +327,11 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
                 add_candidate(out, max, &count, &c);
             }
     } else if (variant == FLASHCL_VARIANT_REGISTER_TILED) {
-        if (head_dim % 4 != 0 || ctx->max_workgroup_size < 256)
+        if (head_dim % 4 != 0)
             return 0;
         for (int bm = 16; bm <= 128; bm += 16)
             for (int bn = 16; bn <= 128; bn += 16) {
-                if (forward_tiled_local_bytes(bm, bn, head_dim) > local)
+                if (forward_tiled_local_bytes(bm, bn, head_dim) > local || (size_t)(4 * bm) > ctx->max_workgroup_size)
                     continue;
                 const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, bm, bn, 0, 0, 0.0};
                 add_candidate(out, max, &count, &c);
