@@ -40,8 +40,8 @@ static bool tiled_block_ok(int b)
 
 /* The register-tiled kernel's tile: tuned, forced, else the sizing rule on
  * the usable local memory rounded down to a multiple of 16 and capped at 64
- * rows, with at most 32 keys (64 x 32 beat 64 x 64 and 32 x 64 on the H200
- * at d = 64 and 128: fewer registers, more groups per SM; docs/perf.md);
+ * rows (32 when causal past d = 64), with at most 32 keys (64 x 32 beat
+ * 64 x 64, 32 x 64, 48 x 32 and 32 x 32 on the H200 elsewhere: docs/perf.md);
  * shrunk by 16 until the real footprint fits. False if no tile of that
  * kernel fits or a forced size is not one it runs. */
 static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
@@ -55,7 +55,11 @@ static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype d
     const struct flashcl_tuned_config *tuned =
         tuning_find(ctx, FLASHCL_VARIANT_REGISTER_TILED, dtype, head_dim, causal);
     const size_t bound = flashcl_block_size_bound(usable, sizeof(float), (size_t)head_dim);
-    int block_m = bound >= 64 ? 64 : (int)(bound / 16) * 16;
+    /* Causal past d = 64: 32 rows (groups of 128 work-items) ran 19.0 against
+     * 16.5 TFLOP/s at d = 128 on the H200; without the mask 64 rows won
+     * (24.3 against 19.6). */
+    const int rows = causal && head_dim > 64 ? 32 : 64;
+    int block_m = bound >= (size_t)rows ? rows : (int)(bound / 16) * 16;
     int block_n = block_m < 32 ? block_m : 32;
     if (block_m < 16)
         block_m = block_n = 16;
