@@ -94,7 +94,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
     const int ty = (warp >> 1) * 4 + (lane >> 3);   /* 0..TY-1 */
     const int tx = (warp & 1) * 8 + (lane & 7);     /* 0..15 */
     const int row0 = ty * RM;                       /* first of this work-item's rows in the block */
-int qb, h, b;
+    int qb, h, b;
     block_coordinates(CAUSAL, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;

@@ -121,18 +121,26 @@ START_TEST(forced_tiles_match)
 }
 END_TEST
 
-/* The portable kernel (every call that runs on the register-tiled kernel by
- * default runs on it when asked) on the shape cases. */
-START_TEST(portable_kernel)
+/* A context on the shared device that never uses tensor cores; fma_variant
+ * as in flashcl_context_params. */
+static flashcl_context *fma_only_context(enum flashcl_variant fma_variant)
 {
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
     p.context = e->cl;
     p.device = e->device;
     p.portable_only = 1;
-    p.fma_variant = FLASHCL_VARIANT_PORTABLE;
+    p.fma_variant = fma_variant;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    return ctx;
+}
+
+/* The portable kernel (every call that runs on the register-tiled kernel by
+ * default runs on it when asked) on the shape cases. */
+START_TEST(portable_kernel)
+{
+    flashcl_context *ctx = fma_only_context(FLASHCL_VARIANT_PORTABLE);
     struct case_result r;
     rng_seed((uint64_t)_i + 300);
     test_run_case(ctx, &shape_cases[_i], &r);
@@ -146,13 +154,7 @@ END_TEST
 /* f32 with d a multiple of 4 runs the register-tiled kernel unless told otherwise. */
 START_TEST(register_tiled_default)
 {
-    struct test_env *e = test_env_get();
-    struct flashcl_context_params p = {0};
-    p.context = e->cl;
-    p.device = e->device;
-    p.portable_only = 1;
-    flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    flashcl_context *ctx = fma_only_context(0);
     const struct test_case c = {1, 130, 130, 2, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1};
     struct case_result r;
     rng_seed(77);
@@ -260,13 +262,7 @@ END_TEST
  * views whose rows are not 16-byte aligned. */
 START_TEST(portable_fallback)
 {
-    struct test_env *e = test_env_get();
-    struct flashcl_context_params p = {0};
-    p.context = e->cl;
-    p.device = e->device;
-    p.portable_only = 1;
-    flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    flashcl_context *ctx = fma_only_context(0);
     const char *why = NULL;
     ck_assert_int_eq(flashcl_context_has_tensor_cores(ctx, &why), 0);
     ck_assert_ptr_nonnull(strstr(why, "portable_only"));
