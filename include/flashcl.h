@@ -138,8 +138,8 @@ struct flashcl_context_params {
     int block_m;
     int block_n;
 
-    /* Nonzero: never use the tensor-core kernel, only the portable one (also
-     * set by the environment variable FLASHCL_PORTABLE=1). */
+    /* Nonzero: never use the tensor-core kernels (tensor-core, TF32), only
+     * the FMA ones (also set by the environment variable FLASHCL_PORTABLE=1). */
     int portable_only;
 
     /* The tuning file (written by flashcl-probe --tune). NULL: FLASHCL_TUNING,
