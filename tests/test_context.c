@@ -111,6 +111,11 @@ START_TEST(bad_params)
     p.log_level = (enum flashcl_log_level)9;
     ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_INVALID_VALUE);
     ck_assert_ptr_null(ctx);
+    p.log_level = 0;
+    p.fma_variant = FLASHCL_VARIANT_TENSOR_CORE;  /* tensor-core variants cannot be forced */
+    ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_ERROR_INVALID_CONFIG);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "params.fma_variant = 2"));
+    ck_assert_ptr_null(ctx);
 }
 END_TEST
 

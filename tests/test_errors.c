@@ -189,6 +189,9 @@ START_TEST(misaligned_and_scale)
     expect(&a, FLASHCL_ERROR_INVALID_SCALE, "attn.scale");
     a.scale = NAN;
     expect(&a, FLASHCL_ERROR_INVALID_SCALE, "attn.scale");
+    a = valid();
+    a.precision = (enum flashcl_precision)7;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.precision = 7");
 }
 END_TEST
 
@@ -256,7 +259,7 @@ START_TEST(random_calls)
         flashcl_tensor *views[] = {&a.q, &a.k, &a.v, &a.o, &a.lse};
         const int mutations = 1 + (int)rng_uniform(0, 4);
         for (int m = 0; m < mutations; m++) {
-            const int what = (int)rng_uniform(0, 6);
+            const int what = (int)rng_uniform(0, 7);
             flashcl_tensor *t = views[(int)rng_uniform(0, 5)];
             const size_t big[] = {0, 1, 3, 7, 8, 64, 1000, (size_t)1 << 31, SIZE_MAX / 3, SIZE_MAX};
             switch (what) {
@@ -265,6 +268,7 @@ START_TEST(random_calls)
             case 2: t->stride_seq = big[(int)rng_uniform(0, 10)]; break;
             case 3: t->stride_head = big[(int)rng_uniform(0, 10)]; break;
             case 4: t->dtype = (flashcl_dtype)(int)rng_uniform(0, 5); break;
+            case 5: a.precision = (enum flashcl_precision)(int)rng_uniform(-1, 4); break;
             default: a.scale = rng_uniform(0, 1) < 0.5 ? NAN : (float)rng_uniform(-2, 2); break;
             }
         }
