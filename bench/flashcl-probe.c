@@ -419,7 +419,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     const int n_keys = opt->quick ? 4 : 10;
     const int reps = opt->quick ? 3 : 7;
     const int n_time = opt->n;
-    const int max_portable = opt->quick ? 4 : 24;  /* evenly spaced subset of the FMA candidates */
+    const int max_fma = opt->quick ? 4 : 24;  /* evenly spaced subset of the FMA candidates */
 
     flashcl_context *base = candidate_context(cl, dev, NULL, 0);
     if (!base) {
@@ -443,8 +443,8 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         n_cand[i] = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
         if (n_cand[i] > 128)
             n_cand[i] = 128;
-        if (variant_of[i] != FLASHCL_VARIANT_TENSOR_CORE && n_cand[i] > max_portable)
-            n_cand[i] = max_portable;
+        if (variant_of[i] != FLASHCL_VARIANT_TENSOR_CORE && n_cand[i] > max_fma)
+            n_cand[i] = max_fma;
         total += n_cand[i] + 1;
     }
 
