@@ -93,11 +93,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
             acc[r][c] = 0.0f;
     }
 
-#if CAUSAL
-    const int kv_end = min(seq_kv, q0 + BLOCK_M + diag);  /* keys past this are masked for every row */
-#else
-    const int kv_end = seq_kv;
-#endif
+    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
 
     for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* previous block's tiles are no longer read */

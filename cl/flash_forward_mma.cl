@@ -151,11 +151,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
 
-#if CAUSAL
-    const int kv_end = min(seq_kv, q0 + BLOCK_M + diag);
-#else
-    const int kv_end = seq_kv;
-#endif
+    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
 
     /* Prologue: Q and the first K block in one group. */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);

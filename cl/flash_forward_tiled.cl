@@ -40,9 +40,6 @@
 #ifndef CAUSAL
 #define CAUSAL 0
 #endif
-#ifndef UNROLL
-#define UNROLL 4             /* unrolling of the head-dim and key loops: 1, 2 or 4 (registers) */
-#endif
 
 #define RM 4                              /* rows per work-item */
 #define TY (BLOCK_M / RM)                 /* work-item rows of the group */
@@ -118,11 +115,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
             acc[i][c] = (float4)(0.0f);
     }
 
-#if CAUSAL
-    const int kv_end = min(seq_kv, q0 + BLOCK_M + diag);  /* keys past this are hidden from every row */
-#else
-    const int kv_end = seq_kv;
-#endif
+    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
 
     for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's K, V and P are no longer read */
@@ -137,13 +130,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
 #pragma unroll
             for (int j = 0; j < CN; j++)
                 s[i][j] = 0.0f;
-#if UNROLL == 1
-#pragma unroll 1
-#elif UNROLL == 2
-#pragma unroll 2
-#else
 #pragma unroll 4
-#endif
         for (int e4 = 0; e4 < D4; e4++) {
             float4 qv[RM], kv[CN];
 #pragma unroll
@@ -212,13 +199,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* acc += P·V. Keys past the end or hidden have p = 0 and V = 0. */
-#if UNROLL == 1
-#pragma unroll 1
-#elif UNROLL == 2
-#pragma unroll 2
-#else
 #pragma unroll 4
-#endif
         for (int j = 0; j < BLOCK_N; j++) {
             const float4 p4 = vload4(0, p_tile + j * PITCH_P + row0);
             const float p[RM] = {p4.x, p4.y, p4.z, p4.w};
