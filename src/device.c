@@ -241,6 +241,7 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
     cache_init(ctx, params->cache_dir);
     tuning_load(ctx, params->tuning_file);
     const char *portable_env = getenv("FLASHCL_PORTABLE");
+    variant_read_env(ctx);
     variant_probe(ctx, params->portable_only || (portable_env && strcmp(portable_env, "1") == 0));
     *out = ctx;
     return FLASHCL_SUCCESS;

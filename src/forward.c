@@ -72,38 +72,34 @@ static cl_int set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor
     return err;
 }
 
-/* Builds (once) and enqueues the kernel of `variant`. Caller has validated
- * the call. */
+/* Builds (once) and enqueues the kernel of `tile` (from variant_choose).
+ * Caller has validated the call. */
 static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
-                                      enum flashcl_variant variant, cl_command_queue queue, cl_uint num_wait_events,
-                                      const cl_event *wait_list, cl_event *event)
+                                      const struct flashcl_tile *tile, cl_command_queue queue,
+                                      cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
 {
     /* All four kernels take the same arguments; they differ in source and tile. */
-    struct flashcl_tile tile;
     const char *source, *name;
     char options[512];
     const int dtype = dtype_define(attn->q.dtype), causal = attn->causal ? 1 : 0;
-    if (variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_TF32) {
-        variant_mma_tile(ctx, attn, variant, &tile);
-        const bool tf32 = variant == FLASHCL_VARIANT_TF32;
+    if (tile->variant == FLASHCL_VARIANT_TENSOR_CORE || tile->variant == FLASHCL_VARIANT_TF32) {
+        const bool tf32 = tile->variant == FLASHCL_VARIANT_TF32;
         source = tf32 ? flashcl_source_flash_forward_tf32 : flashcl_source_flash_forward_mma;
         name = tf32 ? "flash_forward_tf32" : "flash_forward_mma";
         const int n = snprintf(options, sizeof(options),
                                "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d",
-                               attn->head_dim, tile.warps, tile.m_tiles, tile.block_n, causal);
+                               attn->head_dim, tile->warps, tile->m_tiles, tile->block_n, causal);
         snprintf(options + n, sizeof(options) - (size_t)n, tf32 ? " -DPASSES=%d" : " -DDTYPE=%d",
                  tf32 ? (attn->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1) : dtype);
     } else {
-        int tm, tn;
-        flashcl_status st = tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, variant, &tile, &tm, &tn);
-        if (st != FLASHCL_SUCCESS)
-            return st;
-        const bool tiled = variant == FLASHCL_VARIANT_REGISTER_TILED;
+        const bool tiled = tile->variant == FLASHCL_VARIANT_REGISTER_TILED;
+        const int side = portable_side(ctx);  /* the portable kernel's work-group grid */
         source = tiled ? flashcl_source_flash_forward_tiled : flashcl_source_flash_forward;
         name = tiled ? "flash_forward_tiled" : "flash_forward";
-        snprintf(options, sizeof(options),
-                 "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DTM=%d -DTN=%d -DDTYPE=%d -DCAUSAL=%d",
-                 attn->head_dim, tile.block_m, tile.block_n, tm, tn, dtype, causal);
+        const int n = snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d "
+                               "-DDTYPE=%d -DCAUSAL=%d", attn->head_dim, tile->block_m, tile->block_n, dtype, causal);
+        if (!tiled)
+            snprintf(options + n, sizeof(options) - (size_t)n, " -DTM=%d -DTN=%d", side, side);
     }
     append_user_build_options(options, sizeof(options));
 
@@ -113,8 +109,8 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const cl_int group = attn->heads_q / attn->heads_kv;
     const size_t esize = flashcl_dtype_size(attn->q.dtype);
 
-    const size_t n_qblocks = ((size_t)attn->seq_q + (size_t)tile.block_m - 1) / (size_t)tile.block_m;
-    const size_t local[3] = {(size_t)tile.workgroup_size, 1, 1};
+    const size_t n_qblocks = ((size_t)attn->seq_q + (size_t)tile->block_m - 1) / (size_t)tile->block_m;
+    const size_t local[3] = {(size_t)tile->workgroup_size, 1, 1};
     const size_t global[3] = {n_qblocks * local[0], (size_t)attn->heads_q, (size_t)attn->batch};
 
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
@@ -142,7 +138,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
                 st = fail(ctx, (flashcl_status)err,
                           "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, "
                           "%zu bytes local) failed (%d)", name, global[0], global[1], global[2],
-                          tile.block_m, tile.block_n, tile.local_bytes, err);
+                          tile->block_m, tile->block_n, tile->local_bytes, err);
         }
     }
     pthread_mutex_unlock(&ctx->lock);
@@ -167,15 +163,19 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     flashcl_status st = check_call(ctx, attn, queue, num_wait_events, wait_list);
     if (st != FLASHCL_SUCCESS)
         return st;
-    const enum flashcl_variant variant = variant_choose(ctx, attn);
-    st = enqueue_forward(ctx, attn, variant, queue, num_wait_events, wait_list, event);
-    const bool tensor_cores = variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_TF32;
-    if (tensor_cores && kernel_failure(st)) {
+    struct flashcl_tile tile = {0};
+    st = variant_choose(ctx, attn, &tile);
+    if (st == FLASHCL_SUCCESS)
+        st = enqueue_forward(ctx, attn, &tile, queue, num_wait_events, wait_list, event);
+    const bool tensor_cores = tile.variant == FLASHCL_VARIANT_TENSOR_CORE || tile.variant == FLASHCL_VARIANT_TF32;
+    if (st != FLASHCL_SUCCESS && tensor_cores && kernel_failure(st)) {
         /* The probe passed but this kernel did not: say why once, then run
          * everything on the FMA units. */
         variant_disable(ctx, flashcl_status_name(st));
         clear_error();
-        st = enqueue_forward(ctx, attn, variant_choose(ctx, attn), queue, num_wait_events, wait_list, event);
+        st = variant_choose(ctx, attn, &tile);
+        if (st == FLASHCL_SUCCESS)
+            st = enqueue_forward(ctx, attn, &tile, queue, num_wait_events, wait_list, event);
     }
     return st;
 }

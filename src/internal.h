@@ -74,13 +74,12 @@ extern const char flashcl_source_flash_forward_tf32[];
 /* Local memory the portable / register-tiled forward kernel declares for a tile. */
 size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn);
 size_t forward_tiled_local_bytes(int block_m, int block_n, int head_dim);
-/* Which FMA kernel runs (register-tiled where it supports the call and its
- * tile fits, else portable). */
-enum flashcl_variant tile_fma_variant(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal);
-/* The tile of an FMA kernel (variant PORTABLE or REGISTER_TILED); *tm, *tn:
- * the portable kernel's work-group grid. */
+/* The FMA kernel and its tile: register-tiled where it supports the call
+ * and its tile fits (and fma_variant allows), else portable. */
 flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
-                           enum flashcl_variant variant, struct flashcl_tile *out, int *tm, int *tn);
+                           struct flashcl_tile *out);
+/* The portable kernel's work-group is side x side work-items. */
+int portable_side(const flashcl_context *ctx);
 
 /* ---- forward.c, shared with standard.c ---- */
 
@@ -94,16 +93,17 @@ float effective_scale(const struct flashcl_attention *attn);
 
 /* ---- variant.c: portable or tensor-core kernel ---- */
 
+/* FLASHCL_MMA_CONFIG and FLASHCL_FMA_TILE into the forced shapes the
+ * parameters left at 0 (a WARN for a malformed value). */
+void variant_read_env(flashcl_context *ctx);
 /* Sets ctx->tensor_cores (and the note saying why) for the context's device. */
 void variant_probe(flashcl_context *ctx, bool portable_only);
 /* After the tensor-core kernel failed on this device: portable from now on,
  * with a WARN saying why (once). */
 void variant_disable(flashcl_context *ctx, const char *why);
-/* The kernel this call runs: tensor-core, TF32 or one of the FMA kernels. */
-enum flashcl_variant variant_choose(const flashcl_context *ctx, const struct flashcl_attention *a);
-/* Shape of the tensor-core or TF32 kernel for this call. */
-void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
-                      struct flashcl_tile *out);
+/* The kernel this (validated) call runs, and its tile: tensor-core, TF32 or
+ * one of the FMA kernels. */
+flashcl_status variant_choose(flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out);
 size_t variant_mma_local_bytes(enum flashcl_variant variant, int block_m, int block_n, int head_dim);
 
 /* ---- validate.c ---- */

@@ -1,6 +1,4 @@
 /* The sizing rule and the tile a forward call runs with. */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -64,14 +62,7 @@ static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype d
     if (block_m < 16)
         block_m = block_n = 16;
     out->source = FLASHCL_TILE_RULE;
-    const char *env = getenv("FLASHCL_FMA_TILE");  /* "block_m,block_n", for measuring */
-    int em, en;
-    if (!ctx->forced_block_m && !ctx->forced_block_n && env && sscanf(env, "%d,%d", &em, &en) == 2 &&
-        tiled_block_ok(em) && tiled_block_ok(en)) {
-        block_m = em;
-        block_n = en;
-        out->source = FLASHCL_TILE_FORCED;
-    } else if (ctx->forced_block_m || ctx->forced_block_n) {
+    if (ctx->forced_block_m || ctx->forced_block_n) {
         if ((ctx->forced_block_m && !tiled_block_ok(ctx->forced_block_m)) ||
             (ctx->forced_block_n && !tiled_block_ok(ctx->forced_block_n)))
             return false;
@@ -103,12 +94,9 @@ static bool tiled_tile(const flashcl_context *ctx, int head_dim, flashcl_dtype d
     return true;
 }
 
-enum flashcl_variant tile_fma_variant(const flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal)
+int portable_side(const flashcl_context *ctx)
 {
-    struct flashcl_tile t;
-    if (ctx->fma_variant != FLASHCL_VARIANT_PORTABLE && tiled_tile(ctx, head_dim, dtype, causal, &t))
-        return FLASHCL_VARIANT_REGISTER_TILED;
-    return FLASHCL_VARIANT_PORTABLE;
+    return ctx->max_workgroup_size >= 256 ? 16 : 8;
 }
 
 /* Rounds the rule's bound down to a block the kernel runs well: a multiple of
@@ -126,18 +114,11 @@ static int round_block(size_t bound, int side)
 }
 
 flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
-                           enum flashcl_variant variant, struct flashcl_tile *out, int *tm, int *tn)
+                           struct flashcl_tile *out)
 {
-    if (variant == FLASHCL_VARIANT_REGISTER_TILED) {
-        *tm = *tn = 16;
-        if (tiled_tile(ctx, head_dim, dtype, causal, out))
-            return FLASHCL_SUCCESS;
-        return fail(ctx, FLASHCL_ERROR_INVALID_CONFIG, "the register-tiled kernel has no tile for head_dim %d here",
-                    head_dim);
-    }
-    const int side = ctx->max_workgroup_size >= 256 ? 16 : 8;
-    *tm = side;
-    *tn = side;
+    if (ctx->fma_variant != FLASHCL_VARIANT_PORTABLE && tiled_tile(ctx, head_dim, dtype, causal, out))
+        return FLASHCL_SUCCESS;
+    const int side = portable_side(ctx);
     memset(out, 0, sizeof(*out));
     out->variant = FLASHCL_VARIANT_PORTABLE;
     out->workgroup_size = side * side;
@@ -197,6 +178,5 @@ flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim, flashcl_
                     FLASHCL_MAX_HEAD_DIM);
     if (flashcl_dtype_size(dtype) == 0)
         return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "dtype = %d is not a flashcl_dtype", (int)dtype);
-    int tm, tn;
-    return tile_choose(ctx, head_dim, dtype, 0, tile_fma_variant(ctx, head_dim, dtype, 0), out, &tm, &tn);
+    return tile_choose(ctx, head_dim, dtype, 0, out);
 }

@@ -29,6 +29,33 @@ static bool valid_mma_shape(int warps, int m_tiles, int block_n)
            block_n % 16 == 0;
 }
 
+/* FLASHCL_MMA_CONFIG="warps,m_tiles,block_n" and FLASHCL_FMA_TILE="block_m,block_n"
+ * stand for the context parameters of the same meaning where those are 0:
+ * measuring aids (bench/gpu-run.sh sweeps), read once here rather than per call. */
+void variant_read_env(flashcl_context *ctx)
+{
+    const char *mma = getenv("FLASHCL_MMA_CONFIG"), *fma = getenv("FLASHCL_FMA_TILE");
+    int a, b, c;
+    if (mma && *mma && !ctx->forced_mma_warps && !ctx->forced_mma_m_tiles && !ctx->forced_mma_block_n) {
+        if (sscanf(mma, "%d,%d,%d", &a, &b, &c) == 3 && valid_mma_shape(a, b, c)) {
+            ctx->forced_mma_warps = a;
+            ctx->forced_mma_m_tiles = b;
+            ctx->forced_mma_block_n = c;
+        } else {
+            log_msg(ctx, FLASHCL_LOG_WARN, "FLASHCL_MMA_CONFIG=\"%s\" ignored: want warps (1..8),m_tiles (1 or 2),"
+                    "block_n (16..128, a multiple of 16)", mma);
+        }
+    }
+    if (fma && *fma && !ctx->forced_block_m && !ctx->forced_block_n) {
+        if (sscanf(fma, "%d,%d", &a, &b) == 2 && a >= 1 && a <= 256 && b >= 1 && b <= 256) {
+            ctx->forced_block_m = a;
+            ctx->forced_block_n = b;
+        } else {
+            log_msg(ctx, FLASHCL_LOG_WARN, "FLASHCL_FMA_TILE=\"%s\" ignored: want block_m,block_n (1..256 each)", fma);
+        }
+    }
+}
+
 /* The instructions the tensor-core kernel uses, in the smallest kernel that
  * uses them all: if this builds, the compiler takes the inline PTX. */
 static const char probe_source[] =
@@ -182,41 +209,41 @@ static bool rows_aligned(const flashcl_tensor *t)
            (t->stride_head * esize) % 16 == 0;
 }
 
-enum flashcl_variant variant_choose(const flashcl_context *ctx, const struct flashcl_attention *a)
+static void mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
+                     struct flashcl_tile *out);
+
+flashcl_status variant_choose(flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out)
 {
     if (ctx->tensor_cores && rows_aligned(&a->q) && rows_aligned(&a->k) && rows_aligned(&a->v) &&
         rows_aligned(&a->o)) {
         if ((a->q.dtype == FLASHCL_F16 || a->q.dtype == FLASHCL_BF16) && a->head_dim % 16 == 0 &&
-            a->head_dim <= 128)
-            return FLASHCL_VARIANT_TENSOR_CORE;
+            a->head_dim <= 128) {
+            mma_tile(ctx, a, FLASHCL_VARIANT_TENSOR_CORE, out);
+            return FLASHCL_SUCCESS;
+        }
         if (a->q.dtype == FLASHCL_F32 && a->precision != FLASHCL_PRECISION_EXACT && a->head_dim % 8 == 0 &&
-            a->head_dim <= 128)
-            return FLASHCL_VARIANT_TF32;
+            a->head_dim <= 128) {
+            mma_tile(ctx, a, FLASHCL_VARIANT_TF32, out);
+            return FLASHCL_SUCCESS;
+        }
     }
-    return tile_fma_variant(ctx, a->head_dim, a->q.dtype, a->causal);
+    return tile_choose(ctx, a->head_dim, a->q.dtype, a->causal, out);
 }
 
-/* Shape precedence: context parameters, FLASHCL_MMA_CONFIG (for
- * measuring), the tuning file, the built-in default of the variant. */
-void variant_mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
-                      struct flashcl_tile *out)
+/* Shape precedence: context parameters (or FLASHCL_MMA_CONFIG, read at
+ * context creation), the tuning file, the built-in default of the variant. */
+static void mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
+                     struct flashcl_tile *out)
 {
     const bool tf32 = variant == FLASHCL_VARIANT_TF32;
     int warps = MMA_DEFAULT_WARPS, m_tiles = tf32 ? TF32_DEFAULT_M_TILES : MMA_DEFAULT_M_TILES;
     int block_n = tf32 ? TF32_DEFAULT_BLOCK_N : MMA_DEFAULT_BLOCK_N;
     enum flashcl_tile_source source = FLASHCL_TILE_DEFAULT;
-    const char *env = getenv("FLASHCL_MMA_CONFIG");
-    int ew, em, eb;
     const struct flashcl_tuned_config *tuned = tuning_find(ctx, variant, a->q.dtype, a->head_dim, a->causal);
     if (ctx->forced_mma_warps || ctx->forced_mma_m_tiles || ctx->forced_mma_block_n) {
         warps = ctx->forced_mma_warps ? ctx->forced_mma_warps : warps;
         m_tiles = ctx->forced_mma_m_tiles ? ctx->forced_mma_m_tiles : m_tiles;
         block_n = ctx->forced_mma_block_n ? ctx->forced_mma_block_n : block_n;
-        source = FLASHCL_TILE_FORCED;
-    } else if (env && sscanf(env, "%d,%d,%d", &ew, &em, &eb) == 3 && valid_mma_shape(ew, em, eb)) {
-        warps = ew;
-        m_tiles = em;
-        block_n = eb;
         source = FLASHCL_TILE_FORCED;
     } else if (tuned) {
         warps = tuned->warps;
@@ -253,11 +280,5 @@ flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl
     flashcl_status st = validate_attention(ctx, attn);
     if (st != FLASHCL_SUCCESS)
         return st;
-    const enum flashcl_variant variant = variant_choose(ctx, attn);
-    if (variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_TF32) {
-        variant_mma_tile(ctx, attn, variant, out);
-        return FLASHCL_SUCCESS;
-    }
-    int tm, tn;
-    return tile_choose(ctx, attn->head_dim, attn->q.dtype, attn->causal, variant, out, &tm, &tn);
+    return variant_choose(ctx, attn, out);
 }
