@@ -224,37 +224,38 @@ static const struct test_case tf32_cases[] = {
     {1, 300, 100, 2, 2, 128, F32, 1, 0, LAYOUT_FUSED_QKV, 0, 0, TF32},
 };
 
-START_TEST(tf32)
+/* Runs a case that qualifies for a tensor-core kernel: `expected` must run
+ * where the context has tensor cores, an FMA kernel elsewhere. */
+static void run_tensor_core_case(const struct test_case *c, uint64_t seed, const char *label,
+                                 enum flashcl_variant expected)
 {
     struct test_env *e = test_env_get();
+    const char *why = NULL;
+    const int has = flashcl_context_has_tensor_cores(e->ctx, &why);
     struct case_result r;
-    const int has = flashcl_context_has_tensor_cores(e->ctx, NULL);
-    rng_seed((uint64_t)_i + 200);
-    test_run_case(NULL, &tf32_cases[_i], &r);
-    printf("%-14s %s case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant),
-           tf32_cases[_i].precision == TF32 ? "tf32  " : "tf32x3", _i, r.max_abs_err, r.rel_l2_err, r.max_lse_err);
+    rng_seed(seed);
+    test_run_case(NULL, c, &r);
+    printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e (%s)\n", flashcl_variant_name(r.variant), label,
+           r.max_abs_err, r.rel_l2_err, r.max_lse_err, why);
     if (has)
-        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TF32);
+        ck_assert_int_eq(r.variant, expected);
     else
         ck_assert(r.variant == FLASHCL_VARIANT_REGISTER_TILED || r.variant == FLASHCL_VARIANT_PORTABLE);
+}
+
+START_TEST(tf32)
+{
+    char label[32];
+    snprintf(label, sizeof(label), "%s case %2d", tf32_cases[_i].precision == TF32 ? "tf32  " : "tf32x3", _i);
+    run_tensor_core_case(&tf32_cases[_i], (uint64_t)_i + 200, label, FLASHCL_VARIANT_TF32);
 }
 END_TEST
 
 START_TEST(tensor_core)
 {
-    struct test_env *e = test_env_get();
-    struct case_result r;
-    const char *why = NULL;
-    const int has = flashcl_context_has_tensor_cores(e->ctx, &why);
-    rng_seed((uint64_t)_i + 100);
-    test_run_case(NULL, &tensor_core_cases[_i], &r);
-    printf("%-12s tensor-core case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e (%s)\n",
-           flashcl_variant_name(r.variant), _i, r.max_abs_err,
-           r.rel_l2_err, r.max_lse_err, why);
-    if (has)
-        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE);
-    else
-        ck_assert(r.variant == FLASHCL_VARIANT_REGISTER_TILED || r.variant == FLASHCL_VARIANT_PORTABLE);
+    char label[32];
+    snprintf(label, sizeof(label), "tensor-core case %2d", _i);
+    run_tensor_core_case(&tensor_core_cases[_i], (uint64_t)_i + 100, label, FLASHCL_VARIANT_TENSOR_CORE);
 }
 END_TEST
 
