@@ -11,10 +11,12 @@
  * rows of the block. With M_TILES = 2 every K/V fragment loaded with ldmatrix
  * feeds two mma (half the local-memory traffic per mma), and Q fragments are
  * re-read from local memory each k-step to leave registers for the second
- * tile; with M_TILES = 1 Q stays in registers. Each iteration streams one BLOCK_N-key block of K and V into local
- * memory with cp.async (K of the next block loads while this block's softmax
- * and P·V run), loads fragments with ldmatrix, and runs
- *     S = Q Kᵀ      mma.sync m16n8k16 (Q fragments stay in registers)
+ * tile; with M_TILES = 1 Q stays in registers. K and V are double-buffered
+ * in local memory: while a block's S = QKᵀ, softmax and P·V run, cp.async
+ * streams the next BLOCK_N keys of K and V into the other buffer, so one
+ * barrier per block suffices (it both publishes the landed block and frees
+ * the buffer the previous block used). Per block:
+ *     S = Q Kᵀ      mma.sync m16n8k16
  *     online softmax on the S fragments (quad shuffles for row max / sum)
  *     O += P V      P repacked from the S accumulators, never stored
  * Fragment layouts: ../shared/TENSOR-CORE-NOTES.md (g = lane/4, t = lane%4).
@@ -135,8 +137,8 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
 {
     __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 k_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 v_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -153,10 +155,12 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
 
     const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
 
-    /* Prologue: Q and the first K block in one group. */
+    /* Prologue: Q and the first K/V block into buffer 0. */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
-    if (kv_end > 0)
-        load_tile(k_tile, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
+    if (kv_end > 0) {
+        load_tile(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
+        load_tile(v_tiles, BLOCK_N, v_base, v_ss, 0, seq_kv, tid);
+    }
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -182,11 +186,19 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 
-    for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
-        load_tile(v_tile, BLOCK_N, v_base, v_ss, kb, seq_kv, tid);
-        copy_async_commit();
-        COPY_ASYNC_WAIT(1);  /* this block's K has landed; V may still be in flight */
+    for (int kb = 0, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+        /* Block kb has landed for this thread; the barrier makes it visible to
+         * all, and tells that every warp is done with the other buffer (the
+         * previous block), which the next block then streams into. */
+        COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (kb + BLOCK_N < kv_end) {
+            load_tile(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+            load_tile(v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
+        }
+        copy_async_commit();
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
 
         float s[M_TILES][S_TILES][4];
 #pragma unroll
@@ -222,10 +234,6 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                 }
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with k_tile */
-        if (kb + BLOCK_N < kv_end)
-            load_tile(k_tile, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
-        copy_async_commit();  /* possibly empty: keeps the group count uniform */
 
         /* Online softmax on the fragments, in base 2. Masks only where needed. */
         bool edge = kb + BLOCK_N > seq_kv;
@@ -246,8 +254,6 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
             }
         }
 
-        COPY_ASYNC_WAIT(1);  /* V has landed; the next K may still be in flight */
-        barrier(CLK_LOCAL_MEM_FENCE);
         {
             const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
 #pragma unroll
@@ -264,7 +270,6 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                 }
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with v_tile */
     }
     COPY_ASYNC_WAIT(0);
 

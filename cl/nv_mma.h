@@ -34,49 +34,63 @@ static inline float quad_xor(float v, int mask)
     return r;
 }
 
+/* The row max of scale·s sits at the row's largest raw score when the scale
+ * is positive and at its smallest when it is negative (the host defines
+ * NEGATIVE_SCALE then): the softmax below finds that extreme on the raw
+ * scores and applies the scale inside one fma per element, as
+ * FlashAttention-2 does. HIDDEN is the raw score of a masked key. */
+#ifndef NEGATIVE_SCALE
+#define NEGATIVE_SCALE 0
+#endif
+#if NEGATIVE_SCALE
+#define ROW_EXTREME fmin
+#define HIDDEN INFINITY
+#else
+#define ROW_EXTREME fmax
+#define HIDDEN (-INFINITY)
+#endif
+
 /*
  * Folds one block of raw scores s (one 16-row mma tile: rows row0 and
  * row0 + 8 of this thread, keys kb + 8n + 2t + {0,1}) into the running max
- * m, the per-thread partial sum l and the accumulator acc, in base 2; on
- * return s holds the unnormalised probabilities P. `edge`: some key of this
- * block may be absent or (causal) hidden from some row of the tile, so
- * masks are applied; elsewhere none is computed.
+ * m (of scale·s, in base 2), the per-thread partial sum l and the
+ * accumulator acc; on return s holds the unnormalised probabilities P.
+ * `edge`: some key of this block may be absent or (causal) hidden from some
+ * row of the tile, so masks are applied; elsewhere none is computed.
  */
 static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
                                   bool edge, int kb, int row0, int t, int seq_kv, int diag, float scale_log2)
 {
+    if (edge) {
 #pragma unroll
-    for (int n = 0; n < S_TILES; n++)
+        for (int n = 0; n < S_TILES; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float x = s[n][e] * scale_log2;
-            if (edge) {
+            for (int e = 0; e < 4; e++) {
                 const int key = kb + n * 8 + 2 * t + (e & 1);
                 bool visible = key < seq_kv;
 #if CAUSAL
                 visible = visible && key <= row0 + 8 * (e >> 1) + diag;
 #endif
-                x = visible ? x : -INFINITY;
+                s[n][e] = visible ? s[n][e] : HIDDEN;
             }
-            s[n][e] = x;
-        }
+    }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        float mx = -INFINITY;
+        float ext = HIDDEN;
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)
-            mx = fmax(mx, fmax(s[n][2 * r], s[n][2 * r + 1]));
-        mx = fmax(mx, quad_xor(mx, 1));
-        mx = fmax(mx, quad_xor(mx, 2));
-        const float m_new = fmax(m_row[r], mx);
+            ext = ROW_EXTREME(ext, ROW_EXTREME(s[n][2 * r], s[n][2 * r + 1]));
+        ext = ROW_EXTREME(ext, quad_xor(ext, 1));
+        ext = ROW_EXTREME(ext, quad_xor(ext, 2));
+        const float m_new = fmax(m_row[r], ext * scale_log2);  /* -inf when every key is hidden */
         /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
         const float alpha = native_exp2(m_row[r] - m_ref);
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < S_TILES; n++) {
-            s[n][2 * r] = native_exp2(s[n][2 * r] - m_ref);
-            s[n][2 * r + 1] = native_exp2(s[n][2 * r + 1] - m_ref);
+            s[n][2 * r] = native_exp2(fma(s[n][2 * r], scale_log2, -m_ref));
+            s[n][2 * r + 1] = native_exp2(fma(s[n][2 * r + 1], scale_log2, -m_ref));
             sum += s[n][2 * r] + s[n][2 * r + 1];
         }
         l_row[r] = l_row[r] * alpha + sum;

@@ -86,9 +86,12 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         const bool tf32 = tile->variant == FLASHCL_VARIANT_TF32;
         source = tf32 ? flashcl_source_flash_forward_tf32 : flashcl_source_flash_forward_mma;
         name = tf32 ? "flash_forward_tf32" : "flash_forward_mma";
+        /* The softmax finds the row max on raw scores: the smallest one when the scale is negative. */
+        const int negative_scale = effective_scale(attn) < 0.0f;
         const int n = snprintf(options, sizeof(options),
-                               "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d",
-                               attn->head_dim, tile->warps, tile->m_tiles, tile->block_n, causal);
+                               "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d "
+                               "-DNEGATIVE_SCALE=%d", attn->head_dim, tile->warps, tile->m_tiles, tile->block_n,
+                               causal, negative_scale);
         snprintf(options + n, sizeof(options) - (size_t)n, tf32 ? " -DPASSES=%d" : " -DDTYPE=%d",
                  tf32 ? (attn->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1) : dtype);
     } else {

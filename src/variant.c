@@ -268,7 +268,7 @@ size_t variant_mma_local_bytes(enum flashcl_variant variant, int block_m, int bl
     const size_t m = (size_t)block_m, n = (size_t)block_n, d = (size_t)head_dim;
     if (variant == FLASHCL_VARIANT_TF32)
         return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float);
-    return (m + 2 * n) * d * 2;
+    return (m + 4 * n) * d * 2;  /* Q, and K and V twice (double-buffered) */
 }
 
 flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,

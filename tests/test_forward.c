@@ -202,6 +202,8 @@ static const struct test_case tensor_core_cases[] = {
     {2, 150, 150, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 1},   /* MQA */
     {1, 100, 300, 2, 2, 128, BF16, 0, 0, LAYOUT_BHND, 1},
     {1, 300, 100, 2, 2, 128, BF16, 1, 0, LAYOUT_FUSED_QKV, 0},
+    {1, 150, 200, 2, 2, 64, F16, 1, -0.2f, LAYOUT_BNHD, 1},  /* negative scale: the row max is */
+    {1, 200, 200, 2, 1, 128, BF16, 0, -0.1f, LAYOUT_BNHD, 1}, /* at the smallest raw score */
 };
 
 /* f32 calls that allow TF32 (or 3xTF32): the TF32 kernel where the context
@@ -222,6 +224,7 @@ static const struct test_case tf32_cases[] = {
     {1, 96, 96, 2, 2, 96, F32, 0, 0, LAYOUT_FUSED_QKV, 1, 0, TF32},
     {2, 150, 150, 4, 1, 64, F32, 1, 0, LAYOUT_BNHD, 1, 0, TF32X3},  /* MQA */
     {1, 300, 100, 2, 2, 128, F32, 1, 0, LAYOUT_FUSED_QKV, 0, 0, TF32},
+    {1, 150, 200, 2, 2, 64, F32, 1, -0.2f, LAYOUT_BNHD, 1, 0, TF32X3},  /* negative scale */
 };
 
 /* Runs a case that qualifies for a tensor-core kernel: `expected` must run
