@@ -339,10 +339,10 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
     } else if ((variant == FLASHCL_VARIANT_TENSOR_CORE && dtype != FLASHCL_F32 && head_dim % 16 == 0 &&
                 head_dim <= 128) ||
                (variant == FLASHCL_VARIANT_TF32 && dtype == FLASHCL_F32 && head_dim % 8 == 0 && head_dim <= 128)) {
-        static const int warps[] = {4, 8}, tiles[] = {1, 2}, blocks[] = {32, 48, 64};
+        static const int warps[] = {4, 8}, tiles[] = {1, 2}, blocks[] = {32, 48, 64, 128};
         for (int w = 0; w < 2; w++)
             for (int t = 0; t < 2; t++)
-                for (int b = 0; b < 3; b++) {
+                for (int b = 0; b < 4; b++) {
                     const size_t bytes = variant_mma_local_bytes(variant, 16 * tiles[t] * warps[w], blocks[b], head_dim);
                     if (bytes > local)
                         continue;

@@ -12,11 +12,17 @@
 
 /* The tensor-core kernel's built-in shape: 4 warps, two 16-row mma tiles
  * per warp (each K/V fragment feeds two mma), 64-key blocks. Measured at
- * N = 16k on the H200 (2026-11-29): 245 vs 212 TFLOP/s at d = 128, 218 vs
- * 198 at d = 64, against one tile per warp (docs/perf.md). */
+ * N = 16k on the H200 with double-buffered K/V (2026-11-29, docs/perf.md
+ * v0.5): 237-238 TFLOP/s at d = 64 and 278 causal at d = 128, the best of
+ * seven shapes. Non-causal d = 128 runs 8 warps of one tile over 128-key
+ * blocks (261 vs 255 TFLOP/s: no spills at 244 registers, against 255 and
+ * 68 bytes of spills) where its 160 KB of local memory fit. */
 #define MMA_DEFAULT_WARPS 4
 #define MMA_DEFAULT_M_TILES 2
 #define MMA_DEFAULT_BLOCK_N 64
+#define MMA_WIDE_WARPS 8
+#define MMA_WIDE_M_TILES 1
+#define MMA_WIDE_BLOCK_N 128
 /* The TF32 kernel: two tiles per warp with 32-key blocks, measured at
  * N = 16k on the H200 (2026-11-29): 98.9 vs 81.7 TFLOP/s at d = 64 and
  * 105.8 vs 87.6 at d = 128 against (4, 1, 64) (docs/perf.md). */
@@ -238,6 +244,13 @@ static void mma_tile(const flashcl_context *ctx, const struct flashcl_attention 
     const bool tf32 = variant == FLASHCL_VARIANT_TF32;
     int warps = MMA_DEFAULT_WARPS, m_tiles = tf32 ? TF32_DEFAULT_M_TILES : MMA_DEFAULT_M_TILES;
     int block_n = tf32 ? TF32_DEFAULT_BLOCK_N : MMA_DEFAULT_BLOCK_N;
+    if (!tf32 && a->head_dim == 128 && !a->causal &&
+        variant_mma_local_bytes(variant, 16 * MMA_WIDE_M_TILES * MMA_WIDE_WARPS, MMA_WIDE_BLOCK_N, a->head_dim) <=
+            usable_local_mem(ctx)) {
+        warps = MMA_WIDE_WARPS;
+        m_tiles = MMA_WIDE_M_TILES;
+        block_n = MMA_WIDE_BLOCK_N;
+    }
     enum flashcl_tile_source source = FLASHCL_TILE_DEFAULT;
     const struct flashcl_tuned_config *tuned = tuning_find(ctx, variant, a->q.dtype, a->head_dim, a->causal);
     if (ctx->forced_mma_warps || ctx->forced_mma_m_tiles || ctx->forced_mma_block_n) {
