@@ -11,8 +11,9 @@
  * Accumulation is f32 in both; the softmax and the rescale are f32 on the
  * FMA units, as in flash_forward_mma.cl, whose structure this file follows:
  * WARPS warps, M_TILES 16-row mma tiles per warp, K and V streamed BLOCK_N
- * keys at a time with cp.async (K of the next block loads during softmax
- * and P·V), P kept in registers, causal blocks past the diagonal skipped.
+ * keys at a time with cp.async (V during S = QKᵀ and the softmax, K of the
+ * next block during P·V; two barriers per block), P kept in registers,
+ * causal blocks past the diagonal skipped.
  *
  * mma.sync m16n8k8 .tf32 fragments (g = lane/4, t = lane%4):
  *   A 16×8:  a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]
@@ -180,11 +181,15 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;
 
+    /* Two barriers per block, one buffer each for K and V (a second would
+     * cost this kernel its second work-group per SM at d = 128): V of this
+     * block loads during S = QKᵀ and the softmax, K of the next during P·V. */
     for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
+        /* K of this block is in (prologue or the previous block's P·V phase),
+         * and every warp is done with the previous block's V. */
+        barrier(CLK_LOCAL_MEM_FENCE);
         load_tile(v_tile, PITCH_V, BLOCK_N, v_base, v_ss, kb, seq_kv, tid);
         copy_async_commit();
-        COPY_ASYNC_WAIT(1);  /* this block's K has landed; V may still be in flight */
-        barrier(CLK_LOCAL_MEM_FENCE);
 
         float s[M_TILES][S_TILES][4];
 #pragma unroll
@@ -215,11 +220,6 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
                     mma_split(s[mt][n], qa[mt], b0, b1);
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with k_tile */
-        if (kb + BLOCK_N < kv_end)
-            load_tile(k_tile, PITCH_QK, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
-        copy_async_commit();  /* possibly empty: keeps the group count uniform */
-
         bool edge = kb + BLOCK_N > seq_kv;
 #if CAUSAL
         edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag;
@@ -229,8 +229,11 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g, t, seq_kv,
                            diag, scale_log2);
 
-        COPY_ASYNC_WAIT(1);  /* V has landed; the next K may still be in flight */
-        barrier(CLK_LOCAL_MEM_FENCE);
+        COPY_ASYNC_WAIT(0);  /* V has landed */
+        barrier(CLK_LOCAL_MEM_FENCE);  /* ... for every warp, and every warp is done with k_tile */
+        if (kb + BLOCK_N < kv_end)
+            load_tile(k_tile, PITCH_QK, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+        copy_async_commit();
 #pragma unroll
         for (int kc = 0; kc < S_TILES; kc++) {
             operand pa[M_TILES][4];
@@ -250,7 +253,7 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
                     mma_split(acc[mt][n], pa[mt], b0, b1);
             }
         }
-        barrier(CLK_LOCAL_MEM_FENCE);  /* every warp is done with v_tile */
+        COPY_ASYNC_WAIT(0);  /* the next K has landed for this thread (the barrier above publishes it) */
     }
     COPY_ASYNC_WAIT(0);
 
