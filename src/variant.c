@@ -23,11 +23,15 @@
 #define MMA_WIDE_WARPS 8
 #define MMA_WIDE_M_TILES 1
 #define MMA_WIDE_BLOCK_N 128
-/* The TF32 kernel: two tiles per warp with 32-key blocks, measured at
- * N = 16k on the H200 (2026-11-29): 98.9 vs 81.7 TFLOP/s at d = 64 and
- * 105.8 vs 87.6 at d = 128 against (4, 1, 64) (docs/perf.md). */
+/* The TF32 kernel, from a sweep of six shapes at N = 16k on the H200
+ * (2026-11-29, docs/perf.md v0.5): up to d = 64, 4 warps x 2 tiles x 64-key
+ * blocks (TF32 113-114 vs 100-101 TFLOP/s for 4,2,32; 3xTF32 52 vs 49-51);
+ * past it, 8 warps x 2 tiles x 32-key blocks where their 170 KB of local
+ * memory fit (3xTF32 54 vs 49-50; TF32 112-113 vs 108-112), else 4,2,32. */
 #define TF32_DEFAULT_M_TILES 2
-#define TF32_DEFAULT_BLOCK_N 32
+#define TF32_NARROW_BLOCK_N 64   /* d <= 64 */
+#define TF32_WIDE_WARPS 8        /* d > 64 */
+#define TF32_WIDE_BLOCK_N 32
 
 static bool valid_mma_shape(int warps, int m_tiles, int block_n)
 {
@@ -242,11 +246,17 @@ static void mma_tile(const flashcl_context *ctx, const struct flashcl_attention 
                      struct flashcl_tile *out)
 {
     const bool tf32 = variant == FLASHCL_VARIANT_TF32;
-    int warps = MMA_DEFAULT_WARPS, m_tiles = tf32 ? TF32_DEFAULT_M_TILES : MMA_DEFAULT_M_TILES;
-    int block_n = tf32 ? TF32_DEFAULT_BLOCK_N : MMA_DEFAULT_BLOCK_N;
-    if (!tf32 && a->head_dim == 128 && !a->causal &&
-        variant_mma_local_bytes(variant, 16 * MMA_WIDE_M_TILES * MMA_WIDE_WARPS, MMA_WIDE_BLOCK_N, a->head_dim) <=
-            usable_local_mem(ctx)) {
+    const size_t local = usable_local_mem(ctx);
+    int warps = MMA_DEFAULT_WARPS, m_tiles = MMA_DEFAULT_M_TILES, block_n = MMA_DEFAULT_BLOCK_N;
+    if (tf32) {
+        m_tiles = TF32_DEFAULT_M_TILES;
+        block_n = a->head_dim <= 64 ? TF32_NARROW_BLOCK_N : TF32_WIDE_BLOCK_N;
+        if (a->head_dim > 64 &&
+            variant_mma_local_bytes(variant, 16 * m_tiles * TF32_WIDE_WARPS, block_n, a->head_dim) <= local)
+            warps = TF32_WIDE_WARPS;
+    } else if (a->head_dim == 128 && !a->causal &&
+               variant_mma_local_bytes(variant, 16 * MMA_WIDE_M_TILES * MMA_WIDE_WARPS, MMA_WIDE_BLOCK_N,
+                                       a->head_dim) <= local) {
         warps = MMA_WIDE_WARPS;
         m_tiles = MMA_WIDE_M_TILES;
         block_n = MMA_WIDE_BLOCK_N;
