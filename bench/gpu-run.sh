@@ -14,8 +14,6 @@
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
 #                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
-#   bench/gpu-run.sh profile ["N,d,dtype,causal ..."]   (Nsight Compute on one forward call per shape:
-#                    tensor-pipe use, warp stalls, occupancy, shared-memory bank conflicts)
 set -u -o pipefail
 MODE=${1:-all}; shift || true
 OUT=${OUT:-$PWD/gpu-out}
@@ -125,20 +123,5 @@ if [ "$MODE" = mma-sweep ]; then
     grep fa2 "$OUT/torch.csv" | tee -a "$OUT/sweep.log"
   fi
   rm -f "$OUT"/sweep-*.csv
-fi
-if [ "$MODE" = profile ]; then
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  METRICS=l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
-  METRICS=$METRICS,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed_op_ldsm.sum
-  METRICS=$METRICS,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
-  for shape in ${1:-16384,64,f16,1 16384,128,f16,0}; do
-    IFS=, read -r n d dtype causal <<<"$shape"
-    timeout "${PROFILE_TIMEOUT:-240}" "$NCU" --clock-control none --kernel-name regex:flash_forward --launch-skip 1 --launch-count 1 \
-      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --metrics "$METRICS" \
-      "$BUILD/bench/flashcl-bench" --paths flash --n "$n" --d "$d" --dtype "$dtype" --causal "$causal" --warmup 1 --reps 1 \
-      > "$OUT/ncu-$n-$d-$dtype-$causal.txt" 2>&1 || status=1
-    echo "== $shape"; grep -E "Throughput|Stall|Occupancy|Registers|bank_conflicts|wavefronts|ldsm|hmma|Warp Cycles|Shared Memory|==PROF==|==ERROR==" \
-      "$OUT/ncu-$n-$d-$dtype-$causal.txt" | head -40
-  done
 fi
 exit $status
