@@ -163,7 +163,10 @@ struct flashcl_context_params {
 
     /* Force the tensor-core kernel's shape (0: tuned or built-in default):
      * warps per work-group (1..8), 16-row mma tiles per warp (1 or 2), keys
-     * per K/V block (16..128, a multiple of 16). */
+     * per K/V block (16..128, a multiple of 16). A shape whose local memory
+     * does not fit flashcl_context_local_mem_bytes leaves the call to the
+     * FMA kernels (tuned and built-in shapes are likewise used only where
+     * they fit). */
     int mma_warps;
     int mma_m_tiles;
     int mma_block_n;

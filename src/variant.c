@@ -10,28 +10,34 @@
 #define DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
 #define DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
 
-/* The tensor-core kernel's built-in shape: 4 warps, two 16-row mma tiles
- * per warp (each K/V fragment feeds two mma), 64-key blocks. Measured at
- * N = 16k on the H200 with double-buffered K/V (2026-11-29, docs/perf.md
- * v0.5): 237-238 TFLOP/s at d = 64 and 278 causal at d = 128, the best of
- * seven shapes. Non-causal d = 128 runs 8 warps of one tile over 128-key
- * blocks (261 vs 255 TFLOP/s: no spills at 244 registers, against 255 and
- * 68 bytes of spills) where its 160 KB of local memory fit. */
-#define MMA_DEFAULT_WARPS 4
-#define MMA_DEFAULT_M_TILES 2
-#define MMA_DEFAULT_BLOCK_N 64
-#define MMA_WIDE_WARPS 8
-#define MMA_WIDE_M_TILES 1
-#define MMA_WIDE_BLOCK_N 128
-/* The TF32 kernel, from a sweep of six shapes at N = 16k on the H200
- * (2026-11-29, docs/perf.md v0.5): up to d = 64, 4 warps x 2 tiles x 64-key
- * blocks (TF32 113-114 vs 100-101 TFLOP/s for 4,2,32; 3xTF32 52 vs 49-51);
- * past it, 8 warps x 2 tiles x 32-key blocks where their 170 KB of local
- * memory fit (3xTF32 54 vs 49-50; TF32 112-113 vs 108-112), else 4,2,32. */
-#define TF32_DEFAULT_M_TILES 2
-#define TF32_NARROW_BLOCK_N 64   /* d <= 64 */
-#define TF32_WIDE_WARPS 8        /* d > 64 */
-#define TF32_WIDE_BLOCK_N 32
+struct mma_shape {
+    int warps, m_tiles, block_n;
+};
+
+/* The tensor-core kernels' built-in shapes, from sweeps at N = 16k on the
+ * H200 (2026-11-29, docs/perf.md v0.5). f16/bf16: 4 warps x 2 tiles x
+ * 64-key blocks, the best of seven shapes (237-238 TFLOP/s at d = 64, 278
+ * causal at d = 128); non-causal d = 128: 8 warps x 1 tile x 128 keys (261
+ * vs 255: 244 registers and no spills, against 255 and 68 bytes of spills).
+ * TF32: 4 x 2 x 64 up to d = 64 (TF32 113-114 vs 100-101 TFLOP/s for
+ * 4 x 2 x 32), 8 x 2 x 32 past it (3xTF32 54 vs 49-50). Smaller shapes
+ * follow, for devices whose local memory the first ones do not fit. */
+static int mma_builtin_shapes(enum flashcl_variant variant, int head_dim, int causal, struct mma_shape *out)
+{
+    int n = 0;
+    if (variant == FLASHCL_VARIANT_TF32) {
+        if (head_dim > 64)
+            out[n++] = (struct mma_shape){8, 2, 32};
+        out[n++] = (struct mma_shape){4, 2, head_dim <= 64 ? 64 : 32};
+    } else {
+        if (head_dim == 128 && !causal)
+            out[n++] = (struct mma_shape){8, 1, 128};
+        out[n++] = (struct mma_shape){4, 2, 64};
+    }
+    out[n++] = (struct mma_shape){4, 1, 32};
+    out[n++] = (struct mma_shape){4, 1, 16};
+    return n;
+}
 
 static bool valid_mma_shape(int warps, int m_tiles, int block_n)
 {
@@ -219,7 +225,7 @@ static bool rows_aligned(const flashcl_tensor *t)
            (t->stride_head * esize) % 16 == 0;
 }
 
-static void mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
+static bool mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
                      struct flashcl_tile *out);
 
 flashcl_status variant_choose(flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out)
@@ -227,62 +233,64 @@ flashcl_status variant_choose(flashcl_context *ctx, const struct flashcl_attenti
     if (ctx->tensor_cores && rows_aligned(&a->q) && rows_aligned(&a->k) && rows_aligned(&a->v) &&
         rows_aligned(&a->o)) {
         if ((a->q.dtype == FLASHCL_F16 || a->q.dtype == FLASHCL_BF16) && a->head_dim % 16 == 0 &&
-            a->head_dim <= 128) {
-            mma_tile(ctx, a, FLASHCL_VARIANT_TENSOR_CORE, out);
+            a->head_dim <= 128 && mma_tile(ctx, a, FLASHCL_VARIANT_TENSOR_CORE, out))
             return FLASHCL_SUCCESS;
-        }
         if (a->q.dtype == FLASHCL_F32 && a->precision != FLASHCL_PRECISION_EXACT && a->head_dim % 8 == 0 &&
-            a->head_dim <= 128) {
-            mma_tile(ctx, a, FLASHCL_VARIANT_TF32, out);
+            a->head_dim <= 128 && mma_tile(ctx, a, FLASHCL_VARIANT_TF32, out))
             return FLASHCL_SUCCESS;
-        }
     }
     return tile_choose(ctx, a->head_dim, a->q.dtype, a->causal, out);
 }
 
+static bool mma_fits(const flashcl_context *ctx, enum flashcl_variant variant, struct mma_shape shape, int head_dim)
+{
+    return variant_mma_local_bytes(variant, 16 * shape.m_tiles * shape.warps, shape.block_n, head_dim) <=
+           usable_local_mem(ctx);
+}
+
 /* Shape precedence: context parameters (or FLASHCL_MMA_CONFIG, read at
- * context creation), the tuning file, the built-in default of the variant. */
-static void mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
+ * context creation; unset ones from the first built-in shape), the tuning
+ * file, the first built-in shape whose local memory fits. False (the call
+ * runs on the FMA units) when a forced shape, or every built-in one, does
+ * not fit. */
+static bool mma_tile(const flashcl_context *ctx, const struct flashcl_attention *a, enum flashcl_variant variant,
                      struct flashcl_tile *out)
 {
-    const bool tf32 = variant == FLASHCL_VARIANT_TF32;
-    const size_t local = usable_local_mem(ctx);
-    int warps = MMA_DEFAULT_WARPS, m_tiles = MMA_DEFAULT_M_TILES, block_n = MMA_DEFAULT_BLOCK_N;
-    if (tf32) {
-        m_tiles = TF32_DEFAULT_M_TILES;
-        block_n = a->head_dim <= 64 ? TF32_NARROW_BLOCK_N : TF32_WIDE_BLOCK_N;
-        if (a->head_dim > 64 &&
-            variant_mma_local_bytes(variant, 16 * m_tiles * TF32_WIDE_WARPS, block_n, a->head_dim) <= local)
-            warps = TF32_WIDE_WARPS;
-    } else if (a->head_dim == 128 && !a->causal &&
-               variant_mma_local_bytes(variant, 16 * MMA_WIDE_M_TILES * MMA_WIDE_WARPS, MMA_WIDE_BLOCK_N,
-                                       a->head_dim) <= local) {
-        warps = MMA_WIDE_WARPS;
-        m_tiles = MMA_WIDE_M_TILES;
-        block_n = MMA_WIDE_BLOCK_N;
-    }
-    enum flashcl_tile_source source = FLASHCL_TILE_DEFAULT;
+    struct mma_shape builtin[4];
+    const int n_builtin = mma_builtin_shapes(variant, a->head_dim, a->causal, builtin);
     const struct flashcl_tuned_config *tuned = tuning_find(ctx, variant, a->q.dtype, a->head_dim, a->causal);
+    struct mma_shape shape;
+    enum flashcl_tile_source source;
     if (ctx->forced_mma_warps || ctx->forced_mma_m_tiles || ctx->forced_mma_block_n) {
-        warps = ctx->forced_mma_warps ? ctx->forced_mma_warps : warps;
-        m_tiles = ctx->forced_mma_m_tiles ? ctx->forced_mma_m_tiles : m_tiles;
-        block_n = ctx->forced_mma_block_n ? ctx->forced_mma_block_n : block_n;
+        shape.warps = ctx->forced_mma_warps ? ctx->forced_mma_warps : builtin[0].warps;
+        shape.m_tiles = ctx->forced_mma_m_tiles ? ctx->forced_mma_m_tiles : builtin[0].m_tiles;
+        shape.block_n = ctx->forced_mma_block_n ? ctx->forced_mma_block_n : builtin[0].block_n;
         source = FLASHCL_TILE_FORCED;
-    } else if (tuned) {
-        warps = tuned->warps;
-        m_tiles = tuned->m_tiles;
-        block_n = tuned->block_n;
+        if (!mma_fits(ctx, variant, shape, a->head_dim))
+            return false;
+    } else if (tuned && mma_fits(ctx, variant, (struct mma_shape){tuned->warps, tuned->m_tiles, tuned->block_n},
+                                 a->head_dim)) {
+        shape = (struct mma_shape){tuned->warps, tuned->m_tiles, tuned->block_n};
         source = FLASHCL_TILE_TUNED;
+    } else {
+        int i = 0;
+        while (i < n_builtin && !mma_fits(ctx, variant, builtin[i], a->head_dim))
+            i++;
+        if (i == n_builtin)
+            return false;
+        shape = builtin[i];
+        source = FLASHCL_TILE_DEFAULT;
     }
     memset(out, 0, sizeof(*out));
     out->variant = variant;
     out->source = source;
-    out->warps = warps;
-    out->m_tiles = m_tiles;
-    out->block_m = 16 * m_tiles * warps;
-    out->block_n = block_n;
-    out->workgroup_size = 32 * warps;
-    out->local_bytes = variant_mma_local_bytes(variant, out->block_m, block_n, a->head_dim);
+    out->warps = shape.warps;
+    out->m_tiles = shape.m_tiles;
+    out->block_m = 16 * shape.m_tiles * shape.warps;
+    out->block_n = shape.block_n;
+    out->workgroup_size = 32 * shape.warps;
+    out->local_bytes = variant_mma_local_bytes(variant, out->block_m, shape.block_n, a->head_dim);
+    return true;
 }
 
 /* Mirrors the __local arrays of cl/flash_forward_mma.cl and cl/flash_forward_tf32.cl. */

@@ -3,6 +3,7 @@
  * harm, the tuned tile really used (and correct), and the candidates the
  * tuner may try staying under the sizing rule's bound. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -220,6 +221,103 @@ START_TEST(tuned_tile_must_fit)
 }
 END_TEST
 
+/* A context told to assume tensor cores (nothing is launched here: only the
+ * shape choice is checked), with this much usable local memory, a forced
+ * mma shape (0s: none) and the test's tuning file or none. */
+static flashcl_context *assumed_tensor_cores(size_t local_mem, int warps, int m_tiles, int block_n, int with_file)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.local_mem_bytes = local_mem;
+    p.mma_warps = warps;
+    p.mma_m_tiles = m_tiles;
+    p.mma_block_n = block_n;
+    p.tuning_file = with_file ? path : "";
+    setenv("FLASHCL_TEST_ASSUME_TENSOR_CORES", "1", 1);
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    unsetenv("FLASHCL_TEST_ASSUME_TENSOR_CORES");
+    ck_assert(flashcl_context_has_tensor_cores(ctx, NULL));
+    return ctx;
+}
+
+static void check_mma_shape(struct flashcl_tile t, enum flashcl_tile_source source, int warps, int m_tiles,
+                            int block_n, size_t local_mem)
+{
+    ck_assert_int_eq(t.source, source);
+    ck_assert_int_eq(t.warps, warps);
+    ck_assert_int_eq(t.m_tiles, m_tiles);
+    ck_assert_int_eq(t.block_n, block_n);
+    ck_assert_int_eq(t.block_m, 16 * warps * m_tiles);
+    ck_assert_uint_le(t.local_bytes, local_mem);
+}
+
+/* Tensor-core shapes, built-in, tuned or forced, are used only where their
+ * local memory fits; where none fits, the call runs on the FMA units. */
+START_TEST(tensor_core_shapes_must_fit)
+{
+    const size_t h200 = 232448, a100 = 166912, small = 65536, tiny = 16384;
+    /* f16 d = 128: 8x1x128 (160 KB) without a mask, else 4x2x64 (96 KB), then 4x1x32, 4x1x16. */
+    flashcl_context *ctx = assumed_tensor_cores(h200, 0, 0, 0, 0);
+    struct flashcl_tile t = config_of(ctx, 128, FLASHCL_F16, 0);
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    check_mma_shape(t, FLASHCL_TILE_DEFAULT, 8, 1, 128, h200);
+    check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
+    check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
+    flashcl_context_destroy(&ctx);
+    ctx = assumed_tensor_cores(small, 0, 0, 0, 0);
+    check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 1, 32, small);
+    flashcl_context_destroy(&ctx);
+    ctx = assumed_tensor_cores(tiny, 0, 0, 0, 0);
+    ck_assert_int_ne(config_of(ctx, 128, FLASHCL_F16, 0).variant, FLASHCL_VARIANT_TENSOR_CORE);
+    flashcl_context_destroy(&ctx);
+
+    /* TF32 at d = 128: 8x2x32 (170 KB) on an H200, 4x2x32 on an A100's 163 KB; 4x2x64 at d = 64. */
+    cl_int err;
+    cl_mem mem = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, 2 * 64 * 128 * 4, NULL, &err);
+    ck_assert_ptr_nonnull(mem);
+    const size_t locals[2] = {h200, a100};
+    for (int i = 0; i < 2; i++) {
+        ctx = assumed_tensor_cores(locals[i], 0, 0, 0, 0);
+        struct flashcl_attention a = shape(128, FLASHCL_F32, 0, mem);
+        a.precision = FLASHCL_PRECISION_TF32X3;
+        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TF32);
+        check_mma_shape(t, FLASHCL_TILE_DEFAULT, i == 0 ? 8 : 4, 2, 32, locals[i]);
+        a = shape(64, FLASHCL_F32, 1, mem);
+        a.precision = FLASHCL_PRECISION_TF32;
+        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+        check_mma_shape(t, FLASHCL_TILE_DEFAULT, 4, 2, 64, locals[i]);
+        flashcl_context_destroy(&ctx);
+    }
+    clReleaseMemObject(mem);
+
+    /* Forced: used where it fits, else the FMA units run the call. */
+    ctx = assumed_tensor_cores(small, 4, 1, 32, 0);
+    check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_FORCED, 4, 1, 32, small);
+    flashcl_context_destroy(&ctx);
+    ctx = assumed_tensor_cores(small, 8, 2, 128, 0);
+    ck_assert_int_ne(config_of(ctx, 128, FLASHCL_F16, 0).variant, FLASHCL_VARIANT_TENSOR_CORE);
+    flashcl_context_destroy(&ctx);
+
+    /* Tuned: 8x2x128 at d = 128 needs 192 KB; used on an H200, not in 64 KB. */
+    struct flashcl_tuned_config big = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 128, 0, 256, 128, 8, 2, 1.0};
+    char line[512], text[1024];
+    line_for(&big, line, sizeof(line));
+    snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
+    write_file(text);
+    ctx = assumed_tensor_cores(h200, 0, 0, 0, 1);
+    check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_TUNED, 8, 2, 128, h200);
+    flashcl_context_destroy(&ctx);
+    ctx = assumed_tensor_cores(small, 0, 0, 0, 1);
+    check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 1, 32, small);
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(candidates_within_bound)
 {
     struct test_env *e = test_env_get();
@@ -257,6 +355,7 @@ int main(void)
     tcase_add_test(tc, other_devices_and_versions_ignored);
     tcase_add_test(tc, malformed_files_ignored);
     tcase_add_test(tc, tuned_tile_must_fit);
+    tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, candidates_within_bound);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
