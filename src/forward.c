@@ -81,13 +81,14 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     /* All four kernels take the same arguments; they differ in source and tile. */
     const char *source, *name;
     char options[512];
+    const float scale_log2 = (float)(effective_scale(attn) * LOG2E);
     const int dtype = dtype_define(attn->q.dtype), causal = attn->causal ? 1 : 0;
     if (tile->variant == FLASHCL_VARIANT_TENSOR_CORE || tile->variant == FLASHCL_VARIANT_TF32) {
         const bool tf32 = tile->variant == FLASHCL_VARIANT_TF32;
         source = tf32 ? flashcl_source_flash_forward_tf32 : flashcl_source_flash_forward_mma;
         name = tf32 ? "flash_forward_tf32" : "flash_forward_mma";
         /* The softmax finds the row max on raw scores: the smallest one when the scale is negative. */
-        const int negative_scale = effective_scale(attn) < 0.0f;
+        const int negative_scale = scale_log2 < 0.0f;
         const int n = snprintf(options, sizeof(options),
                                "-cl-std=CL1.2 -DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d "
                                "-DNEGATIVE_SCALE=%d", attn->head_dim, tile->warps, tile->m_tiles, tile->block_n,
@@ -106,7 +107,6 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     }
     append_user_build_options(options, sizeof(options));
 
-    const float scale_log2 = (float)(effective_scale(attn) * LOG2E);
     const cl_int has_lse = attn->lse.mem != NULL;
     const cl_int seq_q = attn->seq_q, seq_kv = attn->seq_kv;
     const cl_int group = attn->heads_q / attn->heads_kv;

@@ -259,6 +259,8 @@ static bool mma_tile(const flashcl_context *ctx, const struct flashcl_attention 
     struct mma_shape builtin[4];
     const int n_builtin = mma_builtin_shapes(variant, a->head_dim, a->causal, builtin);
     const struct flashcl_tuned_config *tuned = tuning_find(ctx, variant, a->q.dtype, a->head_dim, a->causal);
+    const struct mma_shape tuned_shape = tuned ? (struct mma_shape){tuned->warps, tuned->m_tiles, tuned->block_n}
+                                               : (struct mma_shape){0, 0, 0};
     struct mma_shape shape;
     enum flashcl_tile_source source;
     if (ctx->forced_mma_warps || ctx->forced_mma_m_tiles || ctx->forced_mma_block_n) {
@@ -268,9 +270,8 @@ static bool mma_tile(const flashcl_context *ctx, const struct flashcl_attention 
         source = FLASHCL_TILE_FORCED;
         if (!mma_fits(ctx, variant, shape, a->head_dim))
             return false;
-    } else if (tuned && mma_fits(ctx, variant, (struct mma_shape){tuned->warps, tuned->m_tiles, tuned->block_n},
-                                 a->head_dim)) {
-        shape = (struct mma_shape){tuned->warps, tuned->m_tiles, tuned->block_n};
+    } else if (tuned && mma_fits(ctx, variant, tuned_shape, a->head_dim)) {
+        shape = tuned_shape;
         source = FLASHCL_TILE_TUNED;
     } else {
         int i = 0;

@@ -34,6 +34,15 @@ static void record(void *user, enum flashcl_log_level level, const char *message
     }
 }
 
+/* A tuning file holding one entry, formatted for the shared context's device. */
+static void write_one_entry(const struct flashcl_tuned_config *c)
+{
+    char line[512], text[1024];
+    ck_assert_flashcl_ok(flashcl_tuning_format(test_env_get()->ctx, c, 0, line, sizeof(line)));
+    snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
+    write_file(text);
+}
+
 static flashcl_context *context_with_file(struct warn_log *w, size_t local_mem)
 {
     struct test_env *e = test_env_get();
@@ -204,10 +213,7 @@ START_TEST(tuned_tile_must_fit)
 {
     /* 128x128 at d = 254 (portable kernel) needs about 470 KB; allowed only where that much works. */
     struct flashcl_tuned_config big = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 254, 0, 128, 128, 0, 0, 1.0};
-    char line[512], text[1024];
-    line_for(&big, line, sizeof(line));
-    snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
-    write_file(text);
+    write_one_entry(&big);
     struct warn_log w = {0};
     flashcl_context *small = context_with_file(&w, 100000);
     ck_assert_int_eq(config_of(small, 254, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
@@ -304,10 +310,7 @@ START_TEST(tensor_core_shapes_must_fit)
 
     /* Tuned: 8x2x128 at d = 128 needs 192 KB; used on an H200, not in 64 KB. */
     struct flashcl_tuned_config big = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 128, 0, 256, 128, 8, 2, 1.0};
-    char line[512], text[1024];
-    line_for(&big, line, sizeof(line));
-    snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
-    write_file(text);
+    write_one_entry(&big);
     ctx = assumed_tensor_cores(h200, 0, 0, 0, 1);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_TUNED, 8, 2, 128, h200);
     flashcl_context_destroy(&ctx);
