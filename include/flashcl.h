@@ -298,6 +298,40 @@ FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const struct fl
                                            const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
+/* Backward                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The gradients of one attention problem. d_o is read (like attn.o); d_q,
+ * d_k, d_v are written (views like q, k, v: any strides, the inputs'
+ * dtype). */
+struct flashcl_attention_grad {
+    flashcl_tensor d_o;
+    flashcl_tensor d_q, d_k, d_v;
+    unsigned char reserved[64];  /* zero; room for fields of later versions */
+};
+
+/* Bytes of scratch flashcl_backward needs for this problem: O(batch ·
+ * heads_q · seq_q) (the row terms D = rowsum(dO ∘ O)), never N×N. Validates
+ * like the call itself. */
+FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
+                                                           const struct flashcl_attention *attn,
+                                                           const struct flashcl_attention_grad *grad,
+                                                           size_t *bytes);
+
+/* Enqueues the exact gradients dQ, dK, dV of O = softmax(scale·QKᵀ)·V for
+ * the forward problem attn (its q, k, v, o, scale, mask; attn.lse is
+ * required: the forward's log-sum-exp, from which P is recomputed block by
+ * block). Deterministic: the same call gives the same bits every time (no
+ * float atomics; GQA's dK, dV summed over a group's query heads in a fixed
+ * order). workspace: a buffer of at least flashcl_backward_workspace_size
+ * bytes, or NULL to let the call allocate (and release) one. On any
+ * validation failure nothing is enqueued and the outputs are untouched. */
+FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                            const struct flashcl_attention_grad *grad, cl_mem workspace,
+                                            cl_command_queue queue, cl_uint num_wait_events,
+                                            const cl_event *wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------ */
 /* Standard attention (the materialised baseline)                             */
 /* ------------------------------------------------------------------------ */
 
