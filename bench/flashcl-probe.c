@@ -16,11 +16,15 @@
  *       on a realistic size, compares the winner with the untuned choice, and
  *       writes the winners to the tuning file the library reads.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "flashcl_tools.h"
 
 #include "bench_paths.h"
 #include "hostref.h"
@@ -336,11 +340,6 @@ struct tune_key {
     int d, causal;
 };
 
-static const char *dtype_name(flashcl_dtype t)
-{
-    return t == FLASHCL_F32 ? "f32" : t == FLASHCL_F16 ? "f16" : "bf16";
-}
-
 /* A context over the shared cl_context with one candidate forced (NULL: the
  * library's own choice without a tuning file). */
 static flashcl_context *candidate_context(cl_context cl, cl_device_id dev, const struct flashcl_tuned_config *c,
@@ -350,18 +349,12 @@ static flashcl_context *candidate_context(cl_context cl, cl_device_id dev, const
     params.context = cl;
     params.device = dev;
     params.tuning_file = "";
+    char options[128];
     if (c) {
         params.local_mem_bytes = usable_local;
-        if (c->variant == FLASHCL_VARIANT_PORTABLE || c->variant == FLASHCL_VARIANT_REGISTER_TILED) {
-            params.block_m = c->block_m;
-            params.block_n = c->block_n;
-            params.portable_only = 1;
-            params.fma_variant = c->variant;
-        } else {
-            params.mma_warps = c->warps;
-            params.mma_m_tiles = c->m_tiles;
-            params.mma_block_n = c->block_n;
-        }
+        if (flashcl_tuning_override(c, options, sizeof(options)) != FLASHCL_SUCCESS)
+            return NULL;
+        params.kernel_options = options;
     }
     flashcl_context *ctx = NULL;
     return flashcl_context_create(&params, &ctx) == FLASHCL_SUCCESS ? ctx : NULL;
@@ -397,6 +390,51 @@ static double evaluate(flashcl_context *ctx, cl_command_queue queue, const struc
     return median;
 }
 
+/* The kernel the library plans for a key on aligned [B, N, H, d] views. */
+static enum flashcl_variant planned_variant(flashcl_context *ctx, const struct tune_key *key)
+{
+    const size_t bytes = (size_t)CHECK_N * 2 * (size_t)key->d * flashcl_dtype_size(key->dtype);
+    cl_context cl = flashcl_context_cl_context(ctx);
+    cl_int err;
+    cl_mem in = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    struct flashcl_attention a = {0};
+    a.batch = 1;
+    a.seq_q = a.seq_kv = CHECK_N;
+    a.heads_q = a.heads_kv = 2;
+    a.head_dim = key->d;
+    a.q = a.k = a.v = flashcl_tensor_bnhd(in, key->dtype, CHECK_N, 2, (size_t)key->d);
+    a.o = flashcl_tensor_bnhd(out, key->dtype, CHECK_N, 2, (size_t)key->d);
+    a.mask = key->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    struct flashcl_tile t = {0};
+    const enum flashcl_variant v =
+        in && out && flashcl_forward_config(ctx, &a, &t) == FLASHCL_SUCCESS ? t.variant : FLASHCL_VARIANT_PORTABLE;
+    if (in)
+        clReleaseMemObject(in);
+    if (out)
+        clReleaseMemObject(out);
+    return v;
+}
+
+/* mkdir -p of the folder that holds path. */
+static bool make_parent_dirs(const char *path)
+{
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return true;
+    *slash = '\0';
+    for (char *q = dir + 1; *q; q++)
+        if (*q == '/') {
+            *q = '\0';
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+                return false;
+            *q = '/';
+        }
+    return (mkdir(dir, 0755) == 0 || errno == EEXIST);
+}
+
 static void progress(int done, int total, const char *what)
 {
     const int width = 30, filled = total ? done * width / total : width;
@@ -419,7 +457,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     const int n_keys = opt->quick ? 4 : 10;
     const int reps = opt->quick ? 3 : 7;
     const int n_time = opt->n;
-    const int max_fma = opt->quick ? 4 : 24;  /* evenly spaced subset of the FMA candidates */
+    const int max_candidates = opt->quick ? 6 : 32;  /* an evenly spaced subset where a kernel has more */
 
     flashcl_context *base = candidate_context(cl, dev, NULL, 0);
     if (!base) {
@@ -429,29 +467,25 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     struct flashcl_tuned_config winners[32];
     int n_winners = 0;
 
-    /* Candidates of the kernel the library runs for each key (the views
-     * here are aligned, so tensor cores wherever the context has them). */
+    /* Candidates of the kernel the library runs for each key, as its planner
+     * says for aligned views (the probe knows no kernel by name). */
     struct flashcl_tuned_config cand[128];
     int n_cand[32], total = 0, done = 0;
     enum flashcl_variant variant_of[32];
-    const bool tc = flashcl_context_has_tensor_cores(base, NULL);
     for (int i = 0; i < n_keys; i++) {
-        variant_of[i] = tc && keys[i].dtype != FLASHCL_F32 && keys[i].d % 16 == 0 && keys[i].d <= 128
-                            ? FLASHCL_VARIANT_TENSOR_CORE
-                        : keys[i].d % 4 == 0 ? FLASHCL_VARIANT_REGISTER_TILED
-                                             : FLASHCL_VARIANT_PORTABLE;
+        variant_of[i] = planned_variant(base, &keys[i]);
         n_cand[i] = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
         if (n_cand[i] > 128)
             n_cand[i] = 128;
-        if (variant_of[i] != FLASHCL_VARIANT_TENSOR_CORE && n_cand[i] > max_fma)
-            n_cand[i] = max_fma;
+        if (n_cand[i] > max_candidates)
+            n_cand[i] = max_candidates;
         total += n_cand[i] + 1;
     }
 
     printf("\nTuning \"%s\" (%s): timed at N=%d, batch*N=%ld, heads*d=%ld; median of %d; each candidate\n"
            "first checked against the double reference on N=%d\n", p->name, opt->quick ? "quick" : "full", n_time,
            opt->tokens, opt->hidden, reps, CHECK_N);
-    printf("%-5s %4s %6s  %-12s %-26s %10s %10s %8s\n", "dtype", "d", "causal", "kernel", "winner", "tuned ms",
+    printf("%-5s %4s %6s  %-40s %10s %10s %8s\n", "dtype", "d", "causal", "winner (kernel:shape)", "tuned ms",
            "untuned ms", "speedup");
     for (int i = 0; i < n_keys; i++) {
         const struct tune_key *key = &keys[i];
@@ -508,9 +542,10 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         int best_j = -1, rejected = 0;
         for (int j = 0; j < n_try; j++) {
             char what[64];
-            snprintf(what, sizeof(what), "%s d=%d %s %s %dx%d", dtype_name(key->dtype), key->d,
-                     key->causal ? "causal" : "full", flashcl_variant_name(var),
-                     cand[j].block_m, cand[j].block_n);
+            char shape[96] = "";
+            flashcl_tuning_override(&cand[j], shape, sizeof(shape));
+            snprintf(what, sizeof(what), "%s d=%d %s %s", flashcl_dtype_name(key->dtype), key->d,
+                     key->causal ? "causal" : "full", shape);
             progress(done++, total, what);
             flashcl_context *ctx = candidate_context(cl, dev, &cand[j], p->usable_local);
             const double ms = ctx ? evaluate(ctx, queue, key, var, &cb, &cc, cq, ck, cv, &tb, &timed, reps) : -1;
@@ -551,17 +586,14 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             w.causal = key->causal;
             w.ms = final_tuned;
             winners[n_winners++] = w;
-            char shape[48];
-            if (var == FLASHCL_VARIANT_PORTABLE)
-                snprintf(shape, sizeof(shape), "block %dx%d", w.block_m, w.block_n);
-            else
-                snprintf(shape, sizeof(shape), "warps %d, m_tiles %d, block_n %d", w.warps, w.m_tiles, w.block_n);
-            printf("%-5s %4d %6d  %-12s %-26s %10.3f %10.3f %7.2fx%s\n", dtype_name(key->dtype), key->d,
-                   key->causal, flashcl_variant_name(var), shape, final_tuned,
+            char shape[96] = "";
+            flashcl_tuning_override(&w, shape, sizeof(shape));
+            printf("%-5s %4d %6d  %-40s %10.3f %10.3f %7.2fx%s\n", flashcl_dtype_name(key->dtype), key->d,
+                   key->causal, shape, final_tuned,
                    final_untuned, final_untuned / final_tuned, rejected ? "  (wrong candidates dropped)" : "");
         } else {
             printf("%-5s %4d %6d  no candidate ran correctly (%d disagreed with the reference)\n",
-                   dtype_name(key->dtype), key->d, key->causal, rejected);
+                   flashcl_dtype_name(key->dtype), key->d, key->causal, rejected);
         }
         bench_buffers_release(&cb);
         bench_buffers_release(&tb);
@@ -583,13 +615,8 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         snprintf(default_path, sizeof(default_path), "%s%s/flashcl/tuning.txt", xdg && *xdg ? xdg : home ? home : ".",
                  xdg && *xdg ? "" : "/.cache");
         path = default_path;
-        char dir[1024];
-        snprintf(dir, sizeof(dir), "%s", default_path);
-        *strrchr(dir, '/') = '\0';
-        char cmd[1100];
-        snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "flashcl-probe: cannot create %s\n", dir);
+        if (!make_parent_dirs(default_path))
+            fprintf(stderr, "flashcl-probe: cannot create the folder of %s\n", default_path);
     }
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -598,7 +625,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         return 1;
     }
     char line[512];
-    fprintf(f, "flashcl-tuning 1\n# written by flashcl-probe --tune%s\n", opt->quick ? " --quick" : "");
+    fprintf(f, "flashcl-tuning 2\n# written by flashcl-probe --tune%s\n", opt->quick ? " --quick" : "");
     if (flashcl_tuning_format(base, NULL, p->usable_local, line, sizeof(line)) == FLASHCL_SUCCESS)
         fprintf(f, "%s\n", line);
     for (int i = 0; i < n_winners; i++)

@@ -43,6 +43,10 @@
 extern "C" {
 #endif
 
+/* The library's version at run time, e.g. "0.3.0" (FLASHCL_VERSION_STRING is
+ * the header's). */
+FLASHCL_API const char *flashcl_version(void);
+
 /* ------------------------------------------------------------------------ */
 /* Status                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -130,16 +134,16 @@ struct flashcl_context_params {
      * platform or device name, e.g. "NVIDIA" or "pthread". NULL: the env. */
     const char *device_select;
 
-    /* Force the FMA kernels' tile: query rows per work-group (block_m) and
-     * keys per streamed K/V block (block_n), 1..256 each. Sizes that are not
-     * multiples of 16 (or exceed 128) run on the portable kernel, the only
-     * one that takes any tile. 0: the tuning file's entry, else the sizing
-     * rule on the device's local memory (see flashcl_block_size_bound). */
+    /* Deprecated (use kernel_options; kept working through 0.x): force the
+     * FMA kernels' tile, 1..256 each, as "register-tiled:block_m=..,block_n=..;
+     * portable:block_m=..,block_n=..". A size the register-tiled kernel does
+     * not run (not a multiple of 16, or over 128) turns that kernel off. */
     int block_m;
     int block_n;
 
     /* Nonzero: never use the tensor-core kernels (tensor-core, TF32), only
-     * the FMA ones (also set by the environment variable FLASHCL_PORTABLE=1). */
+     * the FMA ones (also set by the environment variable FLASHCL_PORTABLE=1);
+     * the tensor-core probe is not run. */
     int portable_only;
 
     /* The tuning file (written by flashcl-probe --tune). NULL: FLASHCL_TUNING,
@@ -154,19 +158,13 @@ struct flashcl_context_params {
      * forced and tuned tiles use more than the reported size. */
     size_t local_mem_bytes;
 
-    /* 0: every call runs the fastest kernel that supports it. FLASHCL_VARIANT_PORTABLE or
-     * FLASHCL_VARIANT_REGISTER_TILED: calls that would run on the FMA units
-     * use that kernel where it supports the call (the portable one runs
-     * every call). Tensor-core variants cannot be forced: they run wherever
-     * the device, the dtype and the precision allow, unless portable_only. */
+    /* Deprecated (use kernel_options): FLASHCL_VARIANT_PORTABLE is
+     * "register-tiled:off"; FLASHCL_VARIANT_REGISTER_TILED and 0 change
+     * nothing. Other values are refused. */
     enum flashcl_variant fma_variant;
 
-    /* Force the tensor-core kernel's shape (0: tuned or built-in default):
-     * warps per work-group (1..8), 16-row mma tiles per warp (1 or 2), keys
-     * per K/V block (16..128, a multiple of 16). A shape whose local memory
-     * does not fit flashcl_context_local_mem_bytes leaves the call to the
-     * FMA kernels (tuned and built-in shapes are likewise used only where
-     * they fit). */
+    /* Deprecated (use kernel_options): the tensor-core and TF32 kernels'
+     * shape, as "tensor-core:warps=..,m_tiles=..,block_n=..;tf32:...". */
     int mma_warps;
     int mma_m_tiles;
     int mma_block_n;
@@ -180,6 +178,23 @@ struct flashcl_context_params {
     flashcl_log_fn log;
     void *log_user;
     enum flashcl_log_level log_level;  /* most verbose level passed; 0: INFO */
+
+    /* Per-kernel overrides, one mechanism for every kernel: clauses separated
+     * by ';', each a kernel name (flashcl_variant_name) and ':' then
+     * comma-separated settings — `axis=value` fixes an axis of its shape
+     * (block_m, block_n, warps, m_tiles, as the kernel has them; the others
+     * stay automatic), `off` keeps every call off that kernel. E.g.
+     * "tensor-core:warps=4,m_tiles=2,block_n=64;register-tiled:off".
+     * A fixed shape whose local memory does not fit leaves the call to the
+     * next kernel; where no kernel is left, the call fails with
+     * FLASHCL_ERROR_INVALID_CONFIG. NULL: the environment variable
+     * FLASHCL_KERNELS (read once, here; a malformed value is a WARN and
+     * ignored); a malformed parameter fails context creation. */
+    const char *kernel_options;
+
+    /* Zero. Fields of later versions take this room, so a binary built
+     * against this header keeps working with them. */
+    unsigned char reserved[64];
 };
 
 /* Compound-literal helper (C only): flashcl_context_params(.block_m = 2) */
@@ -211,6 +226,8 @@ typedef enum flashcl_dtype {
 
 /* Bytes per element of a dtype; 0 for an unknown value. */
 FLASHCL_API size_t flashcl_dtype_size(flashcl_dtype dtype);
+/* "f32", "f16" or "bf16"; NULL for an unknown value. */
+FLASHCL_API const char *flashcl_dtype_name(flashcl_dtype dtype);
 
 /* A view of a 4-D tensor [batch, seq, head, dim] in a cl_mem. The last
  * dimension is contiguous; the other three have element strides, so
@@ -253,6 +270,13 @@ enum flashcl_precision {
                                      (CUTLASS's 3xTF32): errors near f32's, fewer FLOP/s */
 };
 
+/* Which scores a query sees. */
+enum flashcl_mask {
+    FLASHCL_MASK_NONE = 0,    /* every key */
+    FLASHCL_MASK_CAUSAL = 1   /* query i sees key j only if j <= i + (seq_kv - seq_q): aligned to
+                                 the bottom-right corner as in FlashAttention >= 2.1 */
+};
+
 /* One attention problem. Q [batch, seq_q, heads_q, head_dim]; K, V
  * [batch, seq_kv, heads_kv, head_dim]; O like Q. Query head h reads key/value
  * head h / (heads_q / heads_kv) (grouped-query and multi-query attention). */
@@ -275,9 +299,8 @@ struct flashcl_attention {
      * finite value is used as given. */
     float scale;
 
-    /* Nonzero: query i sees key j only if j <= i + (seq_kv - seq_q), the
-     * mask aligned to the bottom-right corner as in FlashAttention >= 2.1.
-     * A query row that sees no key (seq_q > seq_kv) gets O = 0, LSE = -inf. */
+    /* Deprecated spelling of mask = FLASHCL_MASK_CAUSAL (nonzero), kept
+     * working through 0.x; set one or the other (both set must agree). */
     int causal;
 
     /* How f32 inputs may be multiplied (f16/bf16 ignore it). 0 (EXACT):
@@ -285,6 +308,14 @@ struct flashcl_attention {
      * where the context has tensor cores (flashcl_forward_config says which
      * kernel runs; elsewhere the call stays exact). */
     enum flashcl_precision precision;
+
+    /* FLASHCL_MASK_NONE (0) or FLASHCL_MASK_CAUSAL. A query row that sees no
+     * key (causal with seq_q > seq_kv) gets O = 0, LSE = -inf. */
+    enum flashcl_mask mask;
+
+    /* Zero. Room for fields of later versions (sequence offsets, page
+     * tables, windows) without changing the struct's size. */
+    unsigned char reserved[128];
 };
 
 /* Enqueues O = softmax(scale·QKᵀ)·V (and LSE) on queue, after the events in
@@ -363,29 +394,20 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
                                                     const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
-/* Tiling                                                                     */
+/* Kernels and tiles                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* The sizing rule: a tile holds about four B×d arrays (Q, K, V blocks and the
- * output accumulator) of elem_bytes each, so
- *     B <= local_mem_bytes / (4 · elem_bytes · head_dim),
- * 16·B·d bytes for 4-byte floats. Returns that bound before any rounding to
- * what a kernel supports (0 if an argument is 0). E.g. 196608 bytes, d = 128,
- * 4-byte floats -> 96. */
-FLASHCL_API size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes,
-                                            size_t head_dim);
-
-
-/* "portable", "tensor-core", "register-tiled" or "tf32" (the words of the
- * tuning file); NULL for an unknown value. */
+/* "portable", "tensor-core", "register-tiled" or "tf32": the kernels' names
+ * in logs, the tuning file and params.kernel_options; NULL for an unknown
+ * value. */
 FLASHCL_API const char *flashcl_variant_name(enum flashcl_variant variant);
 
 /* Where a tile came from. */
 enum flashcl_tile_source {
-    FLASHCL_TILE_RULE = 1,    /* the sizing rule on the reported local memory */
-    FLASHCL_TILE_DEFAULT = 2, /* the tensor-core kernel's built-in shape */
+    FLASHCL_TILE_RULE = 1,    /* the sizing rule on the local memory (flashcl_block_size_bound) */
+    FLASHCL_TILE_DEFAULT = 2, /* a built-in shape of the kernel */
     FLASHCL_TILE_TUNED = 3,   /* an entry of the tuning file */
-    FLASHCL_TILE_FORCED = 4   /* context parameters (or FLASHCL_MMA_CONFIG) */
+    FLASHCL_TILE_FORCED = 4   /* params.kernel_options (or FLASHCL_KERNELS, or a deprecated field) */
 };
 
 /* A kernel and its tile, as flashcl_forward_tile (the FMA kernel for a
@@ -398,23 +420,25 @@ struct flashcl_tile {
     int block_n;        /* keys per streamed K/V block */
     int workgroup_size; /* work-items per work-group */
     size_t local_bytes; /* local memory the kernel declares */
+    unsigned char reserved[32];  /* written as zero; room for later fields */
 };
 
 /* The FMA kernel (register-tiled or portable) and its tile for this
- * head_dim and dtype on this context (non-causal; after the rule, rounding,
+ * head_dim and dtype on this context (no mask; after the rule, rounding,
  * a tuned entry or a forced size). */
 FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim,
                                                 flashcl_dtype dtype, struct flashcl_tile *out);
 
-/* The kernel and tile flashcl_forward would use for this exact call (the
- * tuning file is consulted per variant, dtype, head_dim and causal). Where
- * the context has tensor cores (NVIDIA, compute capability >= 8.0, the probe
- * built, not portable_only) and every view's rows start on 16 bytes (offset
- * and strides multiples of 16 bytes): f16/bf16 with head_dim a multiple of
- * 16 up to 128 run the tensor-core variant; f32 with precision TF32/TF32X3
- * and head_dim a multiple of 8 up to 128 the TF32 variant. Everything else
- * runs on the FMA units: the register-tiled kernel where head_dim % 4 == 0
- * and its tile fits the local memory, else the portable one. */
+/* The kernel and tile flashcl_forward would use for this exact call: the
+ * first kernel, in order of preference (tensor-core, tf32, register-tiled,
+ * portable), that supports the call and whose shape fits. Where the context
+ * has tensor cores (NVIDIA, compute capability >= 8.0, the probe built, not
+ * portable_only) and every view's rows start on 16 bytes (offset and
+ * strides multiples of 16 bytes): f16/bf16 with head_dim a multiple of 16
+ * up to 128 run the tensor-core kernel; f32 with precision TF32/TF32X3 and
+ * head_dim a multiple of 8 up to 128 the TF32 kernel. Everything else runs
+ * on the FMA units: the register-tiled kernel where head_dim % 4 == 0 and
+ * its tile fits the local memory, else the portable one. */
 FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
                                                   const struct flashcl_attention *attn,
                                                   struct flashcl_tile *out);
@@ -427,69 +451,11 @@ FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
  * within the reported size. */
 FLASHCL_API size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx);
 
-/* Nonzero when the context can run the tensor-core variant; *why (if not
- * NULL) gets a sentence saying why or why not. */
+/* Nonzero when the context's device has tensor cores flashcl can use (the
+ * probe at context creation); *why (if not NULL) gets a sentence saying why
+ * or why not. A tensor-core kernel that later fails to build or launch is
+ * turned off alone, for this context (a WARN says which). */
 FLASHCL_API int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why);
-
-/* ------------------------------------------------------------------------ */
-/* Tuning                                                                     */
-/* ------------------------------------------------------------------------ */
-
-/* One configuration of the tuning file: for (variant, dtype, head_dim,
- * causal), the tile the library should use. */
-struct flashcl_tuned_config {
-    enum flashcl_variant variant;
-    flashcl_dtype dtype;
-    int head_dim;
-    int causal;
-    int block_m, block_n;  /* FMA kernels: the tile; tensor-core / TF32: block_n keys per block */
-    int warps, m_tiles;    /* tensor-core and TF32 only */
-    double ms;             /* what it measured (informational) */
-};
-
-/* Candidate configurations for a variant/dtype/head_dim (causal is left 0)
- * that fit local_mem_bytes (0: the context's usable local memory): portable
- * tiles with blocks at or under the sizing rule's bound, register-tiled
- * tiles (multiples of 16) and tensor-core / TF32 shapes whose tiles fit.
- * Writes up to max into out; returns how many exist. */
-FLASHCL_API int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant,
-                                          flashcl_dtype dtype, int head_dim, size_t local_mem_bytes,
-                                          struct flashcl_tuned_config *out, int max);
-
-/* One line of the tuning file for this context's device, driver and
- * flashcl version: a configuration, or (config NULL) the local memory the
- * probe found usable. The file is "flashcl-tuning 1" then such lines. */
-FLASHCL_API flashcl_status flashcl_tuning_format(const flashcl_context *ctx,
-                                                 const struct flashcl_tuned_config *config,
-                                                 size_t probed_local_mem, char *line, size_t size);
-
-/* ------------------------------------------------------------------------ */
-/* IO model                                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* Predicted device-memory traffic of one attention forward (all heads), and
- * block-read counts for the two flash loop orders: K/V blocks outer (the
- * first FlashAttention: each K/V block read once, each Q block once per K/V
- * block) and Q blocks outer (FlashAttention-2: each Q block read once, each
- * K/V block once per Q block). Standard attention writes S and P in f32. */
-struct flashcl_io_estimate {
-    double flops;                    /* 4·B·Hq·Nq·Nk·d (no causal halving) */
-    double standard_bytes;           /* Q, K read; S written, read; P written, read; V read; O written */
-    double flash_bytes;              /* Q blocks outer (what flashcl runs) */
-    double flash_kv_outer_bytes;     /* K/V blocks outer, O and (m, l) round-trip per K/V block */
-    unsigned long long q_block_reads_kv_outer;  /* Tc·Tr per (batch, head) */
-    unsigned long long q_block_reads_q_outer;   /* Tr */
-    unsigned long long kv_block_reads_kv_outer; /* Tc */
-    unsigned long long kv_block_reads_q_outer;  /* Tr·Tc */
-};
-
-/* elem_bytes: 4 for f32, 2 for f16/bf16. block_m rows of Q and block_n keys
- * per block (Tr = ceil(seq_q / block_m), Tc = ceil(seq_kv / block_n)). The
- * seed's example: seq 4096, blocks of 128 -> 32 x 32 = 1024 Q-block reads
- * with K/V outer, against 32 with Q outer. */
-FLASHCL_API flashcl_status flashcl_io_model(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv,
-                                            int head_dim, size_t elem_bytes, int block_m, int block_n,
-                                            struct flashcl_io_estimate *out);
 
 #ifdef __cplusplus
 }

@@ -46,33 +46,14 @@ static bool make_dirs(const char *path)
     return access(buf, W_OK | X_OK) == 0;
 }
 
-bool user_cache_path(const char *leaf, char *buf, size_t size)
-{
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int n;
-    if (xdg && *xdg)
-        n = snprintf(buf, size, "%s/flashcl%s%s", xdg, *leaf ? "/" : "", leaf);
-    else if (home && *home)
-        n = snprintf(buf, size, "%s/.cache/flashcl%s%s", home, *leaf ? "/" : "", leaf);
-    else
-        return false;
-    return n > 0 && (size_t)n < size;
-}
-
-void cache_init(flashcl_context *ctx, const char *param_dir)
+void fcl_cache_init(flashcl_context *ctx, const char *param_dir)
 {
     ctx->cache_dir[0] = '\0';
-    const char *dir = param_dir ? param_dir : getenv("FLASHCL_CACHE_DIR");
-    char fallback[1024];
-    if (!dir) {
-        if (!user_cache_path("", fallback, sizeof(fallback)))
-            return;
-        dir = fallback;
-    }
+    const char *dir = param_dir ? param_dir : ctx->env.has_cache_dir ? ctx->env.cache_dir : ctx->env.user_cache;
     if (!*dir || strcmp(dir, "off") == 0)
         return;
     if (!make_dirs(dir)) {
-        log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache off: cannot use folder %s", dir);
+        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache off: cannot use folder %s", dir);
         return;
     }
     snprintf(ctx->cache_dir, sizeof(ctx->cache_dir), "%s", dir);
@@ -86,7 +67,7 @@ void cache_init(flashcl_context *ctx, const char *param_dir)
     clGetDeviceInfo(ctx->device, CL_DRIVER_VERSION, sizeof(driver), driver, NULL);
     snprintf(ctx->cache_identity, sizeof(ctx->cache_identity),
              "flashcl %s\nplatform %s | %s\ndevice %s\ndriver %s\n", FLASHCL_VERSION_STRING, platform_name,
-             platform_version, ctx->device_name, driver);
+             platform_version, ctx->dev.name, driver);
 }
 
 /* The full key text; the file name is its hash, the file holds the text. */
@@ -161,7 +142,7 @@ static unsigned char *read_entry(const char *path, const char *key, size_t *bin_
     return bin;
 }
 
-cl_program cache_load(flashcl_context *ctx, const char *source, const char *options)
+cl_program fcl_cache_load(flashcl_context *ctx, const char *source, const char *options)
 {
     if (!ctx->cache_dir[0])
         return NULL;
@@ -189,13 +170,13 @@ cl_program cache_load(flashcl_context *ctx, const char *source, const char *opti
         free(bin);
     }
     if (!program && why && strcmp(why, "absent") != 0) {
-        log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache: %s rejected (%s); rebuilding", path, why);
+        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache: %s rejected (%s); rebuilding", path, why);
         remove(path);
     }
     return program;
 }
 
-void cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program)
+void fcl_cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program)
 {
     if (!ctx->cache_dir[0])
         return;
@@ -231,7 +212,7 @@ void cache_store(flashcl_context *ctx, const char *source, const char *options, 
     /* rename() replaces atomically: a reader sees the old entry or the new one. */
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
-        log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache: could not write %s", path);
+        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache: could not write %s", path);
     }
     free(bin);
     free(key);

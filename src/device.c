@@ -43,10 +43,10 @@ static flashcl_status choose_device(const char *select, cl_device_id *out)
     cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &n_platforms);
     /* -1001 is CL_PLATFORM_NOT_FOUND_KHR: the ICD loader found no platform. */
     if (err == -1001 || (err == CL_SUCCESS && n_platforms == 0))
-        return fail(NULL, FLASHCL_DEVICE_NOT_FOUND,
+        return fcl_fail(NULL, FLASHCL_DEVICE_NOT_FOUND,
                     "no OpenCL platform found (is an ICD such as pocl-opencl-icd installed?)");
     if (err != CL_SUCCESS)
-        return fail(NULL, (flashcl_status)err, "clGetPlatformIDs failed (%d)", err);
+        return fcl_fail(NULL, (flashcl_status)err, "clGetPlatformIDs failed (%d)", err);
     if (n_platforms > MAX_PLATFORMS)
         n_platforms = MAX_PLATFORMS;
 
@@ -92,41 +92,57 @@ static flashcl_status choose_device(const char *select, cl_device_id *out)
         }
     }
     if (select)
-        return fail(NULL, FLASHCL_ERROR_INVALID_ENV,
+        return fcl_fail(NULL, FLASHCL_ERROR_INVALID_ENV,
                     "device selection \"%s\" matches no OpenCL device (use \"P:D\" indices as "
                     "clinfo -l lists them, or part of a platform or device name)", select);
     *out = first_gpu ? first_gpu : first_any;
     if (!*out)
-        return fail(NULL, FLASHCL_DEVICE_NOT_FOUND, "no OpenCL device found on %u platform(s)",
+        return fcl_fail(NULL, FLASHCL_DEVICE_NOT_FOUND, "no OpenCL device found on %u platform(s)",
                     n_platforms);
     return FLASHCL_SUCCESS;
 }
 
 static flashcl_status query_device(flashcl_context *ctx)
 {
-    cl_int err = clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof(ctx->device_name),
-                                 ctx->device_name, NULL);
-    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof(ctx->device_type),
-                           &ctx->device_type, NULL);
-    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(ctx->local_mem_size),
-                           &ctx->local_mem_size, NULL);
+    struct device_desc *dev = &ctx->dev;
+    cl_ulong local = 0;
+    cl_int err = clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof(dev->name), dev->name, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DRIVER_VERSION, sizeof(dev->driver), dev->driver, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof(dev->type), &dev->type, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(local), &local, NULL);
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(ctx->max_alloc_size),
                            &ctx->max_alloc_size, NULL);
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(ctx->global_mem_size),
                            &ctx->global_mem_size, NULL);
-    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE,
-                           sizeof(ctx->max_workgroup_size), &ctx->max_workgroup_size, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(dev->max_workgroup),
+                           &dev->max_workgroup, NULL);
     cl_uint align_bits = 0;
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(align_bits), &align_bits, NULL);
     if (err != CL_SUCCESS)
-        return fail(NULL, FLASHCL_INVALID_VALUE, "cannot query the device (is it a valid cl_device_id?)");
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "cannot query the device (is it a valid cl_device_id?)");
+    dev->reported_local = (size_t)local;
     ctx->base_align_bytes = align_bits / 8 > 512 ? align_bits / 8 : 512;
-    ctx->device_name[sizeof(ctx->device_name) - 1] = '\0';
-    if (ctx->max_workgroup_size < 64)
-        return fail(NULL, FLASHCL_ERROR_UNSUPPORTED_DEVICE,
-                    "device \"%s\" allows %zu work-items per work-group; flashcl needs 64",
-                    ctx->device_name, ctx->max_workgroup_size);
+    dev->name[sizeof(dev->name) - 1] = '\0';
+    dev->driver[sizeof(dev->driver) - 1] = '\0';
+    if (dev->max_workgroup < 64)
+        return fcl_fail(NULL, FLASHCL_ERROR_UNSUPPORTED_DEVICE,
+                        "device \"%s\" allows %zu work-items per work-group; flashcl needs 64", dev->name,
+                        dev->max_workgroup);
     return FLASHCL_SUCCESS;
+}
+
+/* Local memory forced, tuned and built-in shapes may use: the parameter,
+ * else the probe's finding, else the architecture's size, else the reported. */
+static size_t usable_local(const flashcl_context *ctx)
+{
+    const size_t reported = ctx->dev.reported_local;
+    if (ctx->param_local_mem)
+        return ctx->param_local_mem;
+    if (ctx->probed_local_mem > reported)
+        return ctx->probed_local_mem;
+    if (ctx->arch_local_mem > reported)
+        return ctx->arch_local_mem;
+    return reported;
 }
 
 /* The caller's cl_context must contain the caller's device. */
@@ -135,80 +151,121 @@ static flashcl_status check_device_in_context(cl_context context, cl_device_id d
     cl_uint n = 0;
     cl_int err = clGetContextInfo(context, CL_CONTEXT_NUM_DEVICES, sizeof(n), &n, NULL);
     if (err != CL_SUCCESS)
-        return fail(NULL, FLASHCL_INVALID_CONTEXT, "params.context is not a valid cl_context (%d)", err);
+        return fcl_fail(NULL, FLASHCL_INVALID_CONTEXT, "params.context is not a valid cl_context (%d)", err);
     cl_device_id devices[MAX_DEVICES];
     if (n > MAX_DEVICES)
         n = MAX_DEVICES;
     err = clGetContextInfo(context, CL_CONTEXT_DEVICES, n * sizeof(cl_device_id), devices, NULL);
     if (err != CL_SUCCESS)
-        return fail(NULL, FLASHCL_INVALID_CONTEXT, "cannot list params.context's devices (%d)", err);
+        return fcl_fail(NULL, FLASHCL_INVALID_CONTEXT, "cannot list params.context's devices (%d)", err);
     for (cl_uint i = 0; i < n; i++)
         if (devices[i] == device)
             return FLASHCL_SUCCESS;
-    return fail(NULL, FLASHCL_INVALID_VALUE, "params.device is not one of params.context's devices");
+    return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "params.device is not one of params.context's devices");
 }
 
-static flashcl_status check_block(const char *name, int value)
+/* Copies an environment variable; false (and "") when it is not set. */
+static bool read_env(const char *name, char *buf, size_t size)
 {
-    if (value < 0 || value > 256)
-        return fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.%s = %d; must be 0 (automatic) or 1..256",
-                    name, value);
+    const char *v = getenv(name);
+    snprintf(buf, size, "%s", v ? v : "");
+    return v != NULL;
+}
+
+/* Every environment variable flashcl reads, read here once per context. */
+static void env_read(struct fcl_env *env)
+{
+    char portable[8];
+    read_env("FLASHCL_DEVICE", env->device, sizeof(env->device));
+    env->portable = read_env("FLASHCL_PORTABLE", portable, sizeof(portable)) && strcmp(portable, "1") == 0;
+    env->has_tuning = read_env("FLASHCL_TUNING", env->tuning, sizeof(env->tuning));
+    env->has_cache_dir = read_env("FLASHCL_CACHE_DIR", env->cache_dir, sizeof(env->cache_dir));
+    read_env("FLASHCL_BUILD_OPTIONS", env->build_options, sizeof(env->build_options));
+    read_env("FLASHCL_KERNELS", env->kernels, sizeof(env->kernels));
+    char xdg[900], home[900];
+    int n = -1;
+    if (read_env("XDG_CACHE_HOME", xdg, sizeof(xdg)) && *xdg)
+        n = snprintf(env->user_cache, sizeof(env->user_cache), "%s/flashcl", xdg);
+    else if (read_env("HOME", home, sizeof(home)) && *home)
+        n = snprintf(env->user_cache, sizeof(env->user_cache), "%s/.cache/flashcl", home);
+    if (n < 0 || (size_t)n >= sizeof(env->user_cache))
+        env->user_cache[0] = '\0';
+}
+
+static bool all_zero(const unsigned char *bytes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bytes[i])
+            return false;
+    return true;
+}
+
+static flashcl_status check_params(const struct flashcl_context_params *params)
+{
+    if ((params->context == NULL) != (params->device == NULL))
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE,
+                        "params.context and params.device must be given together (or both NULL)");
+    if (params->log_level < 0 || params->log_level > FLASHCL_LOG_DEBUG)
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "params.log_level = %d; must be 0..%d", (int)params->log_level,
+                        FLASHCL_LOG_DEBUG);
+    if (!all_zero(params->reserved, sizeof(params->reserved)))
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE,
+                        "params.reserved is not zero (fields of a newer flashcl than %s?)", FLASHCL_VERSION_STRING);
+    const struct { const char *name; int value, lo, hi, step; } fields[] = {
+        {"block_m", params->block_m, 1, 256, 1},    {"block_n", params->block_n, 1, 256, 1},
+        {"mma_warps", params->mma_warps, 1, 8, 1},  {"mma_m_tiles", params->mma_m_tiles, 1, 2, 1},
+        {"mma_block_n", params->mma_block_n, 16, 128, 16},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        const int v = fields[i].value;
+        if (v != 0 && (v < fields[i].lo || v > fields[i].hi || (v - fields[i].lo) % fields[i].step != 0))
+            return fcl_fail(NULL, FLASHCL_ERROR_INVALID_CONFIG,
+                            "params.%s = %d; must be 0 (automatic) or %d..%d in steps of %d", fields[i].name, v,
+                            fields[i].lo, fields[i].hi, fields[i].step);
+    }
+    if (params->fma_variant != 0 && params->fma_variant != FLASHCL_VARIANT_PORTABLE &&
+        params->fma_variant != FLASHCL_VARIANT_REGISTER_TILED)
+        return fcl_fail(NULL, FLASHCL_ERROR_INVALID_CONFIG,
+                        "params.fma_variant = %d; must be 0, FLASHCL_VARIANT_PORTABLE or FLASHCL_VARIANT_REGISTER_TILED",
+                        (int)params->fma_variant);
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status flashcl_context_create(const struct flashcl_context_params *params,
-                                      flashcl_context **out)
+flashcl_status fcl_context_create(const struct flashcl_context_params *params, const struct fcl_test_hooks *hooks,
+                                  flashcl_context **out)
 {
-    clear_error();
+    fcl_clear_error();
     if (!out)
-        return fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "out is NULL");
+        return fcl_fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "out is NULL");
     *out = NULL;
     static const struct flashcl_context_params defaults = {0};
     if (!params)
         params = &defaults;
-    if ((params->context == NULL) != (params->device == NULL))
-        return fail(NULL, FLASHCL_INVALID_VALUE,
-                    "params.context and params.device must be given together (or both NULL)");
-    if (params->log_level < 0 || params->log_level > FLASHCL_LOG_DEBUG)
-        return fail(NULL, FLASHCL_INVALID_VALUE, "params.log_level = %d; must be 0..%d",
-                    (int)params->log_level, FLASHCL_LOG_DEBUG);
-    flashcl_status st = check_block("block_m", params->block_m);
-    if (st == FLASHCL_SUCCESS)
-        st = check_block("block_n", params->block_n);
-    if (st == FLASHCL_SUCCESS && (params->mma_warps < 0 || params->mma_warps > 8))
-        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.mma_warps = %d; must be 0 or 1..8", params->mma_warps);
-    if (st == FLASHCL_SUCCESS && params->mma_m_tiles != 0 && params->mma_m_tiles != 1 && params->mma_m_tiles != 2)
-        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.mma_m_tiles = %d; must be 0, 1 or 2",
-                  params->mma_m_tiles);
-    if (st == FLASHCL_SUCCESS && params->mma_block_n != 0 &&
-        (params->mma_block_n < 16 || params->mma_block_n > 128 || params->mma_block_n % 16 != 0))
-        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.mma_block_n = %d; must be 0 or a multiple of 16 in 16..128",
-                  params->mma_block_n);
-    if (st == FLASHCL_SUCCESS && params->fma_variant != 0 && params->fma_variant != FLASHCL_VARIANT_PORTABLE &&
-        params->fma_variant != FLASHCL_VARIANT_REGISTER_TILED)
-        st = fail(NULL, FLASHCL_ERROR_INVALID_CONFIG,
-                  "params.fma_variant = %d; must be 0, FLASHCL_VARIANT_PORTABLE or FLASHCL_VARIANT_REGISTER_TILED",
-                  (int)params->fma_variant);
+    flashcl_status st = check_params(params);
     if (st != FLASHCL_SUCCESS)
         return st;
 
     flashcl_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
-        return fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a context");
-    ctx->forced_block_m = params->block_m;
-    ctx->forced_block_n = params->block_n;
-    ctx->forced_mma_warps = params->mma_warps;
-    ctx->forced_mma_m_tiles = params->mma_m_tiles;
-    ctx->forced_mma_block_n = params->mma_block_n;
-    ctx->fma_variant = params->fma_variant;
+        return fcl_fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a context");
+    env_read(&ctx->env);
+    if (hooks)
+        ctx->hooks = *hooks;
+    snprintf(ctx->extra_build_options, sizeof(ctx->extra_build_options), "%s", ctx->env.build_options);
     ctx->param_local_mem = params->local_mem_bytes;
     ctx->log = params->log;
     ctx->log_user = params->log_user;
     ctx->log_level = params->log_level ? params->log_level : FLASHCL_LOG_INFO;
+    for (int i = 0; i < FCL_MAX_KERNELS; i++)
+        atomic_init(&ctx->broken[i], false);
     if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
         free(ctx);
-        return fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot create a mutex");
+        return fcl_fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot create a mutex");
     }
+    const bool portable_only = params->portable_only || ctx->env.portable;
+    st = fcl_overrides_from_params(ctx, params, portable_only);
+    if (st != FLASHCL_SUCCESS)
+        goto error;
 
     if (params->context) {
         st = check_device_in_context(params->context, params->device);
@@ -219,7 +276,7 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
         ctx->cl_ctx = params->context;
         ctx->device = params->device;
     } else {
-        const char *select = params->device_select ? params->device_select : getenv("FLASHCL_DEVICE");
+        const char *select = params->device_select ? params->device_select : ctx->env.device;
         if (select && !*select)
             select = NULL;
         st = choose_device(select, &ctx->device);
@@ -229,20 +286,19 @@ flashcl_status flashcl_context_create(const struct flashcl_context_params *param
         cl_int err;
         ctx->cl_ctx = clCreateContext(NULL, 1, &ctx->device, NULL, NULL, &err);
         if (!ctx->cl_ctx) {
-            st = fail(NULL, (flashcl_status)err, "clCreateContext failed (%d)", err);
+            st = fcl_fail(NULL, (flashcl_status)err, "clCreateContext failed (%d)", err);
             goto error;
         }
     }
     st = query_device(ctx);
     if (st != FLASHCL_SUCCESS)
         goto error;
-    log_msg(ctx, FLASHCL_LOG_INFO, "flashcl %s on \"%s\" (%llu bytes of local memory reported)",
-            FLASHCL_VERSION_STRING, ctx->device_name, (unsigned long long)ctx->local_mem_size);
-    cache_init(ctx, params->cache_dir);
-    tuning_load(ctx, params->tuning_file);
-    const char *portable_env = getenv("FLASHCL_PORTABLE");
-    variant_read_env(ctx);
-    variant_probe(ctx, params->portable_only || (portable_env && strcmp(portable_env, "1") == 0));
+    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "flashcl %s on \"%s\" (%zu bytes of local memory reported)",
+                FLASHCL_VERSION_STRING, ctx->dev.name, ctx->dev.reported_local);
+    fcl_cache_init(ctx, params->cache_dir);
+    fcl_tuning_load(ctx, params->tuning_file);
+    fcl_nvidia_probe(ctx, portable_only, &ctx->hooks);
+    ctx->dev.usable_local = usable_local(ctx);
     *out = ctx;
     return FLASHCL_SUCCESS;
 
@@ -251,13 +307,18 @@ error:
     return st;
 }
 
+flashcl_status flashcl_context_create(const struct flashcl_context_params *params, flashcl_context **out)
+{
+    return fcl_context_create(params, NULL, out);
+}
+
 void flashcl_context_destroy(flashcl_context **pctx)
 {
     if (!pctx || !*pctx)
         return;
     flashcl_context *ctx = *pctx;
-    program_cache_free(ctx);
-    tuning_free(ctx);
+    fcl_program_cache_free(ctx);
+    fcl_tuning_free(ctx);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
     if (ctx->device)
@@ -279,5 +340,5 @@ cl_device_id flashcl_context_device(const flashcl_context *ctx)
 
 const char *flashcl_context_device_name(const flashcl_context *ctx)
 {
-    return ctx ? ctx->device_name : "";
+    return ctx ? ctx->dev.name : "";
 }

@@ -9,6 +9,9 @@
 #include <stdio.h>
 
 #include "flashcl.h"
+#include "flashcl_tools.h"
+#include "kernel_table.h"
+#include "test_hooks.h"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define FLASHCL_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
@@ -19,14 +22,14 @@
 /* ---- status.c: the per-thread error message and the log ---- */
 
 /* Records a failure's detail for flashcl_last_error() and returns status, so
- * a check reads `return fail(ctx, FLASHCL_..., "q.offset %zu ...", x);`. ctx may be
+ * a check reads `return fcl_fail(ctx, FLASHCL_..., "q.offset %zu ...", x);`. ctx may be
  * NULL; with a context the message also goes to its log at ERROR level. */
-flashcl_status fail(const flashcl_context *ctx, flashcl_status status, const char *fmt, ...)
+flashcl_status fcl_fail(const flashcl_context *ctx, flashcl_status status, const char *fmt, ...)
     FLASHCL_PRINTF(3, 4);
 /* Appends more text (a build log) to the thread's current error message. */
-void fail_append(const char *text);
-void clear_error(void);
-void log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const char *fmt, ...)
+void fcl_fail_append(const char *text);
+void fcl_clear_error(void);
+void fcl_log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const char *fmt, ...)
     FLASHCL_PRINTF(3, 4);
 
 /* ---- program.c: built programs, keyed by their build options ---- */
@@ -35,32 +38,38 @@ struct program_entry;
 
 /* Returns (building on first use) the kernel `name` (a string literal) of
  * the embedded source `source` built with `options`. Caller holds ctx->lock. */
-flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
+flashcl_status fcl_program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
                                   const char *options, cl_kernel *out);
-void program_cache_free(flashcl_context *ctx);
+void fcl_program_cache_free(flashcl_context *ctx);
 
 /* ---- tuning.c: the tuning file ---- */
 
-void tuning_identity(flashcl_context *ctx);
-void tuning_load(flashcl_context *ctx, const char *param_path);
-void tuning_free(flashcl_context *ctx);
-const struct flashcl_tuned_config *tuning_find(const flashcl_context *ctx, enum flashcl_variant variant,
-                                               flashcl_dtype dtype, int head_dim, int causal);
-/* Local memory forced and tuned tiles may use (param, probed, reported). */
-size_t usable_local_mem(const flashcl_context *ctx);
+/* One entry of the tuning file for a kernel of the table. */
+struct tuned_entry {
+    const struct kernel_info *kernel;
+    flashcl_dtype dtype;
+    int head_dim;
+    enum flashcl_mask mask;
+    struct kernel_shape shape;
+    double ms;
+    bool fallback;  /* measured with another driver or flashcl version of this device */
+};
+
+void fcl_tuning_load(flashcl_context *ctx, const char *param_path);
+void fcl_tuning_free(flashcl_context *ctx);
+/* The entry for this kernel and problem: one for this exact identity, else
+ * one of another driver or flashcl version of the same device; NULL if none. */
+const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const struct kernel_info *k,
+                                          const struct problem *p);
 
 /* ---- cache.c: compiled programs on disk ---- */
 
-/* $XDG_CACHE_HOME/flashcl/leaf, else ~/.cache/flashcl/leaf ("" leaf: the
- * folder); false if neither variable is set or the path does not fit. */
-bool user_cache_path(const char *leaf, char *buf, size_t size);
-
 /* Picks the cache folder (param, FLASHCL_CACHE_DIR, XDG cache; "" or "off":
  * none) and records what identifies this device's binaries. */
-void cache_init(flashcl_context *ctx, const char *param_dir);
+void fcl_cache_init(flashcl_context *ctx, const char *param_dir);
 /* A built program from the cache, or NULL (absent, or rejected and removed). */
-cl_program cache_load(flashcl_context *ctx, const char *source, const char *options);
-void cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program);
+cl_program fcl_cache_load(flashcl_context *ctx, const char *source, const char *options);
+void fcl_cache_store(flashcl_context *ctx, const char *source, const char *options, cl_program program);
 
 /* Embedded kernel sources (generated at build time from cl/). */
 extern const char flashcl_source_flash_forward[];
@@ -69,71 +78,97 @@ extern const char flashcl_source_flash_forward_mma[];
 extern const char flashcl_source_flash_forward_tiled[];
 extern const char flashcl_source_flash_forward_tf32[];
 
-/* ---- tile.c: the sizing rule and the tile a call uses ---- */
+/* ---- planner.c: one plan per call from the kernel table ---- */
 
-/* Local memory the portable / register-tiled forward kernel declares for a tile. */
-size_t forward_local_bytes(int block_m, int block_n, int head_dim, int tn);
-size_t forward_tiled_local_bytes(int block_m, int block_n, int head_dim);
-/* The FMA kernel and its tile: register-tiled where it supports the call
- * and its tile fits (and fma_variant allows), else portable. */
-flashcl_status tile_choose(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, int causal,
-                           struct flashcl_tile *out);
-/* The portable kernel's work-group is side x side work-items. */
-int portable_side(const flashcl_context *ctx);
+/* The problem a forward call poses to the planner. */
+void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out);
+/* The first kernel of the table, in order of preference, that runs p here,
+ * with its shape and build options; FLASHCL_ERROR_INVALID_CONFIG naming each
+ * kernel's reason when none does. */
+flashcl_status fcl_plan(const flashcl_context *ctx, const struct problem *p, float scale_log2, struct plan *out);
+void fcl_plan_to_tile(const struct plan *plan, struct flashcl_tile *out);
+void fcl_shape_to_config(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
+                         struct flashcl_tuned_config *c);
+void fcl_config_to_shape(const struct kernel_info *k, const struct flashcl_tuned_config *c, struct kernel_shape *s);
+
+/* ---- overrides.c: params.kernel_options, FLASHCL_KERNELS, deprecated fields ---- */
+
+#define FCL_MAX_KERNELS 16
+
+struct kernel_override {
+    bool off;                  /* never plan this kernel */
+    unsigned fixed;            /* a bit per axis fixed in `shape` */
+    struct kernel_shape shape;
+};
+
+flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flashcl_context_params *params,
+                                         bool portable_only);
 
 /* ---- forward.c, shared with standard.c ---- */
 
-int dtype_define(flashcl_dtype dtype);
-void append_user_build_options(char *options, size_t size);
+int fcl_dtype_define(flashcl_dtype dtype);
 /* Checks what every attention call checks: pointers, the problem, the queue. */
-flashcl_status check_call(flashcl_context *ctx, const struct flashcl_attention *attn,
-                          cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list);
-/* 1/sqrt(d) unless the caller set a scale. */
-float effective_scale(const struct flashcl_attention *attn);
+flashcl_status fcl_check_call(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,
+                              cl_uint num_wait_events, const cl_event *wait_list);
+/* 1/sqrt(d) unless the caller set a scale; times log2(e) for the kernels' base-2 scores. */
+float fcl_effective_scale(const struct flashcl_attention *attn);
+float fcl_scale_log2(const struct flashcl_attention *attn);
+/* attn.mask, or FLASHCL_MASK_CAUSAL for the deprecated attn.causal. */
+enum flashcl_mask fcl_attention_mask(const struct flashcl_attention *attn);
+/* Sets the five kernel arguments of a view (mem, offset and strides in elements) from *arg on. */
+cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize);
 
-/* ---- variant.c: portable or tensor-core kernel ---- */
+/* ---- nvidia.c: the tensor-core probe ---- */
 
-/* FLASHCL_MMA_CONFIG and FLASHCL_FMA_TILE into the forced shapes the
- * parameters left at 0 (a WARN for a malformed value). */
-void variant_read_env(flashcl_context *ctx);
-/* Sets ctx->tensor_cores (and the note saying why) for the context's device. */
-void variant_probe(flashcl_context *ctx, bool portable_only);
-/* After the tensor-core kernel failed on this device: portable from now on,
- * with a WARN saying why (once). */
-void variant_disable(flashcl_context *ctx, const char *why);
-/* The kernel this (validated) call runs, and its tile: tensor-core, TF32 or
- * one of the FMA kernels. */
-flashcl_status variant_choose(flashcl_context *ctx, const struct flashcl_attention *a, struct flashcl_tile *out);
-size_t variant_mma_local_bytes(enum flashcl_variant variant, int block_m, int block_n, int head_dim);
+/* Fills dev->tensor_cores, nv_major/minor and the note (and the
+ * architecture's usable local memory) for the context's device. */
+void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl_test_hooks *hooks);
+/* A kernel failed to build or launch here: plan without it from now on
+ * (this context only), with a WARN saying why. */
+void fcl_kernel_mark_broken(flashcl_context *ctx, const struct kernel_info *k, const char *why);
 
 /* ---- validate.c ---- */
 
-flashcl_status validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a);
+flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a);
+/* a * b into *out; true (and *out untouched) if it overflows size_t. */
+bool fcl_mul_overflows(size_t a, size_t b, size_t *out);
 
-/* ---- the context (device.c) ---- */
+/* ---- device.c: the context ---- */
+
+/* The environment, read once at context creation (never per call). */
+struct fcl_env {
+    char device[256];          /* FLASHCL_DEVICE */
+    bool portable;             /* FLASHCL_PORTABLE=1 */
+    char tuning[1024];         /* FLASHCL_TUNING; has_tuning when set, even to "" */
+    bool has_tuning;
+    char cache_dir[1024];      /* FLASHCL_CACHE_DIR */
+    bool has_cache_dir;
+    char build_options[256];   /* FLASHCL_BUILD_OPTIONS */
+    char kernels[512];         /* FLASHCL_KERNELS */
+    char user_cache[1024];     /* $XDG_CACHE_HOME/flashcl or ~/.cache/flashcl; "" if neither is set */
+};
 
 struct flashcl_context {
     cl_context cl_ctx;
     cl_device_id device;
-    char device_name[256];
-    cl_device_type device_type;
-    cl_ulong local_mem_size;
+    struct device_desc dev;
     cl_ulong max_alloc_size;
     size_t base_align_bytes;  /* sub-buffer origin alignment (at least 512) */
     cl_ulong global_mem_size;
-    size_t max_workgroup_size;
+    size_t param_local_mem;   /* params.local_mem_bytes */
+    size_t probed_local_mem;  /* from the tuning file; 0 if none */
+    size_t arch_local_mem;    /* known for the architecture (NVIDIA sm_80+); 0 if not */
+    char tensor_core_note[160];  /* why or why not */
 
-    int forced_block_m, forced_block_n;
-    int forced_mma_warps, forced_mma_m_tiles, forced_mma_block_n;
-    size_t param_local_mem;          /* params.local_mem_bytes */
-    size_t probed_local_mem;         /* from the tuning file; 0 if none */
-    size_t arch_local_mem;           /* known for the architecture (NVIDIA sm_80+); 0 if not */
-    enum flashcl_variant fma_variant; /* params.fma_variant: 0 automatic */
-    struct flashcl_tuned_config *tuned;
+    struct fcl_env env;
+    struct fcl_test_hooks hooks;
+    char extra_build_options[256];  /* FLASHCL_BUILD_OPTIONS */
+    struct kernel_override overrides[FCL_MAX_KERNELS];
+    atomic_bool broken[FCL_MAX_KERNELS];  /* failed to build or launch here */
+
+    struct tuned_entry *tuned;
     int n_tuned;
     char tuning_device[256], tuning_driver[128];
-    atomic_bool tensor_cores;    /* the tensor-core kernel may run here; cleared on its failure */
-    char tensor_core_note[160];  /* why or why not */
 
     flashcl_log_fn log;
     void *log_user;

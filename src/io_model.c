@@ -6,17 +6,17 @@
 flashcl_status flashcl_io_model(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int head_dim,
                                 size_t elem_bytes, int block_m, int block_n, struct flashcl_io_estimate *out)
 {
-    clear_error();
+    fcl_clear_error();
     if (!out)
-        return fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "out is NULL");
+        return fcl_fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "out is NULL");
     if (batch < 1 || heads_q < 1 || heads_kv < 1 || seq_q < 1 || seq_kv < 1 || head_dim < 1 || block_m < 1 ||
         block_n < 1 || heads_q % heads_kv != 0)
-        return fail(NULL, FLASHCL_ERROR_INVALID_SHAPE,
+        return fcl_fail(NULL, FLASHCL_ERROR_INVALID_SHAPE,
                     "io model: batch %d, heads %d/%d, seq %d/%d, head_dim %d, blocks %dx%d; all must be >= 1 "
                     "and heads_kv must divide heads_q", batch, heads_q, heads_kv, seq_q, seq_kv, head_dim,
                     block_m, block_n);
     if (elem_bytes != 2 && elem_bytes != 4)
-        return fail(NULL, FLASHCL_INVALID_VALUE, "io model: elem_bytes = %zu; must be 2 or 4", elem_bytes);
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "io model: elem_bytes = %zu; must be 2 or 4", elem_bytes);
 
     const double e = (double)elem_bytes, d = head_dim, nq = seq_q, nk = seq_kv;
     const double bh = (double)batch * heads_q;           /* query (batch, head) pairs */

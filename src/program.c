@@ -40,8 +40,8 @@ static void append_build_log(cl_program program, cl_device_id device)
         return;
     if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log, NULL) == CL_SUCCESS) {
         log[size] = '\0';
-        fail_append("\nbuild log:\n");
-        fail_append(log);
+        fcl_fail_append("\nbuild log:\n");
+        fcl_fail_append(log);
     }
     free(log);
 }
@@ -55,7 +55,7 @@ static void log_build_log(const flashcl_context *ctx, cl_program program)
     char *log = malloc(size + 1);
     if (log && clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, size, log, NULL) == CL_SUCCESS) {
         log[size] = '\0';
-        log_msg(ctx, FLASHCL_LOG_DEBUG, "build log: %.900s", log);
+        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "build log: %.900s", log);
     }
     free(log);
 }
@@ -84,14 +84,14 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     struct program_entry *p = calloc(1, sizeof(*p));
     if (!p || !(p->options = strdup(options))) {
         free(p);
-        return fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a program entry");
+        return fcl_fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a program entry");
     }
     p->source = source;
     cl_int err;
     const double start = now_ms();
-    p->program = cache_load(ctx, source, options);
+    p->program = fcl_cache_load(ctx, source, options);
     if (p->program) {
-        log_msg(ctx, FLASHCL_LOG_INFO, "loaded a program from the cache in %.0f ms", now_ms() - start);
+        fcl_log_msg(ctx, FLASHCL_LOG_INFO, "loaded a program from the cache in %.0f ms", now_ms() - start);
         p->next = ctx->programs;
         ctx->programs = p;
         *out = p;
@@ -100,28 +100,28 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     p->program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
     if (!p->program) {
         program_free(p);
-        return fail(ctx, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
+        return fcl_fail(ctx, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
     }
     err = clBuildProgram(p->program, 1, &ctx->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
-        flashcl_status st = fail(ctx, (flashcl_status)err, "building a program with \"%s\" on \"%s\" failed (%d)",
-                                 options, ctx->device_name, err);
+        flashcl_status st = fcl_fail(ctx, (flashcl_status)err, "building a program with \"%s\" on \"%s\" failed (%d)",
+                                 options, ctx->dev.name, err);
         append_build_log(p->program, ctx->device);
         program_free(p);
         return st;
     }
-    log_msg(ctx, FLASHCL_LOG_INFO, "built a program in %.0f ms", now_ms() - start);
-    log_msg(ctx, FLASHCL_LOG_DEBUG, "build options: %s", options);
+    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "built a program in %.0f ms", now_ms() - start);
+    fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "build options: %s", options);
     if (ctx->log && ctx->log_level >= FLASHCL_LOG_DEBUG)
         log_build_log(ctx, p->program);
-    cache_store(ctx, source, options, p->program);
+    fcl_cache_store(ctx, source, options, p->program);
     p->next = ctx->programs;
     ctx->programs = p;
     *out = p;
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
+flashcl_status fcl_program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
                                   const char *options, cl_kernel *out)
 {
     struct program_entry *p = NULL;
@@ -135,12 +135,12 @@ flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, cons
         }
     struct kernel_entry *k = calloc(1, sizeof(*k));
     if (!k)
-        return fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a kernel entry");
+        return fcl_fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a kernel entry");
     cl_int err;
     k->kernel = clCreateKernel(p->program, name, &err);
     if (!k->kernel) {
         free(k);
-        return fail(ctx, (flashcl_status)err, "clCreateKernel(%s) failed (%d)", name, err);
+        return fcl_fail(ctx, (flashcl_status)err, "clCreateKernel(%s) failed (%d)", name, err);
     }
     k->name = name;
     k->next = p->kernels;
@@ -149,7 +149,7 @@ flashcl_status program_get_kernel(flashcl_context *ctx, const char *source, cons
     return FLASHCL_SUCCESS;
 }
 
-void program_cache_free(flashcl_context *ctx)
+void fcl_program_cache_free(flashcl_context *ctx)
 {
     for (struct program_entry *p = ctx->programs, *next; p; p = next) {
         next = p->next;

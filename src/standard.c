@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -13,13 +14,12 @@
  * on sub-buffers of as many whole entries as stay under that limit. */
 #define CLBLAST_MAX_ELEMENTS ((size_t)1 << 31)
 
-/* The limit, lowered by FLASHCL_TEST_GEMM_LIMIT (elements) so the tests can
- * run the chunked path on small problems. */
-static size_t gemm_limit(void)
+/* The limit, lowered by a test hook so the tests can run the chunked path
+ * on small problems. */
+static size_t gemm_limit(const flashcl_context *ctx)
 {
-    const char *env = getenv("FLASHCL_TEST_GEMM_LIMIT");
-    const long long v = env ? atoll(env) : 0;
-    return v > 0 && (size_t)v < CLBLAST_MAX_ELEMENTS ? (size_t)v : CLBLAST_MAX_ELEMENTS;
+    const size_t v = ctx->hooks.gemm_limit;
+    return v > 0 && v < CLBLAST_MAX_ELEMENTS ? v : CLBLAST_MAX_ELEMENTS;
 }
 
 /* Workspace regions, in f32 elements: packed Q (reused for O once S exists),
@@ -39,14 +39,6 @@ static size_t round_up(size_t x, size_t to)
     return (x + to - 1) / to * to;
 }
 
-static bool mul_overflows(size_t a, size_t b, size_t *out)
-{
-    if (b && a > SIZE_MAX / b)
-        return true;
-    *out = a * b;
-    return false;
-}
-
 static flashcl_status plan_workspace(const flashcl_context *ctx, const struct flashcl_attention *a,
                                      struct workspace_plan *p)
 {
@@ -56,12 +48,12 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
     p->entries = (size_t)a->batch * (size_t)a->heads_kv;
     p->rows = group * nq;
     size_t q_e, kv_e, s_e, q_all, kv_all, s_all;
-    if (mul_overflows(p->rows, d, &q_e) || mul_overflows(nk, d, &kv_e) || mul_overflows(p->rows, nk, &s_e) ||
-        s_e > SIZE_MAX / 2 || mul_overflows(p->entries, round_up(q_e, align), &q_all) ||
-        mul_overflows(p->entries, round_up(kv_e, align), &kv_all) ||
-        mul_overflows(p->entries, round_up(s_e, align), &s_all) || s_all > SIZE_MAX / 8 || q_all > SIZE_MAX / 8 ||
+    if (fcl_mul_overflows(p->rows, d, &q_e) || fcl_mul_overflows(nk, d, &kv_e) || fcl_mul_overflows(p->rows, nk, &s_e) ||
+        s_e > SIZE_MAX / 2 || fcl_mul_overflows(p->entries, round_up(q_e, align), &q_all) ||
+        fcl_mul_overflows(p->entries, round_up(kv_e, align), &kv_all) ||
+        fcl_mul_overflows(p->entries, round_up(s_e, align), &s_all) || s_all > SIZE_MAX / 8 || q_all > SIZE_MAX / 8 ||
         kv_all > SIZE_MAX / 8)
-        return fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                     "the standard path's workspace for %zu x %zu scores per head overflows size_t", nq, nk);
     p->q_entry = round_up(q_e, align);
     p->kv_entry = round_up(kv_e, align);
@@ -73,7 +65,7 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
     p->elements = p->s + s_all;
     size_t largest = p->s_entry > p->q_entry ? p->s_entry : p->q_entry;
     largest = largest > p->kv_entry ? largest : p->kv_entry;
-    p->limit = gemm_limit();
+    p->limit = gemm_limit(ctx);
     p->chunk = largest < p->limit ? (p->limit - 1) / largest : 0;
     return FLASHCL_SUCCESS;
 }
@@ -81,10 +73,10 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
 flashcl_status flashcl_standard_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                size_t *bytes)
 {
-    clear_error();
+    fcl_clear_error();
     if (!ctx || !attn || !bytes)
-        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "bytes");
-    flashcl_status st = validate_attention(ctx, attn);
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "bytes");
+    flashcl_status st = fcl_validate_attention(ctx, attn);
     struct workspace_plan plan;
     if (st == FLASHCL_SUCCESS)
         st = plan_workspace(ctx, attn, &plan);
@@ -96,10 +88,10 @@ flashcl_status flashcl_standard_workspace_size(flashcl_context *ctx, const struc
 static flashcl_status check_fits(const flashcl_context *ctx, size_t bytes)
 {
     if (bytes > ctx->max_alloc_size || bytes > ctx->global_mem_size)
-        return fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                     "standard attention needs a %.2f GiB workspace (%zu bytes); \"%s\" allows %.2f GiB "
                     "in one allocation and has %.2f GiB in all",
-                    bytes / 1073741824.0, bytes, ctx->device_name, ctx->max_alloc_size / 1073741824.0,
+                    bytes / 1073741824.0, bytes, ctx->dev.name, ctx->max_alloc_size / 1073741824.0,
                     ctx->global_mem_size / 1073741824.0);
     return FLASHCL_SUCCESS;
 }
@@ -112,11 +104,11 @@ static flashcl_status check_workspace(const flashcl_context *ctx, cl_mem ws, siz
     if (err == CL_SUCCESS)
         err = clGetMemObjectInfo(ws, CL_MEM_CONTEXT, sizeof(ws_ctx), &ws_ctx, NULL);
     if (err != CL_SUCCESS)
-        return fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "workspace is not a valid cl_mem (%d)", err);
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "workspace is not a valid cl_mem (%d)", err);
     if (ws_ctx != ctx->cl_ctx)
-        return fail(ctx, FLASHCL_INVALID_CONTEXT, "workspace belongs to another cl_context");
+        return fcl_fail(ctx, FLASHCL_INVALID_CONTEXT, "workspace belongs to another cl_context");
     if (size < needed)
-        return fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS, "workspace holds %zu bytes; this call needs %zu", size,
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS, "workspace holds %zu bytes; this call needs %zu", size,
                     needed);
     return FLASHCL_SUCCESS;
 }
@@ -126,7 +118,7 @@ static flashcl_status check_in_order(const flashcl_context *ctx, cl_command_queu
     cl_command_queue_properties props = 0;
     clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof(props), &props, NULL);
     if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-        return fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE,
+        return fcl_fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE,
                     "the standard path needs an in-order queue (CLBlast's GEMMs rely on queue order)");
     return FLASHCL_SUCCESS;
 }
@@ -155,21 +147,13 @@ static cl_int set_repack_args(cl_kernel kernel, cl_uint first, const struct repa
     return err;
 }
 
-static cl_int set_view(cl_kernel kernel, cl_uint first, const flashcl_tensor *t, size_t esize)
-{
-    const cl_ulong v[4] = {t->offset / esize, t->stride_batch, t->stride_seq, t->stride_head};
-    cl_int err = clSetKernelArg(kernel, first, sizeof(cl_mem), &t->mem);
-    for (cl_uint i = 0; i < 4; i++)
-        err |= clSetKernelArg(kernel, first + 1 + i, sizeof(cl_ulong), &v[i]);
-    return err;
-}
-
 /* Enqueues pack of one tensor into the workspace at element offset dst_off. */
 static cl_int enqueue_pack(cl_command_queue queue, cl_kernel pack, const flashcl_tensor *t, size_t esize,
                            cl_mem ws, cl_ulong dst_off, cl_ulong entry, const struct repack_shape *r,
                            cl_uint n_wait, const cl_event *wait)
 {
-    cl_int err = set_view(pack, 0, t, esize);
+    cl_uint arg = 0;
+    cl_int err = fcl_set_view_args(pack, &arg, t, esize);
     err |= clSetKernelArg(pack, 5, sizeof(cl_mem), &ws);
     err |= clSetKernelArg(pack, 6, sizeof(cl_ulong), &dst_off);
     err |= clSetKernelArg(pack, 7, sizeof(cl_ulong), &entry);
@@ -182,9 +166,9 @@ static cl_int enqueue_pack(cl_command_queue queue, cl_kernel pack, const flashcl
 static flashcl_status clblast_failed(const flashcl_context *ctx, const char *what, CLBlastStatusCode code)
 {
     if (code == CLBlastOpenCLOutOfResources || code == CLBlastTempBufferAllocFailure)
-        return fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "CLBlast's %s ran out of device memory (%d)",
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "CLBlast's %s ran out of device memory (%d)",
                     what, (int)code);
-    return fail(ctx, FLASHCL_ERROR_CLBLAST, "CLBlast's %s failed with status %d", what, (int)code);
+    return fcl_fail(ctx, FLASHCL_ERROR_CLBLAST, "CLBlast's %s failed with status %d", what, (int)code);
 }
 
 enum gemm_kind {
@@ -235,7 +219,7 @@ static flashcl_status gemm_chunks(const flashcl_context *ctx, cl_command_queue q
                 clReleaseMemObject(s);
         }
         if (err != CL_SUCCESS)
-            return fail(ctx, (flashcl_status)err,
+            return fcl_fail(ctx, (flashcl_status)err,
                         "creating sub-buffers of the standard path's workspace failed (%d); a workspace over "
                         "2^31 floats must be a buffer, not itself a sub-buffer", err);
         if (code != CLBlastSuccess)
@@ -250,14 +234,17 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
                                        cl_uint n_wait, const cl_event *wait, cl_event *event)
 {
     char options[512];
-    snprintf(options, sizeof(options), "-cl-std=CL1.2 -DDTYPE=%d", dtype_define(a->q.dtype));
-    append_user_build_options(options, sizeof(options));
+    snprintf(options, sizeof(options), "-cl-std=CL1.2 -DDTYPE=%d", fcl_dtype_define(a->q.dtype));
+    if (ctx->extra_build_options[0]) {
+        const size_t used = strlen(options);
+        snprintf(options + used, sizeof(options) - used, " %s", ctx->extra_build_options);
+    }
     cl_kernel pack, unpack, softmax;
-    flashcl_status st = program_get_kernel(ctx, flashcl_source_standard_attention, "pack_rows", options, &pack);
+    flashcl_status st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "pack_rows", options, &pack);
     if (st == FLASHCL_SUCCESS)
-        st = program_get_kernel(ctx, flashcl_source_standard_attention, "unpack_rows", options, &unpack);
+        st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "unpack_rows", options, &unpack);
     if (st == FLASHCL_SUCCESS)
-        st = program_get_kernel(ctx, flashcl_source_standard_attention, "row_softmax", options, &softmax);
+        st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "row_softmax", options, &softmax);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -275,15 +262,15 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     if (err == CL_SUCCESS)
         err = enqueue_pack(queue, pack, &a->v, esize, ws, plan->v, plan->kv_entry, &rkv, n_wait, wait);
     if (err != CL_SUCCESS)
-        return fail(ctx, (flashcl_status)err, "enqueueing the standard path's packing failed (%d)", err);
+        return fcl_fail(ctx, (flashcl_status)err, "enqueueing the standard path's packing failed (%d)", err);
 
     /* S[e] (group·Nq × Nk) = scale · Q[e] · K[e]ᵀ, one batch entry per (batch, kv head). */
-    st = gemm_chunks(ctx, queue, ws, plan, GEMM_SCORES, effective_scale(a), (size_t)a->head_dim, nk);
+    st = gemm_chunks(ctx, queue, ws, plan, GEMM_SCORES, fcl_effective_scale(a), (size_t)a->head_dim, nk);
     if (st != FLASHCL_SUCCESS)
         return st;
 
     const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, heads_q = a->heads_q, grp = (cl_int)group;
-    const cl_int causal = a->causal ? 1 : 0, has_lse = a->lse.mem != NULL;
+    const cl_int causal = fcl_attention_mask(a) == FLASHCL_MASK_CAUSAL, has_lse = a->lse.mem != NULL;
     const cl_ulong s_off = plan->s, s_entry = plan->s_entry;
     const cl_ulong lse_v[4] = {a->lse.offset / sizeof(float), a->lse.stride_batch, a->lse.stride_seq,
                                a->lse.stride_head};
@@ -304,7 +291,7 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(queue, softmax, 1, NULL, &softmax_global, &softmax_local, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return fail(ctx, (flashcl_status)err, "enqueueing the row softmax failed (%d)", err);
+        return fcl_fail(ctx, (flashcl_status)err, "enqueueing the row softmax failed (%d)", err);
 
     /* O[e] (group·Nq × d) = P[e] · V[e], into the packed-Q region (Q is no longer needed). */
     st = gemm_chunks(ctx, queue, ws, plan, GEMM_OUTPUT, 1.0f, (size_t)a->head_dim, nk);
@@ -315,12 +302,13 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     err = clSetKernelArg(unpack, 0, sizeof(cl_mem), &ws);
     err |= clSetKernelArg(unpack, 1, sizeof(cl_ulong), &o_src);
     err |= clSetKernelArg(unpack, 2, sizeof(cl_ulong), &o_entry);
-    err |= set_view(unpack, 3, &a->o, esize);
+    cl_uint o_arg = 3;
+    err |= fcl_set_view_args(unpack, &o_arg, &a->o, esize);
     err |= set_repack_args(unpack, 8, &rq);
     if (err == CL_SUCCESS)
         err = enqueue_elementwise(queue, unpack, (size_t)rq.total, 0, NULL, event);
     if (err != CL_SUCCESS)
-        return fail(ctx, (flashcl_status)err, "enqueueing the standard path's output failed (%d)", err);
+        return fcl_fail(ctx, (flashcl_status)err, "enqueueing the standard path's output failed (%d)", err);
     return FLASHCL_SUCCESS;
 }
 
@@ -328,7 +316,7 @@ flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flash
                                         cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
                                         cl_event *event)
 {
-    flashcl_status st = check_call(ctx, attn, queue, num_wait_events, wait_list);
+    flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
     if (st == FLASHCL_SUCCESS)
         st = check_in_order(ctx, queue);
     struct workspace_plan plan;
@@ -340,7 +328,7 @@ flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flash
     /* The memory wall first, then CLBlast's own limit, then the allocation. */
     st = workspace ? check_workspace(ctx, workspace, bytes) : check_fits(ctx, bytes);
     if (st == FLASHCL_SUCCESS && plan.chunk == 0)
-        st = fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+        st = fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                   "one head group's scores (%zu x %d) reach %zu elements, past CLBlast's 32-bit indexing; "
                   "the flash path has no such limit", plan.rows, attn->seq_kv, plan.limit);
     cl_mem ws = workspace;
@@ -348,7 +336,7 @@ flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flash
         cl_int err;
         ws = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
         if (!ws)
-            st = fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+            st = fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                       "allocating the standard path's %.2f GiB workspace failed (%d)", bytes / 1073741824.0, err);
     }
     if (st != FLASHCL_SUCCESS)

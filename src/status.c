@@ -13,28 +13,28 @@ const char *flashcl_last_error(void)
     return last_error;
 }
 
-void clear_error(void)
+void fcl_clear_error(void)
 {
     last_error[0] = '\0';
 }
 
-flashcl_status fail(const flashcl_context *ctx, flashcl_status status, const char *fmt, ...)
+flashcl_status fcl_fail(const flashcl_context *ctx, flashcl_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof(last_error), fmt, ap);
     va_end(ap);
-    log_msg(ctx, FLASHCL_LOG_ERROR, "%s (%s)", last_error, flashcl_status_name(status));
+    fcl_log_msg(ctx, FLASHCL_LOG_ERROR, "%s (%s)", last_error, flashcl_status_name(status));
     return status;
 }
 
-void fail_append(const char *text)
+void fcl_fail_append(const char *text)
 {
     size_t used = strlen(last_error);
     snprintf(last_error + used, sizeof(last_error) - used, "%s", text);
 }
 
-void log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const char *fmt, ...)
+void fcl_log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const char *fmt, ...)
 {
     if (!ctx || !ctx->log || level > ctx->log_level)
         return;

@@ -41,3 +41,13 @@ flashcl_tensor flashcl_tensor_lse(cl_mem mem, size_t seq, size_t heads)
 {
     return flashcl_tensor_bhnd(mem, FLASHCL_F32, seq, heads, 1);
 }
+
+const char *flashcl_dtype_name(flashcl_dtype dtype)
+{
+    return dtype == FLASHCL_F32 ? "f32" : dtype == FLASHCL_F16 ? "f16" : dtype == FLASHCL_BF16 ? "bf16" : NULL;
+}
+
+const char *flashcl_version(void)
+{
+    return FLASHCL_VERSION_STRING;
+}

@@ -1,13 +1,17 @@
-/* The tuning file: per-device tile choices measured by flashcl-probe --tune,
+/* The tuning file: per-device shapes measured by flashcl-probe --tune,
  * loaded at context creation. A human-readable text file:
  *
- *     flashcl-tuning 1
- *     device=NVIDIA H200|driver=580.159.04|flashcl=0.1.0|kind=local_mem|bytes=232448
- *     device=...|driver=...|flashcl=...|kind=forward|variant=portable|dtype=f32|d=64|causal=0|block_m=64|block_n=48|ms=1.2
- *     device=...|kind=forward|variant=tensor-core|dtype=f16|d=128|causal=1|warps=4|m_tiles=2|block_n=64|ms=4.9
+ *     flashcl-tuning 2
+ *     device=NVIDIA H200|driver=580.159.04|flashcl=0.3.0|kind=local_mem|bytes=232448
+ *     device=...|driver=...|flashcl=...|kind=forward|kernel=portable|dtype=f32|d=64|mask=none|block_m=64|block_n=48|ms=1.2
+ *     device=...|kind=forward|kernel=tensor-core|dtype=f16|d=128|mask=causal|warps=4|m_tiles=2|block_n=64|ms=4.9
  *
- * Lines of another device, driver or flashcl version are skipped; anything
- * malformed makes the whole file ignored, with a WARN naming the line. */
+ * Each entry names a kernel of the table and gives every axis it has. Lines
+ * of another device are skipped; lines of this device measured with another
+ * driver or flashcl version are kept as fallbacks (used where no entry of
+ * this exact identity exists, with an INFO line saying so). Version-1 files
+ * (variant=, causal=0/1) read the same. Anything malformed makes the whole
+ * file ignored, with a WARN naming the line. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,64 +29,97 @@ static void sanitize(char *s)
             *s = '_';
 }
 
-void tuning_identity(flashcl_context *ctx)
+static void tuning_identity(flashcl_context *ctx)
 {
-    snprintf(ctx->tuning_device, sizeof(ctx->tuning_device), "%s", ctx->device_name);
-    clGetDeviceInfo(ctx->device, CL_DRIVER_VERSION, sizeof(ctx->tuning_driver), ctx->tuning_driver, NULL);
-    ctx->tuning_driver[sizeof(ctx->tuning_driver) - 1] = '\0';
+    snprintf(ctx->tuning_device, sizeof(ctx->tuning_device), "%s", ctx->dev.name);
+    snprintf(ctx->tuning_driver, sizeof(ctx->tuning_driver), "%s", ctx->dev.driver);
     sanitize(ctx->tuning_device);
     sanitize(ctx->tuning_driver);
 }
 
-static const char *dtype_word(flashcl_dtype t)
+static const char *mask_word(int mask)
 {
-    return t == FLASHCL_F32 ? "f32" : t == FLASHCL_F16 ? "f16" : t == FLASHCL_BF16 ? "bf16" : NULL;
+    return mask == FLASHCL_MASK_CAUSAL ? "causal" : "none";
 }
 
+flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, char *buf, size_t size)
+{
+    fcl_clear_error();
+    if (!c || !buf)
+        return fcl_fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", c ? "buf" : "config");
+    const struct kernel_info *k = fcl_kernel_by_variant(c->variant);
+    if (!k)
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.variant = %d is not a kernel", (int)c->variant);
+    struct kernel_shape shape;
+    fcl_config_to_shape(k, c, &shape);
+    size_t used = 0;
+    int n = snprintf(buf, size, "%s:", k->name);
+    for (int a = 0; a < AXIS_COUNT && n >= 0 && (size_t)n < size - used; a++) {
+        used += (size_t)n;
+        n = 0;
+        if (k->axes[a].lo)
+            n = snprintf(buf + used, size - used, "%s%s=%d", buf[used - 1] == ':' ? "" : ",", fcl_axis_name(a),
+                         shape.axis[a]);
+    }
+    if (n < 0 || (size_t)n >= size - used)
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "buffer of %zu bytes is too small", size);
+    return FLASHCL_SUCCESS;
+}
 
 flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct flashcl_tuned_config *c,
                                      size_t probed_local_mem, char *line, size_t size)
 {
-    clear_error();
+    fcl_clear_error();
     if (!ctx || !line)
-        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", ctx ? "line" : "ctx");
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", ctx ? "line" : "ctx");
     int n = snprintf(line, size, "device=%s|driver=%s|flashcl=%s|", ctx->tuning_device, ctx->tuning_driver,
                      FLASHCL_VERSION_STRING);
     if (n < 0 || (size_t)n >= size)
-        return fail(ctx, FLASHCL_INVALID_VALUE, "line buffer of %zu bytes is too small", size);
-    const size_t used = (size_t)n;
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "line buffer of %zu bytes is too small", size);
+    size_t used = (size_t)n;
     if (!c) {
         n = snprintf(line + used, size - used, "kind=local_mem|bytes=%zu", probed_local_mem);
     } else {
-        const char *v = flashcl_variant_name(c->variant), *t = dtype_word(c->dtype);
-        if (!v || !t || c->head_dim < 1 || c->head_dim > FLASHCL_MAX_HEAD_DIM)
-            return fail(ctx, FLASHCL_INVALID_VALUE, "config has variant %d, dtype %d, head_dim %d", (int)c->variant,
-                        (int)c->dtype, c->head_dim);
-        if (c->variant == FLASHCL_VARIANT_PORTABLE || c->variant == FLASHCL_VARIANT_REGISTER_TILED)
-            n = snprintf(line + used, size - used,
-                         "kind=forward|variant=%s|dtype=%s|d=%d|causal=%d|block_m=%d|block_n=%d|ms=%.4f", v, t,
-                         c->head_dim, c->causal ? 1 : 0, c->block_m, c->block_n, c->ms);
-        else
-            n = snprintf(line + used, size - used,
-                         "kind=forward|variant=%s|dtype=%s|d=%d|causal=%d|warps=%d|m_tiles=%d|block_n=%d|ms=%.4f", v,
-                         t, c->head_dim, c->causal ? 1 : 0, c->warps, c->m_tiles, c->block_n, c->ms);
+        const struct kernel_info *k = fcl_kernel_by_variant(c->variant);
+        const char *t = flashcl_dtype_name(c->dtype);
+        if (!k || !t || c->head_dim < 1 || c->head_dim > FLASHCL_MAX_HEAD_DIM)
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config has variant %d, dtype %d, head_dim %d",
+                            (int)c->variant, (int)c->dtype, c->head_dim);
+        struct kernel_shape shape;
+        fcl_config_to_shape(k, c, &shape);
+        n = snprintf(line + used, size - used, "kind=forward|kernel=%s|dtype=%s|d=%d|mask=%s", k->name, t,
+                     c->head_dim, mask_word(c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE));
+        for (int a = 0; a < AXIS_COUNT && n >= 0 && (size_t)n < size - used; a++) {
+            used += (size_t)n;
+            n = k->axes[a].lo ? snprintf(line + used, size - used, "|%s=%d", fcl_axis_name(a), shape.axis[a]) : 0;
+        }
+        if (n >= 0 && (size_t)n < size - used) {
+            used += (size_t)n;
+            n = snprintf(line + used, size - used, "|ms=%.4f", c->ms);
+        }
     }
     if (n < 0 || (size_t)n >= size - used)
-        return fail(ctx, FLASHCL_INVALID_VALUE, "line buffer of %zu bytes is too small", size);
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "line buffer of %zu bytes is too small", size);
     return FLASHCL_SUCCESS;
 }
 
+#define MAX_FIELDS 16
+
 /* Fields of one line, split in place. */
 struct fields {
-    char *key[16], *value[16];
+    char *key[MAX_FIELDS], *value[MAX_FIELDS];
+    bool used[MAX_FIELDS];
     int n;
 };
 
-static const char *field(const struct fields *f, const char *key)
+/* The value of `key`, marking it used; NULL if absent. */
+static const char *field(struct fields *f, const char *key)
 {
     for (int i = 0; i < f->n; i++)
-        if (strcmp(f->key[i], key) == 0)
+        if (strcmp(f->key[i], key) == 0) {
+            f->used[i] = true;
             return f->value[i];
+        }
     return NULL;
 }
 
@@ -98,82 +135,91 @@ static bool to_int(const char *s, int lo, int hi, int *out)
     return true;
 }
 
-/* Parses one entry line; returns a reason on failure. *mine is set when the
- * line is for this device, driver and version. */
-static const char *parse_line(const flashcl_context *ctx, char *line, bool *mine, bool *is_local_mem,
-                              size_t *local_mem, struct flashcl_tuned_config *c)
+/* What one line says. */
+struct line_entry {
+    enum { LINE_OTHER_DEVICE, LINE_LOCAL_MEM, LINE_FORWARD } kind;
+    bool fallback;  /* this device, another driver or flashcl version */
+    size_t local_mem;
+    struct tuned_entry entry;
+};
+
+/* Parses one entry line; returns a reason on failure. */
+static const char *parse_line(const flashcl_context *ctx, char *line, struct line_entry *out)
 {
-    struct fields f = {0};
+    struct fields f;
+    memset(&f, 0, sizeof(f));
     for (char *save = NULL, *tok = strtok_r(line, "|", &save); tok; tok = strtok_r(NULL, "|", &save)) {
         char *eq = strchr(tok, '=');
-        if (!eq || f.n == 16)
+        if (!eq || f.n == MAX_FIELDS)
             return "a field is not key=value";
         *eq = '\0';
         f.key[f.n] = tok;
         f.value[f.n++] = eq + 1;
     }
+    for (int i = 0; i < f.n; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(f.key[i], f.key[j]) == 0)
+                return "a repeated field";
     const char *device = field(&f, "device"), *driver = field(&f, "driver"), *version = field(&f, "flashcl");
     const char *kind = field(&f, "kind");
     if (!device || !driver || !version || !kind)
         return "device, driver, flashcl and kind are required";
-    *mine = strcmp(device, ctx->tuning_device) == 0 && strcmp(driver, ctx->tuning_driver) == 0 &&
-            strcmp(version, FLASHCL_VERSION_STRING) == 0;
-    int expected_fields;
+    memset(out, 0, sizeof(*out));
+    out->fallback = strcmp(driver, ctx->tuning_driver) != 0 || strcmp(version, FLASHCL_VERSION_STRING) != 0;
     if (strcmp(kind, "local_mem") == 0) {
         const char *bytes = field(&f, "bytes");
         char *end;
         const unsigned long long v = bytes ? strtoull(bytes, &end, 10) : 0;
         if (!bytes || *end || v == 0 || v > (1ull << 30))
             return "bytes must be 1..2^30";
-        *is_local_mem = true;
-        *local_mem = (size_t)v;
-        expected_fields = 5;
+        out->kind = LINE_LOCAL_MEM;
+        out->local_mem = (size_t)v;
     } else if (strcmp(kind, "forward") == 0) {
-        *is_local_mem = false;
-        memset(c, 0, sizeof(*c));
-        const char *variant = field(&f, "variant"), *dtype = field(&f, "dtype"), *ms = field(&f, "ms");
-        if (!variant || !dtype)
-            return "variant and dtype are required";
-        c->variant = (enum flashcl_variant)0;
-        for (int v = FLASHCL_VARIANT_PORTABLE; v <= FLASHCL_VARIANT_TF32; v++)
-            if (strcmp(variant, flashcl_variant_name((enum flashcl_variant)v)) == 0)
-                c->variant = (enum flashcl_variant)v;
-        c->dtype = strcmp(dtype, "f32") == 0    ? FLASHCL_F32
-                   : strcmp(dtype, "f16") == 0  ? FLASHCL_F16
-                   : strcmp(dtype, "bf16") == 0 ? FLASHCL_BF16
-                                                : (flashcl_dtype)0;
-        if (!c->variant || !c->dtype)
-            return "unknown variant or dtype";
-        if (!to_int(field(&f, "d"), 1, FLASHCL_MAX_HEAD_DIM, &c->head_dim) ||
-            !to_int(field(&f, "causal"), 0, 1, &c->causal) || !to_int(field(&f, "block_n"), 1, 256, &c->block_n))
-            return "d, causal or block_n out of range";
-        if (c->variant == FLASHCL_VARIANT_PORTABLE || c->variant == FLASHCL_VARIANT_REGISTER_TILED) {
-            if (!to_int(field(&f, "block_m"), 1, 256, &c->block_m))
-                return "block_m out of range";
-            if (c->variant == FLASHCL_VARIANT_REGISTER_TILED &&
-                (c->block_m % 16 != 0 || c->block_m > 128 || c->block_n % 16 != 0 || c->block_n > 128))
-                return "block_m or block_n out of range for the register-tiled kernel";
-            expected_fields = 11;
-        } else {
-            const int d_step = c->variant == FLASHCL_VARIANT_TF32 ? 8 : 16;
-            if (!to_int(field(&f, "warps"), 1, 8, &c->warps) || !to_int(field(&f, "m_tiles"), 1, 2, &c->m_tiles) ||
-                c->block_n % 16 != 0 || c->block_n > 128 || c->head_dim % d_step != 0 || c->head_dim > 128)
-                return "warps, m_tiles, block_n or d out of range for the tensor-core kernel";
-            expected_fields = 12;
+        struct tuned_entry *e = &out->entry;
+        out->kind = LINE_FORWARD;
+        const char *name = field(&f, "kernel");
+        if (!name)
+            name = field(&f, "variant");  /* version 1 */
+        const char *dtype = field(&f, "dtype"), *mask = field(&f, "mask"), *causal = field(&f, "causal");
+        const char *ms = field(&f, "ms");
+        if (!name || !dtype)
+            return "kernel and dtype are required";
+        e->kernel = fcl_kernel_by_name(name, strlen(name));
+        e->dtype = strcmp(dtype, "f32") == 0 ? FLASHCL_F32 : strcmp(dtype, "f16") == 0 ? FLASHCL_F16
+                   : strcmp(dtype, "bf16") == 0 ? FLASHCL_BF16 : (flashcl_dtype)0;
+        if (!e->kernel || !e->dtype || !(e->kernel->dtypes & DTYPE_BIT(e->dtype)))
+            return "unknown kernel or dtype, or a dtype the kernel does not run";
+        int causal_flag = 0;
+        if (mask && !causal && (strcmp(mask, "none") == 0 || strcmp(mask, "causal") == 0))
+            e->mask = strcmp(mask, "causal") == 0 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+        else if (!mask && to_int(causal, 0, 1, &causal_flag))
+            e->mask = causal_flag ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+        else
+            return "mask must be none or causal";
+        if (!to_int(field(&f, "d"), 1, e->kernel->head_dim_max, &e->head_dim) ||
+            e->head_dim % e->kernel->head_dim_step != 0)
+            return "d out of range for the kernel";
+        for (int a = 0; a < AXIS_COUNT; a++) {
+            if (!e->kernel->axes[a].lo)
+                continue;
+            if (!to_int(field(&f, fcl_axis_name(a)), 1, 1 << 20, &e->shape.axis[a]) ||
+                !fcl_axis_in_range(e->kernel, a, e->shape.axis[a]))
+                return "an axis of the kernel missing or out of range";
         }
         if (ms) {
             char *end;
-            c->ms = strtod(ms, &end);
+            e->ms = strtod(ms, &end);
             if (*end)
                 return "ms is not a number";
-        } else {
-            expected_fields--;
         }
     } else {
         return "kind must be local_mem or forward";
     }
-    if (f.n != expected_fields)
-        return "unknown or repeated fields";
+    for (int i = 0; i < f.n; i++)
+        if (!f.used[i])
+            return "an unknown field";
+    if (strcmp(device, ctx->tuning_device) != 0)
+        out->kind = LINE_OTHER_DEVICE;
     return NULL;
 }
 
@@ -185,25 +231,28 @@ static void tuning_clear(flashcl_context *ctx)
     ctx->probed_local_mem = 0;
 }
 
-void tuning_load(flashcl_context *ctx, const char *param_path)
+void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
 {
     tuning_identity(ctx);
-    const char *path = param_path ? param_path : getenv("FLASHCL_TUNING");
-    char fallback[1024];
+    char fallback[1100];
+    const char *path = param_path;
+    if (!path && ctx->env.has_tuning)
+        path = ctx->env.tuning;
     if (!path) {
-        if (!user_cache_path("tuning.txt", fallback, sizeof(fallback)))
+        if (!ctx->env.user_cache[0])
             return;
+        snprintf(fallback, sizeof(fallback), "%s/tuning.txt", ctx->env.user_cache);
         path = fallback;
     }
     if (!*path)
         return;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return;  /* no file: the sizing rule decides */
+        return;  /* no file: the built-in shapes and the sizing rule decide */
 
     char line[MAX_LINE + 2];
-    int line_no = 0, skipped = 0;
-    bool header = false;
+    int line_no = 0, others = 0, fallbacks = 0;
+    bool header = false, local_mem_exact = false;
     size_t total = 0;
     const char *why = NULL;
     while (!why && fgets(line, sizeof(line), f)) {
@@ -218,138 +267,75 @@ void tuning_load(flashcl_context *ctx, const char *param_path)
             why = "line too long";
             break;
         }
-        if (memchr(line, '\0', len) != NULL && strlen(line) != len) {
-            why = "binary data";
-            break;
-        }
         line[strcspn(line, "\r\n")] = '\0';
         if (line[0] == '#' || line[0] == '\0')
             continue;
         if (!header) {
-            if (strcmp(line, "flashcl-tuning 1") != 0)
-                why = "the first line must be \"flashcl-tuning 1\"";
+            if (strcmp(line, "flashcl-tuning 2") != 0 && strcmp(line, "flashcl-tuning 1") != 0)
+                why = "the first line must be \"flashcl-tuning 2\"";
             header = true;
             continue;
         }
-        bool mine = false, is_local_mem = false;
-        size_t local_mem = 0;
-        struct flashcl_tuned_config c;
-        why = parse_line(ctx, line, &mine, &is_local_mem, &local_mem, &c);
-        if (why || !mine) {
-            skipped += !why;
+        struct line_entry e;
+        why = parse_line(ctx, line, &e);
+        if (why)
+            break;
+        if (e.kind == LINE_OTHER_DEVICE) {
+            others++;
             continue;
         }
-        if (is_local_mem) {
-            ctx->probed_local_mem = local_mem;
-        } else {
-            struct flashcl_tuned_config *grown = realloc(ctx->tuned, (size_t)(ctx->n_tuned + 1) * sizeof(c));
-            if (!grown) {
-                why = "out of host memory";
-                break;
-            }
-            ctx->tuned = grown;
-            ctx->tuned[ctx->n_tuned++] = c;
+        fallbacks += e.fallback;
+        if (e.kind == LINE_LOCAL_MEM) {
+            /* An exact identity's probe wins over a fallback's. */
+            if (!e.fallback || !local_mem_exact)
+                ctx->probed_local_mem = e.local_mem;
+            local_mem_exact |= !e.fallback;
+            continue;
         }
+        struct tuned_entry *grown = realloc(ctx->tuned, (size_t)(ctx->n_tuned + 1) * sizeof(*grown));
+        if (!grown) {
+            why = "out of host memory";
+            break;
+        }
+        ctx->tuned = grown;
+        e.entry.fallback = e.fallback;
+        ctx->tuned[ctx->n_tuned++] = e.entry;
     }
     if (!why && ferror(f))
         why = "read error";
     if (!why && !header && line_no > 0)
-        why = "no \"flashcl-tuning 1\" header";
+        why = "no \"flashcl-tuning 2\" header";
     fclose(f);
     if (why) {
-        log_msg(ctx, FLASHCL_LOG_WARN, "tuning file %s line %d: %s; ignoring the file", path, line_no, why);
+        fcl_log_msg(ctx, FLASHCL_LOG_WARN, "tuning file %s line %d: %s; ignoring the file", path, line_no, why);
         tuning_clear(ctx);
         return;
     }
-    log_msg(ctx, FLASHCL_LOG_INFO, "tuning file %s: %d configuration(s) for this device, %d for others", path,
-            ctx->n_tuned, skipped);
+    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "tuning file %s: %d configuration(s) for this device, %d line(s) for others",
+                path, ctx->n_tuned, others);
+    if (fallbacks)
+        fcl_log_msg(ctx, FLASHCL_LOG_INFO, "tuning file %s: %d line(s) of this device were measured with another "
+                    "driver or flashcl version (not \"%s\", %s); they serve where no line of this one does",
+                    path, fallbacks, ctx->tuning_driver, FLASHCL_VERSION_STRING);
 }
 
-void tuning_free(flashcl_context *ctx)
+void fcl_tuning_free(flashcl_context *ctx)
 {
     tuning_clear(ctx);
 }
 
-const struct flashcl_tuned_config *tuning_find(const flashcl_context *ctx, enum flashcl_variant variant,
-                                               flashcl_dtype dtype, int head_dim, int causal)
+const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const struct kernel_info *k,
+                                          const struct problem *p)
 {
+    const struct tuned_entry *fallback = NULL;
     for (int i = ctx->n_tuned - 1; i >= 0; i--) {  /* the last line for a key wins */
-        const struct flashcl_tuned_config *c = &ctx->tuned[i];
-        if (c->variant == variant && c->dtype == dtype && c->head_dim == head_dim && c->causal == (causal ? 1 : 0))
-            return c;
+        const struct tuned_entry *e = &ctx->tuned[i];
+        if (e->kernel != k || e->dtype != p->dtype || e->head_dim != p->head_dim || e->mask != p->mask)
+            continue;
+        if (!e->fallback)
+            return e;
+        if (!fallback)
+            fallback = e;
     }
-    return NULL;
-}
-
-size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx)
-{
-    return ctx ? usable_local_mem(ctx) : 0;
-}
-
-size_t usable_local_mem(const flashcl_context *ctx)
-{
-    if (ctx->param_local_mem)
-        return ctx->param_local_mem;
-    if (ctx->probed_local_mem > ctx->local_mem_size)
-        return ctx->probed_local_mem;
-    if (ctx->arch_local_mem > ctx->local_mem_size)
-        return ctx->arch_local_mem;
-    return (size_t)ctx->local_mem_size;
-}
-
-/* Appends a candidate (counting it even past max, so callers can size). */
-static void add_candidate(struct flashcl_tuned_config *out, int max, int *count,
-                          const struct flashcl_tuned_config *c)
-{
-    if (out && *count < max)
-        out[*count] = *c;
-    (*count)++;
-}
-
-int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant, flashcl_dtype dtype,
-                              int head_dim, size_t local_mem_bytes, struct flashcl_tuned_config *out, int max)
-{
-    if (!ctx || head_dim < 1 || head_dim > FLASHCL_MAX_HEAD_DIM || flashcl_dtype_size(dtype) == 0)
-        return 0;
-    const size_t local = local_mem_bytes ? local_mem_bytes : usable_local_mem(ctx);
-    int count = 0;
-    if (variant == FLASHCL_VARIANT_PORTABLE) {
-        const int side = ctx->max_workgroup_size >= 256 ? 16 : 8;
-        const size_t bound = flashcl_block_size_bound(local, sizeof(float), (size_t)head_dim);
-        static const int sizes[] = {8, 16, 32, 48, 64, 96, 128};
-        for (int i = 0; i < 7; i++)
-            for (int j = 0; j < 7; j++) {
-                const int bm = sizes[i], bn = sizes[j];
-                if ((size_t)bm > bound || (size_t)bn > bound ||
-                    forward_local_bytes(bm, bn, head_dim, side) > local)
-                    continue;
-                const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, bm, bn, 0, 0, 0.0};
-                add_candidate(out, max, &count, &c);
-            }
-    } else if (variant == FLASHCL_VARIANT_REGISTER_TILED) {
-        if (head_dim % 4 != 0)
-            return 0;
-        for (int bm = 16; bm <= 128; bm += 16)
-            for (int bn = 16; bn <= 128; bn += 16) {
-                if (forward_tiled_local_bytes(bm, bn, head_dim) > local || (size_t)(4 * bm) > ctx->max_workgroup_size)
-                    continue;
-                const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, bm, bn, 0, 0, 0.0};
-                add_candidate(out, max, &count, &c);
-            }
-    } else if ((variant == FLASHCL_VARIANT_TENSOR_CORE && dtype != FLASHCL_F32 && head_dim % 16 == 0 &&
-                head_dim <= 128) ||
-               (variant == FLASHCL_VARIANT_TF32 && dtype == FLASHCL_F32 && head_dim % 8 == 0 && head_dim <= 128)) {
-        static const int warps[] = {4, 8}, tiles[] = {1, 2}, blocks[] = {32, 48, 64, 128};
-        for (int w = 0; w < 2; w++)
-            for (int t = 0; t < 2; t++)
-                for (int b = 0; b < 4; b++) {
-                    const size_t bytes = variant_mma_local_bytes(variant, 16 * tiles[t] * warps[w], blocks[b], head_dim);
-                    if (bytes > local)
-                        continue;
-                    const struct flashcl_tuned_config c = {variant, dtype, head_dim, 0, 16 * tiles[t] * warps[w],
-                                                           blocks[b], warps[w], tiles[t], 0.0};
-                    add_candidate(out, max, &count, &c);
-                }
-    }
-    return count;
+    return fallback;
 }

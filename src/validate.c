@@ -17,7 +17,7 @@ struct view {
     size_t begin, end; /* byte range in root */
 };
 
-static bool mul_overflows(size_t a, size_t b, size_t *out)
+bool fcl_mul_overflows(size_t a, size_t b, size_t *out)
 {
     if (b != 0 && a > SIZE_MAX / b)
         return true;
@@ -42,10 +42,10 @@ static flashcl_status check_shape(const flashcl_context *ctx, const struct flash
     };
     for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++)
         if (dims[i].value < 1 || dims[i].value > dims[i].max)
-            return fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.%s = %d; must be 1..%d", dims[i].name,
+            return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.%s = %d; must be 1..%d", dims[i].name,
                         dims[i].value, dims[i].max);
     if (a->heads_q % a->heads_kv != 0)
-        return fail(ctx, FLASHCL_ERROR_INVALID_SHAPE,
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE,
                     "attn.heads_q = %d is not a multiple of attn.heads_kv = %d", a->heads_q,
                     a->heads_kv);
     return FLASHCL_SUCCESS;
@@ -57,15 +57,15 @@ static flashcl_status check_dtypes(const flashcl_context *ctx, const struct flas
         {"q", &a->q}, {"k", &a->k}, {"v", &a->v}, {"o", &a->o}};
     for (size_t i = 0; i < 4; i++) {
         if (flashcl_dtype_size(in[i].t->dtype) == 0)
-            return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.%s.dtype = %d is not a flashcl_dtype",
+            return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.%s.dtype = %d is not a flashcl_dtype",
                         in[i].name, (int)in[i].t->dtype);
         if (in[i].t->dtype != a->q.dtype)
-            return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE,
+            return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE,
                         "attn.%s.dtype = %d differs from attn.q.dtype = %d", in[i].name,
                         (int)in[i].t->dtype, (int)a->q.dtype);
     }
     if (a->lse.mem && a->lse.dtype != FLASHCL_F32)
-        return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.lse.dtype = %d; LSE is FLASHCL_F32 (%d)",
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.lse.dtype = %d; LSE is FLASHCL_F32 (%d)",
                     (int)a->lse.dtype, (int)FLASHCL_F32);
     return FLASHCL_SUCCESS;
 }
@@ -82,13 +82,13 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v)
     if (err == CL_SUCCESS)
         err = clGetMemObjectInfo(t->mem, CL_MEM_CONTEXT, sizeof(mem_ctx), &mem_ctx, NULL);
     if (err != CL_SUCCESS)
-        return fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "attn.%s.mem is not a valid cl_mem (%d)", v->name,
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "attn.%s.mem is not a valid cl_mem (%d)", v->name,
                     err);
     if (mem_ctx != ctx->cl_ctx)
-        return fail(ctx, FLASHCL_INVALID_CONTEXT,
+        return fcl_fail(ctx, FLASHCL_INVALID_CONTEXT,
                     "attn.%s.mem belongs to another cl_context than the flashcl context's", v->name);
     if (t->offset % esize != 0)
-        return fail(ctx, FLASHCL_ERROR_MISALIGNED,
+        return fcl_fail(ctx, FLASHCL_ERROR_MISALIGNED,
                     "attn.%s.offset = %zu bytes is not a multiple of the element size %zu", v->name,
                     t->offset, esize);
 
@@ -97,16 +97,16 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v)
     size_t extent = v->dim;
     for (int i = 0; i < 3; i++) {
         size_t step;
-        if (mul_overflows(v->count[i] - 1, strides[i], &step) || add_overflows(extent, step, &extent))
-            return fail(ctx, FLASHCL_ERROR_OVERFLOW,
+        if (fcl_mul_overflows(v->count[i] - 1, strides[i], &step) || add_overflows(extent, step, &extent))
+            return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW,
                         "attn.%s's extent overflows size_t (strides %zu, %zu, %zu)", v->name,
                         t->stride_batch, t->stride_seq, t->stride_head);
     }
     size_t bytes, end;
-    if (mul_overflows(extent, esize, &bytes) || add_overflows(t->offset, bytes, &end))
-        return fail(ctx, FLASHCL_ERROR_OVERFLOW, "attn.%s's byte extent overflows size_t", v->name);
+    if (fcl_mul_overflows(extent, esize, &bytes) || add_overflows(t->offset, bytes, &end))
+        return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "attn.%s's byte extent overflows size_t", v->name);
     if (end > mem_size)
-        return fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS,
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS,
                     "attn.%s reaches byte %zu but its cl_mem holds %zu bytes (offset %zu, strides "
                     "%zu, %zu, %zu elements)", v->name, end, mem_size, t->offset, t->stride_batch,
                     t->stride_seq, t->stride_head);
@@ -142,7 +142,7 @@ static flashcl_status check_no_self_overlap(const flashcl_context *ctx, const st
         if (v->count[d] == 1)
             continue;
         if (strides[d] < inner)
-            return fail(ctx, FLASHCL_ERROR_ALIASING,
+            return fcl_fail(ctx, FLASHCL_ERROR_ALIASING,
                         "attn.%s's strides (%zu, %zu, %zu elements) make distinct elements overlap",
                         v->name, strides[0], strides[1], strides[2]);
         inner = strides[d] * (v->count[d] - 1) + inner;  /* no overflow: checked in check_view */
@@ -155,7 +155,7 @@ static bool views_overlap(const struct view *a, const struct view *b)
     return a->root == b->root && a->begin < b->end && b->begin < a->end;
 }
 
-flashcl_status validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a)
+flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a)
 {
     flashcl_status st = check_shape(ctx, a);
     if (st != FLASHCL_SUCCESS)
@@ -164,15 +164,25 @@ flashcl_status validate_attention(const flashcl_context *ctx, const struct flash
         {"q", a->q.mem}, {"k", a->k.mem}, {"v", a->v.mem}, {"o", a->o.mem}};
     for (size_t i = 0; i < 4; i++)
         if (!required[i].mem)
-            return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "attn.%s.mem is NULL", required[i].name);
+            return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "attn.%s.mem is NULL", required[i].name);
     st = check_dtypes(ctx, a);
     if (st != FLASHCL_SUCCESS)
         return st;
     if (!isfinite(a->scale))
-        return fail(ctx, FLASHCL_ERROR_INVALID_SCALE, "attn.scale = %g; must be finite", a->scale);
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SCALE, "attn.scale = %g; must be finite", a->scale);
     if (a->precision != FLASHCL_PRECISION_EXACT && a->precision != FLASHCL_PRECISION_TF32 &&
         a->precision != FLASHCL_PRECISION_TF32X3)
-        return fail(ctx, FLASHCL_INVALID_VALUE, "attn.precision = %d is not a flashcl_precision", (int)a->precision);
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.precision = %d is not a flashcl_precision", (int)a->precision);
+    if (a->mask != FLASHCL_MASK_NONE && a->mask != FLASHCL_MASK_CAUSAL)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.mask = %d is not a flashcl_mask", (int)a->mask);
+    if (a->causal && a->mask != FLASHCL_MASK_NONE && a->mask != FLASHCL_MASK_CAUSAL)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.causal = %d disagrees with attn.mask = %d", a->causal,
+                        (int)a->mask);
+    for (size_t i = 0; i < sizeof(a->reserved); i++)
+        if (a->reserved[i])
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE,
+                            "attn.reserved[%zu] is not zero (a field of a newer flashcl than %s?)", i,
+                            FLASHCL_VERSION_STRING);
 
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
@@ -195,7 +205,7 @@ flashcl_status validate_attention(const flashcl_context *ctx, const struct flash
             return st;
         for (int other = 0; other < n_views; other++)
             if (other != out && views_overlap(&views[out], &views[other]))
-                return fail(ctx, FLASHCL_ERROR_ALIASING, "attn.%s overlaps attn.%s in memory",
+                return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "attn.%s overlaps attn.%s in memory",
                             views[out].name, views[other].name);
     }
     return FLASHCL_SUCCESS;

@@ -49,6 +49,31 @@ flashcl_context *test_context_with_blocks(int block_m, int block_n)
     return ctx;
 }
 
+#define MAX_OPTIONED 8
+static struct {
+    char options[256];
+    flashcl_context *ctx;
+} optioned[MAX_OPTIONED];
+static int n_optioned;
+
+flashcl_context *test_context_with_options(const char *kernel_options)
+{
+    struct test_env *e = test_env_get();
+    for (int i = 0; i < n_optioned; i++)
+        if (strcmp(optioned[i].options, kernel_options) == 0)
+            return optioned[i].ctx;
+    ck_assert_int_lt(n_optioned, MAX_OPTIONED);
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    params.kernel_options = kernel_options;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
+    snprintf(optioned[n_optioned].options, sizeof(optioned[n_optioned].options), "%s", kernel_options);
+    optioned[n_optioned++].ctx = ctx;
+    return ctx;
+}
+
 int test_run_suite(Suite *s)
 {
     SRunner *runner = srunner_create(s);
@@ -60,6 +85,8 @@ int test_run_suite(Suite *s)
     srunner_free(runner);
     for (int i = 0; i < n_forced; i++)
         flashcl_context_destroy(&forced[i].ctx);
+    for (int i = 0; i < n_optioned; i++)
+        flashcl_context_destroy(&optioned[i].ctx);
     if (env.queue)
         clReleaseCommandQueue(env.queue);
     flashcl_context_destroy(&env.ctx);
@@ -263,7 +290,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     if (c->with_lse)
         a.lse = flashcl_tensor_lse(lse_mem, Nq, Hq);
     a.scale = c->scale;
-    a.causal = c->causal;
+    a.mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     a.precision = c->precision;
 
     struct flashcl_tile config;
@@ -330,6 +357,13 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         result->max_lse_err = max_lse_err;
         result->rel_l2_err = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
         result->variant = variant;
+        /* FNV-1a over the bytes of O and LSE as read back. */
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t x = 0; x < sizes[3] * esize; x++)
+            h = (h ^ out[x]) * 0x100000001b3ull;
+        for (size_t x = 0; c->with_lse && x < B * Hq * Nq * sizeof(float); x++)
+            h = (h ^ ((const unsigned char *)lse_host)[x]) * 0x100000001b3ull;
+        result->output_hash = h;
     }
 
     clReleaseMemObject(mem[0]);

@@ -41,6 +41,9 @@ struct test_env {
     cl_command_queue queue;
 };
 struct test_env *test_env_get(void);
+/* A context on the shared device with these kernel options (as
+ * params.kernel_options), cached per string; destroyed with the suite. */
+flashcl_context *test_context_with_options(const char *kernel_options);
 /* A second context forcing the tile (0 = automatic), cached per pair. */
 flashcl_context *test_context_with_blocks(int block_m, int block_n);
 /* Runs a Check suite without forking; returns the process exit code. */
@@ -71,6 +74,7 @@ struct case_result {
     double max_lse_err;     /* over LSE */
     double rel_l2_err;      /* ||O - ref|| / ||ref|| */
     enum flashcl_variant variant; /* the kernel that ran (flash path) */
+    uint64_t output_hash;   /* FNV-1a of O's and LSE's bytes: equal hashes for bit-identical outputs */
 };
 
 /* Tolerance for |O - ref| <= atol + rtol * |ref|, by storage dtype; the

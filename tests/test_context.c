@@ -148,23 +148,166 @@ START_TEST(log_callback)
 }
 END_TEST
 
+/* A forced 256x256 tile at d = 256 needs 1,067,008 bytes of local memory
+ * (the portable kernel's footprint): refused with 1,000,000 usable, run with
+ * 1,100,000. The usable local memory is set, so both branches run on every
+ * device (nothing is launched). */
 START_TEST(forced_tile_that_cannot_fit)
 {
-    /* 256x256 with d = 256 needs about 1 MB of local memory. */
-    flashcl_context *ctx = test_context_with_blocks(256, 256);
-    cl_ulong local = 0;
-    ck_assert_cl(clGetDeviceInfo(flashcl_context_device(ctx), CL_DEVICE_LOCAL_MEM_SIZE, sizeof(local),
-                                 &local, NULL));
-    struct flashcl_tile tile;
-    const flashcl_status st = flashcl_forward_tile(ctx, 256, FLASHCL_F32, &tile);
-    if (local < 1000000) {
-        ck_assert_int_eq(st, FLASHCL_ERROR_INVALID_CONFIG);
-        ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "256x256"));
-    } else {
-        ck_assert_int_eq(st, FLASHCL_SUCCESS);
-        ck_assert_int_eq(tile.block_m, 256);
-        ck_assert_uint_le(tile.local_bytes, local);
+    struct test_env *e = test_env_get();
+    const size_t locals[2] = {1000000, 1100000};
+    for (int i = 0; i < 2; i++) {
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.kernel_options = "register-tiled:off;portable:block_m=256,block_n=256";
+        p.local_mem_bytes = locals[i];
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+        struct flashcl_tile tile;
+        const flashcl_status st = flashcl_forward_tile(ctx, 256, FLASHCL_F32, &tile);
+        if (i == 0) {
+            ck_assert_int_eq(st, FLASHCL_ERROR_INVALID_CONFIG);
+            ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "256x256"));
+            ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "1067008"));
+        } else {
+            ck_assert_int_eq(st, FLASHCL_SUCCESS);
+            ck_assert_int_eq(tile.variant, FLASHCL_VARIANT_PORTABLE);
+            ck_assert_int_eq(tile.source, FLASHCL_TILE_FORCED);
+            ck_assert_int_eq(tile.block_m, 256);
+            ck_assert_uint_eq(tile.local_bytes, 1067008);
+        }
+        flashcl_context_destroy(&ctx);
     }
+}
+END_TEST
+
+/* kernel_options: what it accepts, what it refuses (naming the clause), and
+ * that the deprecated fields still mean what they did. */
+START_TEST(kernel_options)
+{
+    struct test_env *e = test_env_get();
+    const char *good[] = {"", ";", "portable:block_m=8", "tensor-core:off;tf32:warps=8,m_tiles=2,block_n=128;",
+                          "register-tiled:block_n=32,block_m=64;portable:off"};
+    const struct { const char *options, *message; } bad[] = {
+        {"portable", "no ':'"},
+        {"mystery:off", "\"mystery\" is not a kernel"},
+        {"portable:warps=4", "portable has no axis \"warps\""},
+        {"register-tiled:block_m=20", "register-tiled:block_m=20; must be 16..128 in steps of 16"},
+        {"tensor-core:block_n=16x", "tensor-core:block_n=16x"},
+        {"portable:block_m=0", "portable:block_m=0"},
+        {"tf32:fast", "neither axis=value nor off"},
+    };
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        flashcl_context *ctx = NULL;
+        p.kernel_options = good[i];
+        ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+        flashcl_context_destroy(&ctx);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        flashcl_context *ctx = NULL;
+        p.kernel_options = bad[i].options;
+        ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_ERROR_INVALID_CONFIG);
+        ck_assert_msg(strstr(flashcl_last_error(), bad[i].message) != NULL, "\"%s\": %s", bad[i].options,
+                      flashcl_last_error());
+        ck_assert_ptr_null(ctx);
+    }
+
+    /* Forced through the option, and through the deprecated fields. */
+    struct flashcl_tile t;
+    p.kernel_options = "register-tiled:off;portable:block_m=8,block_n=24";
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
+    ck_assert_int_eq(t.block_m, 8);
+    ck_assert_int_eq(t.block_n, 24);
+    flashcl_context_destroy(&ctx);
+    p.kernel_options = NULL;
+    p.block_m = 32;
+    p.block_n = 48;  /* a register-tiled tile */
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
+    ck_assert_int_eq(t.block_m, 32);
+    ck_assert_int_eq(t.block_n, 48);
+    flashcl_context_destroy(&ctx);
+    p.block_n = 40;  /* not a register-tiled size: the portable kernel runs it */
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_int_eq(t.block_n, 40);
+    flashcl_context_destroy(&ctx);
+    p.block_m = p.block_n = 0;
+    p.fma_variant = FLASHCL_VARIANT_PORTABLE;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
+/* The environment twin is read once, at creation: a malformed value is a
+ * WARN and ignored; changing it later changes nothing for that context. */
+struct warn_record {
+    int warnings;
+    char last[512];
+};
+
+static void record_warn(void *user, enum flashcl_log_level level, const char *message)
+{
+    struct warn_record *r = user;
+    if (level == FLASHCL_LOG_WARN) {
+        r->warnings++;
+        snprintf(r->last, sizeof(r->last), "%s", message);
+    }
+}
+
+START_TEST(kernel_options_environment)
+{
+    struct test_env *e = test_env_get();
+    struct warn_record rec = {0};
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.log = record_warn;
+    p.log_user = &rec;
+    flashcl_context *ctx = NULL;
+    setenv("FLASHCL_KERNELS", "portable:block_m=99x", 1);
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    ck_assert_int_eq(rec.warnings, 1);
+    ck_assert_ptr_nonnull(strstr(rec.last, "FLASHCL_KERNELS"));
+    flashcl_context_destroy(&ctx);
+
+    setenv("FLASHCL_KERNELS", "register-tiled:off;portable:block_m=4,block_n=4", 1);
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    unsetenv("FLASHCL_KERNELS");
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 32, FLASHCL_F32, &t));  /* after the unset */
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_int_eq(t.block_m, 4);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
+    flashcl_context_destroy(&ctx);
+    ck_assert_int_eq(rec.warnings, 1);
+}
+END_TEST
+
+/* Fields of a newer version in the reserved room are refused, not ignored. */
+START_TEST(reserved_must_be_zero)
+{
+    struct flashcl_context_params p = {0};
+    p.reserved[7] = 1;
+    flashcl_context *ctx = NULL;
+    ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "params.reserved"));
+    ck_assert_str_eq(flashcl_version(), FLASHCL_VERSION_STRING);
+    ck_assert_str_eq(flashcl_dtype_name(FLASHCL_BF16), "bf16");
+    ck_assert_ptr_null(flashcl_dtype_name((flashcl_dtype)9));
 }
 END_TEST
 
@@ -180,6 +323,9 @@ int main(void)
     tcase_add_test(tc, bad_params);
     tcase_add_test(tc, log_callback);
     tcase_add_test(tc, forced_tile_that_cannot_fit);
+    tcase_add_test(tc, kernel_options);
+    tcase_add_test(tc, kernel_options_environment);
+    tcase_add_test(tc, reserved_must_be_zero);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -1,6 +1,7 @@
 /* The IO model: the seed chapter's block-read count and the byte formulas,
  * checked against hand arithmetic. */
 #include "common.h"
+#include "flashcl_tools.h"
 
 START_TEST(seed_block_reads)
 {

@@ -16,7 +16,7 @@ assert r["roofline"]["standard_bytes"] > r["roofline"]["flash_bytes"] > 0, r["ro
 print("probe: usable local memory", p["usable_local_mem"], "bytes; copy", p["copy_gb_s"], "GB/s")
 PY
 "$probe" --tune --quick --n 128 --tokens 128 --hidden 64 --out "$dir/tuning.txt" 2>/dev/null
-head -1 "$dir/tuning.txt" | grep -qx "flashcl-tuning 1"
+head -1 "$dir/tuning.txt" | grep -qx "flashcl-tuning 2"
 configs=$(grep -c "kind=forward" "$dir/tuning.txt")
 [ "$configs" -ge 1 ]
 # The library reads them for this device, and the bench (which checks its

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "test_hooks.h"
 
 #define F32 FLASHCL_F32
 #define F16 FLASHCL_F16
@@ -91,7 +92,13 @@ static void pair_release(struct pair *p)
  * past 2^31 elements, forced here on small problems with a tiny limit. */
 START_TEST(chunked_gemms)
 {
-    setenv("FLASHCL_TEST_GEMM_LIMIT", "20000", 1);
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    const struct fcl_test_hooks hooks = {.gemm_limit = 20000};
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
     const struct test_case c[] = {
         {3, 50, 70, 8, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1, 1},   /* 6 entries of 4x50 rows */
         {2, 33, 65, 2, 2, 64, F16, 0, 0, LAYOUT_BHND, 1, 1},
@@ -99,10 +106,10 @@ START_TEST(chunked_gemms)
     for (int i = 0; i < 2; i++) {
         struct case_result r;
         rng_seed(20 + (uint64_t)i);
-        test_run_case(NULL, &c[i], &r);
+        test_run_case(ctx, &c[i], &r);
         printf("standard chunked case %d: max|err| %.2e\n", i, r.max_abs_err);
     }
-    unsetenv("FLASHCL_TEST_GEMM_LIMIT");
+    flashcl_context_destroy(&ctx);
 }
 END_TEST
 

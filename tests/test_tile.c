@@ -1,6 +1,7 @@
 /* The sizing rule's arithmetic (the seed chapter's figures) and the tile the
  * library picks from it on this device. */
 #include "common.h"
+#include "flashcl_tools.h"
 
 START_TEST(rule_reproduces_the_seed)
 {

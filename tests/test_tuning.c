@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "flashcl_tools.h"
+#include "internal.h"
 
 static char path[256];
 
@@ -39,7 +41,7 @@ static void write_one_entry(const struct flashcl_tuned_config *c)
 {
     char line[512], text[1024];
     ck_assert_flashcl_ok(flashcl_tuning_format(test_env_get()->ctx, c, 0, line, sizeof(line)));
-    snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
+    snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n", line);
     write_file(text);
 }
 
@@ -99,7 +101,7 @@ START_TEST(round_trip_and_used)
     struct flashcl_tuned_config tiled = {FLASHCL_VARIANT_REGISTER_TILED, FLASHCL_F32, 32, 1, 32, 48, 0, 0, 1.25};
     struct flashcl_tuned_config mma = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 64, 0, 0, 32, 8, 1, 0.25};
     char text[2048], line[512];
-    snprintf(text, sizeof(text), "# written by a test\nflashcl-tuning 1\n");
+    snprintf(text, sizeof(text), "# written by a test\nflashcl-tuning 2\n");
     const struct flashcl_tuned_config *entries[] = {&portable, &tiled, &mma};
     for (int i = 0; i < 3; i++) {
         line_for(entries[i], line, sizeof(line));
@@ -147,28 +149,84 @@ START_TEST(round_trip_and_used)
 }
 END_TEST
 
+struct info_log {
+    int fallback_lines;
+};
+
+static void record_info(void *user, enum flashcl_log_level level, const char *message)
+{
+    if (level == FLASHCL_LOG_INFO && strstr(message, "another driver or flashcl version"))
+        ((struct info_log *)user)->fallback_lines++;
+}
+
 /* The entries below are for d = 30, which runs on the portable kernel, so
- * using them would show as a tuned tile. */
-START_TEST(other_devices_and_versions_ignored)
+ * using them shows as a tuned tile. Another device's line is ignored; a line
+ * of this device measured with another driver or flashcl version serves as
+ * a fallback (with an INFO line), and loses to a line of this identity. */
+START_TEST(other_devices_ignored_other_versions_fall_back)
 {
     struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
-    char line[512], text[2048];
+    struct flashcl_tuned_config exact = portable;
+    exact.block_m = 3;
+    char line[512], exact_line[512], text[2048];
     line_for(&portable, line, sizeof(line));
+    line_for(&exact, exact_line, sizeof(exact_line));
     const char *fields[] = {"device=", "driver=", "flashcl="};
+    struct test_env *e = test_env_get();
     for (int i = 0; i < 3; i++) {
-        /* Change the value of one identity field. */
-        char changed[512];
-        snprintf(changed, sizeof(changed), "%s", line);
-        char *value = strstr(changed, fields[i]) + strlen(fields[i]);
-        value[0] = value[0] == 'X' ? 'Y' : 'X';
-        snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", changed);
-        write_file(text);
-        struct warn_log w = {0};
-        flashcl_context *ctx = context_with_file(&w, 0);
-        ck_assert_int_eq(w.warnings, 0);
-        ck_assert_int_eq(config_of(ctx, 30, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
-        flashcl_context_destroy(&ctx);
+        for (int with_exact = 0; with_exact < 2; with_exact++) {
+            /* Change the value of one identity field. */
+            char changed[512];
+            snprintf(changed, sizeof(changed), "%s", line);
+            char *value = strstr(changed, fields[i]) + strlen(fields[i]);
+            value[0] = value[0] == 'X' ? 'Y' : 'X';
+            snprintf(text, sizeof(text), "flashcl-tuning 2\n%s%s%s\n", with_exact ? exact_line : "",
+                     with_exact ? "\n" : "", changed);
+            write_file(text);
+            struct info_log info = {0};
+            struct flashcl_context_params p = {0};
+            p.context = e->cl;
+            p.device = e->device;
+            p.tuning_file = path;
+            p.log = record_info;
+            p.log_user = &info;
+            flashcl_context *ctx = NULL;
+            ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+            const struct flashcl_tile t = config_of(ctx, 30, FLASHCL_F32, 0);
+            if (i == 0) {
+                ck_assert_int_eq(info.fallback_lines, 0);
+                ck_assert_int_eq(t.source, with_exact ? FLASHCL_TILE_TUNED : FLASHCL_TILE_RULE);
+            } else {
+                ck_assert_int_eq(info.fallback_lines, 1);
+                ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
+                ck_assert_int_eq(t.block_m, with_exact ? 3 : 5);
+            }
+            flashcl_context_destroy(&ctx);
+        }
     }
+    unlink(path);
+}
+END_TEST
+
+/* Files of version 1 (variant=, causal=0/1) still read. */
+START_TEST(version_1_files_read)
+{
+    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.0};
+    char line[512], text[1024];
+    line_for(&portable, line, sizeof(line));
+    char *kind = strstr(line, "kind=");
+    ck_assert_ptr_nonnull(kind);
+    snprintf(kind, sizeof(line) - (size_t)(kind - line),
+             "kind=forward|variant=portable|dtype=f32|d=30|causal=1|block_m=5|block_n=7|ms=1.0");
+    snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
+    write_file(text);
+    struct warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, 0);
+    ck_assert_int_eq(w.warnings, 0);
+    const struct flashcl_tile t = config_of(ctx, 30, FLASHCL_F32, 1);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
+    ck_assert_int_eq(t.block_m, 5);
+    flashcl_context_destroy(&ctx);
     unlink(path);
 }
 END_TEST
@@ -183,18 +241,18 @@ START_TEST(malformed_files_ignored)
     long_line[sizeof(long_line) - 1] = '\0';
     char bad[8][3200];
     snprintf(bad[0], sizeof(bad[0]), "%s\n", good);                                   /* no header */
-    snprintf(bad[1], sizeof(bad[1]), "flashcl-tuning 2\n%s\n", good);                 /* unknown version */
-    snprintf(bad[2], sizeof(bad[2]), "flashcl-tuning 1\n%s\n%.40s\n", good, good);    /* truncated line */
-    snprintf(bad[3], sizeof(bad[3]), "flashcl-tuning 1\n%s|colour=blue\n", good);     /* unknown field */
-    snprintf(bad[4], sizeof(bad[4]), "flashcl-tuning 1\n%s\n", good);
+    snprintf(bad[1], sizeof(bad[1]), "flashcl-tuning 3\n%s\n", good);                 /* unknown version */
+    snprintf(bad[2], sizeof(bad[2]), "flashcl-tuning 2\n%s\n%.40s\n", good, good);    /* truncated line */
+    snprintf(bad[3], sizeof(bad[3]), "flashcl-tuning 2\n%s|colour=blue\n", good);     /* unknown field */
+    snprintf(bad[4], sizeof(bad[4]), "flashcl-tuning 2\n%s\n", good);
     char *bm = strstr(bad[4], "block_m=5");
     memcpy(bm, "block_m=0", 9);                                                       /* out of range */
-    snprintf(bad[5], sizeof(bad[5]), "flashcl-tuning 1\n%s\n%s\n", good, long_line);  /* line too long */
+    snprintf(bad[5], sizeof(bad[5]), "flashcl-tuning 2\n%s\n%s\n", good, long_line);  /* line too long */
     rng_seed(99);
     for (int i = 0; i < 3000; i++)                                                    /* random bytes */
         bad[6][i] = (char)(1 + (int)rng_uniform(0, 254));
     bad[6][2999] = '\0';
-    snprintf(bad[7], sizeof(bad[7]), "flashcl-tuning 1\n%s\nkind=forward\n", good);   /* missing identity */
+    snprintf(bad[7], sizeof(bad[7]), "flashcl-tuning 2\n%s\nkind=forward\n", good);   /* missing identity */
     for (int i = 0; i < 8; i++) {
         write_file(bad[i]);
         struct warn_log w = {0};
@@ -232,6 +290,7 @@ END_TEST
  * mma shape (0s: none) and the test's tuning file or none. */
 static flashcl_context *assumed_tensor_cores(size_t local_mem, int warps, int m_tiles, int block_n, int with_file)
 {
+    const int compute_capability = local_mem >= 232448 ? 90 : 80;  /* an H200's local memory, else an A100-class one */
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
     p.context = e->cl;
@@ -241,10 +300,10 @@ static flashcl_context *assumed_tensor_cores(size_t local_mem, int warps, int m_
     p.mma_m_tiles = m_tiles;
     p.mma_block_n = block_n;
     p.tuning_file = with_file ? path : "";
-    setenv("FLASHCL_TEST_ASSUME_TENSOR_CORES", "1", 1);
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true,
+                                         .assume_compute_capability = compute_capability};
     flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
-    unsetenv("FLASHCL_TEST_ASSUME_TENSOR_CORES");
+    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
     ck_assert(flashcl_context_has_tensor_cores(ctx, NULL));
     return ctx;
 }
@@ -265,13 +324,16 @@ static void check_mma_shape(struct flashcl_tile t, enum flashcl_tile_source sour
 START_TEST(tensor_core_shapes_must_fit)
 {
     const size_t h200 = 232448, a100 = 166912, small = 65536, tiny = 16384;
-    /* f16 d = 128: 8x1x128 (160 KB) without a mask, else 4x2x64 (96 KB), then 4x1x32, 4x1x16. */
+    /* f16 d = 128: 8x1x128 (160 KB) without a mask on sm_90, else 4x2x64 (96 KB), then 4x1x32, 4x1x16. */
     flashcl_context *ctx = assumed_tensor_cores(h200, 0, 0, 0, 0);
     struct flashcl_tile t = config_of(ctx, 128, FLASHCL_F16, 0);
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
     check_mma_shape(t, FLASHCL_TILE_DEFAULT, 8, 1, 128, h200);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
+    flashcl_context_destroy(&ctx);
+    ctx = assumed_tensor_cores(a100, 0, 0, 0, 0);  /* sm_80: the sm_90 shape is not its default */
+    check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);
     flashcl_context_destroy(&ctx);
     ctx = assumed_tensor_cores(small, 0, 0, 0, 0);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 1, 32, small);
@@ -321,31 +383,79 @@ START_TEST(tensor_core_shapes_must_fit)
 }
 END_TEST
 
-START_TEST(candidates_within_bound)
+/* Candidates fit the local memory they were asked for, more memory never
+ * gives fewer, and the footprint the table computes is what the built
+ * kernel declares (CL_KERNEL_LOCAL_MEM_SIZE), for the kernels this device
+ * can build: a few candidates each, through the same plan a call makes. */
+START_TEST(candidates_match_built_kernels)
 {
     struct test_env *e = test_env_get();
     static const int dims[] = {16, 64, 128, 256};
     static const size_t locals[] = {49152, 98304, 232448};
-    struct flashcl_tuned_config c[128];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 3; j++) {
-            const size_t bound = flashcl_block_size_bound(locals[j], 4, (size_t)dims[i]);
-            const int n = flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, dims[i], locals[j], c, 128);
-            ck_assert_int_gt(n, 0);
-            ck_assert_int_le(n, 128);
-            for (int k = 0; k < n; k++) {
-                ck_assert_uint_le((size_t)c[k].block_m, bound);
-                ck_assert_uint_le((size_t)c[k].block_n, bound);
-                ck_assert_int_eq(c[k].head_dim, dims[i]);
+    struct flashcl_tuned_config c[256];
+    const enum flashcl_variant variants[] = {FLASHCL_VARIANT_PORTABLE, FLASHCL_VARIANT_REGISTER_TILED,
+                                             FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_VARIANT_TF32};
+    const flashcl_dtype dtypes[] = {FLASHCL_F32, FLASHCL_F16, FLASHCL_F16, FLASHCL_F32};
+    for (int v = 0; v < 4; v++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 3; j++) {
+                const int n = flashcl_tuning_candidates(e->ctx, variants[v], dtypes[v], dims[i], locals[j], c, 256);
+                ck_assert_int_le(n, 256);
+                if (variants[v] == FLASHCL_VARIANT_PORTABLE)
+                    ck_assert_int_gt(n, 0);
+                else if (variants[v] == FLASHCL_VARIANT_REGISTER_TILED)  /* 16x16 at d = 256 needs 52 KB */
+                    ck_assert_int_eq(n == 0, dims[i] == 256 && locals[j] < 52224);
+                else if (dims[i] > 128)  /* past the tensor-core kernels' head dims */
+                    ck_assert_int_eq(n, 0);
+                else if (locals[j] >= 98304)
+                    ck_assert_int_gt(n, 0);
+                for (int k = 0; k < n; k++) {
+                    ck_assert_int_eq(c[k].head_dim, dims[i]);
+                    ck_assert_int_eq(c[k].variant, variants[v]);
+                }
+                if (j > 0)
+                    ck_assert_int_le(flashcl_tuning_candidates(e->ctx, variants[v], dtypes[v], dims[i], locals[j - 1],
+                                                               NULL, 0), n);
             }
-            const int m = flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, dims[i], locals[j], c, 128);
-            ck_assert_int_eq(m == 0, dims[i] > 128);
-            for (int k = 0; k < m; k++)
-                ck_assert_uint_le((size_t)(c[k].block_m + 4 * c[k].block_n) * (size_t)dims[i] * 2, locals[j]);
+
+    /* Built: every third candidate at d = 64 and 40 of the FMA kernels. */
+    const cl_ulong reported = e->ctx ? flashcl_context_local_mem_bytes(e->ctx) : 0;
+    int built = 0;
+    for (int v = 0; v < 2; v++) {
+        const int d = v == 0 ? 40 : 64;
+        const int n = flashcl_tuning_candidates(e->ctx, variants[v], FLASHCL_F32, d, reported, c, 256);
+        for (int k = 0; k < n; k += 3) {
+            char options[128];
+            ck_assert_flashcl_ok(flashcl_tuning_override(&c[k], options, sizeof(options)));
+            flashcl_context *ctx = test_context_with_options(options);
+            cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * (size_t)d * 4, NULL, NULL);
+            ck_assert_ptr_nonnull(mem);
+            const struct flashcl_attention a = shape(d, FLASHCL_F32, 0, mem);
+            struct problem p;
+            fcl_forward_problem(&a, &p);
+            struct plan plan;
+            ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
+            ck_assert_int_eq(plan.kernel->variant, variants[v]);
+            ck_assert_int_eq(plan.source, FLASHCL_TILE_FORCED);
+            cl_kernel kernel;
+            pthread_mutex_lock(&ctx->lock);
+            const flashcl_status st = fcl_program_get_kernel(ctx, plan.kernel->source, plan.kernel->entry,
+                                                             plan.options, &kernel);
+            pthread_mutex_unlock(&ctx->lock);
+            ck_assert_flashcl_ok(st);
+            cl_ulong declared = 0;
+            ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
+                                                  &declared, NULL));
+            ck_assert_msg(declared == plan.local_bytes, "%s: the kernel declares %llu bytes, the table says %zu",
+                          options, (unsigned long long)declared, plan.local_bytes);
+            clReleaseMemObject(mem);
+            built++;
+            /* Contexts are cached per option string; keep within the cache. */
+            if (built >= 6)
+                break;
         }
-    /* More local memory never gives fewer candidates. */
-    ck_assert_int_le(flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 128, 49152, NULL, 0),
-                     flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 128, 232448, NULL, 0));
+    }
+    ck_assert_int_ge(built, 2);
 }
 END_TEST
 
@@ -355,11 +465,12 @@ int main(void)
     TCase *tc = tcase_create("tuning file");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, round_trip_and_used);
-    tcase_add_test(tc, other_devices_and_versions_ignored);
+    tcase_add_test(tc, other_devices_ignored_other_versions_fall_back);
+    tcase_add_test(tc, version_1_files_read);
     tcase_add_test(tc, malformed_files_ignored);
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
-    tcase_add_test(tc, candidates_within_bound);
+    tcase_add_test(tc, candidates_match_built_kernels);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

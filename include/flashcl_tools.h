@@ -1,0 +1,100 @@
+/*
+ * flashcl_tools.h: what the bundled tools use besides the call API — the
+ * sizing rule, the tuning file's candidates and lines, the IO model. An
+ * application that only runs attention needs flashcl.h alone.
+ */
+#ifndef FLASHCL_TOOLS_H
+#define FLASHCL_TOOLS_H
+
+#include "flashcl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* The sizing rule                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The sizing rule: a tile holds about four B×d arrays (Q, K, V blocks and the
+ * output accumulator) of elem_bytes each, so
+ *     B <= local_mem_bytes / (4 · elem_bytes · head_dim),
+ * 16·B·d bytes for 4-byte floats. Returns that bound before any rounding to
+ * what a kernel supports (0 if an argument is 0). E.g. 196608 bytes, d = 128,
+ * 4-byte floats -> 96. */
+FLASHCL_API size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes,
+                                            size_t head_dim);
+
+/* ------------------------------------------------------------------------ */
+/* Tuning                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* One configuration of the tuning file: for (variant, dtype, head_dim,
+ * causal), the tile the library should use. */
+struct flashcl_tuned_config {
+    enum flashcl_variant variant;
+    flashcl_dtype dtype;
+    int head_dim;
+    int causal;
+    int block_m, block_n;  /* FMA kernels: the tile; tensor-core / TF32: block_n keys per block */
+    int warps, m_tiles;    /* tensor-core and TF32 only */
+    double ms;             /* what it measured (informational) */
+    unsigned char reserved[32];  /* zero */
+};
+
+/* Candidate configurations of a kernel for a dtype and head_dim (causal is
+ * left 0): every combination of the kernel's candidate values per axis (its
+ * table entry, docs/tuning.md) whose local memory fits local_mem_bytes (0:
+ * the context's usable local memory) and whose work-group the device can
+ * launch; none where the kernel does not run that dtype or head_dim.
+ * Writes up to max into out; returns how many exist. */
+FLASHCL_API int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant,
+                                          flashcl_dtype dtype, int head_dim, size_t local_mem_bytes,
+                                          struct flashcl_tuned_config *out, int max);
+
+/* The params.kernel_options clause that forces this configuration's kernel
+ * and shape, e.g. "tensor-core:warps=4,m_tiles=2,block_n=64". */
+FLASHCL_API flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *config, char *buf,
+                                                   size_t size);
+
+/* One line of the tuning file for this context's device, driver and
+ * flashcl version: a configuration, or (config NULL) the local memory the
+ * probe found usable. The file is "flashcl-tuning 2" then such lines
+ * (docs/tuning.md). */
+FLASHCL_API flashcl_status flashcl_tuning_format(const flashcl_context *ctx,
+                                                 const struct flashcl_tuned_config *config,
+                                                 size_t probed_local_mem, char *line, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* IO model                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Predicted device-memory traffic of one attention forward (all heads), and
+ * block-read counts for the two flash loop orders: K/V blocks outer (the
+ * first FlashAttention: each K/V block read once, each Q block once per K/V
+ * block) and Q blocks outer (FlashAttention-2: each Q block read once, each
+ * K/V block once per Q block). Standard attention writes S and P in f32. */
+struct flashcl_io_estimate {
+    double flops;                    /* 4·B·Hq·Nq·Nk·d (no causal halving) */
+    double standard_bytes;           /* Q, K read; S written, read; P written, read; V read; O written */
+    double flash_bytes;              /* Q blocks outer (what flashcl runs) */
+    double flash_kv_outer_bytes;     /* K/V blocks outer, O and (m, l) round-trip per K/V block */
+    unsigned long long q_block_reads_kv_outer;  /* Tc·Tr per (batch, head) */
+    unsigned long long q_block_reads_q_outer;   /* Tr */
+    unsigned long long kv_block_reads_kv_outer; /* Tc */
+    unsigned long long kv_block_reads_q_outer;  /* Tr·Tc */
+};
+
+/* elem_bytes: 4 for f32, 2 for f16/bf16. block_m rows of Q and block_n keys
+ * per block (Tr = ceil(seq_q / block_m), Tc = ceil(seq_kv / block_n)). The
+ * seed's example: seq 4096, blocks of 128 -> 32 x 32 = 1024 Q-block reads
+ * with K/V outer, against 32 with Q outer. */
+FLASHCL_API flashcl_status flashcl_io_model(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv,
+                                            int head_dim, size_t elem_bytes, int block_m, int block_n,
+                                            struct flashcl_io_estimate *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHCL_TOOLS_H */

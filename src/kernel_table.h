@@ -1,0 +1,146 @@
+/* The kernel table and the plan of one call.
+ *
+ * Every kernel flashcl can run is one `struct kernel_info` in src/kernels.c:
+ * what it computes, what it supports, its tunable axes, its built-in shapes,
+ * its local-memory footprint and its build options, side by side. The planner
+ * (src/planner.c) walks the table in order of preference and returns one
+ * `struct plan` per call; the forward, the config query, the tuning file, the
+ * candidates the probe times and the override parser all read the same table.
+ */
+#ifndef FLASHCL_KERNEL_TABLE_H
+#define FLASHCL_KERNEL_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "flashcl.h"
+
+/* What a kernel computes. */
+enum kernel_op {
+    OP_FORWARD = 1,
+};
+
+/* Tunable axes, shared by every kernel that has them. */
+enum axis {
+    AXIS_BLOCK_M,  /* query rows per work-group */
+    AXIS_BLOCK_N,  /* keys per streamed K/V block */
+    AXIS_WARPS,    /* warps per work-group (tensor-core kernels) */
+    AXIS_M_TILES,  /* 16-row mma tiles per warp */
+    AXIS_COUNT
+};
+
+struct kernel_shape {
+    int axis[AXIS_COUNT];  /* 0 for an axis the kernel does not have */
+};
+
+/* The device as read once at context creation. */
+struct device_desc {
+    char name[256];
+    char driver[128];
+    cl_device_type type;
+    size_t reported_local;    /* CL_DEVICE_LOCAL_MEM_SIZE */
+    size_t usable_local;      /* what a work-group may really declare (flashcl_context_local_mem_bytes) */
+    size_t max_workgroup;
+    bool tensor_cores;        /* NVIDIA sm_80+ with the inline-PTX probe built */
+    int nv_major, nv_minor;   /* NVIDIA compute capability; 0 elsewhere */
+};
+
+/* What the planner sees of one call. */
+struct problem {
+    enum kernel_op op;
+    flashcl_dtype dtype;
+    enum flashcl_precision precision;  /* f32 only */
+    int head_dim;
+    enum flashcl_mask mask;
+    bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
+};
+
+/* One valid range of an axis, and the values flashcl-probe --tune tries. */
+struct axis_spec {
+    int lo, hi, step;      /* lo == 0: the kernel has no such axis */
+    int candidates[8];     /* 0-terminated */
+};
+
+/* Architecture classes a built-in shape applies to. */
+enum arch_class {
+    ARCH_ANY = 0,
+    ARCH_NVIDIA_SM90 = 1,  /* compute capability 9.x */
+};
+
+/* A built-in shape and where it applies; a kernel lists them preferred first. */
+struct builtin_shape {
+    enum arch_class arch;
+    int head_dim_lo, head_dim_hi;  /* inclusive */
+    int mask;                      /* -1 any, else a flashcl_mask */
+    struct kernel_shape shape;
+};
+
+#define NEEDS_TENSOR_CORES 1u
+#define NEEDS_ROWS_16B 2u  /* cp.async copies 16-byte chunks */
+
+#define DTYPE_BIT(t) (1u << (t))
+#define PRECISION_BIT(p) (1u << (p))
+
+struct kernel_info {
+    const char *name;                /* logs, tuning file, overrides */
+    enum flashcl_variant variant;    /* the public id */
+    enum kernel_op op;
+    const char *source;              /* embedded OpenCL C */
+    const char *entry;               /* kernel function */
+    unsigned dtypes;                 /* DTYPE_BIT(...) */
+    unsigned f32_precisions;         /* PRECISION_BIT(...) an f32 call may ask for and get here */
+    int head_dim_step, head_dim_max;
+    unsigned needs;                  /* NEEDS_... */
+    struct axis_spec axes[AXIS_COUNT];
+    /* Built-in shapes, preferred first; the first that applies and fits wins. */
+    const struct builtin_shape *builtin;
+    int n_builtin;
+    /* The sizing rule, where there is one: a shape from the local memory,
+     * which `shrink` then reduces until it fits. rule_reported: the rule
+     * stays within the reported local memory (forced and tuned shapes may
+     * use what really works). */
+    void (*rule)(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out);
+    bool rule_reported;
+    /* Makes the shape smaller along an axis not in `fixed` (a bit per axis);
+     * false when it cannot. NULL: shapes are not shrunk. */
+    bool (*shrink)(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed);
+    /* Beyond the axes' ranges: whether the device can launch the shape. */
+    bool (*launchable)(const struct device_desc *dev, const struct kernel_shape *s);
+    /* Bytes of the __local arrays the kernel declares for this shape. */
+    size_t (*local_bytes)(const struct device_desc *dev, const struct kernel_shape *s, int head_dim);
+    /* Query rows per work-group and work-items per work-group. */
+    void (*geometry)(const struct device_desc *dev, const struct kernel_shape *s, int *block_m, int *workgroup);
+    /* The -D options that select the shape and the problem. */
+    void (*options)(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                    float scale_log2, char *buf, size_t size);
+};
+
+extern const struct kernel_info fcl_kernels[];
+extern const int fcl_kernel_count;
+
+/* The table entry of a public variant or a name; NULL if none. Its index
+ * through fcl_kernel_index. */
+const struct kernel_info *fcl_kernel_by_variant(enum flashcl_variant variant);
+const struct kernel_info *fcl_kernel_by_name(const char *name, size_t len);
+int fcl_kernel_index(const struct kernel_info *k);
+
+/* Axis names as the tuning file and the overrides write them. */
+const char *fcl_axis_name(enum axis a);
+int fcl_axis_by_name(const char *name, size_t len);  /* -1 if none */
+bool fcl_axis_in_range(const struct kernel_info *k, enum axis a, int value);
+
+/* A kernel's own constraints on a problem (dtype, precision, head_dim, views),
+ * not the device's; NULL if it runs it, else the reason. */
+const char *fcl_kernel_supports(const struct kernel_info *k, const struct problem *p);
+
+/* The plan of one kernel launch. */
+struct plan {
+    const struct kernel_info *kernel;
+    struct kernel_shape shape;
+    enum flashcl_tile_source source;
+    int block_m, block_n, workgroup;
+    size_t local_bytes;
+    char options[512];  /* build options, including the caller's extra ones */
+};
+
+#endif /* FLASHCL_KERNEL_TABLE_H */

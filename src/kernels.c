@@ -1,0 +1,323 @@
+/* The kernel table: every kernel flashcl runs, with what it supports, its
+ * axes and candidates, its built-in shapes, its local-memory footprint and
+ * its build options. Adding a kernel is a .cl file and an entry here.
+ *
+ * Each footprint function mirrors the __local arrays its .cl file declares;
+ * tests/test_tuning.c compares them with CL_KERNEL_LOCAL_MEM_SIZE of the
+ * built kernels. The kernels' #error lines are a second guard: every shape
+ * the axes and `launchable` admit passes them. Why each built-in shape is
+ * what it is: docs/perf.md and docs/tuning.md. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define M AXIS_BLOCK_M
+#define N AXIS_BLOCK_N
+#define W AXIS_WARPS
+#define T AXIS_M_TILES
+
+/* ---- portable: cl/flash_forward.cl, any device, any head_dim and tile ---- */
+
+#define PORTABLE_MAX_AUTO_BLOCK 128  /* past this the per-work-item register arrays only grow */
+
+/* The work-group is side x side work-items. */
+static int portable_side(const struct device_desc *dev)
+{
+    return dev->max_workgroup >= 256 ? 16 : 8;
+}
+
+static size_t portable_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+{
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
+    const size_t ldqk = d | 1;
+    const size_t floats = m * ldqk + n * ldqk + n * d + m * n + m * (size_t)portable_side(dev);
+    return floats * sizeof(float);
+}
+
+/* Rounds the rule's bound down to a block the kernel runs well: a multiple of
+ * the work-group's side when it is that large, else a power of two. */
+static int portable_round_block(size_t bound, int side)
+{
+    if (bound >= PORTABLE_MAX_AUTO_BLOCK)
+        return PORTABLE_MAX_AUTO_BLOCK;
+    if (bound >= (size_t)side)
+        return (int)(bound / (size_t)side) * side;
+    int b = 1;
+    while ((size_t)b * 2 <= bound)
+        b *= 2;
+    return b;
+}
+
+static void portable_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
+{
+    const size_t bound = flashcl_block_size_bound(dev->reported_local, sizeof(float), (size_t)p->head_dim);
+    const int block = portable_round_block(bound, portable_side(dev));
+    out->axis[M] = out->axis[N] = block;
+}
+
+/* The rule is approximate (the kernel also keeps a P block): the larger
+ * free side shrinks by a work-group side, or halves below it. */
+static bool portable_shrink(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed)
+{
+    const int side = portable_side(dev);
+    const bool can_m = !(fixed & (1u << M)) && s->axis[M] > 1;
+    const bool can_n = !(fixed & (1u << N)) && s->axis[N] > 1;
+    if (!can_m && !can_n)
+        return false;
+    int *axis = can_m && (s->axis[M] >= s->axis[N] || !can_n) ? &s->axis[M] : &s->axis[N];
+    *axis = *axis > side ? *axis - side : *axis / 2;
+    return true;
+}
+
+static void portable_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
+                              int *workgroup)
+{
+    *block_m = s->axis[M];
+    *workgroup = portable_side(dev) * portable_side(dev);
+}
+
+static void portable_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                             float scale_log2, char *buf, size_t size)
+{
+    const int side = portable_side(dev);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d -DCAUSAL=%d -DTM=%d -DTN=%d",
+             p->head_dim, s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->mask == FLASHCL_MASK_CAUSAL,
+             side, side);
+}
+
+/* ---- register-tiled: cl/flash_forward_tiled.cl, 4 query rows a work-item ---- */
+
+static size_t tiled_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+{
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
+    const size_t floats = m * (d + 4) + 2 * n * (d + 4) + n * (m + 4) + 16 * m;
+    return floats * sizeof(float);
+}
+
+/* The sizing rule on the usable local memory, rounded down to a multiple of
+ * 16, capped at 64 rows (32 when causal past d = 64) and 32 keys: the
+ * fastest shapes measured (docs/perf.md, v0.4). */
+static void tiled_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
+{
+    const size_t bound = flashcl_block_size_bound(dev->usable_local, sizeof(float), (size_t)p->head_dim);
+    const int rows = p->mask == FLASHCL_MASK_CAUSAL && p->head_dim > 64 ? 32 : 64;
+    int block_m = bound >= (size_t)rows ? rows : (int)(bound / 16) * 16;
+    int block_n = block_m < 32 ? block_m : 32;
+    if (block_m < 16)
+        block_m = block_n = 16;
+    out->axis[M] = block_m;
+    out->axis[N] = block_n;
+}
+
+static bool tiled_shrink(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed)
+{
+    const bool can_n = !(fixed & (1u << N)) && s->axis[N] > 16;
+    const bool can_m = !(fixed & (1u << M)) && s->axis[M] > 16;
+    if (can_n && (s->axis[N] >= s->axis[M] / 2 || !can_m))
+        s->axis[N] -= 16;
+    else if (can_m)
+        s->axis[M] -= 16;
+    else
+        return false;
+    return true;
+}
+
+static bool tiled_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+{
+    return (size_t)(4 * s->axis[M]) <= dev->max_workgroup;
+}
+
+static void tiled_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m, int *workgroup)
+{
+    *block_m = s->axis[M];
+    *workgroup = 4 * s->axis[M];
+}
+
+static void tiled_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                          float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d -DCAUSAL=%d", p->head_dim, s->axis[M],
+             s->axis[N], fcl_dtype_define(p->dtype), p->mask == FLASHCL_MASK_CAUSAL);
+}
+
+/* ---- tensor cores: cl/flash_forward_mma.cl (f16/bf16), cl/flash_forward_tf32.cl ---- */
+
+static void mma_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m, int *workgroup)
+{
+    *block_m = 16 * s->axis[T] * s->axis[W];
+    *workgroup = 32 * s->axis[W];
+}
+
+static bool mma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+{
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup;
+}
+
+/* Q, and K and V twice (double-buffered), in 2-byte elements. */
+static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+{
+    const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N];
+    return (m + 4 * n) * (size_t)head_dim * 2;
+}
+
+/* The softmax finds the row extreme on raw scores: the smallest one when the scale is negative. */
+static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                        float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size, "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d -DNEGATIVE_SCALE=%d -DDTYPE=%d",
+             p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->mask == FLASHCL_MASK_CAUSAL, scale_log2 < 0.0f,
+             fcl_dtype_define(p->dtype));
+}
+
+static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+{
+    const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N], d = (size_t)head_dim;
+    return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float);
+}
+
+static void tf32_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                         float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size, "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d -DNEGATIVE_SCALE=%d -DPASSES=%d",
+             p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->mask == FLASHCL_MASK_CAUSAL, scale_log2 < 0.0f,
+             p->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1);
+}
+
+#define SHAPE(w, t, n) {.axis = {[W] = (w), [T] = (t), [N] = (n)}}
+
+/* f16/bf16, preferred first (sweeps on the H200, docs/perf.md v0.5): 8 x 1 x
+ * 128 for non-causal d = 128 on sm_90, 4 x 2 x 64 elsewhere; smaller shapes
+ * for devices whose local memory those do not fit. */
+static const struct builtin_shape mma_builtin[] = {
+    {ARCH_NVIDIA_SM90, 128, 128, FLASHCL_MASK_NONE, SHAPE(8, 1, 128)},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64)},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32)},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
+};
+
+/* TF32 (H200 sweep, docs/perf.md v0.5): 8 x 2 x 32 past d = 64, 4 x 2 x 64 up to it. */
+static const struct builtin_shape tf32_builtin[] = {
+    {ARCH_ANY, 65, 256, -1, SHAPE(8, 2, 32)},
+    {ARCH_ANY, 1, 64, -1, SHAPE(4, 2, 64)},
+    {ARCH_ANY, 65, 256, -1, SHAPE(4, 2, 32)},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32)},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
+};
+
+#define MMA_AXES                                                                                                   \
+    [W] = {1, 8, 1, {4, 8}}, [T] = {1, 2, 1, {1, 2}}, [N] = {16, 128, 16, {32, 48, 64, 128}}
+
+/* In order of preference: the planner takes the first that runs a call. */
+const struct kernel_info fcl_kernels[] = {
+    {
+        .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,
+        .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
+        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .head_dim_step = 16, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .axes = {MMA_AXES},
+        .builtin = mma_builtin, .n_builtin = sizeof(mma_builtin) / sizeof(mma_builtin[0]),
+        .launchable = mma_launchable, .local_bytes = mma_local_bytes, .geometry = mma_geometry,
+        .options = mma_options,
+    },
+    {
+        .name = "tf32", .variant = FLASHCL_VARIANT_TF32, .op = OP_FORWARD,
+        .source = flashcl_source_flash_forward_tf32, .entry = "flash_forward_tf32",
+        .dtypes = DTYPE_BIT(FLASHCL_F32),
+        .f32_precisions = PRECISION_BIT(FLASHCL_PRECISION_TF32) | PRECISION_BIT(FLASHCL_PRECISION_TF32X3),
+        .head_dim_step = 8, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .axes = {MMA_AXES},
+        .builtin = tf32_builtin, .n_builtin = sizeof(tf32_builtin) / sizeof(tf32_builtin[0]),
+        .launchable = mma_launchable, .local_bytes = tf32_local_bytes, .geometry = mma_geometry,
+        .options = tf32_options,
+    },
+    {
+        .name = "register-tiled", .variant = FLASHCL_VARIANT_REGISTER_TILED, .op = OP_FORWARD,
+        .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
+        .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .f32_precisions = ~0u,
+        .head_dim_step = 4, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
+        .axes = {[M] = {16, 128, 16, {16, 32, 48, 64, 80, 96, 112, 128}},
+                 [N] = {16, 128, 16, {16, 32, 48, 64, 80, 96, 112, 128}}},
+        .rule = tiled_rule, .shrink = tiled_shrink,
+        .launchable = tiled_launchable, .local_bytes = tiled_local_bytes, .geometry = tiled_geometry,
+        .options = tiled_options,
+    },
+    {
+        .name = "portable", .variant = FLASHCL_VARIANT_PORTABLE, .op = OP_FORWARD,
+        .source = flashcl_source_flash_forward, .entry = "flash_forward",
+        .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .f32_precisions = ~0u,
+        .head_dim_step = 1, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
+        .axes = {[M] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}, [N] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}},
+        .rule = portable_rule, .rule_reported = true, .shrink = portable_shrink,
+        .local_bytes = portable_local_bytes, .geometry = portable_geometry, .options = portable_options,
+    },
+};
+const int fcl_kernel_count = sizeof(fcl_kernels) / sizeof(fcl_kernels[0]);
+
+static const char *const axis_names[AXIS_COUNT] = {
+    [AXIS_BLOCK_M] = "block_m", [AXIS_BLOCK_N] = "block_n", [AXIS_WARPS] = "warps", [AXIS_M_TILES] = "m_tiles"};
+
+const char *fcl_axis_name(enum axis a)
+{
+    return a >= 0 && a < AXIS_COUNT ? axis_names[a] : NULL;
+}
+
+int fcl_axis_by_name(const char *name, size_t len)
+{
+    for (int a = 0; a < AXIS_COUNT; a++)
+        if (strlen(axis_names[a]) == len && strncmp(axis_names[a], name, len) == 0)
+            return a;
+    return -1;
+}
+
+bool fcl_axis_in_range(const struct kernel_info *k, enum axis a, int value)
+{
+    const struct axis_spec *s = &k->axes[a];
+    return s->lo > 0 && value >= s->lo && value <= s->hi && (value - s->lo) % s->step == 0;
+}
+
+const struct kernel_info *fcl_kernel_by_variant(enum flashcl_variant variant)
+{
+    for (int i = 0; i < fcl_kernel_count; i++)
+        if (fcl_kernels[i].variant == variant)
+            return &fcl_kernels[i];
+    return NULL;
+}
+
+const struct kernel_info *fcl_kernel_by_name(const char *name, size_t len)
+{
+    for (int i = 0; i < fcl_kernel_count; i++)
+        if (strlen(fcl_kernels[i].name) == len && strncmp(fcl_kernels[i].name, name, len) == 0)
+            return &fcl_kernels[i];
+    return NULL;
+}
+
+int fcl_kernel_index(const struct kernel_info *k)
+{
+    return (int)(k - fcl_kernels);
+}
+
+const char *flashcl_variant_name(enum flashcl_variant variant)
+{
+    const struct kernel_info *k = fcl_kernel_by_variant(variant);
+    return k ? k->name : NULL;
+}
+
+const char *fcl_kernel_supports(const struct kernel_info *k, const struct problem *p)
+{
+    if (k->op != p->op)
+        return "another operation";
+    if (!(k->dtypes & DTYPE_BIT(p->dtype)))
+        return "dtype";
+    if (p->dtype == FLASHCL_F32 && !(k->f32_precisions & PRECISION_BIT(p->precision)))
+        return "precision";
+    if (p->head_dim % k->head_dim_step != 0 || p->head_dim > k->head_dim_max)
+        return "head_dim";
+    if ((k->needs & NEEDS_ROWS_16B) && !p->rows_16b)
+        return "views whose rows do not start on 16 bytes";
+    return NULL;
+}

@@ -1,0 +1,146 @@
+/* NVIDIA specifics read once at context creation: the compute capability,
+ * whether the inline PTX the tensor-core kernels use builds, and the local
+ * memory a work-group may really declare. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* cl_nv_device_attribute_query */
+#define DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+
+/* The instructions the tensor-core kernel uses, in the smallest kernel that
+ * uses them all: if this builds, the compiler takes the inline PTX. */
+static const char probe_source[] =
+    "__kernel void probe(__global const ushort *src, __global float *dst)\n"
+    "{\n"
+    "    __local uint4 tile[32] __attribute__((aligned(16)));\n"
+    "    const uint lane = get_local_id(0);\n"
+    "    const uint addr = (uint)(size_t)&tile[lane];\n"
+    "    __asm__ volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(addr), \"l\"(src + 8 * lane) : \"memory\");\n"
+    "    __asm__ volatile(\"cp.async.commit_group;\" ::: \"memory\");\n"
+    "    __asm__ volatile(\"cp.async.wait_group 0;\" ::: \"memory\");\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    uint a[4], b[4];\n"
+    "    __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\"\n"
+    "                     : \"=r\"(a[0]), \"=r\"(a[1]), \"=r\"(a[2]), \"=r\"(a[3]) : \"r\"(addr) : \"memory\");\n"
+    "    __asm__ volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\"\n"
+    "                     : \"=r\"(b[0]), \"=r\"(b[1]), \"=r\"(b[2]), \"=r\"(b[3]) : \"r\"(addr) : \"memory\");\n"
+    "    float c[4] = {0, 0, 0, 0};\n"
+    "    __asm__ volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "                     : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+    "    __asm__ volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "                     : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[2]), \"r\"(b[3]));\n"
+    "    uint tf[2];\n"
+    "    __asm__(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(tf[0]) : \"f\"(c[0]));\n"
+    "    __asm__(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(tf[1]) : \"f\"(c[1]));\n"
+    "    __asm__ volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+    "                     : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "                     : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(tf[0]), \"r\"(tf[1]));\n"
+    "    uint packed;\n"
+    "    __asm__(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(packed) : \"f\"(c[1]), \"f\"(c[0]));\n"
+    "    __asm__(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(packed) : \"f\"(c[3]), \"f\"(packed ? c[2] : 0.0f));\n"
+    "    float r;\n"
+    "    __asm__ volatile(\"shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;\" : \"=f\"(r) : \"f\"(c[2]), \"r\"(1));\n"
+    "    dst[lane] = r + (float)packed;\n"
+    "}\n";
+
+/* Shared memory one block may use on NVIDIA GPUs (CUDA's per-block opt-in
+ * maximum). NVIDIA's OpenCL reports 48 KB, but static __local arrays up to
+ * this size build and run (227 KB seen on an H200: docs/perf.md). */
+static size_t nvidia_local_mem(cl_uint major, cl_uint minor)
+{
+    if (major == 9 && minor == 0)
+        return 232448;  /* sm_90: 227 KB */
+    if (major == 8 && (minor == 0 || minor == 7))
+        return 166912;  /* sm_80, sm_87: 163 KB */
+    return 101376;      /* sm_86, sm_89 and, conservatively, later ones: 99 KB */
+}
+
+static bool has_extension(cl_device_id device, const char *name)
+{
+    size_t size = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || size == 0)
+        return false;
+    char *ext = malloc(size + 1);
+    if (!ext)
+        return false;
+    bool found = false;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, ext, NULL) == CL_SUCCESS) {
+        ext[size] = '\0';
+        const size_t n = strlen(name);
+        for (const char *p = strstr(ext, name); p && !found; p = strstr(p + 1, name))
+            found = (p == ext || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0');
+    }
+    free(ext);
+    return found;
+}
+
+void fcl_kernel_mark_broken(flashcl_context *ctx, const struct kernel_info *k, const char *why)
+{
+    if (!atomic_exchange(&ctx->broken[fcl_kernel_index(k)], true))
+        fcl_log_msg(ctx, FLASHCL_LOG_WARN, "kernel %s off for this context: it failed here (%s); %s", k->name, why,
+                    flashcl_last_error());
+}
+
+void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl_test_hooks *hooks)
+{
+    struct device_desc *dev = &ctx->dev;
+    dev->tensor_cores = false;
+    if (portable_only) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "disabled: portable_only or FLASHCL_PORTABLE=1");
+        return;
+    }
+    if (hooks->assume_tensor_cores) {
+        dev->tensor_cores = true;
+        dev->nv_major = hooks->assume_compute_capability / 10;
+        dev->nv_minor = hooks->assume_compute_capability % 10;
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note), "assumed (a test hook)");
+        return;
+    }
+    if (!has_extension(ctx->device, "cl_nv_device_attribute_query")) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "not an NVIDIA device (no cl_nv_device_attribute_query)");
+        return;
+    }
+    cl_uint major = 0, minor = 0;
+    clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof(major), &major, NULL);
+    clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof(minor), &minor, NULL);
+    dev->nv_major = (int)major;
+    dev->nv_minor = (int)minor;
+    if (major < 8) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "compute capability %u.%u; mma.sync m16n8k16 with cp.async needs 8.0", major, minor);
+        return;
+    }
+    const char *src = probe_source;
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &src, NULL, &err);
+    if (program)
+        err = clBuildProgram(program, 1, &ctx->device, "-cl-std=CL1.2", NULL, NULL);
+    if (program)
+        clReleaseProgram(program);
+    if (err != CL_SUCCESS) {
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+                 "compute capability %u.%u, but the inline-PTX probe did not build (%d)", major, minor, err);
+        fcl_log_msg(ctx, FLASHCL_LOG_WARN, "tensor cores off: %s", ctx->tensor_core_note);
+        return;
+    }
+    dev->tensor_cores = true;
+    ctx->arch_local_mem = nvidia_local_mem(major, minor);
+    snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
+             "compute capability %u.%u, inline-PTX probe built", major, minor);
+    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "tensor cores on: %s", ctx->tensor_core_note);
+}
+
+int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why)
+{
+    if (why)
+        *why = ctx ? ctx->tensor_core_note : "ctx is NULL";
+    return ctx && ctx->dev.tensor_cores;
+}

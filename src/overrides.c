@@ -1,0 +1,120 @@
+/* Kernel overrides: params.kernel_options (or FLASHCL_KERNELS) and the
+ * deprecated fields that mean the same, parsed once at context creation
+ * into one `struct kernel_override` per table entry.
+ *
+ *     "tensor-core:warps=4,m_tiles=2,block_n=64;register-tiled:off"
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Parses `text` into overrides (all clauses or none); NULL, or the reason. */
+static const char *parse(const char *text, struct kernel_override *overrides, char *why, size_t why_size)
+{
+    struct kernel_override parsed[FCL_MAX_KERNELS];
+    memcpy(parsed, overrides, sizeof(parsed));
+    const char *p = text;
+    while (*p) {
+        const char *end = p + strcspn(p, ";");
+        const char *colon = memchr(p, ':', (size_t)(end - p));
+        if (end == p) {  /* an empty clause (";;" or a trailing ';') */
+            p = *end ? end + 1 : end;
+            continue;
+        }
+        if (!colon) {
+            snprintf(why, why_size, "\"%.*s\" has no ':' after the kernel name", (int)(end - p), p);
+            return why;
+        }
+        const struct kernel_info *k = fcl_kernel_by_name(p, (size_t)(colon - p));
+        if (!k) {
+            snprintf(why, why_size, "\"%.*s\" is not a kernel (portable, register-tiled, tensor-core, tf32)",
+                     (int)(colon - p), p);
+            return why;
+        }
+        struct kernel_override *ov = &parsed[fcl_kernel_index(k)];
+        for (const char *s = colon + 1; s < end;) {
+            const char *s_end = s + strcspn(s, ",;");
+            if (s_end > end)
+                s_end = end;
+            const size_t len = (size_t)(s_end - s);
+            const char *eq = memchr(s, '=', len);
+            if (len == 3 && strncmp(s, "off", 3) == 0) {
+                ov->off = true;
+            } else if (eq) {
+                const int a = fcl_axis_by_name(s, (size_t)(eq - s));
+                char *num_end;
+                const long v = strtol(eq + 1, &num_end, 10);
+                if (a < 0 || !k->axes[a].lo) {
+                    snprintf(why, why_size, "%s has no axis \"%.*s\"", k->name, (int)(eq - s), s);
+                    return why;
+                }
+                if (num_end != s_end || eq + 1 == s_end || v < k->axes[a].lo || v > k->axes[a].hi ||
+                    (v - k->axes[a].lo) % k->axes[a].step != 0) {
+                    snprintf(why, why_size, "%s:%s=%.*s; must be %d..%d in steps of %d", k->name, fcl_axis_name(a),
+                             (int)(s_end - eq - 1), eq + 1, k->axes[a].lo, k->axes[a].hi, k->axes[a].step);
+                    return why;
+                }
+                ov->fixed |= 1u << a;
+                ov->shape.axis[a] = (int)v;
+            } else {
+                snprintf(why, why_size, "\"%.*s\" for %s is neither axis=value nor off", (int)len, s, k->name);
+                return why;
+            }
+            s = s_end < end ? s_end + 1 : end;
+        }
+        p = *end ? end + 1 : end;
+    }
+    memcpy(overrides, parsed, sizeof(parsed));
+    return NULL;
+}
+
+flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flashcl_context_params *params,
+                                         bool portable_only)
+{
+    struct kernel_override *ov = ctx->overrides;
+    /* The deprecated fields first, so kernel_options can refine them. */
+    const struct kernel_info *tiled = fcl_kernel_by_variant(FLASHCL_VARIANT_REGISTER_TILED);
+    const struct kernel_info *portable = fcl_kernel_by_variant(FLASHCL_VARIANT_PORTABLE);
+    const struct kernel_info *fma[2] = {tiled, portable};
+    for (int i = 0; i < 2; i++) {
+        struct kernel_override *o = &ov[fcl_kernel_index(fma[i])];
+        const int values[2] = {params->block_m, params->block_n};
+        const enum axis axes[2] = {AXIS_BLOCK_M, AXIS_BLOCK_N};
+        for (int j = 0; j < 2; j++) {
+            if (!values[j])
+                continue;
+            if (!fcl_axis_in_range(fma[i], axes[j], values[j]))
+                o->off = true;  /* a tile only the portable kernel runs */
+            o->fixed |= 1u << axes[j];
+            o->shape.axis[axes[j]] = values[j];
+        }
+    }
+    if (params->fma_variant == FLASHCL_VARIANT_PORTABLE)
+        ov[fcl_kernel_index(tiled)].off = true;
+    for (int i = 0; i < fcl_kernel_count; i++) {
+        const struct kernel_info *k = &fcl_kernels[i];
+        if (!(k->needs & NEEDS_TENSOR_CORES))
+            continue;
+        const int values[3] = {params->mma_warps, params->mma_m_tiles, params->mma_block_n};
+        const enum axis axes[3] = {AXIS_WARPS, AXIS_M_TILES, AXIS_BLOCK_N};
+        for (int j = 0; j < 3; j++)
+            if (values[j]) {
+                ov[i].fixed |= 1u << axes[j];
+                ov[i].shape.axis[axes[j]] = values[j];
+            }
+        if (portable_only)
+            ov[i].off = true;
+    }
+
+    char why[256];
+    if (params->kernel_options) {
+        if (parse(params->kernel_options, ov, why, sizeof(why)))
+            return fcl_fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.kernel_options: %s", why);
+        return FLASHCL_SUCCESS;
+    }
+    if (ctx->env.kernels[0] && parse(ctx->env.kernels, ov, why, sizeof(why)))
+        fcl_log_msg(ctx, FLASHCL_LOG_WARN, "FLASHCL_KERNELS=\"%s\" ignored: %s", ctx->env.kernels, why);
+    return FLASHCL_SUCCESS;
+}

@@ -1,0 +1,315 @@
+/* The planner: one walk of the kernel table per call, one plan out.
+ *
+ * For each kernel in order of preference: does it run this problem (dtype,
+ * precision, head_dim, views), does the device have what it needs, is it
+ * turned off or broken here; then its shape — fixed axes from the overrides,
+ * else the tuning file's entry, else the first built-in shape that applies
+ * and fits, else the sizing rule shrunk until it fits. The first kernel with
+ * a shape wins. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static bool arch_matches(const struct device_desc *dev, enum arch_class arch)
+{
+    return arch == ARCH_ANY || (arch == ARCH_NVIDIA_SM90 && dev->nv_major == 9);
+}
+
+static bool builtin_applies(const struct device_desc *dev, const struct builtin_shape *b, const struct problem *p)
+{
+    return arch_matches(dev, b->arch) && p->head_dim >= b->head_dim_lo && p->head_dim <= b->head_dim_hi &&
+           (b->mask < 0 || b->mask == (int)p->mask);
+}
+
+static bool launchable(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s)
+{
+    return !k->launchable || k->launchable(dev, s);
+}
+
+/* The kernel's first shape for a problem before any fitting: its first
+ * applicable built-in shape, else its rule. The base that fixed axes change. */
+static void first_shape(const struct device_desc *dev, const struct kernel_info *k, const struct problem *p,
+                        struct kernel_shape *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < k->n_builtin; i++)
+        if (builtin_applies(dev, &k->builtin[i], p)) {
+            *out = k->builtin[i].shape;
+            return;
+        }
+    if (k->rule)
+        k->rule(dev, p, out);
+}
+
+/* The shape `k` runs `p` with, or a reason it has none (written to why). */
+static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k, const struct problem *p,
+                         struct kernel_shape *shape, enum flashcl_tile_source *source, char *why, size_t why_size)
+{
+    const struct device_desc *dev = &ctx->dev;
+    const struct kernel_override *ov = &ctx->overrides[fcl_kernel_index(k)];
+    const size_t usable = dev->usable_local;
+
+    if (ov->fixed) {
+        first_shape(dev, k, p, shape);
+        for (int a = 0; a < AXIS_COUNT; a++)
+            if (ov->fixed & (1u << a))
+                shape->axis[a] = ov->shape.axis[a];
+        *source = FLASHCL_TILE_FORCED;
+        while (k->local_bytes(dev, shape, p->head_dim) > usable || !launchable(dev, k, shape))
+            if (!k->shrink || !k->shrink(dev, shape, ov->fixed)) {
+                snprintf(why, why_size, "a %dx%d tile for head_dim %d needs %zu bytes of local memory; \"%s\" has %zu",
+                         shape->axis[AXIS_BLOCK_M] ? shape->axis[AXIS_BLOCK_M]
+                                                   : 16 * shape->axis[AXIS_WARPS] * shape->axis[AXIS_M_TILES],
+                         shape->axis[AXIS_BLOCK_N], p->head_dim, k->local_bytes(dev, shape, p->head_dim), dev->name,
+                         usable);
+                return false;
+            }
+        return true;
+    }
+
+    const struct tuned_entry *tuned = fcl_tuning_find(ctx, k, p);
+    if (tuned && launchable(dev, k, &tuned->shape) && k->local_bytes(dev, &tuned->shape, p->head_dim) <= usable) {
+        *shape = tuned->shape;
+        *source = FLASHCL_TILE_TUNED;
+        return true;
+    }
+    for (int i = 0; i < k->n_builtin; i++) {
+        const struct builtin_shape *b = &k->builtin[i];
+        if (builtin_applies(dev, b, p) && launchable(dev, k, &b->shape) &&
+            k->local_bytes(dev, &b->shape, p->head_dim) <= usable) {
+            *shape = b->shape;
+            *source = FLASHCL_TILE_DEFAULT;
+            return true;
+        }
+    }
+    if (k->rule) {
+        memset(shape, 0, sizeof(*shape));
+        k->rule(dev, p, shape);
+        const size_t limit = k->rule_reported ? dev->reported_local : usable;
+        while (k->local_bytes(dev, shape, p->head_dim) > limit || !launchable(dev, k, shape))
+            if (!k->shrink || !k->shrink(dev, shape, 0)) {
+                snprintf(why, why_size, "no tile for head_dim %d fits %zu bytes of local memory", p->head_dim, limit);
+                return false;
+            }
+        *source = FLASHCL_TILE_RULE;
+        return true;
+    }
+    snprintf(why, why_size, "no built-in shape fits %zu bytes of local memory", usable);
+    return false;
+}
+
+/* Plans `k` for `p`; false with the reason in why when it cannot run it here. */
+static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k, const struct problem *p,
+                        float scale_log2, struct plan *out, char *why, size_t why_size)
+{
+    const int index = fcl_kernel_index(k);
+    const char *unsupported = fcl_kernel_supports(k, p);
+    if (unsupported) {
+        snprintf(why, why_size, "does not run this %s", unsupported);
+        return false;
+    }
+    if ((k->needs & NEEDS_TENSOR_CORES) && !ctx->dev.tensor_cores) {
+        snprintf(why, why_size, "no tensor cores (%s)", ctx->tensor_core_note);
+        return false;
+    }
+    if (ctx->overrides[index].off) {
+        snprintf(why, why_size, "turned off by the kernel options");
+        return false;
+    }
+    if (atomic_load(&ctx->broken[index])) {
+        snprintf(why, why_size, "failed on this device earlier");
+        return false;
+    }
+    memset(out, 0, sizeof(*out));
+    if (!choose_shape(ctx, k, p, &out->shape, &out->source, why, why_size))
+        return false;
+    out->kernel = k;
+    out->block_n = out->shape.axis[AXIS_BLOCK_N];
+    k->geometry(&ctx->dev, &out->shape, &out->block_m, &out->workgroup);
+    out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p->head_dim);
+    const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
+    k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
+    if (ctx->extra_build_options[0]) {
+        const size_t used = strlen(out->options);
+        snprintf(out->options + used, sizeof(out->options) - used, " %s", ctx->extra_build_options);
+    }
+    return true;
+}
+
+flashcl_status fcl_plan(const flashcl_context *ctx, const struct problem *p, float scale_log2, struct plan *out)
+{
+    char reasons[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < fcl_kernel_count; i++) {
+        const struct kernel_info *k = &fcl_kernels[i];
+        if (k->op != p->op)
+            continue;
+        char why[256];
+        if (plan_kernel(ctx, k, p, scale_log2, out, why, sizeof(why)))
+            return FLASHCL_SUCCESS;
+        if (used < sizeof(reasons)) {
+            const int n = snprintf(reasons + used, sizeof(reasons) - used, "%s%s: %s", used ? "; " : "", k->name, why);
+            used += n > 0 ? (size_t)n : 0;
+        }
+    }
+    return fcl_fail(ctx, FLASHCL_ERROR_INVALID_CONFIG, "no kernel runs this call on \"%s\" (%s)", ctx->dev.name,
+                    reasons);
+}
+
+/* Every view's rows start on 16 bytes. */
+static bool rows_16b(const flashcl_tensor *t)
+{
+    const size_t esize = flashcl_dtype_size(t->dtype);
+    return t->offset % 16 == 0 && (t->stride_batch * esize) % 16 == 0 && (t->stride_seq * esize) % 16 == 0 &&
+           (t->stride_head * esize) % 16 == 0;
+}
+
+void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->op = OP_FORWARD;
+    out->dtype = a->q.dtype;
+    out->precision = a->precision;
+    out->head_dim = a->head_dim;
+    out->mask = fcl_attention_mask(a);
+    out->rows_16b = rows_16b(&a->q) && rows_16b(&a->k) && rows_16b(&a->v) && rows_16b(&a->o);
+}
+
+void fcl_plan_to_tile(const struct plan *plan, struct flashcl_tile *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->variant = plan->kernel->variant;
+    out->source = plan->source;
+    out->warps = plan->shape.axis[AXIS_WARPS];
+    out->m_tiles = plan->shape.axis[AXIS_M_TILES];
+    out->block_m = plan->block_m;
+    out->block_n = plan->block_n;
+    out->workgroup_size = plan->workgroup;
+    out->local_bytes = plan->local_bytes;
+}
+
+flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                      struct flashcl_tile *out)
+{
+    fcl_clear_error();
+    if (!ctx || !attn || !out)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "out");
+    flashcl_status st = fcl_validate_attention(ctx, attn);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    struct problem p;
+    fcl_forward_problem(attn, &p);
+    struct plan plan;
+    st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+    if (st == FLASHCL_SUCCESS)
+        fcl_plan_to_tile(&plan, out);
+    return st;
+}
+
+flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, struct flashcl_tile *out)
+{
+    fcl_clear_error();
+    if (!ctx || !out)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", ctx ? "out" : "ctx");
+    if (head_dim < 1 || head_dim > FLASHCL_MAX_HEAD_DIM)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "head_dim = %d; must be 1..%d", head_dim,
+                        FLASHCL_MAX_HEAD_DIM);
+    if (flashcl_dtype_size(dtype) == 0)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "dtype = %d is not a flashcl_dtype", (int)dtype);
+    /* The FMA kernels: views that rule the tensor cores out (rows_16b false). */
+    const struct problem p = {.op = OP_FORWARD, .dtype = dtype, .head_dim = head_dim};
+    struct plan plan;
+    const flashcl_status st = fcl_plan(ctx, &p, 1.0f, &plan);
+    if (st == FLASHCL_SUCCESS)
+        fcl_plan_to_tile(&plan, out);
+    return st;
+}
+
+size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx)
+{
+    return ctx ? ctx->dev.usable_local : 0;
+}
+
+size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes, size_t head_dim)
+{
+    if (elem_bytes == 0 || head_dim == 0)
+        return 0;
+    /* Four B×d arrays: Q, K, V blocks and the output accumulator. */
+    return local_mem_bytes / (4 * elem_bytes * head_dim);
+}
+
+/* Appends a candidate (counting it even past max, so callers can size). */
+static void add_candidate(struct flashcl_tuned_config *out, int max, int *count, const struct flashcl_tuned_config *c)
+{
+    if (out && *count < max)
+        out[*count] = *c;
+    (*count)++;
+}
+
+void fcl_shape_to_config(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
+                         struct flashcl_tuned_config *c)
+{
+    c->variant = k->variant;
+    int block_m = 0, workgroup = 0;
+    c->block_n = s->axis[AXIS_BLOCK_N];
+    c->warps = s->axis[AXIS_WARPS];
+    c->m_tiles = s->axis[AXIS_M_TILES];
+    /* block_m is an axis of the FMA kernels and follows from the shape for the others. */
+    k->geometry(dev, s, &block_m, &workgroup);
+    c->block_m = s->axis[AXIS_BLOCK_M] ? s->axis[AXIS_BLOCK_M] : block_m;
+}
+
+void fcl_config_to_shape(const struct kernel_info *k, const struct flashcl_tuned_config *c, struct kernel_shape *s)
+{
+    memset(s, 0, sizeof(*s));
+    const int values[AXIS_COUNT] = {
+        [AXIS_BLOCK_M] = c->block_m, [AXIS_BLOCK_N] = c->block_n, [AXIS_WARPS] = c->warps,
+        [AXIS_M_TILES] = c->m_tiles};
+    for (int a = 0; a < AXIS_COUNT; a++)
+        if (k->axes[a].lo)
+            s->axis[a] = values[a];
+}
+
+int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant, flashcl_dtype dtype,
+                              int head_dim, size_t local_mem_bytes, struct flashcl_tuned_config *out, int max)
+{
+    const struct kernel_info *k = fcl_kernel_by_variant(variant);
+    if (!ctx || !k || head_dim < 1 || head_dim > FLASHCL_MAX_HEAD_DIM || flashcl_dtype_size(dtype) == 0)
+        return 0;
+    const struct problem p = {.op = k->op, .dtype = dtype, .head_dim = head_dim, .rows_16b = true,
+                              .precision = dtype == FLASHCL_F32 && !(k->f32_precisions & 1u)
+                                               ? FLASHCL_PRECISION_TF32 : FLASHCL_PRECISION_EXACT};
+    if (fcl_kernel_supports(k, &p))
+        return 0;
+    const size_t local = local_mem_bytes ? local_mem_bytes : ctx->dev.usable_local;
+    /* Every combination of the axes' candidate values: an odometer over the axes the kernel has. */
+    int digit[AXIS_COUNT] = {0};
+    int count = 0;
+    for (;;) {
+        struct kernel_shape s = {{0}};
+        for (int a = 0; a < AXIS_COUNT; a++)
+            if (k->axes[a].lo)
+                s.axis[a] = k->axes[a].candidates[digit[a]];
+        if (launchable(&ctx->dev, k, &s) && k->local_bytes(&ctx->dev, &s, head_dim) <= local) {
+            struct flashcl_tuned_config c;
+            memset(&c, 0, sizeof(c));
+            fcl_shape_to_config(&ctx->dev, k, &s, &c);
+            c.dtype = dtype;
+            c.head_dim = head_dim;
+            add_candidate(out, max, &count, &c);
+        }
+        int a = AXIS_COUNT - 1;
+        for (; a >= 0; a--) {
+            if (!k->axes[a].lo)
+                continue;
+            if (digit[a] + 1 < 8 && k->axes[a].candidates[digit[a] + 1]) {
+                digit[a]++;
+                break;
+            }
+            digit[a] = 0;
+        }
+        if (a < 0)
+            return count;
+    }
+}

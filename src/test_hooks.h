@@ -1,0 +1,23 @@
+/* Hooks for the test suites only: not in the installed headers, not
+ * exported by the shared library. The suites link the library's objects
+ * (libflashcl_internal) and create contexts through fcl_context_create. */
+#ifndef FLASHCL_TEST_HOOKS_H
+#define FLASHCL_TEST_HOOKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "flashcl.h"
+
+struct fcl_test_hooks {
+    bool assume_tensor_cores;  /* claim tensor cores without the probe, so a device without them runs the
+                                  tensor-core planning and the fallback after a failed build */
+    int assume_compute_capability;  /* with assume_tensor_cores: e.g. 90 for sm_90 (architecture-specific shapes) */
+    size_t gemm_limit;         /* elements one CLBlast GEMM may index (0: 2^31), to run the chunked path small */
+};
+
+/* flashcl_context_create with hooks (NULL: none). */
+flashcl_status fcl_context_create(const struct flashcl_context_params *params, const struct fcl_test_hooks *hooks,
+                                  flashcl_context **out);
+
+#endif /* FLASHCL_TEST_HOOKS_H */
