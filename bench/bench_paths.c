@@ -116,7 +116,7 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
     a->v = flashcl_tensor_bnhd(b->v, c->dtype, n, h, d);
     a->o = flashcl_tensor_bnhd(b->o, c->dtype, n, h, d);
     a->lse = flashcl_tensor_lse(b->lse, n, h);
-    a->causal = c->causal;
+    a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     a->precision = c->precision;
     return FLASHCL_SUCCESS;
 }

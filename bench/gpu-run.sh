@@ -8,8 +8,8 @@
 #   bench/gpu-run.sh [tests|bench|all] [flashcl-bench options...]
 #   bench/gpu-run.sh probe     (flashcl-probe report and --tune --quick; flashcl-bench on the perf
 #                    table's N=16k shapes without and with the tuning file; then the tests)
-#   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n;
-#                    each is checked by the forward tests, then timed at N=16k next to FA2;
+#   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n,
+#                    forced through FLASHCL_KERNELS; each is checked by the tensor-core tests, then timed at N=16k next to FA2;
 #                    SWEEP_D picks head dims, QUICK=1 skips the per-shape forward tests)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
@@ -36,6 +36,12 @@ export PKG_CONFIG_PATH=/tmp/pc LD_LIBRARY_PATH=/tmp/x/usr/lib/x86_64-linux-gnu
 
 { [ -d "$BUILD" ] || meson setup "$BUILD" --buildtype=release >"$OUT/build.log" 2>&1; } && ninja -C "$BUILD" >>"$OUT/build.log" 2>&1 \
   || { tail -50 "$OUT/build.log"; exit 1; }
+
+# "W,M,N" / "BM,BN" as the kernel options that force that shape (FLASHCL_KERNELS).
+shape_opts() {  # kernel "a,b[,c]"
+  local k=$1 IFS=,; set -- $2
+  if [ $# -eq 3 ]; then echo "$k:warps=$1,m_tiles=$2,block_n=$3"; else echo "$k:block_m=$1,block_n=$2"; fi
+}
 
 status=0
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
@@ -89,12 +95,12 @@ if [ "$MODE" = f32-sweep ]; then
   CONFIGS=${2:-4,1,64 4,2,64 8,1,64 4,1,32}
   EXTRA=${FLASHCL_SWEEP_OPTIONS:-}
   for tile in $TILES; do
-    FLASHCL_CACHE_DIR=off FLASHCL_FMA_TILE=$tile FLASHCL_BUILD_OPTIONS="-cl-nv-verbose $EXTRA" "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
+    FLASHCL_CACHE_DIR=off FLASHCL_KERNELS=$(shape_opts register-tiled "$tile") FLASHCL_BUILD_OPTIONS="-cl-nv-verbose $EXTRA" "$BUILD/bench/flashcl-bench" --verbose --dtype f32 \
       "${SHAPES[@]}" 2>&1 | grep -E "build options|ptxas info    : Used|spill stores|^flash " | sed "s/^/[f32 $tile $EXTRA] /" | tee -a "$OUT/sweep.log"
   done
   [ "$CONFIGS" = none ] && CONFIGS=
   for cfg in $CONFIGS; do
-    FLASHCL_CACHE_DIR=off FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype tf32,tf32x3 \
+    FLASHCL_CACHE_DIR=off FLASHCL_KERNELS=$(shape_opts tf32 "$cfg") FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose --dtype tf32,tf32x3 \
       "${SHAPES[@]}" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " | sed "s/^/[tf32 $cfg] /" | tee -a "$OUT/sweep.log"
   done
 fi
@@ -108,9 +114,9 @@ if [ "$MODE" = mma-sweep ]; then
   [ "$CONFIGS" = none ] && CONFIGS=
   for cfg in $CONFIGS; do
     # QUICK=1 times a shape without its forward-suite run (the bench still checks sampled rows).
-    if [ -n "${QUICK:-}" ] || FLASHCL_MMA_CONFIG=$cfg "$BUILD/tests/test_forward" > "$OUT/forward-$cfg.log" 2>&1; then
+    if [ -n "${QUICK:-}" ] || FLASHCL_KERNELS=$(shape_opts tensor-core "$cfg") "$BUILD/tests/test_tensor_cores" > "$OUT/forward-$cfg.log" 2>&1; then
       if [ -n "${QUICK:-}" ]; then echo "config $cfg: not tested (QUICK=1)"; else echo "config $cfg: forward tests pass"; fi
-      FLASHCL_CACHE_DIR=off FLASHCL_MMA_CONFIG=$cfg FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose \
+      FLASHCL_CACHE_DIR=off FLASHCL_KERNELS=$(shape_opts tensor-core "$cfg") FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose \
         "${SHAPES[@]}" --csv "$OUT/sweep-$cfg.csv" 2>&1 | grep -E "ptxas info    : Used|spill stores|^flash " \
         | sed "s/^/[$cfg] /" | tee -a "$OUT/sweep.log"
     else

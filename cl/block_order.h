@@ -9,10 +9,9 @@
  * orders put each (batch, head)'s heaviest query blocks first; with
  * `across_pairs` the linear id is remapped so that the heaviest blocks of
  * *every* (batch, head) go first and the lightest of all go last (longest
- * processing time first). On the H200 that made the tensor-core kernels'
- * causal cases 4-12% faster (the heaviest block of a late head no longer
- * starts late), and the register-tiled kernel's 3-9% slower, so the FMA
- * kernels keep the per-head order (docs/perf.md).
+ * processing time first): the heaviest block of a late head no longer
+ * starts late. The tensor-core kernels use it; the FMA kernels keep the
+ * per-head order, which measured faster for them (docs/perf.md, v0.5).
  */
 #ifndef FLASHCL_BLOCK_ORDER_H
 #define FLASHCL_BLOCK_ORDER_H

@@ -19,7 +19,7 @@
  *     S = Q Kᵀ      mma.sync m16n8k16
  *     online softmax on the S fragments (quad shuffles for row max / sum)
  *     O += P V      P repacked from the S accumulators, never stored
- * Fragment layouts: ../shared/TENSOR-CORE-NOTES.md (g = lane/4, t = lane%4).
+ * Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16" (g = lane/4, t = lane%4).
  * Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk index XORed
  * with (row % 8) so ldmatrix's eight row addresses hit distinct banks.
  */

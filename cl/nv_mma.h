@@ -6,8 +6,10 @@
  * The includer defines S_TILES (8-key n-tiles of S per warp) and O_TILES
  * (8-column n-tiles of O) and, for causal masking, CAUSAL. Fragment layout
  * of an m16n8 f32 accumulator (g = lane/4, t = lane%4): c0, c1 = C[g][2t..2t+1],
- * c2, c3 = C[g+8][2t..2t+1] (../shared/TENSOR-CORE-NOTES.md).
+ * c2, c3 = C[g+8][2t..2t+1] (PTX ISA, "Matrix fragments for mma.m16n8k16").
  */
+#ifndef FLASHCL_NV_MMA_H
+#define FLASHCL_NV_MMA_H
 
 static inline uint local_address(__local const void *p)
 {
@@ -113,3 +115,5 @@ static inline float finish_row(float m, float l_partial, float *lse_out)
     *lse_out = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
     return l > 0.0f ? 1.0f / l : 0.0f;
 }
+
+#endif /* FLASHCL_NV_MMA_H */

@@ -51,3 +51,13 @@ const char *flashcl_version(void)
 {
     return FLASHCL_VERSION_STRING;
 }
+
+/* The public structs' sizes are part of the ABI (docs/design.md): new fields
+ * take reserved bytes, never grow them. Checked where the sizes are known. */
+#if defined(__LP64__) && (defined(__x86_64__) || defined(__aarch64__))
+_Static_assert(sizeof(struct flashcl_context_params) == 176, "flashcl_context_params changed size");
+_Static_assert(sizeof(struct flashcl_attention) == 408, "flashcl_attention changed size");
+_Static_assert(sizeof(struct flashcl_attention_grad) == 256, "flashcl_attention_grad changed size");
+_Static_assert(sizeof(struct flashcl_tile) == 72, "flashcl_tile changed size");
+_Static_assert(sizeof(struct flashcl_tuned_config) == 72, "flashcl_tuned_config changed size");
+#endif
