@@ -74,6 +74,15 @@ flashcl_context *test_context_with_options(const char *kernel_options)
     return ctx;
 }
 
+void test_record_warnings(void *user, enum flashcl_log_level level, const char *message)
+{
+    struct test_warn_log *w = user;
+    if (level == FLASHCL_LOG_WARN) {
+        w->warnings++;
+        snprintf(w->last, sizeof(w->last), "%s", message);
+    }
+}
+
 int test_run_suite(Suite *s)
 {
     SRunner *runner = srunner_create(s);

@@ -46,6 +46,13 @@ struct test_env *test_env_get(void);
 flashcl_context *test_context_with_options(const char *kernel_options);
 /* A second context forcing the tile (0 = automatic), cached per pair. */
 flashcl_context *test_context_with_blocks(int block_m, int block_n);
+/* A log callback that counts WARN lines and keeps the last (log_user: a struct test_warn_log). */
+struct test_warn_log {
+    int warnings;
+    char last[512];
+};
+void test_record_warnings(void *user, enum flashcl_log_level level, const char *message);
+
 /* Runs a Check suite without forking; returns the process exit code. */
 int test_run_suite(Suite *s);
 

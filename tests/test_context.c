@@ -254,28 +254,14 @@ END_TEST
 
 /* The environment twin is read once, at creation: a malformed value is a
  * WARN and ignored; changing it later changes nothing for that context. */
-struct warn_record {
-    int warnings;
-    char last[512];
-};
-
-static void record_warn(void *user, enum flashcl_log_level level, const char *message)
-{
-    struct warn_record *r = user;
-    if (level == FLASHCL_LOG_WARN) {
-        r->warnings++;
-        snprintf(r->last, sizeof(r->last), "%s", message);
-    }
-}
-
 START_TEST(kernel_options_environment)
 {
     struct test_env *e = test_env_get();
-    struct warn_record rec = {0};
+    struct test_warn_log rec = {0};
     struct flashcl_context_params p = {0};
     p.context = e->cl;
     p.device = e->device;
-    p.log = record_warn;
+    p.log = test_record_warnings;
     p.log_user = &rec;
     flashcl_context *ctx = NULL;
     setenv("FLASHCL_KERNELS", "portable:block_m=99x", 1);

@@ -278,20 +278,6 @@ START_TEST(portable_fallback)
 }
 END_TEST
 
-struct warn_log {
-    int warnings;
-    char last[512];
-};
-
-static void record_warnings(void *user, enum flashcl_log_level level, const char *message)
-{
-    struct warn_log *w = user;
-    if (level == FLASHCL_LOG_WARN) {
-        w->warnings++;
-        snprintf(w->last, sizeof(w->last), "%s", message);
-    }
-}
-
 /* If a tensor-core kernel cannot build or launch although the probe passed,
  * the call still succeeds on an FMA kernel, says why once, and that kernel
  * alone is off for this context. A device without tensor cores is told to
@@ -301,11 +287,11 @@ START_TEST(tensor_core_failure_falls_back)
 {
     struct test_env *e = test_env_get();
     const bool real = flashcl_context_has_tensor_cores(e->ctx, NULL);
-    struct warn_log w = {0};
+    struct test_warn_log w = {0};
     struct flashcl_context_params p = {0};
     p.context = e->cl;
     p.device = e->device;
-    p.log = record_warnings;
+    p.log = test_record_warnings;
     p.log_user = &w;
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true};
     flashcl_context *ctx = NULL;

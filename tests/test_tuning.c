@@ -22,20 +22,6 @@ static void write_file(const char *text)
     fclose(f);
 }
 
-struct warn_log {
-    int warnings;
-    char last[512];
-};
-
-static void record(void *user, enum flashcl_log_level level, const char *message)
-{
-    struct warn_log *w = user;
-    if (level == FLASHCL_LOG_WARN) {
-        w->warnings++;
-        snprintf(w->last, sizeof(w->last), "%s", message);
-    }
-}
-
 /* A tuning file holding one entry, formatted for the shared context's device. */
 static void write_one_entry(const struct flashcl_tuned_config *c)
 {
@@ -45,7 +31,7 @@ static void write_one_entry(const struct flashcl_tuned_config *c)
     write_file(text);
 }
 
-static flashcl_context *context_with_file(struct warn_log *w, size_t local_mem)
+static flashcl_context *context_with_file(struct test_warn_log *w, size_t local_mem)
 {
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
@@ -53,7 +39,7 @@ static flashcl_context *context_with_file(struct warn_log *w, size_t local_mem)
     p.device = e->device;
     p.tuning_file = path;
     p.local_mem_bytes = local_mem;
-    p.log = record;
+    p.log = test_record_warnings;
     p.log_user = w;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
@@ -109,7 +95,7 @@ START_TEST(round_trip_and_used)
     }
     write_file(text);
 
-    struct warn_log w = {0};
+    struct test_warn_log w = {0};
     flashcl_context *ctx = context_with_file(&w, 0);
     ck_assert_int_eq(w.warnings, 0);
     struct flashcl_tile t = config_of(ctx, 30, FLASHCL_F32, 1);
@@ -220,7 +206,7 @@ START_TEST(version_1_files_read)
              "kind=forward|variant=portable|dtype=f32|d=30|causal=1|block_m=5|block_n=7|ms=1.0");
     snprintf(text, sizeof(text), "flashcl-tuning 1\n%s\n", line);
     write_file(text);
-    struct warn_log w = {0};
+    struct test_warn_log w = {0};
     flashcl_context *ctx = context_with_file(&w, 0);
     ck_assert_int_eq(w.warnings, 0);
     const struct flashcl_tile t = config_of(ctx, 30, FLASHCL_F32, 1);
@@ -255,7 +241,7 @@ START_TEST(malformed_files_ignored)
     snprintf(bad[7], sizeof(bad[7]), "flashcl-tuning 2\n%s\nkind=forward\n", good);   /* missing identity */
     for (int i = 0; i < 8; i++) {
         write_file(bad[i]);
-        struct warn_log w = {0};
+        struct test_warn_log w = {0};
         flashcl_context *ctx = context_with_file(&w, 0);
         ck_assert_msg(w.warnings == 1, "file %d: %d warnings", i, w.warnings);
         ck_assert_ptr_nonnull(strstr(w.last, "ignoring the file"));
@@ -272,7 +258,7 @@ START_TEST(tuned_tile_must_fit)
     /* 128x128 at d = 254 (portable kernel) needs about 470 KB; allowed only where that much works. */
     struct flashcl_tuned_config big = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 254, 0, 128, 128, 0, 0, 1.0};
     write_one_entry(&big);
-    struct warn_log w = {0};
+    struct test_warn_log w = {0};
     flashcl_context *small = context_with_file(&w, 100000);
     ck_assert_int_eq(config_of(small, 254, FLASHCL_F32, 0).source, FLASHCL_TILE_RULE);
     flashcl_context_destroy(&small);
