@@ -115,6 +115,11 @@ struct kernel_info {
                     float scale_log2, char *buf, size_t size);
 };
 
+/* Bytes a compiler may add to a kernel's __local arrays of its own (NVIDIA's
+ * declared 4 more than the arrays for the portable kernel on an H200): a
+ * shape is planned only where its footprint plus this fits. */
+#define FCL_LOCAL_SLACK 64
+
 extern const struct kernel_info fcl_kernels[];
 extern const int fcl_kernel_count;
 

@@ -27,6 +27,13 @@ static bool launchable(const struct device_desc *dev, const struct kernel_info *
     return !k->launchable || k->launchable(dev, s);
 }
 
+/* The shape's local memory, with the compiler's slack, within limit. */
+static bool fits(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
+                 int head_dim, size_t limit)
+{
+    return k->local_bytes(dev, s, head_dim) + FCL_LOCAL_SLACK <= limit;
+}
+
 /* The kernel's first shape for a problem before any fitting: its first
  * applicable built-in shape, else its rule. The base that fixed axes change. */
 static void first_shape(const struct device_desc *dev, const struct kernel_info *k, const struct problem *p,
@@ -56,7 +63,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
             if (ov->fixed & (1u << a))
                 shape->axis[a] = ov->shape.axis[a];
         *source = FLASHCL_TILE_FORCED;
-        while (k->local_bytes(dev, shape, p->head_dim) > usable || !launchable(dev, k, shape))
+        while (!fits(dev, k, shape, p->head_dim, usable) || !launchable(dev, k, shape))
             if (!k->shrink || !k->shrink(dev, shape, ov->fixed)) {
                 snprintf(why, why_size, "a %dx%d tile for head_dim %d needs %zu bytes of local memory; \"%s\" has %zu",
                          shape->axis[AXIS_BLOCK_M] ? shape->axis[AXIS_BLOCK_M]
@@ -69,15 +76,14 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
     }
 
     const struct tuned_entry *tuned = fcl_tuning_find(ctx, k, p);
-    if (tuned && launchable(dev, k, &tuned->shape) && k->local_bytes(dev, &tuned->shape, p->head_dim) <= usable) {
+    if (tuned && launchable(dev, k, &tuned->shape) && fits(dev, k, &tuned->shape, p->head_dim, usable)) {
         *shape = tuned->shape;
         *source = FLASHCL_TILE_TUNED;
         return true;
     }
     for (int i = 0; i < k->n_builtin; i++) {
         const struct builtin_shape *b = &k->builtin[i];
-        if (builtin_applies(dev, b, p) && launchable(dev, k, &b->shape) &&
-            k->local_bytes(dev, &b->shape, p->head_dim) <= usable) {
+        if (builtin_applies(dev, b, p) && launchable(dev, k, &b->shape) && fits(dev, k, &b->shape, p->head_dim, usable)) {
             *shape = b->shape;
             *source = FLASHCL_TILE_DEFAULT;
             return true;
@@ -87,7 +93,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
         memset(shape, 0, sizeof(*shape));
         k->rule(dev, p, shape);
         const size_t limit = k->rule_reported ? dev->reported_local : usable;
-        while (k->local_bytes(dev, shape, p->head_dim) > limit || !launchable(dev, k, shape))
+        while (!fits(dev, k, shape, p->head_dim, limit) || !launchable(dev, k, shape))
             if (!k->shrink || !k->shrink(dev, shape, 0)) {
                 snprintf(why, why_size, "no tile for head_dim %d fits %zu bytes of local memory", p->head_dim, limit);
                 return false;
@@ -291,7 +297,7 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
         for (int a = 0; a < AXIS_COUNT; a++)
             if (k->axes[a].lo)
                 s.axis[a] = k->axes[a].candidates[digit[a]];
-        if (launchable(&ctx->dev, k, &s) && k->local_bytes(&ctx->dev, &s, head_dim) <= local) {
+        if (launchable(&ctx->dev, k, &s) && fits(&ctx->dev, k, &s, head_dim, local)) {
             struct flashcl_tuned_config c;
             memset(&c, 0, sizeof(c));
             fcl_shape_to_config(&ctx->dev, k, &s, &c);

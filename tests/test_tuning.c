@@ -404,19 +404,23 @@ START_TEST(candidates_match_built_kernels)
                                                                NULL, 0), n);
             }
 
-    /* Built: every third candidate of the FMA kernels, at d = 30 and 64. */
-    const cl_ulong reported = e->ctx ? flashcl_context_local_mem_bytes(e->ctx) : 0;
+    /* Built: two candidates of each kernel this device can build (the
+     * tensor-core ones where it has tensor cores), at d = 30 for the portable
+     * kernel (the register-tiled one does not take it), 64 for the others. */
+    const cl_ulong usable = flashcl_context_local_mem_bytes(e->ctx);
+    const int n_kernels = flashcl_context_has_tensor_cores(e->ctx, NULL) ? 4 : 2;
     int built = 0;
-    for (int v = 0; v < 2; v++) {
-        const int d = v == 0 ? 30 : 64;  /* 30: the register-tiled kernel does not take it */
-        const int n = flashcl_tuning_candidates(e->ctx, variants[v], FLASHCL_F32, d, reported, c, 256);
-        for (int k = 0; k < n; k += 3) {
+    for (int v = 0; v < n_kernels; v++) {
+        const int d = v == 0 ? 30 : 64;
+        const int n = flashcl_tuning_candidates(e->ctx, variants[v], dtypes[v], d, usable, c, 256);
+        for (int k = 0; k < n; k += n / 2 > 0 ? n / 2 : 1) {
             char options[128];
             ck_assert_flashcl_ok(flashcl_tuning_override(&c[k], options, sizeof(options)));
             flashcl_context *ctx = test_context_with_options(options);
             cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * (size_t)d * 4, NULL, NULL);
             ck_assert_ptr_nonnull(mem);
-            const struct flashcl_attention a = shape(d, FLASHCL_F32, 0, mem);
+            struct flashcl_attention a = shape(d, dtypes[v], 0, mem);
+            a.precision = variants[v] == FLASHCL_VARIANT_TF32 ? FLASHCL_PRECISION_TF32 : FLASHCL_PRECISION_EXACT;
             struct problem p;
             fcl_forward_problem(&a, &p);
             struct plan plan;
@@ -432,16 +436,18 @@ START_TEST(candidates_match_built_kernels)
             cl_ulong declared = 0;
             ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
                                                   &declared, NULL));
-            ck_assert_msg(declared == plan.local_bytes, "%s: the kernel declares %llu bytes, the table says %zu",
-                          options, (unsigned long long)declared, plan.local_bytes);
+            /* The arrays the table counts, give or take what a compiler adds of its own (the planner keeps
+             * that slack free). */
+            ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan.local_bytes && declared <= plan.local_bytes + FCL_LOCAL_SLACK,
+                          "%s: the kernel declares %llu bytes, the table says %zu", options,
+                          (unsigned long long)declared, plan.local_bytes);
+            printf("%s: declared %llu, table %zu\n", options, (unsigned long long)declared, plan.local_bytes);
             clReleaseMemObject(mem);
-            built++;
-            /* Contexts are cached per option string; keep within the cache. */
-            if (built >= 6)
+            if (++built == 2 * (v + 1))  /* two per kernel: the contexts are cached, eight at most */
                 break;
         }
     }
-    ck_assert_int_ge(built, 2);
+    ck_assert_int_eq(built, 2 * n_kernels);
 }
 END_TEST
 
