@@ -381,7 +381,7 @@ START_TEST(candidates_match_built_kernels)
     struct flashcl_tuned_config c[256];
     const enum flashcl_variant variants[] = {FLASHCL_VARIANT_PORTABLE, FLASHCL_VARIANT_REGISTER_TILED,
                                              FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_VARIANT_TF32};
-    const flashcl_dtype dtypes[] = {FLASHCL_F32, FLASHCL_F16, FLASHCL_F16, FLASHCL_F32};
+    const flashcl_dtype dtypes[] = {FLASHCL_F32, FLASHCL_F32, FLASHCL_F16, FLASHCL_F32};  /* f32 exact: no tensor cores */
     for (int v = 0; v < 4; v++)
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 3; j++) {
