@@ -134,7 +134,7 @@ int main(int argc, char **argv)
     attn.k = flashcl_tensor_bnhd(mk, FLASHCL_F32, (size_t)n, (size_t)heads, (size_t)d);
     attn.v = flashcl_tensor_bnhd(mv, FLASHCL_F32, (size_t)n, (size_t)heads, (size_t)d);
     attn.o = flashcl_tensor_bnhd(mo, FLASHCL_F32, (size_t)n, (size_t)heads, (size_t)d);
-    attn.causal = causal;
+    attn.mask = causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     attn.precision = precision;  /* TF32 modes take effect only where the TF32 kernel runs */
 
     double ms[RUNS];

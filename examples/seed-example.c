@@ -15,8 +15,7 @@ int main(void)
 {
     /* Blocks of 2 keys: the online softmax meets the max 3, then 5. */
     struct flashcl_context_params params = {0};
-    params.block_m = 2;
-    params.block_n = 2;
+    params.kernel_options = "portable:block_m=2,block_n=2";
     flashcl_context *ctx = NULL;
     if (flashcl_context_create(&params, &ctx) != FLASHCL_SUCCESS) {
         fprintf(stderr, "flashcl: %s\n", flashcl_last_error());

@@ -29,6 +29,8 @@ struct test_env *test_env_get(void)
     return &env;
 }
 
+/* Through the deprecated params.block_m/block_n on purpose: they must keep
+ * working through 0.x (kernel_options has its own tests). */
 flashcl_context *test_context_with_blocks(int block_m, int block_n)
 {
     struct test_env *e = test_env_get();
