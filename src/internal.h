@@ -68,6 +68,7 @@ extern const char flashcl_source_standard_attention[];
 extern const char flashcl_source_flash_forward_mma[];
 extern const char flashcl_source_flash_forward_tiled[];
 extern const char flashcl_source_flash_forward_tf32[];
+extern const char flashcl_source_flash_backward[];
 
 /* ---- tile.c: the sizing rule and the tile a call uses ---- */
 
@@ -109,6 +110,20 @@ size_t variant_mma_local_bytes(enum flashcl_variant variant, int block_m, int bl
 /* ---- validate.c ---- */
 
 flashcl_status validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a);
+
+/* One tensor view to check: its full argument name ("grad.d_q"), dims
+ * (batch, seq, head) and contiguous last dimension. */
+struct view_spec {
+    const char *name;
+    const flashcl_tensor *t;
+    size_t count[3];
+    size_t dim;
+};
+#define VALIDATE_MAX_VIEWS 16
+/* The checks validate_attention applies to its views, for other calls:
+ * every view valid and inside its buffer; views from first_output on are
+ * written, so none overlaps itself or any other view. */
+flashcl_status validate_views(const flashcl_context *ctx, const struct view_spec *specs, int n, int first_output);
 
 /* ---- the context (device.c) ---- */
 
