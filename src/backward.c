@@ -1,0 +1,302 @@
+/* flashcl_backward: validate, choose the tile, build (once), enqueue the
+ * three kernels of cl/flash_backward.cl (D, then dK/dV, then dQ). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define LOG2E 1.4426950408889634
+#define BACKWARD_MAX_AUTO_BLOCK 64  /* larger blocks only grow the per-work-item accumulators */
+
+/* Mirrors the __local arrays of flash_backward_dkdv (dkdv true) or
+ * flash_backward_dq (which has no P tile) in cl/flash_backward.cl. */
+static size_t backward_local_bytes(bool dkdv, int block_m, int block_n, int head_dim)
+{
+    const size_t m = (size_t)block_m, n = (size_t)block_n, ld = (size_t)head_dim | 1;
+    const size_t tiles = 2 * m * ld + 2 * n * ld;     /* Q, dO, K, V */
+    const size_t scores = (dkdv ? 2 : 1) * m * n;     /* P and dS, or dS alone */
+    return (tiles + scores + 2 * m) * sizeof(float);  /* + the rows' LSE and D */
+}
+
+/* FLASHCL_TEST_BACKWARD_TILE="M,N" forces the blocks, so the tests can run
+ * tiles down to 1 on any device; read per call, like FLASHCL_TEST_GEMM_LIMIT. */
+static bool forced_backward_tile(int *block_m, int *block_n)
+{
+    const char *env = getenv("FLASHCL_TEST_BACKWARD_TILE");
+    int m = 0, n = 0;
+    if (!env || sscanf(env, "%d,%d", &m, &n) != 2 || m < 1 || n < 1 || m > 256 || n > 256)
+        return false;
+    *block_m = m;
+    *block_n = n;
+    return true;
+}
+
+/* The backward tile: square blocks of up to 64 rows, the larger side halved
+ * until both kernels' local arrays fit the reported local memory (blocks of
+ * 1 x 1 need 4 KB at d = 256, so a tile always exists on an OpenCL 1.2
+ * device, whose minimum is 32 KB). One function, so it can move into a
+ * kernel table later. */
+static flashcl_status backward_tile(const flashcl_context *ctx, int head_dim, struct flashcl_tile *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->variant = FLASHCL_VARIANT_PORTABLE;
+    out->source = FLASHCL_TILE_RULE;
+    const int side = portable_side(ctx);
+    out->workgroup_size = side * side;
+    const size_t local = (size_t)ctx->local_mem_size;
+    int block_m = BACKWARD_MAX_AUTO_BLOCK, block_n = BACKWARD_MAX_AUTO_BLOCK;
+    if (forced_backward_tile(&block_m, &block_n)) {
+        out->source = FLASHCL_TILE_FORCED;
+        if (backward_local_bytes(true, block_m, block_n, head_dim) > local)
+            return fail(ctx, FLASHCL_ERROR_INVALID_CONFIG,
+                        "FLASHCL_TEST_BACKWARD_TILE %dx%d needs %zu bytes of local memory at head_dim %d; "
+                        "\"%s\" has %zu", block_m, block_n, backward_local_bytes(true, block_m, block_n, head_dim),
+                        head_dim, ctx->device_name, local);
+    }
+    while (backward_local_bytes(true, block_m, block_n, head_dim) > local && (block_m > 1 || block_n > 1)) {
+        if (block_n >= block_m)
+            block_n = (block_n + 1) / 2;
+        else
+            block_m = (block_m + 1) / 2;
+    }
+    if (backward_local_bytes(true, block_m, block_n, head_dim) > local)
+        return fail(ctx, FLASHCL_ERROR_UNSUPPORTED_DEVICE,
+                    "\"%s\" has %zu bytes of local memory; the backward kernels need %zu at head_dim %d",
+                    ctx->device_name, local, backward_local_bytes(true, 1, 1, head_dim), head_dim);
+    out->block_m = block_m;
+    out->block_n = block_n;
+    out->local_bytes = backward_local_bytes(true, block_m, block_n, head_dim);
+    return FLASHCL_SUCCESS;
+}
+
+/* Elements of the D workspace, f32 [batch, heads_q, seq_q]; false on overflow. */
+static bool backward_workspace_elements(const struct flashcl_attention *a, size_t *elements)
+{
+    const size_t rows_per_batch = (size_t)a->heads_q * (size_t)a->seq_q;  /* < 2^61: both are int */
+    if ((size_t)a->batch > SIZE_MAX / sizeof(float) / rows_per_batch)
+        return false;
+    *elements = (size_t)a->batch * rows_per_batch;
+    return true;
+}
+
+/* What the backward call adds to validate_attention: the LSE it reads, the
+ * gradient views, their dtypes, no overlap of outputs with anything, and
+ * the workspace (NULL: allocated by the call). */
+static flashcl_status validate_backward(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                        const struct flashcl_attention_grad *g, cl_mem workspace)
+{
+    if (!g)
+        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "grad is NULL");
+    if (!a->lse.mem)
+        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT,
+                    "attn.lse.mem is NULL; the backward pass reads the forward's log-sum-exp");
+    for (size_t i = 0; i < sizeof(g->reserved); i++)
+        if (g->reserved[i] != 0)
+            return fail(ctx, FLASHCL_INVALID_VALUE, "grad.reserved[%zu] = %d; must be 0", i, (int)g->reserved[i]);
+    const struct { const char *name; const flashcl_tensor *t; } grads[] = {
+        {"grad.d_o", &g->d_o}, {"grad.d_q", &g->d_q}, {"grad.d_k", &g->d_k}, {"grad.d_v", &g->d_v}};
+    for (size_t i = 0; i < 4; i++) {
+        if (!grads[i].t->mem)
+            return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s.mem is NULL", grads[i].name);
+        if (flashcl_dtype_size(grads[i].t->dtype) == 0)
+            return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s.dtype = %d is not a flashcl_dtype", grads[i].name,
+                        (int)grads[i].t->dtype);
+        if (grads[i].t->dtype != a->q.dtype)
+            return fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s.dtype = %d differs from attn.q.dtype = %d",
+                        grads[i].name, (int)grads[i].t->dtype, (int)a->q.dtype);
+    }
+
+    size_t ws_elements = 0;
+    if (!backward_workspace_elements(a, &ws_elements))
+        return fail(ctx, FLASHCL_ERROR_OVERFLOW, "the backward workspace for batch %d x heads_q %d x seq_q %d "
+                    "overflows size_t", a->batch, a->heads_q, a->seq_q);
+    /* The workspace is checked like a written view: one row of ws_elements floats. */
+    const flashcl_tensor ws_view = {workspace, 0, FLASHCL_F32, 0, 0, 0};
+    if (workspace) {
+        size_t ws_size = 0;
+        const cl_int err = clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof(ws_size), &ws_size, NULL);
+        if (err != CL_SUCCESS)
+            return fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "workspace is not a valid cl_mem (%d)", err);
+        if (ws_size < ws_elements * sizeof(float))
+            return fail(ctx, FLASHCL_INVALID_VALUE, "workspace holds %zu bytes; this call needs %zu "
+                        "(flashcl_backward_workspace_size)", ws_size, ws_elements * sizeof(float));
+    }
+
+    const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
+    const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
+    const struct view_spec views[] = {
+        {"attn.q", &a->q, {b, nq, hq}, d},
+        {"attn.k", &a->k, {b, nk, hk}, d},
+        {"attn.v", &a->v, {b, nk, hk}, d},
+        {"attn.o", &a->o, {b, nq, hq}, d},
+        {"attn.lse", &a->lse, {b, nq, hq}, 1},
+        {"grad.d_o", &g->d_o, {b, nq, hq}, d},
+        /* written from here on */
+        {"grad.d_q", &g->d_q, {b, nq, hq}, d},
+        {"grad.d_k", &g->d_k, {b, nk, hk}, d},
+        {"grad.d_v", &g->d_v, {b, nk, hk}, d},
+        {"workspace", &ws_view, {1, 1, 1}, ws_elements},
+    };
+    const int n_views = (int)(sizeof(views) / sizeof(views[0])) - (workspace ? 0 : 1);
+    return validate_views(ctx, views, n_views, 6);
+}
+
+flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                               const struct flashcl_attention_grad *grad, size_t *bytes)
+{
+    clear_error();
+    if (!ctx || !attn || !grad || !bytes)
+        return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                    !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "bytes");
+    flashcl_status st = validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = validate_backward(ctx, attn, grad, NULL);
+    size_t elements = 0;
+    if (st == FLASHCL_SUCCESS && backward_workspace_elements(attn, &elements))
+        *bytes = elements * sizeof(float);
+    return st;
+}
+
+/* Sets the five kernel arguments of one tensor view, from index *arg on. */
+static cl_int set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t)
+{
+    const size_t esize = flashcl_dtype_size(t->dtype);
+    const cl_ulong values[4] = {t->offset / esize, t->stride_batch, t->stride_seq, t->stride_head};
+    cl_int err = clSetKernelArg(kernel, (*arg)++, sizeof(cl_mem), &t->mem);
+    for (int i = 0; i < 4; i++)
+        err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_ulong), &values[i]);
+    return err;
+}
+
+/* The scalar arguments that close flash_backward_dkdv's and flash_backward_dq's lists. */
+static cl_int set_tail_args(cl_kernel kernel, cl_uint *arg, const struct flashcl_attention *a)
+{
+    const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, group = a->heads_q / a->heads_kv;
+    const float scale = effective_scale(a), scale_log2 = (float)(scale * LOG2E);
+    cl_int err = clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &seq_q);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &seq_kv);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &group);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale_log2);
+    return err | clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale);
+}
+
+/* dot -> dkdv -> dq, each gated by the previous one's event, so the chain
+ * holds on out-of-order queues too. Caller holds ctx->lock. */
+static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashcl_attention *a,
+                                       const struct flashcl_attention_grad *g, const struct flashcl_tile *tile,
+                                       cl_mem ws, cl_command_queue queue, cl_uint n_wait, const cl_event *wait,
+                                       cl_event *event)
+{
+    char options[512];
+    snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWG=%d -DDTYPE=%d "
+             "-DCAUSAL=%d", a->head_dim, tile->block_m, tile->block_n, tile->workgroup_size,
+             dtype_define(a->q.dtype), a->causal ? 1 : 0);
+    append_user_build_options(options, sizeof(options));
+    const char *src = flashcl_source_flash_backward;
+    cl_kernel dot, dkdv, dq;
+    flashcl_status st = program_get_kernel(ctx, src, "flash_backward_dot", options, &dot);
+    if (st == FLASHCL_SUCCESS)
+        st = program_get_kernel(ctx, src, "flash_backward_dkdv", options, &dkdv);
+    if (st == FLASHCL_SUCCESS)
+        st = program_get_kernel(ctx, src, "flash_backward_dq", options, &dq);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    /* flash_backward_dot (o, d_o, delta, seq_q) */
+    const cl_int seq_q = a->seq_q;
+    cl_uint arg = 0;
+    cl_int err = set_view_args(dot, &arg, &a->o);
+    err |= set_view_args(dot, &arg, &g->d_o);
+    err |= clSetKernelArg(dot, arg++, sizeof(cl_mem), &ws);
+    err |= clSetKernelArg(dot, arg++, sizeof(cl_int), &seq_q);
+
+    /* flash_backward_dkdv (q, k, v, d_o, lse, delta, d_k, d_v, seq_q, seq_kv, group, scale_log2, scale) */
+    arg = 0;
+    err |= set_view_args(dkdv, &arg, &a->q);
+    err |= set_view_args(dkdv, &arg, &a->k);
+    err |= set_view_args(dkdv, &arg, &a->v);
+    err |= set_view_args(dkdv, &arg, &g->d_o);
+    err |= set_view_args(dkdv, &arg, &a->lse);
+    err |= clSetKernelArg(dkdv, arg++, sizeof(cl_mem), &ws);
+    err |= set_view_args(dkdv, &arg, &g->d_k);
+    err |= set_view_args(dkdv, &arg, &g->d_v);
+    err |= set_tail_args(dkdv, &arg, a);
+
+    /* flash_backward_dq (q, k, v, d_o, lse, delta, d_q, seq_q, seq_kv, group, scale_log2, scale) */
+    arg = 0;
+    err |= set_view_args(dq, &arg, &a->q);
+    err |= set_view_args(dq, &arg, &a->k);
+    err |= set_view_args(dq, &arg, &a->v);
+    err |= set_view_args(dq, &arg, &g->d_o);
+    err |= set_view_args(dq, &arg, &a->lse);
+    err |= clSetKernelArg(dq, arg++, sizeof(cl_mem), &ws);
+    err |= set_view_args(dq, &arg, &g->d_q);
+    err |= set_tail_args(dq, &arg, a);
+    if (err != CL_SUCCESS)
+        return fail(ctx, FLASHCL_INVALID_VALUE, "setting the backward kernels' arguments failed");
+
+    const size_t wg = (size_t)tile->workgroup_size;
+    const size_t local[3] = {wg, 1, 1};
+    const size_t b = (size_t)a->batch, hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv;
+    const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
+    const size_t bm = (size_t)tile->block_m, bn = (size_t)tile->block_n;
+    const size_t dot_global[3] = {(nq + wg - 1) / wg * wg, hq, b};
+    const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg, hk, b};
+    const size_t dq_global[3] = {(nq + bm - 1) / bm * wg, hq, b};
+
+    cl_event dot_done = NULL, dkdv_done = NULL;
+    const char *stage = "flash_backward_dot";
+    err = clEnqueueNDRangeKernel(queue, dot, 3, NULL, dot_global, local, n_wait, wait, &dot_done);
+    if (err == CL_SUCCESS) {
+        stage = "flash_backward_dkdv";
+        err = clEnqueueNDRangeKernel(queue, dkdv, 3, NULL, dkdv_global, local, 1, &dot_done, &dkdv_done);
+    }
+    if (err == CL_SUCCESS) {
+        stage = "flash_backward_dq";
+        err = clEnqueueNDRangeKernel(queue, dq, 3, NULL, dq_global, local, 1, &dkdv_done, event);
+    }
+    if (dot_done)
+        clReleaseEvent(dot_done);
+    if (dkdv_done)
+        clReleaseEvent(dkdv_done);
+    if (err != CL_SUCCESS)
+        return fail(ctx, (flashcl_status)err, "enqueueing %s (tile %dx%d, %zu work-items per group, %zu bytes "
+                    "local) failed (%d)", stage, tile->block_m, tile->block_n, wg, tile->local_bytes, err);
+    log_msg(ctx, FLASHCL_LOG_DEBUG, "backward: %s", options);
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                const struct flashcl_attention_grad *grad, cl_mem workspace,
+                                cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
+                                cl_event *event)
+{
+    flashcl_status st = check_call(ctx, attn, queue, num_wait_events, wait_list);
+    if (st == FLASHCL_SUCCESS)
+        st = validate_backward(ctx, attn, grad, workspace);
+    struct flashcl_tile tile;
+    if (st == FLASHCL_SUCCESS)
+        st = backward_tile(ctx, attn->head_dim, &tile);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    cl_mem ws = workspace;
+    if (!ws) {
+        size_t elements = 0;
+        backward_workspace_elements(attn, &elements);  /* validated above */
+        cl_int err;
+        ws = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, elements * sizeof(float), NULL, &err);
+        if (!ws)
+            return fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+                        "allocating the backward pass's %zu-byte workspace failed (%d)", elements * sizeof(float), err);
+    }
+    pthread_mutex_lock(&ctx->lock);
+    st = enqueue_backward(ctx, attn, grad, &tile, ws, queue, num_wait_events, wait_list, event);
+    pthread_mutex_unlock(&ctx->lock);
+    /* Released now: OpenCL frees it once the enqueued kernels that use it have completed. */
+    if (!workspace)
+        clReleaseMemObject(ws);
+    return st;
+}
