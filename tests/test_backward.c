@@ -316,18 +316,19 @@ START_TEST(head_dim)
 END_TEST
 
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace */
+/* head_dim 16 without and 32 with the mask, so these cases share few kernel builds. */
 static const struct bwd_case shape_cases[] = {
     {2, 40, 40, 4, 2, 16, F32, 0, 0, LAYOUT_BNHD, 0},      /* GQA 2:1 */
-    {1, 30, 50, 4, 2, 24, F32, 1, 0, LAYOUT_BNHD, 1},      /* GQA, causal Nq < Nk, caller's workspace */
-    {2, 33, 29, 3, 1, 20, F32, 0, 0, LAYOUT_BNHD, 0},      /* MQA */
-    {1, 50, 20, 3, 1, 20, F32, 1, 0, LAYOUT_BNHD, 0},      /* MQA, causal Nq > Nk: 30 rows see no key */
+    {1, 30, 50, 4, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1},      /* GQA, causal Nq < Nk, caller's workspace */
+    {2, 33, 29, 3, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0},      /* MQA */
+    {1, 50, 20, 3, 1, 32, F32, 1, 0, LAYOUT_BNHD, 0},      /* MQA, causal Nq > Nk: 30 rows see no key */
     {1, 130, 150, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 0},    /* several blocks, N no multiple of any block */
     {1, 150, 77, 2, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0},
     {2, 40, 60, 2, 2, 32, F32, 1, 0, LAYOUT_BHND, 0},
-    {2, 45, 35, 4, 2, 40, F32, 1, 0, LAYOUT_PADDED, 1},    /* strides with gaps and an offset */
-    {1, 1, 1, 1, 1, 8, F32, 0, 0, LAYOUT_BNHD, 0},         /* one key: P = 1, dS = 0 */
-    {1, 1, 60, 2, 2, 16, F32, 1, 0, LAYOUT_BNHD, 0},       /* one causal query sees every key */
-    {1, 64, 64, 2, 2, 32, F32, 0, 0.5f, LAYOUT_BNHD, 0},   /* explicit scale */
+    {2, 45, 35, 4, 2, 32, F32, 1, 0, LAYOUT_PADDED, 1},    /* strides with gaps and an offset */
+    {1, 1, 1, 1, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0},        /* one key: P = 1, dS = 0 */
+    {1, 1, 60, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 0},       /* one causal query sees every key */
+    {1, 64, 64, 2, 2, 16, F32, 0, 0.5f, LAYOUT_BNHD, 0},   /* explicit scale */
     {1, 64, 64, 2, 2, 32, F32, 1, -0.3f, LAYOUT_BNHD, 0},  /* negative scale */
 };
 
@@ -382,7 +383,7 @@ START_TEST(forced_tiles)
     snprintf(expect, sizeof(expect), "-DBLOCK_M=%d -DBLOCK_N=%d ", tiles[_i][0], tiles[_i][1]);
     setenv("FLASHCL_TEST_BACKWARD_TILE", tile, 1);
     const struct bwd_case cases[] = {
-        {1, 23, 17, 4, 2, 12, F32, 1, 0, LAYOUT_BNHD, 0},  /* rows with no key, GQA */
+        {1, 23, 17, 4, 2, 9, F32, 1, 0, LAYOUT_BNHD, 0},   /* rows with no key, GQA */
         {1, 17, 23, 2, 1, 9, F32, 1, 0, LAYOUT_BHND, 0},
         {1, 19, 19, 2, 2, 16, BF16, 0, 0, LAYOUT_BNHD, 0},
     };
