@@ -173,6 +173,11 @@ static unsigned char *read_back(const struct problem *p, int t)
     return out;
 }
 
+static double load_element(const struct problem *p, int t, size_t b, size_t n, size_t h, size_t e)
+{
+    return hostref_load(p->img[t], p->c.dtype, elem_index(&p->view[t], p->esize, b, n, h, e));
+}
+
 /* Reference dQ [B][Hq][Nq][d], dK and dV [B][Hk][Nk][d] from the stored (rounded) Q, K, V, dO. */
 static void problem_reference(const struct problem *p, double *ref[3])
 {
@@ -193,14 +198,13 @@ static void problem_reference(const struct problem *p, double *ref[3])
             const size_t hk = h / group;
             for (size_t n = 0; n < Nq; n++)
                 for (size_t e = 0; e < d; e++) {
-                    q[n * d + e] = hostref_load(p->img[T_Q], c->dtype, elem_index(&p->view[T_Q], p->esize, b, n, h, e));
-                    dout[n * d + e] =
-                        hostref_load(p->img[T_DO], c->dtype, elem_index(&p->view[T_DO], p->esize, b, n, h, e));
+                    q[n * d + e] = load_element(p, T_Q, b, n, h, e);
+                    dout[n * d + e] = load_element(p, T_DO, b, n, h, e);
                 }
             for (size_t n = 0; n < Nk; n++)
                 for (size_t e = 0; e < d; e++) {
-                    k[n * d + e] = hostref_load(p->img[T_K], c->dtype, elem_index(&p->view[T_K], p->esize, b, n, hk, e));
-                    v[n * d + e] = hostref_load(p->img[T_V], c->dtype, elem_index(&p->view[T_V], p->esize, b, n, hk, e));
+                    k[n * d + e] = load_element(p, T_K, b, n, hk, e);
+                    v[n * d + e] = load_element(p, T_V, b, n, hk, e);
                 }
             hostref_attention_backward(q, k, v, dout, Nq, Nk, d, scale, c->causal, &ref[0][(b * Hq + h) * Nq * d],
                                        &ref[1][(b * Hk + hk) * Nk * d], &ref[2][(b * Hk + hk) * Nk * d], scratch);
@@ -251,7 +255,8 @@ static void problem_check(const struct problem *p, struct bwd_result *r)
     const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
     for (int o = 0; o < 3; o++) {
         const int t = T_DQ + o;
-        const size_t N = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q), H = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
+        const size_t N = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
+        const size_t H = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
         const size_t total = B * H * N * d;
         double max_ref = 0;
         for (size_t x = 0; x < total; x++)
@@ -268,7 +273,8 @@ static void problem_check(const struct problem *p, struct bwd_result *r)
                     for (size_t e = 0; e < d; e++) {
                         const size_t idx = elem_index(&p->view[t], p->esize, b, n, h, e);
                         memset(written + idx * p->esize, 1, p->esize);
-                        const double got = hostref_load(out, c->dtype, idx), want = ref[o][((b * H + h) * N + n) * d + e];
+                        const double got = hostref_load(out, c->dtype, idx);
+                        const double want = ref[o][((b * H + h) * N + n) * d + e];
                         const double err = fabs(got - want);
                         ck_assert_msg(err <= bound, "%s[b=%zu][n=%zu][h=%zu][%zu] = %.9g, reference %.9g (error %.3g, "
                                       "bound %.3g)", tensor_names[t], b, n, h, e, got, want, err, bound);
@@ -496,6 +502,41 @@ START_TEST(deterministic)
 }
 END_TEST
 
+/* forward -> backward on an out-of-order queue (where the device has one) with no wait in between: only the
+ * wait list orders the backward's first kernel after the forward, and its own events order the rest. */
+START_TEST(event_chain)
+{
+    struct test_env *e = test_env_get();
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    cl_int err;
+    cl_command_queue queue = clCreateCommandQueue(e->cl, e->device,
+                                                  supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert_ptr_nonnull(queue);
+    const struct bwd_case c = {2, 70, 90, 4, 2, 32, F32, 1, 0, LAYOUT_BHND, 1};
+    struct problem p;
+    problem_create(&p, &c, 700);
+    size_t bytes = 0;
+    ck_assert_flashcl_ok(flashcl_backward_workspace_size(e->ctx, &p.a, &p.g, &bytes));
+    cl_mem ws = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    ck_assert_ptr_nonnull(ws);
+    cl_event forward_done = NULL, backward_done = NULL;
+    ck_assert_flashcl_ok(flashcl_forward(e->ctx, &p.a, queue, 0, NULL, &forward_done));
+    ck_assert_flashcl_ok(flashcl_backward(e->ctx, &p.a, &p.g, ws, queue, 1, &forward_done, &backward_done));
+    ck_assert_cl(clFlush(queue));
+    wait_complete(backward_done);
+    clReleaseEvent(forward_done);
+    struct bwd_result r;
+    problem_check(&p, &r);
+    printf("event chain (%s queue): max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
+           supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE ? "out-of-order" : "in-order", r.max_err[0],
+           r.max_err[1], r.max_err[2]);
+    clReleaseMemObject(ws);
+    clReleaseCommandQueue(queue);
+    problem_free(&p);
+}
+END_TEST
+
 /* ---- rejected calls ---- */
 
 static cl_mem sized_buffer(size_t bytes)
@@ -616,6 +657,7 @@ int main(void)
     tcase_add_loop_test(tc, dtypes, 0, COUNT(dtype_cases));
     tcase_add_loop_test(tc, forced_tiles, 0, COUNT(tiles));
     tcase_add_test(tc, deterministic);
+    tcase_add_test(tc, event_chain);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
