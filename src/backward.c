@@ -81,15 +81,13 @@ static bool backward_workspace_elements(const struct flashcl_attention *a, size_
     return true;
 }
 
-/* What the backward call adds to validate_attention: the LSE it reads, the
- * gradient views, their dtypes, no overlap of outputs with anything, and
- * the workspace (NULL: allocated by the call). */
-static flashcl_status validate_backward(const flashcl_context *ctx, const struct flashcl_attention *a,
-                                        const struct flashcl_attention_grad *g, cl_mem workspace)
+flashcl_status backward_validate(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                 const struct flashcl_attention_grad *g, bool needs_lse, cl_mem workspace,
+                                 size_t ws_bytes)
 {
     if (!g)
         return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "grad is NULL");
-    if (!a->lse.mem)
+    if (needs_lse && !a->lse.mem)
         return fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT,
                     "attn.lse.mem is NULL; the backward pass reads the forward's log-sum-exp");
     for (size_t i = 0; i < sizeof(g->reserved); i++)
@@ -108,20 +106,16 @@ static flashcl_status validate_backward(const flashcl_context *ctx, const struct
                         grads[i].name, (int)grads[i].t->dtype, (int)a->q.dtype);
     }
 
-    size_t ws_elements = 0;
-    if (!backward_workspace_elements(a, &ws_elements))
-        return fail(ctx, FLASHCL_ERROR_OVERFLOW, "the backward workspace for batch %d x heads_q %d x seq_q %d "
-                    "overflows size_t", a->batch, a->heads_q, a->seq_q);
-    /* The workspace is checked like a written view: one row of ws_elements floats. */
+    /* The workspace is checked like a written view: one row of ws_bytes / 4 floats. */
     const flashcl_tensor ws_view = {workspace, 0, FLASHCL_F32, 0, 0, 0};
     if (workspace) {
         size_t ws_size = 0;
         const cl_int err = clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof(ws_size), &ws_size, NULL);
         if (err != CL_SUCCESS)
             return fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "workspace is not a valid cl_mem (%d)", err);
-        if (ws_size < ws_elements * sizeof(float))
+        if (ws_size < ws_bytes)
             return fail(ctx, FLASHCL_INVALID_VALUE, "workspace holds %zu bytes; this call needs %zu "
-                        "(flashcl_backward_workspace_size)", ws_size, ws_elements * sizeof(float));
+                        "(its workspace_size function says so)", ws_size, ws_bytes);
     }
 
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
@@ -137,10 +131,30 @@ static flashcl_status validate_backward(const flashcl_context *ctx, const struct
         {"grad.d_q", &g->d_q, {b, nq, hq}, d},
         {"grad.d_k", &g->d_k, {b, nk, hk}, d},
         {"grad.d_v", &g->d_v, {b, nk, hk}, d},
-        {"workspace", &ws_view, {1, 1, 1}, ws_elements},
+        {"workspace", &ws_view, {1, 1, 1}, ws_bytes / sizeof(float)},
     };
-    const int n_views = (int)(sizeof(views) / sizeof(views[0])) - (workspace ? 0 : 1);
-    return validate_views(ctx, views, n_views, 6);
+    const int first_written = 6;
+    /* The LSE only when present (the standard path does not read it), the workspace only when given. */
+    struct view_spec present[sizeof(views) / sizeof(views[0])];
+    int n = 0, first_output = 0;
+    for (int i = 0; i < (int)(sizeof(views) / sizeof(views[0])); i++) {
+        if (i == first_written)
+            first_output = n;
+        if (views[i].t->mem)
+            present[n++] = views[i];
+    }
+    return validate_views(ctx, present, n, first_output);
+}
+
+/* The flash path's checks: backward_validate with its D workspace. */
+static flashcl_status validate_backward(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                        const struct flashcl_attention_grad *g, cl_mem workspace)
+{
+    size_t ws_elements = 0;
+    if (!backward_workspace_elements(a, &ws_elements))
+        return fail(ctx, FLASHCL_ERROR_OVERFLOW, "the backward workspace for batch %d x heads_q %d x seq_q %d "
+                    "overflows size_t", a->batch, a->heads_q, a->seq_q);
+    return backward_validate(ctx, a, g, true, workspace, ws_elements * sizeof(float));
 }
 
 flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,

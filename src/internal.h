@@ -125,6 +125,16 @@ struct view_spec {
  * written, so none overlaps itself or any other view. */
 flashcl_status validate_views(const flashcl_context *ctx, const struct view_spec *specs, int n, int first_output);
 
+/* ---- backward.c, shared with standard_backward.c ---- */
+
+/* What a backward call adds to validate_attention: grad's views (d_o read;
+ * d_q, d_k, d_v written), their dtypes, grad.reserved all zero, no written
+ * view (nor the workspace, when given) overlapping anything; the LSE when
+ * needs_lse; a workspace of at least ws_bytes. */
+flashcl_status backward_validate(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                 const struct flashcl_attention_grad *g, bool needs_lse, cl_mem workspace,
+                                 size_t ws_bytes);
+
 /* ---- the context (device.c) ---- */
 
 struct flashcl_context {
