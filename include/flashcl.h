@@ -362,6 +362,23 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
                                                     cl_uint num_wait_events,
                                                     const cl_event *wait_list, cl_event *event);
 
+/* The same gradients as flashcl_backward, computed the standard way: S and
+ * P = softmax(S) recomputed with CLBlast's SGEMM, dP = dO·Vᵀ, dV = Pᵀ·dO,
+ * dS = P∘(dP − rowsum(P∘dP)), dQ = scale·dS·K, dK = scale·dSᵀ·Q, with S/P
+ * and dP/dS materialised: a workspace of about 8·batch·heads_q·seq_q·seq_kv
+ * bytes (plus f32 copies of Q, dO, K, V), which must stay under 2^31
+ * floats (CLBlast's indexing; FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY past it).
+ * attn.lse is not read. Validation as flashcl_backward's; needs an
+ * in-order queue. */
+FLASHCL_API flashcl_status flashcl_standard_backward_workspace_size(flashcl_context *ctx,
+                                                                    const struct flashcl_attention *attn,
+                                                                    const struct flashcl_attention_grad *grad,
+                                                                    size_t *bytes);
+FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                     const struct flashcl_attention_grad *grad, cl_mem workspace,
+                                                     cl_command_queue queue, cl_uint num_wait_events,
+                                                     const cl_event *wait_list, cl_event *event);
+
 /* ------------------------------------------------------------------------ */
 /* Tiling                                                                     */
 /* ------------------------------------------------------------------------ */

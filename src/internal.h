@@ -69,6 +69,7 @@ extern const char flashcl_source_flash_forward_mma[];
 extern const char flashcl_source_flash_forward_tiled[];
 extern const char flashcl_source_flash_forward_tf32[];
 extern const char flashcl_source_flash_backward[];
+extern const char flashcl_source_standard_backward[];
 
 /* ---- tile.c: the sizing rule and the tile a call uses ---- */
 

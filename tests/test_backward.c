@@ -29,7 +29,8 @@ struct bwd_case {
     int causal;
     float scale;               /* 0: 1/sqrt(d) */
     enum test_layout layout;   /* BNHD, BHND or PADDED */
-    int own_workspace;         /* pass a workspace of exactly flashcl_backward_workspace_size bytes */
+    int own_workspace;         /* pass a workspace of exactly the size the workspace query gives */
+    int standard;              /* flashcl_standard_backward instead of flashcl_backward */
 };
 
 /* One case's buffers on the device and their host images. */
@@ -149,7 +150,13 @@ static void problem_forward(struct problem *p, flashcl_context *ctx)
 static void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue queue)
 {
     cl_mem ws = NULL;
-    if (p->c.own_workspace) {
+    if (p->c.own_workspace && p->c.standard) {
+        size_t bytes = 0;
+        ck_assert_flashcl_ok(flashcl_standard_backward_workspace_size(ctx, &p->a, &p->g, &bytes));
+        cl_int err;
+        ws = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        ck_assert_ptr_nonnull(ws);
+    } else if (p->c.own_workspace) {
         size_t bytes = 0;
         ck_assert_flashcl_ok(flashcl_backward_workspace_size(ctx, &p->a, &p->g, &bytes));
         ck_assert_uint_eq(bytes, (size_t)p->c.batch * (size_t)p->c.heads_q * (size_t)p->c.seq_q * sizeof(float));
@@ -158,7 +165,10 @@ static void problem_backward(struct problem *p, flashcl_context *ctx, cl_command
         ck_assert_ptr_nonnull(ws);
     }
     cl_event done = NULL;
-    ck_assert_flashcl_ok(flashcl_backward(ctx, &p->a, &p->g, ws, queue, 0, NULL, &done));
+    if (p->c.standard)
+        ck_assert_flashcl_ok(flashcl_standard_backward(ctx, &p->a, &p->g, ws, queue, 0, NULL, &done));
+    else
+        ck_assert_flashcl_ok(flashcl_backward(ctx, &p->a, &p->g, ws, queue, 0, NULL, &done));
     wait_complete(done);
     if (ws)
         clReleaseMemObject(ws);
@@ -354,6 +364,70 @@ static const struct bwd_case dtype_cases[] = {
 START_TEST(dtypes)
 {
     run_case(NULL, "dtype", &dtype_cases[_i], 300 + (uint64_t)_i);
+}
+END_TEST
+
+/* The standard (materialised) backward: same reference, same bounds (its
+ * D comes from P and dP in f32, not from the stored O, so f16/bf16 lose no
+ * more than the flash path). */
+static const struct bwd_case standard_cases[] = {
+    {2, 40, 40, 4, 2, 16, F32, 0, 0, LAYOUT_BNHD, 0, 1},   /* GQA */
+    {1, 50, 20, 3, 1, 32, F32, 1, 0, LAYOUT_BNHD, 1, 1},   /* MQA, causal Nq > Nk, caller's workspace */
+    {2, 45, 35, 4, 2, 32, F32, 1, 0, LAYOUT_PADDED, 0, 1},
+    {1, 30, 50, 2, 2, 80, F32, 1, -0.3f, LAYOUT_BHND, 0, 1},
+    {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0, 1},
+    {2, 50, 50, 2, 1, 33, BF16, 0, 0, LAYOUT_BHND, 0, 1},
+};
+
+START_TEST(standard_path)
+{
+    run_case(NULL, "standard", &standard_cases[_i], 800 + (uint64_t)_i);
+}
+END_TEST
+
+/* The standard path's own refusals leave the outputs untouched; it needs no LSE. */
+START_TEST(standard_rejected)
+{
+    struct test_env *e = test_env_get();
+    const struct bwd_case c = {1, 20, 24, 4, 2, 16, F32, 1, 0, LAYOUT_BNHD, 0, 1};
+    struct problem p;
+    problem_create(&p, &c, 900);
+    problem_forward(&p, e->ctx);
+    cl_int err;
+    cl_mem tiny = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 64, NULL, &err);
+    ck_assert_ptr_nonnull(tiny);
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    if (supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) {
+        cl_command_queue ooo = clCreateCommandQueue(e->cl, e->device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+        ck_assert_ptr_nonnull(ooo);
+        ck_assert_status(flashcl_standard_backward(e->ctx, &p.a, &p.g, NULL, ooo, 0, NULL, NULL),
+                         FLASHCL_INVALID_COMMAND_QUEUE);
+        clReleaseCommandQueue(ooo);
+    }
+    ck_assert_status(flashcl_standard_backward(e->ctx, &p.a, &p.g, tiny, e->queue, 0, NULL, NULL),
+                     FLASHCL_INVALID_VALUE);
+    struct flashcl_attention_grad g = p.g;
+    g.d_q = p.a.q;
+    ck_assert_status(flashcl_standard_backward(e->ctx, &p.a, &g, NULL, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_ALIASING);
+    g = p.g;
+    g.reserved[0] = 9;
+    size_t bytes = 0;
+    ck_assert_status(flashcl_standard_backward_workspace_size(e->ctx, &p.a, &g, &bytes), FLASHCL_INVALID_VALUE);
+    ck_assert_cl(clFinish(e->queue));
+    for (int t = T_DQ; t <= T_DV; t++) {
+        unsigned char *out = read_back(&p, t);
+        ck_assert_msg(memcmp(out, p.img[t], p.count[t] * p.esize) == 0, "a rejected call wrote %s", tensor_names[t]);
+        free(out);
+    }
+    /* No LSE: the standard path recomputes the softmax, so the call runs and matches the reference. */
+    p.a.lse.mem = NULL;
+    problem_backward(&p, e->ctx, e->queue);
+    struct bwd_result r;
+    problem_check(&p, &r);
+    clReleaseMemObject(tiny);
+    problem_free(&p);
 }
 END_TEST
 
@@ -655,6 +729,8 @@ int main(void)
     tcase_add_loop_test(tc, head_dim, 0, COUNT(head_dims));
     tcase_add_loop_test(tc, shapes, 0, COUNT(shape_cases));
     tcase_add_loop_test(tc, dtypes, 0, COUNT(dtype_cases));
+    tcase_add_loop_test(tc, standard_path, 0, COUNT(standard_cases));
+    tcase_add_test(tc, standard_rejected);
     tcase_add_loop_test(tc, forced_tiles, 0, COUNT(tiles));
     tcase_add_test(tc, deterministic);
     tcase_add_test(tc, event_chain);
