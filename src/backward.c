@@ -10,13 +10,14 @@
 #define LOG2E 1.4426950408889634
 #define BACKWARD_MAX_AUTO_BLOCK 64  /* larger blocks only grow the per-work-item accumulators */
 
-/* Mirrors the __local arrays of flash_backward_dkdv (dkdv true) or
- * flash_backward_dq (which has no P tile) in cl/flash_backward.cl. */
-static size_t backward_local_bytes(bool dkdv, int block_m, int block_n, int head_dim)
+/* Mirrors the __local arrays of flash_backward_dkdv in cl/flash_backward.cl;
+ * flash_backward_dq declares the same but the P tile, so it fits wherever
+ * this does. */
+static size_t backward_local_bytes(int block_m, int block_n, int head_dim)
 {
     const size_t m = (size_t)block_m, n = (size_t)block_n, ld = (size_t)head_dim | 1;
     const size_t tiles = 2 * m * ld + 2 * n * ld;     /* Q, dO, K, V */
-    const size_t scores = (dkdv ? 2 : 1) * m * n;     /* P and dS, or dS alone */
+    const size_t scores = 2 * m * n;                  /* P, dS */
     return (tiles + scores + 2 * m) * sizeof(float);  /* + the rows' LSE and D */
 }
 
@@ -34,7 +35,7 @@ static bool forced_backward_tile(int *block_m, int *block_n)
 }
 
 /* The backward tile: square blocks of up to 64 rows, the larger side halved
- * until both kernels' local arrays fit the reported local memory (blocks of
+ * until the kernels' local arrays fit the reported local memory (blocks of
  * 1 x 1 need 4 KB at d = 256, so a tile always exists on an OpenCL 1.2
  * device, whose minimum is 32 KB). One function, so it can move into a
  * kernel table later. */
@@ -49,25 +50,25 @@ static flashcl_status backward_tile(const flashcl_context *ctx, int head_dim, st
     int block_m = BACKWARD_MAX_AUTO_BLOCK, block_n = BACKWARD_MAX_AUTO_BLOCK;
     if (forced_backward_tile(&block_m, &block_n)) {
         out->source = FLASHCL_TILE_FORCED;
-        if (backward_local_bytes(true, block_m, block_n, head_dim) > local)
+        if (backward_local_bytes(block_m, block_n, head_dim) > local)
             return fail(ctx, FLASHCL_ERROR_INVALID_CONFIG,
                         "FLASHCL_TEST_BACKWARD_TILE %dx%d needs %zu bytes of local memory at head_dim %d; "
-                        "\"%s\" has %zu", block_m, block_n, backward_local_bytes(true, block_m, block_n, head_dim),
+                        "\"%s\" has %zu", block_m, block_n, backward_local_bytes(block_m, block_n, head_dim),
                         head_dim, ctx->device_name, local);
     }
-    while (backward_local_bytes(true, block_m, block_n, head_dim) > local && (block_m > 1 || block_n > 1)) {
+    while (backward_local_bytes(block_m, block_n, head_dim) > local && (block_m > 1 || block_n > 1)) {
         if (block_n >= block_m)
             block_n = (block_n + 1) / 2;
         else
             block_m = (block_m + 1) / 2;
     }
-    if (backward_local_bytes(true, block_m, block_n, head_dim) > local)
+    if (backward_local_bytes(block_m, block_n, head_dim) > local)
         return fail(ctx, FLASHCL_ERROR_UNSUPPORTED_DEVICE,
                     "\"%s\" has %zu bytes of local memory; the backward kernels need %zu at head_dim %d",
-                    ctx->device_name, local, backward_local_bytes(true, 1, 1, head_dim), head_dim);
+                    ctx->device_name, local, backward_local_bytes(1, 1, head_dim), head_dim);
     out->block_m = block_m;
     out->block_n = block_n;
-    out->local_bytes = backward_local_bytes(true, block_m, block_n, head_dim);
+    out->local_bytes = backward_local_bytes(block_m, block_n, head_dim);
     return FLASHCL_SUCCESS;
 }
 
