@@ -444,7 +444,7 @@ static void capture_backward(void *user, enum flashcl_log_level level, const cha
         snprintf(cap->last, sizeof(cap->last), "%s", message);
 }
 
-static const int tiles[][2] = {{1, 1}, {3, 5}, {5, 3}, {16, 7}};
+static const int tiles[][2] = {{1, 1}, {3, 5}, {16, 7}};  /* block_m < block_n, and > */
 
 START_TEST(forced_tiles)
 {
