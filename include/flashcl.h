@@ -106,15 +106,17 @@ enum flashcl_log_level {
 
 typedef void (*flashcl_log_fn)(void *user, enum flashcl_log_level level, const char *message);
 
-/* Which kernel a forward call runs. */
+/* Which kernel a call runs. */
 enum flashcl_variant {
     FLASHCL_VARIANT_PORTABLE = 1,       /* cl/flash_forward.cl: any OpenCL 1.2 device, any d and
                                            tile, FMA units */
     FLASHCL_VARIANT_TENSOR_CORE = 2,    /* cl/flash_forward_mma.cl: NVIDIA sm_80+, f16/bf16, mma.sync */
     FLASHCL_VARIANT_REGISTER_TILED = 3, /* cl/flash_forward_tiled.cl: any OpenCL 1.2 device, FMA
                                            units, d % 4 == 0, tiles of 16..128 in steps of 16 */
-    FLASHCL_VARIANT_TF32 = 4            /* cl/flash_forward_tf32.cl: NVIDIA sm_80+, f32 inputs with
+    FLASHCL_VARIANT_TF32 = 4,           /* cl/flash_forward_tf32.cl: NVIDIA sm_80+, f32 inputs with
                                            precision TF32 or TF32X3, mma.sync m16n8k8 */
+    FLASHCL_VARIANT_BACKWARD = 5        /* cl/flash_backward.cl: the backward pass, any OpenCL 1.2
+                                           device, any d and tile */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
@@ -392,6 +394,23 @@ FLASHCL_API flashcl_status flashcl_standard_forward(flashcl_context *ctx,
                                                     cl_mem workspace, cl_command_queue queue,
                                                     cl_uint num_wait_events,
                                                     const cl_event *wait_list, cl_event *event);
+
+/* The same gradients as flashcl_backward, computed the standard way: S and
+ * P = softmax(S) recomputed with CLBlast's SGEMM, dP = dO·Vᵀ, dV = Pᵀ·dO,
+ * dS = P∘(dP − rowsum(P∘dP)), dQ = scale·dS·K, dK = scale·dSᵀ·Q, with S/P
+ * and dP/dS materialised: a workspace of about 8·batch·heads_q·seq_q·seq_kv
+ * bytes (plus f32 copies of Q, dO, K, V), which must stay under 2^31
+ * floats (CLBlast's indexing; FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY past it).
+ * attn.lse is not read. Validation as flashcl_backward's; needs an
+ * in-order queue. */
+FLASHCL_API flashcl_status flashcl_standard_backward_workspace_size(flashcl_context *ctx,
+                                                                    const struct flashcl_attention *attn,
+                                                                    const struct flashcl_attention_grad *grad,
+                                                                    size_t *bytes);
+FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                     const struct flashcl_attention_grad *grad, cl_mem workspace,
+                                                     cl_command_queue queue, cl_uint num_wait_events,
+                                                     const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
 /* Kernels and tiles                                                          */

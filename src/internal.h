@@ -77,6 +77,8 @@ extern const char flashcl_source_standard_attention[];
 extern const char flashcl_source_flash_forward_mma[];
 extern const char flashcl_source_flash_forward_tiled[];
 extern const char flashcl_source_flash_forward_tf32[];
+extern const char flashcl_source_flash_backward[];
+extern const char flashcl_source_standard_backward[];
 
 /* ---- planner.c: one plan per call from the kernel table ---- */
 
@@ -132,6 +134,32 @@ void fcl_kernel_mark_broken(flashcl_context *ctx, const struct kernel_info *k, c
 flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a);
 /* a * b into *out; true (and *out untouched) if it overflows size_t. */
 bool fcl_mul_overflows(size_t a, size_t b, size_t *out);
+
+/* One tensor view to check: its full argument name ("grad.d_q"), dims
+ * (batch, seq, head) and contiguous last dimension. */
+struct view_spec {
+    const char *name;
+    const flashcl_tensor *t;
+    size_t count[3];
+    size_t dim;
+};
+#define VALIDATE_MAX_VIEWS 16
+/* The checks validate_attention applies to its views, for other calls:
+ * every view valid and inside its buffer; views from first_output on are
+ * written, so none overlaps itself or any other view. */
+flashcl_status fcl_validate_views(const flashcl_context *ctx, const struct view_spec *specs, int n, int first_output);
+
+/* ---- backward.c, shared with standard_backward.c ---- */
+
+/* What a backward call adds to validate_attention: grad's views (d_o read;
+ * d_q, d_k, d_v written), their dtypes, grad.reserved all zero, no written
+ * view (nor the workspace, when given) overlapping anything; the LSE when
+ * needs_lse; a workspace of at least ws_bytes. */
+flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                 const struct flashcl_attention_grad *g, bool needs_lse, cl_mem workspace,
+                                 size_t ws_bytes);
+
+/* ---- the context (device.c) ---- */
 
 /* ---- device.c: the context ---- */
 

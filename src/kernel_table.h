@@ -18,6 +18,7 @@
 /* What a kernel computes. */
 enum kernel_op {
     OP_FORWARD = 1,
+    OP_BACKWARD = 2,  /* dQ, dK, dV from Q, K, V, O, LSE, dO */
 };
 
 /* Tunable axes, shared by every kernel that has them. */
@@ -86,7 +87,10 @@ struct kernel_info {
     enum flashcl_variant variant;    /* the public id */
     enum kernel_op op;
     const char *source;              /* embedded OpenCL C */
-    const char *entry;               /* kernel function */
+    const char *entry;               /* kernel function (the first step's, for several) */
+    /* Operations of several kernels: the kernel functions of the same
+     * program in the order they are enqueued (each after the previous). */
+    const char *steps[4];
     unsigned dtypes;                 /* DTYPE_BIT(...) */
     unsigned f32_precisions;         /* PRECISION_BIT(...) an f32 call may ask for and get here */
     int head_dim_step, head_dim_max;

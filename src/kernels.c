@@ -184,6 +184,45 @@ static void tf32_options(const struct device_desc *dev, const struct problem *p,
              p->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1);
 }
 
+/* ---- backward: cl/flash_backward.cl, D, then dK/dV per K/V block, then dQ per Q block ---- */
+
+#define BACKWARD_MAX_AUTO_BLOCK 64  /* larger blocks only grow the per-work-item accumulators */
+
+/* The dK/dV kernel's arrays; the dQ kernel declares the same but one P tile. */
+static size_t backward_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+{
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], ld = (size_t)head_dim | 1;
+    const size_t tiles = 2 * m * ld + 2 * n * ld;     /* Q, dO, K, V */
+    const size_t scores = 2 * m * n;                  /* P, dS */
+    return (tiles + scores + 2 * m) * sizeof(float);  /* + the rows' LSE and D */
+}
+
+/* Square blocks of 64; `shrink` halves the larger side until they fit (1 x 1
+ * needs 4 KB at d = 256, within any OpenCL 1.2 device's 32 KB). */
+static void backward_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
+{
+    out->axis[M] = out->axis[N] = BACKWARD_MAX_AUTO_BLOCK;
+}
+
+static bool backward_shrink(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed)
+{
+    const bool can_m = !(fixed & (1u << M)) && s->axis[M] > 1;
+    const bool can_n = !(fixed & (1u << N)) && s->axis[N] > 1;
+    if (!can_m && !can_n)
+        return false;
+    int *axis = can_n && (s->axis[N] >= s->axis[M] || !can_m) ? &s->axis[N] : &s->axis[M];
+    *axis = (*axis + 1) / 2;
+    return true;
+}
+
+static void backward_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                             float scale_log2, char *buf, size_t size)
+{
+    const int side = portable_side(dev);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWG=%d -DDTYPE=%d -DCAUSAL=%d", p->head_dim,
+             s->axis[M], s->axis[N], side * side, fcl_dtype_define(p->dtype), p->mask == FLASHCL_MASK_CAUSAL);
+}
+
 #define SHAPE(w, t, n) {.axis = {[W] = (w), [T] = (t), [N] = (n)}}
 
 /* f16/bf16, preferred first (sweeps on the H200, docs/perf.md v0.5): 8 x 1 x
@@ -254,6 +293,17 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {[M] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}, [N] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}},
         .rule = portable_rule, .rule_reported = true, .shrink = portable_shrink,
         .local_bytes = portable_local_bytes, .geometry = portable_geometry, .options = portable_options,
+    },
+    {
+        .name = "backward", .variant = FLASHCL_VARIANT_BACKWARD, .op = OP_BACKWARD,
+        .source = flashcl_source_flash_backward, .entry = "flash_backward_dot",
+        .steps = {"flash_backward_dot", "flash_backward_dkdv", "flash_backward_dq"},
+        .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .f32_precisions = ~0u,
+        .head_dim_step = 1, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
+        .axes = {[M] = {1, 256, 1, {8, 16, 32, 64}}, [N] = {1, 256, 1, {8, 16, 32, 64}}},
+        .rule = backward_rule, .rule_reported = true, .shrink = backward_shrink,
+        .local_bytes = backward_local_bytes, .geometry = portable_geometry, .options = backward_options,
     },
 };
 const int fcl_kernel_count = sizeof(fcl_kernels) / sizeof(fcl_kernels[0]);

@@ -29,7 +29,7 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
         }
         const struct kernel_info *k = fcl_kernel_by_name(p, (size_t)(colon - p));
         if (!k) {
-            snprintf(why, why_size, "\"%.*s\" is not a kernel (portable, register-tiled, tensor-core, tf32)",
+            snprintf(why, why_size, "\"%.*s\" is not a kernel (tensor-core, tf32, register-tiled, portable, backward)",
                      (int)(colon - p), p);
             return why;
         }

@@ -87,7 +87,8 @@ flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct fl
                             (int)c->variant, (int)c->dtype, c->head_dim);
         struct kernel_shape shape;
         fcl_config_to_shape(k, c, &shape);
-        n = snprintf(line + used, size - used, "kind=forward|kernel=%s|dtype=%s|d=%d|mask=%s", k->name, t,
+        n = snprintf(line + used, size - used, "kind=%s|kernel=%s|dtype=%s|d=%d|mask=%s",
+                     k->op == OP_BACKWARD ? "backward" : "forward", k->name, t,
                      c->head_dim, mask_word(c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE));
         for (int a = 0; a < AXIS_COUNT && n >= 0 && (size_t)n < size - used; a++) {
             used += (size_t)n;
@@ -174,7 +175,7 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
             return "bytes must be 1..2^30";
         out->kind = LINE_LOCAL_MEM;
         out->local_mem = (size_t)v;
-    } else if (strcmp(kind, "forward") == 0) {
+    } else if (strcmp(kind, "forward") == 0 || strcmp(kind, "backward") == 0) {
         struct tuned_entry *e = &out->entry;
         out->kind = LINE_FORWARD;
         const char *name = field(&f, "kernel");
@@ -189,6 +190,8 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
                    : strcmp(dtype, "bf16") == 0 ? FLASHCL_BF16 : (flashcl_dtype)0;
         if (!e->kernel || !e->dtype || !(e->kernel->dtypes & DTYPE_BIT(e->dtype)))
             return "unknown kernel or dtype, or a dtype the kernel does not run";
+        if ((e->kernel->op == OP_BACKWARD) != (strcmp(kind, "backward") == 0))
+            return "the kind is not the kernel's operation";
         int causal_flag = 0;
         if (mask && !causal && (strcmp(mask, "none") == 0 || strcmp(mask, "causal") == 0))
             e->mask = strcmp(mask, "causal") == 0 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
@@ -213,7 +216,7 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
                 return "ms is not a number";
         }
     } else {
-        return "kind must be local_mem or forward";
+        return "kind must be local_mem, forward or backward";
     }
     for (int i = 0; i < f.n; i++)
         if (!f.used[i])

@@ -82,14 +82,14 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v)
     if (err == CL_SUCCESS)
         err = clGetMemObjectInfo(t->mem, CL_MEM_CONTEXT, sizeof(mem_ctx), &mem_ctx, NULL);
     if (err != CL_SUCCESS)
-        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "attn.%s.mem is not a valid cl_mem (%d)", v->name,
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "%s.mem is not a valid cl_mem (%d)", v->name,
                     err);
     if (mem_ctx != ctx->cl_ctx)
         return fcl_fail(ctx, FLASHCL_INVALID_CONTEXT,
-                    "attn.%s.mem belongs to another cl_context than the flashcl context's", v->name);
+                    "%s.mem belongs to another cl_context than the flashcl context's", v->name);
     if (t->offset % esize != 0)
         return fcl_fail(ctx, FLASHCL_ERROR_MISALIGNED,
-                    "attn.%s.offset = %zu bytes is not a multiple of the element size %zu", v->name,
+                    "%s.offset = %zu bytes is not a multiple of the element size %zu", v->name,
                     t->offset, esize);
 
     /* Last element + 1, in elements: sum of (count-1)*stride, plus dim. */
@@ -99,15 +99,15 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v)
         size_t step;
         if (fcl_mul_overflows(v->count[i] - 1, strides[i], &step) || add_overflows(extent, step, &extent))
             return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW,
-                        "attn.%s's extent overflows size_t (strides %zu, %zu, %zu)", v->name,
+                        "%s's extent overflows size_t (strides %zu, %zu, %zu)", v->name,
                         t->stride_batch, t->stride_seq, t->stride_head);
     }
     size_t bytes, end;
     if (fcl_mul_overflows(extent, esize, &bytes) || add_overflows(t->offset, bytes, &end))
-        return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "attn.%s's byte extent overflows size_t", v->name);
+        return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "%s's byte extent overflows size_t", v->name);
     if (end > mem_size)
         return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS,
-                    "attn.%s reaches byte %zu but its cl_mem holds %zu bytes (offset %zu, strides "
+                    "%s reaches byte %zu but its cl_mem holds %zu bytes (offset %zu, strides "
                     "%zu, %zu, %zu elements)", v->name, end, mem_size, t->offset, t->stride_batch,
                     t->stride_seq, t->stride_head);
 
@@ -143,7 +143,7 @@ static flashcl_status check_no_self_overlap(const flashcl_context *ctx, const st
             continue;
         if (strides[d] < inner)
             return fcl_fail(ctx, FLASHCL_ERROR_ALIASING,
-                        "attn.%s's strides (%zu, %zu, %zu elements) make distinct elements overlap",
+                        "%s's strides (%zu, %zu, %zu elements) make distinct elements overlap",
                         v->name, strides[0], strides[1], strides[2]);
         inner = strides[d] * (v->count[d] - 1) + inner;  /* no overflow: checked in check_view */
     }
@@ -153,6 +153,27 @@ static flashcl_status check_no_self_overlap(const flashcl_context *ctx, const st
 static bool views_overlap(const struct view *a, const struct view *b)
 {
     return a->root == b->root && a->begin < b->end && b->begin < a->end;
+}
+
+/* Each view inside its buffer; views from first_output on are written, so
+ * each must not overlap itself or any other view. */
+static flashcl_status check_views(const flashcl_context *ctx, struct view *views, int n, int first_output)
+{
+    for (int i = 0; i < n; i++) {
+        const flashcl_status st = check_view(ctx, &views[i]);
+        if (st != FLASHCL_SUCCESS)
+            return st;
+    }
+    for (int out = first_output; out < n; out++) {
+        const flashcl_status st = check_no_self_overlap(ctx, &views[out]);
+        if (st != FLASHCL_SUCCESS)
+            return st;
+        for (int other = 0; other < n; other++)
+            if (other != out && views_overlap(&views[out], &views[other]))
+                return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "%s overlaps %s in memory",
+                            views[out].name, views[other].name);
+    }
+    return FLASHCL_SUCCESS;
 }
 
 flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a)
@@ -187,26 +208,24 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
     struct view views[5] = {
-        {"q", &a->q, {b, nq, hq}, d, NULL, 0, 0},
-        {"k", &a->k, {b, nk, hk}, d, NULL, 0, 0},
-        {"v", &a->v, {b, nk, hk}, d, NULL, 0, 0},
-        {"o", &a->o, {b, nq, hq}, d, NULL, 0, 0},
-        {"lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0},
+        {"attn.q", &a->q, {b, nq, hq}, d, NULL, 0, 0},
+        {"attn.k", &a->k, {b, nk, hk}, d, NULL, 0, 0},
+        {"attn.v", &a->v, {b, nk, hk}, d, NULL, 0, 0},
+        {"attn.o", &a->o, {b, nq, hq}, d, NULL, 0, 0},
+        {"attn.lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0},
     };
-    const int n_views = a->lse.mem ? 5 : 4;
-    for (int i = 0; i < n_views; i++) {
-        st = check_view(ctx, &views[i]);
-        if (st != FLASHCL_SUCCESS)
-            return st;
+    return check_views(ctx, views, a->lse.mem ? 5 : 4, 3);
+}
+
+flashcl_status fcl_validate_views(const flashcl_context *ctx, const struct view_spec *specs, int n, int first_output)
+{
+    struct view views[VALIDATE_MAX_VIEWS];
+    if (n > VALIDATE_MAX_VIEWS)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "validate_views: %d views, at most %d", n, VALIDATE_MAX_VIEWS);
+    for (int i = 0; i < n; i++) {
+        const struct view v = {specs[i].name, specs[i].t, {specs[i].count[0], specs[i].count[1], specs[i].count[2]},
+                               specs[i].dim, NULL, 0, 0};
+        views[i] = v;
     }
-    for (int out = 3; out < n_views; out++) {
-        st = check_no_self_overlap(ctx, &views[out]);
-        if (st != FLASHCL_SUCCESS)
-            return st;
-        for (int other = 0; other < n_views; other++)
-            if (other != out && views_overlap(&views[out], &views[other]))
-                return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "attn.%s overlaps attn.%s in memory",
-                            views[out].name, views[other].name);
-    }
-    return FLASHCL_SUCCESS;
+    return check_views(ctx, views, n, first_output);
 }

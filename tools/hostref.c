@@ -135,3 +135,55 @@ void hostref_attention_row(const double *q, const double *k, const double *v, si
         out[e] /= sum;
     *lse = max + log(sum);
 }
+
+void hostref_attention_backward(const double *q, const double *k, const double *v, const double *d_o,
+                                size_t n_q, size_t n_kv, size_t d, double scale, int causal, double *d_q,
+                                double *d_k, double *d_v, double *scratch)
+{
+    double *p = scratch, *o = scratch + n_kv;
+    for (size_t i = 0; i < n_q; i++) {
+        const long long last = causal ? (long long)i + (long long)n_kv - (long long)n_q : (long long)n_kv - 1;
+        const size_t n_visible = last < 0 ? 0 : (size_t)last + 1 < n_kv ? (size_t)last + 1 : n_kv;
+        const double *qi = &q[i * d], *doi = &d_o[i * d];
+        double *dqi = &d_q[i * d];
+        for (size_t e = 0; e < d; e++)
+            dqi[e] = 0;
+        if (n_visible == 0)
+            continue;  /* no key: P = 0, so every gradient term of this row is 0 */
+        /* P_i from scratch (max-shifted softmax), O_i = P_i V and D_i = dO_i . O_i. */
+        double max = -INFINITY, sum = 0, delta = 0;
+        for (size_t j = 0; j < n_visible; j++) {
+            double s = 0;
+            for (size_t e = 0; e < d; e++)
+                s += qi[e] * k[j * d + e];
+            p[j] = s * scale;
+            max = fmax(max, p[j]);
+        }
+        for (size_t j = 0; j < n_visible; j++) {
+            p[j] = exp(p[j] - max);
+            sum += p[j];
+        }
+        for (size_t e = 0; e < d; e++)
+            o[e] = 0;
+        for (size_t j = 0; j < n_visible; j++) {
+            p[j] /= sum;
+            for (size_t e = 0; e < d; e++)
+                o[e] += p[j] * v[j * d + e];
+        }
+        for (size_t e = 0; e < d; e++)
+            delta += doi[e] * o[e];
+        /* dP_ij = dO_i . v_j, dS_ij = P_ij (dP_ij - D_i); dQ_i = scale sum_j dS_ij k_j,
+         * dK_j += scale dS_ij q_i, dV_j += P_ij dO_i. */
+        for (size_t j = 0; j < n_visible; j++) {
+            double dp = 0;
+            for (size_t e = 0; e < d; e++)
+                dp += doi[e] * v[j * d + e];
+            const double ds = p[j] * (dp - delta);
+            for (size_t e = 0; e < d; e++) {
+                dqi[e] += scale * ds * k[j * d + e];
+                d_k[j * d + e] += scale * ds * qi[e];
+                d_v[j * d + e] += p[j] * doi[e];
+            }
+        }
+    }
+}

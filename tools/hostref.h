@@ -30,4 +30,15 @@ void hostref_attention_row(const double *q, const double *k, const double *v, si
                            double scale, long long last_visible, double *out, double *lse,
                            double *scratch);
 
+/* The exact gradients of L = sum(dO o O) for one query head's problem in
+ * double precision, P recomputed from q and k (no LSE from outside): q, d_o
+ * and d_q [n_q][d], k, v, d_k and d_v [n_kv][d]. causal masks key j for
+ * query i when j > i + n_kv - n_q (bottom-right); a row that sees no key
+ * gets d_q = 0. d_q is written; d_k and d_v are ADDED to, so the query heads
+ * of a GQA group sum into one buffer (zero it first). scratch holds
+ * n_kv + d doubles. */
+void hostref_attention_backward(const double *q, const double *k, const double *v, const double *d_o,
+                                size_t n_q, size_t n_kv, size_t d, double scale, int causal, double *d_q,
+                                double *d_k, double *d_v, double *scratch);
+
 #endif

@@ -1,0 +1,272 @@
+/*
+ * flash_backward.cl: exact attention backward, portable OpenCL C 1.2.
+ *
+ * Three kernels, enqueued in this order by src/backward.c:
+ *   flash_backward_dot   D_i = sum_c dO_ic O_ic, into an f32 workspace [batch, heads_q, seq_q];
+ *   flash_backward_dkdv  one work-group per (K/V block, kv head, batch): dK, dV of its keys,
+ *                        summed over the group's query heads in a fixed order;
+ *   flash_backward_dq    one work-group per (Q block, query head, batch): dQ of its rows.
+ * Both block kernels recompute P_ij = exp(scale q_i.k_j - LSE_i) from Q, K and
+ * the forward's LSE, so no N x N matrix exists. dQ gets its own pass (two more
+ * block products) instead of float atomics: every output element is summed by
+ * one work-item in a fixed order, so the result is the same bits every run.
+ *
+ * Scores are in base 2 (scale_log2 = scale * log2(e), LSE times log2(e)).
+ * A key is visible to query row i when it exists and, with CAUSAL, when
+ * key <= i + seq_kv - seq_q (bottom-right alignment); a row whose LSE is
+ * -inf sees no key. Invisible pairs have P = dS = 0.
+ *
+ * Work-items own tile elements by linear index (idx = lid + WG * t), so any
+ * HEAD_DIM (1..256) and any block size down to 1 works. Every tunable has a
+ * default so the file compiles standalone. Keep backward_local_bytes() in
+ * src/backward.c in step with the __local arrays below.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64          /* d, exact (1..256) */
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 32           /* query rows per block */
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 32           /* keys per block */
+#endif
+#ifndef WG
+#define WG 256               /* work-items per work-group */
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+
+#define LD (HEAD_DIM | 1)                               /* odd row pitch: no bank conflicts across rows */
+#define ACC_N ((BLOCK_N * HEAD_DIM + WG - 1) / WG)      /* dK, dV elements per work-item */
+#define ACC_M ((BLOCK_M * HEAD_DIM + WG - 1) / WG)      /* dQ elements per work-item */
+
+#include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "block_order.h"
+
+/* rows [first, first + n_rows) of one (batch, head) of a view into a tile of pitch LD; 0 past `limit` */
+static void load_rows(__local float *tile, __global const storage_t *src, ulong base, ulong row_stride,
+                      int first, int n_rows, int limit, int lid)
+{
+    for (int idx = lid; idx < n_rows * HEAD_DIM; idx += WG) {
+        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const int row = first + r;
+        tile[r * LD + c] = row < limit ? LOAD(src, base + (ulong)row * row_stride + c) : 0.0f;
+    }
+}
+
+/* The query block's LSE (base 2; -inf past seq_q, which hides the row) and D. */
+static void load_row_terms(__local float *row_lse2, __local float *row_delta, __global const float *lse,
+                           ulong lse_base, ulong lse_ss, __global const float *delta, ulong delta_base,
+                           int q0, int seq_q, int lid)
+{
+    for (int i = lid; i < BLOCK_M; i += WG) {
+        const int row = q0 + i;
+        row_lse2[i] = row < seq_q ? lse[lse_base + (ulong)row * lse_ss] * M_LOG2E_F : -INFINITY;
+        row_delta[i] = row < seq_q ? delta[delta_base + (ulong)row] : 0.0f;
+    }
+}
+
+/* P and dS of one (query block, key block) pair: P_ij = exp2(scale_log2 q_i.k_j - lse2_i) where
+ * key j is visible to row i, else 0; dS_ij = P_ij (dO_i.v_j - D_i). The dQ pass passes ds_tile as
+ * p_tile too (it needs no P): each element's P is written before its dS by the same work-item. */
+static void block_p_ds(__local const float *q_tile, __local const float *do_tile, __local const float *k_tile,
+                       __local const float *v_tile, __local const float *row_lse2, __local const float *row_delta,
+                       int q0, int k0, int seq_q, int seq_kv, float scale_log2, __local float *p_tile,
+                       __local float *ds_tile, int lid)
+{
+    const int diag = seq_kv - seq_q;
+    for (int idx = lid; idx < BLOCK_M * BLOCK_N; idx += WG) {
+        const int i = idx / BLOCK_N, j = idx % BLOCK_N;
+        const int row = q0 + i, key = k0 + j;
+        bool visible = row < seq_q && key < seq_kv && row_lse2[i] > -INFINITY;
+#if CAUSAL
+        visible = visible && key <= row + diag;
+#endif
+        float p = 0.0f, ds = 0.0f;
+        if (visible) {
+            float s = 0.0f, dp = 0.0f;
+            for (int e = 0; e < HEAD_DIM; e++) {
+                s = fma(q_tile[i * LD + e], k_tile[j * LD + e], s);
+                dp = fma(do_tile[i * LD + e], v_tile[j * LD + e], dp);
+            }
+            p = exp2(fma(s, scale_log2, -row_lse2[i]));
+            ds = p * (dp - row_delta[i]);
+        }
+        p_tile[idx] = p;
+        ds_tile[idx] = ds;
+    }
+}
+
+/* Launched as (ceil(seq_q / WG) * WG, heads_q, batch): one work-item per query row. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_dot(__global const storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
+                        __global const storage_t *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
+                        __global float *delta, int seq_q)
+{
+    const int row = (int)get_global_id(0);
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    if (row >= seq_q)
+        return;
+    const ulong o_row = o_off + (ulong)b * o_sb + (ulong)h * o_sh + (ulong)row * o_ss;
+    const ulong do_row = do_off + (ulong)b * do_sb + (ulong)h * do_sh + (ulong)row * do_ss;
+    float sum = 0.0f;
+    for (int c = 0; c < HEAD_DIM; c++)
+        sum = fma(LOAD(d_o, do_row + c), LOAD(o, o_row + c), sum);
+    delta[((ulong)b * get_num_groups(1) + (ulong)h) * (ulong)seq_q + (ulong)row] = sum;
+}
+
+/* Launched as (ceil(seq_kv / BLOCK_N) * WG, heads_kv, batch). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                         __global const storage_t *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                         __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                         __global const storage_t *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
+                         __global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                         __global const float *delta,
+                         __global storage_t *d_k, ulong dk_off, ulong dk_sb, ulong dk_ss, ulong dk_sh,
+                         __global storage_t *d_v, ulong dv_off, ulong dv_sb, ulong dv_ss, ulong dv_sh,
+                         int seq_q, int seq_kv, int group, float scale_log2, float scale)
+{
+    __local float q_tile[BLOCK_M * LD];
+    __local float do_tile[BLOCK_M * LD];
+    __local float k_tile[BLOCK_N * LD];
+    __local float v_tile[BLOCK_N * LD];
+    __local float p_tile[BLOCK_M * BLOCK_N];
+    __local float ds_tile[BLOCK_M * BLOCK_N];
+    __local float row_lse2[BLOCK_M];
+    __local float row_delta[BLOCK_M];
+
+    const int lid = (int)get_local_id(0);
+    const int k0 = (int)get_group_id(0) * BLOCK_N;
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int heads_q = (int)get_num_groups(1) * group;
+
+    load_rows(k_tile, k, k_off + (ulong)b * k_sb + (ulong)hk * k_sh, k_ss, k0, BLOCK_N, seq_kv, lid);
+    load_rows(v_tile, v, v_off + (ulong)b * v_sb + (ulong)hk * v_sh, v_ss, k0, BLOCK_N, seq_kv, lid);
+
+    float dk_acc[ACC_N], dv_acc[ACC_N];
+    for (int t = 0; t < ACC_N; t++) {
+        dk_acc[t] = 0.0f;
+        dv_acc[t] = 0.0f;
+    }
+
+    /* The first query row that sees key k0 (causal: row >= k0 - diag); blocks before it are skipped.
+     * Keys no row sees run no block at all and get exact zeros. */
+    const int first_row = CAUSAL ? max(0, k0 - (seq_kv - seq_q)) : 0;
+    const int q_begin = first_row / BLOCK_M * BLOCK_M;
+
+    for (int g = 0; g < group; g++) {  /* fixed order: the GQA sum is the same every run */
+        const int h = hk * group + g;
+        const ulong q_base = q_off + (ulong)b * q_sb + (ulong)h * q_sh;
+        const ulong do_base = do_off + (ulong)b * do_sb + (ulong)h * do_sh;
+        const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
+        const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
+        for (int q0 = q_begin; q0 < seq_q; q0 += BLOCK_M) {
+            barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
+            load_rows(q_tile, q, q_base, q_ss, q0, BLOCK_M, seq_q, lid);
+            load_rows(do_tile, d_o, do_base, do_ss, q0, BLOCK_M, seq_q, lid);
+            load_row_terms(row_lse2, row_delta, lse, lse_base, l_ss, delta, delta_base, q0, seq_q, lid);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            block_p_ds(q_tile, do_tile, k_tile, v_tile, row_lse2, row_delta, q0, k0, seq_q, seq_kv, scale_log2,
+                       p_tile, ds_tile, lid);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* dV_j += sum_i P_ij dO_i; dK_j += sum_i dS_ij Q_i (scaled once at the end). */
+            for (int t = 0; t < ACC_N; t++) {
+                const int idx = lid + WG * t;
+                if (idx >= BLOCK_N * HEAD_DIM)
+                    break;
+                const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
+                float dv = dv_acc[t], dk = dk_acc[t];
+                for (int i = 0; i < BLOCK_M; i++) {
+                    dv = fma(p_tile[i * BLOCK_N + j], do_tile[i * LD + c], dv);
+                    dk = fma(ds_tile[i * BLOCK_N + j], q_tile[i * LD + c], dk);
+                }
+                dv_acc[t] = dv;
+                dk_acc[t] = dk;
+            }
+        }
+    }
+
+    const ulong dk_base = dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh;
+    const ulong dv_base = dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh;
+    for (int t = 0; t < ACC_N; t++) {
+        const int idx = lid + WG * t;
+        const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const int key = k0 + j;
+        if (idx >= BLOCK_N * HEAD_DIM || key >= seq_kv)
+            break;
+        STORE(d_k, dk_base + (ulong)key * dk_ss + c, dk_acc[t] * scale);
+        STORE(d_v, dv_base + (ulong)key * dv_ss + c, dv_acc[t]);
+    }
+}
+
+/* Launched as (ceil(seq_q / BLOCK_M) * WG, heads_q, batch). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_dq(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                       __global const storage_t *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                       __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                       __global const storage_t *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
+                       __global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                       __global const float *delta,
+                       __global storage_t *d_q, ulong dq_off, ulong dq_sb, ulong dq_ss, ulong dq_sh,
+                       int seq_q, int seq_kv, int group, float scale_log2, float scale)
+{
+    __local float q_tile[BLOCK_M * LD];
+    __local float do_tile[BLOCK_M * LD];
+    __local float k_tile[BLOCK_N * LD];
+    __local float v_tile[BLOCK_N * LD];
+    __local float ds_tile[BLOCK_M * BLOCK_N];
+    __local float row_lse2[BLOCK_M];
+    __local float row_delta[BLOCK_M];
+
+    const int lid = (int)get_local_id(0);
+    const int q0 = (int)get_group_id(0) * BLOCK_M;
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int hk = h / group;
+    const int heads_q = (int)get_num_groups(1);
+
+    load_rows(q_tile, q, q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, BLOCK_M, seq_q, lid);
+    load_rows(do_tile, d_o, do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, BLOCK_M, seq_q, lid);
+    load_row_terms(row_lse2, row_delta, lse, l_off + (ulong)b * l_sb + (ulong)h * l_sh, l_ss, delta,
+                   ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q, q0, seq_q, lid);
+
+    float dq_acc[ACC_M];
+    for (int t = 0; t < ACC_M; t++)
+        dq_acc[t] = 0.0f;
+
+    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
+    for (int k0 = 0; k0 < kv_end; k0 += BLOCK_N) {
+        barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
+        load_rows(k_tile, k, k_base, k_ss, k0, BLOCK_N, seq_kv, lid);
+        load_rows(v_tile, v, v_base, v_ss, k0, BLOCK_N, seq_kv, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        block_p_ds(q_tile, do_tile, k_tile, v_tile, row_lse2, row_delta, q0, k0, seq_q, seq_kv, scale_log2,
+                   ds_tile, ds_tile, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        /* dQ_i += sum_j dS_ij K_j (scaled once at the end). */
+        for (int t = 0; t < ACC_M; t++) {
+            const int idx = lid + WG * t;
+            if (idx >= BLOCK_M * HEAD_DIM)
+                break;
+            const int i = idx / HEAD_DIM, c = idx % HEAD_DIM;
+            float dq = dq_acc[t];
+            for (int j = 0; j < BLOCK_N; j++)
+                dq = fma(ds_tile[i * BLOCK_N + j], k_tile[j * LD + c], dq);
+            dq_acc[t] = dq;
+        }
+    }
+
+    const ulong dq_base = dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh;
+    for (int t = 0; t < ACC_M; t++) {
+        const int idx = lid + WG * t;
+        const int i = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const int row = q0 + i;
+        if (idx >= BLOCK_M * HEAD_DIM || row >= seq_q)
+            break;
+        STORE(d_q, dq_base + (ulong)row * dq_ss + c, dq_acc[t] * scale);
+    }
+}

@@ -1,0 +1,241 @@
+/* flashcl_backward: validate, plan (the kernel table's "backward" entry),
+ * build (once), enqueue its three steps (D, then dK/dV, then dQ). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Elements of the D workspace, f32 [batch, heads_q, seq_q]; false on overflow. */
+static bool backward_workspace_elements(const struct flashcl_attention *a, size_t *elements)
+{
+    const size_t rows_per_batch = (size_t)a->heads_q * (size_t)a->seq_q;  /* < 2^61: both are int */
+    if ((size_t)a->batch > SIZE_MAX / sizeof(float) / rows_per_batch)
+        return false;
+    *elements = (size_t)a->batch * rows_per_batch;
+    return true;
+}
+
+flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                 const struct flashcl_attention_grad *g, bool needs_lse, cl_mem workspace,
+                                 size_t ws_bytes)
+{
+    if (!g)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "grad is NULL");
+    if (needs_lse && !a->lse.mem)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT,
+                    "attn.lse.mem is NULL; the backward pass reads the forward's log-sum-exp");
+    for (size_t i = 0; i < sizeof(g->reserved); i++)
+        if (g->reserved[i] != 0)
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "grad.reserved[%zu] = %d; must be 0", i, (int)g->reserved[i]);
+    const struct { const char *name; const flashcl_tensor *t; } grads[] = {
+        {"grad.d_o", &g->d_o}, {"grad.d_q", &g->d_q}, {"grad.d_k", &g->d_k}, {"grad.d_v", &g->d_v}};
+    for (size_t i = 0; i < 4; i++) {
+        if (!grads[i].t->mem)
+            return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s.mem is NULL", grads[i].name);
+        if (flashcl_dtype_size(grads[i].t->dtype) == 0)
+            return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s.dtype = %d is not a flashcl_dtype", grads[i].name,
+                        (int)grads[i].t->dtype);
+        if (grads[i].t->dtype != a->q.dtype)
+            return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s.dtype = %d differs from attn.q.dtype = %d",
+                        grads[i].name, (int)grads[i].t->dtype, (int)a->q.dtype);
+    }
+
+    /* The workspace is checked like a written view: one row of ws_bytes / 4 floats. */
+    const flashcl_tensor ws_view = {workspace, 0, FLASHCL_F32, 0, 0, 0};
+    if (workspace) {
+        size_t ws_size = 0;
+        const cl_int err = clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof(ws_size), &ws_size, NULL);
+        if (err != CL_SUCCESS)
+            return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "workspace is not a valid cl_mem (%d)", err);
+        if (ws_size < ws_bytes)
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "workspace holds %zu bytes; this call needs %zu "
+                        "(its workspace_size function says so)", ws_size, ws_bytes);
+    }
+
+    const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
+    const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
+    const struct view_spec views[] = {
+        {"attn.q", &a->q, {b, nq, hq}, d},
+        {"attn.k", &a->k, {b, nk, hk}, d},
+        {"attn.v", &a->v, {b, nk, hk}, d},
+        {"attn.o", &a->o, {b, nq, hq}, d},
+        {"attn.lse", &a->lse, {b, nq, hq}, 1},
+        {"grad.d_o", &g->d_o, {b, nq, hq}, d},
+        /* written from here on */
+        {"grad.d_q", &g->d_q, {b, nq, hq}, d},
+        {"grad.d_k", &g->d_k, {b, nk, hk}, d},
+        {"grad.d_v", &g->d_v, {b, nk, hk}, d},
+        {"workspace", &ws_view, {1, 1, 1}, ws_bytes / sizeof(float)},
+    };
+    const int first_written = 6;
+    /* The LSE only when present (the standard path does not read it), the workspace only when given. */
+    struct view_spec present[sizeof(views) / sizeof(views[0])];
+    int n = 0, first_output = 0;
+    for (int i = 0; i < (int)(sizeof(views) / sizeof(views[0])); i++) {
+        if (i == first_written)
+            first_output = n;
+        if (views[i].t->mem)
+            present[n++] = views[i];
+    }
+    return fcl_validate_views(ctx, present, n, first_output);
+}
+
+/* The flash path's checks: backward_validate with its D workspace. */
+static flashcl_status validate_backward(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                        const struct flashcl_attention_grad *g, cl_mem workspace)
+{
+    size_t ws_elements = 0;
+    if (!backward_workspace_elements(a, &ws_elements))
+        return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "the backward workspace for batch %d x heads_q %d x seq_q %d "
+                    "overflows size_t", a->batch, a->heads_q, a->seq_q);
+    return fcl_backward_validate(ctx, a, g, true, workspace, ws_elements * sizeof(float));
+}
+
+flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                               const struct flashcl_attention_grad *grad, size_t *bytes)
+{
+    fcl_clear_error();
+    if (!ctx || !attn || !grad || !bytes)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                    !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "bytes");
+    flashcl_status st = fcl_validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = validate_backward(ctx, attn, grad, NULL);
+    size_t elements = 0;
+    if (st == FLASHCL_SUCCESS && backward_workspace_elements(attn, &elements))
+        *bytes = elements * sizeof(float);
+    return st;
+}
+
+/* The scalar arguments that close flash_backward_dkdv's and flash_backward_dq's lists. */
+static cl_int set_tail_args(cl_kernel kernel, cl_uint *arg, const struct flashcl_attention *a)
+{
+    const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, group = a->heads_q / a->heads_kv;
+    const float scale = fcl_effective_scale(a), scale_log2 = fcl_scale_log2(a);
+    cl_int err = clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &seq_q);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &seq_kv);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &group);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale_log2);
+    return err | clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale);
+}
+
+/* dot -> dkdv -> dq, each gated by the previous one's event, so the chain
+ * holds on out-of-order queues too. Caller holds ctx->lock. */
+static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashcl_attention *a,
+                                       const struct flashcl_attention_grad *g, const struct plan *plan,
+                                       cl_mem ws, cl_command_queue queue, cl_uint n_wait, const cl_event *wait,
+                                       cl_event *event)
+{
+    const struct kernel_info *k = plan->kernel;
+    const size_t esize = flashcl_dtype_size(a->q.dtype);
+    cl_kernel dot, dkdv, dq;
+    flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->steps[0], plan->options, &dot);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_program_get_kernel(ctx, k->source, k->steps[1], plan->options, &dkdv);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_program_get_kernel(ctx, k->source, k->steps[2], plan->options, &dq);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    /* flash_backward_dot (o, d_o, delta, seq_q) */
+    const cl_int seq_q = a->seq_q;
+    cl_uint arg = 0;
+    cl_int err = fcl_set_view_args(dot, &arg, &a->o, esize);
+    err |= fcl_set_view_args(dot, &arg, &g->d_o, esize);
+    err |= clSetKernelArg(dot, arg++, sizeof(cl_mem), &ws);
+    err |= clSetKernelArg(dot, arg++, sizeof(cl_int), &seq_q);
+
+    /* flash_backward_dkdv (q, k, v, d_o, lse, delta, d_k, d_v, seq_q, seq_kv, group, scale_log2, scale) */
+    arg = 0;
+    err |= fcl_set_view_args(dkdv, &arg, &a->q, esize);
+    err |= fcl_set_view_args(dkdv, &arg, &a->k, esize);
+    err |= fcl_set_view_args(dkdv, &arg, &a->v, esize);
+    err |= fcl_set_view_args(dkdv, &arg, &g->d_o, esize);
+    err |= fcl_set_view_args(dkdv, &arg, &a->lse, sizeof(float));
+    err |= clSetKernelArg(dkdv, arg++, sizeof(cl_mem), &ws);
+    err |= fcl_set_view_args(dkdv, &arg, &g->d_k, esize);
+    err |= fcl_set_view_args(dkdv, &arg, &g->d_v, esize);
+    err |= set_tail_args(dkdv, &arg, a);
+
+    /* flash_backward_dq (q, k, v, d_o, lse, delta, d_q, seq_q, seq_kv, group, scale_log2, scale) */
+    arg = 0;
+    err |= fcl_set_view_args(dq, &arg, &a->q, esize);
+    err |= fcl_set_view_args(dq, &arg, &a->k, esize);
+    err |= fcl_set_view_args(dq, &arg, &a->v, esize);
+    err |= fcl_set_view_args(dq, &arg, &g->d_o, esize);
+    err |= fcl_set_view_args(dq, &arg, &a->lse, sizeof(float));
+    err |= clSetKernelArg(dq, arg++, sizeof(cl_mem), &ws);
+    err |= fcl_set_view_args(dq, &arg, &g->d_q, esize);
+    err |= set_tail_args(dq, &arg, a);
+    if (err != CL_SUCCESS)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the backward kernels' arguments failed");
+
+    const size_t wg = (size_t)plan->workgroup;
+    const size_t local[3] = {wg, 1, 1};
+    const size_t b = (size_t)a->batch, hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv;
+    const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
+    const size_t bm = (size_t)plan->block_m, bn = (size_t)plan->block_n;
+    const size_t dot_global[3] = {(nq + wg - 1) / wg * wg, hq, b};
+    const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg, hk, b};
+    const size_t dq_global[3] = {(nq + bm - 1) / bm * wg, hq, b};
+
+    cl_event dot_done = NULL, dkdv_done = NULL;
+    const char *stage = "flash_backward_dot";
+    err = clEnqueueNDRangeKernel(queue, dot, 3, NULL, dot_global, local, n_wait, wait, &dot_done);
+    if (err == CL_SUCCESS) {
+        stage = "flash_backward_dkdv";
+        err = clEnqueueNDRangeKernel(queue, dkdv, 3, NULL, dkdv_global, local, 1, &dot_done, &dkdv_done);
+    }
+    if (err == CL_SUCCESS) {
+        stage = "flash_backward_dq";
+        err = clEnqueueNDRangeKernel(queue, dq, 3, NULL, dq_global, local, 1, &dkdv_done, event);
+    }
+    if (dot_done)
+        clReleaseEvent(dot_done);
+    if (dkdv_done)
+        clReleaseEvent(dkdv_done);
+    if (err != CL_SUCCESS)
+        return fcl_fail(ctx, (flashcl_status)err, "enqueueing %s (tile %dx%d, %zu work-items per group, %zu bytes "
+                    "local) failed (%d)", stage, plan->block_m, plan->block_n, wg, plan->local_bytes, err);
+    fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "backward: %s %s", k->name, plan->options);
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                const struct flashcl_attention_grad *grad, cl_mem workspace,
+                                cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
+                                cl_event *event)
+{
+    flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
+    if (st == FLASHCL_SUCCESS)
+        st = validate_backward(ctx, attn, grad, workspace);
+    struct problem p;
+    fcl_forward_problem(attn, &p);
+    p.op = OP_BACKWARD;
+    p.rows_16b = false;  /* no backward kernel needs it */
+    struct plan plan;
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    cl_mem ws = workspace;
+    if (!ws) {
+        size_t elements = 0;
+        backward_workspace_elements(attn, &elements);  /* validated above */
+        cl_int err;
+        ws = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, elements * sizeof(float), NULL, &err);
+        if (!ws)
+            return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
+                        "allocating the backward pass's %zu-byte workspace failed (%d)", elements * sizeof(float), err);
+    }
+    pthread_mutex_lock(&ctx->lock);
+    st = enqueue_backward(ctx, attn, grad, &plan, ws, queue, num_wait_events, wait_list, event);
+    pthread_mutex_unlock(&ctx->lock);
+    /* Released now: OpenCL frees it once the enqueued kernels that use it have completed. */
+    if (!workspace)
+        clReleaseMemObject(ws);
+    return st;
+}

@@ -1,0 +1,738 @@
+/* The backward pass against the double-precision reference gradients, with
+ * O and LSE from flashcl_forward (the real chain); the reference itself
+ * against finite differences; determinism; rejected calls. Every output
+ * starts poisoned (0xFF bytes: NaN in every dtype), and bytes outside the
+ * output views must survive. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define F32 FLASHCL_F32
+#define F16 FLASHCL_F16
+#define BF16 FLASHCL_BF16
+
+enum { T_Q, T_K, T_V, T_O, T_DO, T_DQ, T_DK, T_DV, N_TENSORS };
+static const char *const tensor_names[N_TENSORS] = {"q", "k", "v", "o", "d_o", "d_q", "d_k", "d_v"};
+
+static bool kv_like(int t)
+{
+    return t == T_K || t == T_V || t == T_DK || t == T_DV;
+}
+
+struct bwd_case {
+    int batch, seq_q, seq_kv, heads_q, heads_kv, head_dim;
+    flashcl_dtype dtype;
+    int causal;
+    float scale;               /* 0: 1/sqrt(d) */
+    enum test_layout layout;   /* BNHD, BHND or PADDED */
+    int own_workspace;         /* pass a workspace of exactly the size the workspace query gives */
+    int standard;              /* flashcl_standard_backward instead of flashcl_backward */
+};
+
+/* One case's buffers on the device and their host images. */
+struct problem {
+    struct bwd_case c;
+    size_t esize;
+    flashcl_tensor view[N_TENSORS];
+    size_t count[N_TENSORS];  /* elements of each buffer */
+    unsigned char *img[N_TENSORS];
+    cl_mem mem[N_TENSORS], lse;
+    struct flashcl_attention a;
+    struct flashcl_attention_grad g;
+};
+
+static cl_mem upload(const void *host, size_t bytes)
+{
+    cl_int err;
+    cl_mem mem = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, (void *)host,
+                                &err);
+    ck_assert_msg(mem != NULL, "clCreateBuffer(%zu bytes) failed (%d)", bytes, err);
+    return mem;
+}
+
+static size_t elem_index(const flashcl_tensor *t, size_t esize, size_t b, size_t n, size_t h, size_t e)
+{
+    return t->offset / esize + b * t->stride_batch + n * t->stride_seq + h * t->stride_head + e;
+}
+
+/* Random inputs (also in the gaps of padded layouts), poisoned O, LSE and gradients. */
+static void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
+{
+    memset(p, 0, sizeof(*p));
+    p->c = *c;
+    p->esize = flashcl_dtype_size(c->dtype);
+    const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
+    rng_seed(seed);
+    for (int t = 0; t < N_TENSORS; t++) {
+        const size_t n = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
+        const size_t h = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
+        flashcl_tensor *v = &p->view[t];
+        if (c->layout == LAYOUT_PADDED) {
+            v->dtype = c->dtype;
+            v->stride_head = d + 3;
+            v->stride_seq = h * (d + 3) + 5;
+            v->stride_batch = n * v->stride_seq + 7;
+            v->offset = 9 * p->esize;
+            p->count[t] = 9 + B * v->stride_batch + 11;
+        } else {
+            *v = c->layout == LAYOUT_BHND ? flashcl_tensor_bhnd(NULL, c->dtype, n, h, d)
+                                          : flashcl_tensor_bnhd(NULL, c->dtype, n, h, d);
+            p->count[t] = B * n * h * d;
+        }
+        p->img[t] = malloc(p->count[t] * p->esize);
+        ck_assert_ptr_nonnull(p->img[t]);
+        if (t == T_Q || t == T_K || t == T_V || t == T_DO)
+            for (size_t x = 0; x < p->count[t]; x++)
+                hostref_store(p->img[t], c->dtype, x, (float)rng_uniform(-1.0, 1.0));
+        else
+            memset(p->img[t], 0xff, p->count[t] * p->esize);
+        p->mem[t] = upload(p->img[t], p->count[t] * p->esize);
+        v->mem = p->mem[t];
+    }
+    const size_t lse_bytes = B * (size_t)c->heads_q * (size_t)c->seq_q * sizeof(float);
+    float *poison = malloc(lse_bytes);
+    ck_assert_ptr_nonnull(poison);
+    memset(poison, 0xff, lse_bytes);
+    p->lse = upload(poison, lse_bytes);
+    free(poison);
+
+    struct flashcl_attention *a = &p->a;
+    a->batch = c->batch;
+    a->seq_q = c->seq_q;
+    a->seq_kv = c->seq_kv;
+    a->heads_q = c->heads_q;
+    a->heads_kv = c->heads_kv;
+    a->head_dim = c->head_dim;
+    a->q = p->view[T_Q];
+    a->k = p->view[T_K];
+    a->v = p->view[T_V];
+    a->o = p->view[T_O];
+    a->lse = flashcl_tensor_lse(p->lse, (size_t)c->seq_q, (size_t)c->heads_q);
+    a->scale = c->scale;
+    a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    p->g.d_o = p->view[T_DO];
+    p->g.d_q = p->view[T_DQ];
+    p->g.d_k = p->view[T_DK];
+    p->g.d_v = p->view[T_DV];
+}
+
+static void problem_free(struct problem *p)
+{
+    for (int t = 0; t < N_TENSORS; t++) {
+        clReleaseMemObject(p->mem[t]);
+        free(p->img[t]);
+    }
+    clReleaseMemObject(p->lse);
+}
+
+static void wait_complete(cl_event ev)
+{
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_cl(clWaitForEvents(1, &ev));
+    cl_int status = 1;
+    ck_assert_cl(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL));
+    ck_assert_int_eq(status, CL_COMPLETE);
+    clReleaseEvent(ev);
+}
+
+static void problem_forward(struct problem *p, flashcl_context *ctx)
+{
+    cl_event done = NULL;
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &p->a, test_env_get()->queue, 0, NULL, &done));
+    wait_complete(done);
+}
+
+/* Runs the backward call on queue, with the case's workspace choice, and waits. */
+static void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue queue)
+{
+    cl_mem ws = NULL;
+    if (p->c.own_workspace && p->c.standard) {
+        size_t bytes = 0;
+        ck_assert_flashcl_ok(flashcl_standard_backward_workspace_size(ctx, &p->a, &p->g, &bytes));
+        cl_int err;
+        ws = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        ck_assert_ptr_nonnull(ws);
+    } else if (p->c.own_workspace) {
+        size_t bytes = 0;
+        ck_assert_flashcl_ok(flashcl_backward_workspace_size(ctx, &p->a, &p->g, &bytes));
+        ck_assert_uint_eq(bytes, (size_t)p->c.batch * (size_t)p->c.heads_q * (size_t)p->c.seq_q * sizeof(float));
+        cl_int err;
+        ws = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        ck_assert_ptr_nonnull(ws);
+    }
+    cl_event done = NULL;
+    if (p->c.standard)
+        ck_assert_flashcl_ok(flashcl_standard_backward(ctx, &p->a, &p->g, ws, queue, 0, NULL, &done));
+    else
+        ck_assert_flashcl_ok(flashcl_backward(ctx, &p->a, &p->g, ws, queue, 0, NULL, &done));
+    wait_complete(done);
+    if (ws)
+        clReleaseMemObject(ws);
+}
+
+static unsigned char *read_back(const struct problem *p, int t)
+{
+    unsigned char *out = malloc(p->count[t] * p->esize);
+    ck_assert_ptr_nonnull(out);
+    ck_assert_cl(clEnqueueReadBuffer(test_env_get()->queue, p->mem[t], CL_TRUE, 0, p->count[t] * p->esize, out, 0,
+                                     NULL, NULL));
+    return out;
+}
+
+static double load_element(const struct problem *p, int t, size_t b, size_t n, size_t h, size_t e)
+{
+    return hostref_load(p->img[t], p->c.dtype, elem_index(&p->view[t], p->esize, b, n, h, e));
+}
+
+/* Reference dQ [B][Hq][Nq][d], dK and dV [B][Hk][Nk][d] from the stored (rounded) Q, K, V, dO. */
+static void problem_reference(const struct problem *p, double *ref[3])
+{
+    const struct bwd_case *c = &p->c;
+    const size_t B = (size_t)c->batch, Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv, d = (size_t)c->head_dim;
+    const size_t Hq = (size_t)c->heads_q, Hk = (size_t)c->heads_kv, group = Hq / Hk;
+    const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
+    double *q = malloc(Nq * d * sizeof(double)), *dout = malloc(Nq * d * sizeof(double));
+    double *k = malloc(Nk * d * sizeof(double)), *v = malloc(Nk * d * sizeof(double));
+    double *scratch = malloc((Nk + d) * sizeof(double));
+    ck_assert(q && dout && k && v && scratch);
+    ref[0] = malloc(B * Hq * Nq * d * sizeof(double));
+    ref[1] = calloc(B * Hk * Nk * d, sizeof(double));
+    ref[2] = calloc(B * Hk * Nk * d, sizeof(double));
+    ck_assert(ref[0] && ref[1] && ref[2]);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++) {
+            const size_t hk = h / group;
+            for (size_t n = 0; n < Nq; n++)
+                for (size_t e = 0; e < d; e++) {
+                    q[n * d + e] = load_element(p, T_Q, b, n, h, e);
+                    dout[n * d + e] = load_element(p, T_DO, b, n, h, e);
+                }
+            for (size_t n = 0; n < Nk; n++)
+                for (size_t e = 0; e < d; e++) {
+                    k[n * d + e] = load_element(p, T_K, b, n, hk, e);
+                    v[n * d + e] = load_element(p, T_V, b, n, hk, e);
+                }
+            hostref_attention_backward(q, k, v, dout, Nq, Nk, d, scale, c->causal, &ref[0][(b * Hq + h) * Nq * d],
+                                       &ref[1][(b * Hk + hk) * Nk * d], &ref[2][(b * Hk + hk) * Nk * d], scratch);
+        }
+    free(q);
+    free(dout);
+    free(k);
+    free(v);
+    free(scratch);
+}
+
+/*
+ * Bounds: |got - ref| <= atol + rtol * max|ref| per output tensor. The
+ * reference is the exact gradient of the stored (rounded) inputs, so what is
+ * left is
+ *  - f32: f32 arithmetic. Each gradient element sums up to Nk (or group x Nq)
+ *    terms, each a product of dots over d; P is recomputed from the f32 LSE
+ *    (exp2 of an argument near |LSE| ~ 5, ulp 5e-7 absolute, so ~1e-6 relative
+ *    per P). Seen: under 1e-6 of max|ref|; bound 2e-5.
+ *  - f16: O is stored in f16, so D_i = dO_i.O_i is off by up to d x 2^-11 x
+ *    |dO||O| in the worst case (random signs: ~sqrt(d) times less), which every
+ *    dS of the row inherits (times P), plus the output's own rounding of half
+ *    an ulp (2^-11 = 4.9e-4 of the value). Bound 4e-3 of max|ref|.
+ *  - bf16: the same with 8 mantissa bits (2^-8 = 3.9e-3): bound 3e-2.
+ * atol (1e-6) covers gradients that are all near 0 (e.g. dQ of a row whose
+ * only key gives P = 1, so dS = 0 exactly up to rounding).
+ */
+static void backward_tolerance(flashcl_dtype dtype, double *atol, double *rtol)
+{
+    *atol = 1e-6;
+    *rtol = dtype == F32 ? 2e-5 : dtype == F16 ? 4e-3 : 3e-2;
+}
+
+struct bwd_result {
+    double max_err[3];   /* dQ, dK, dV: max |got - ref| / max|ref| */
+};
+
+/* Compares the outputs with the reference element by element, checks rows
+ * that see no key have dQ exactly 0 and that bytes outside the views kept
+ * their poison. */
+static void problem_check(const struct problem *p, struct bwd_result *r)
+{
+    const struct bwd_case *c = &p->c;
+    double *ref[3];
+    problem_reference(p, ref);
+    double atol, rtol;
+    backward_tolerance(c->dtype, &atol, &rtol);
+    const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
+    for (int o = 0; o < 3; o++) {
+        const int t = T_DQ + o;
+        const size_t N = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
+        const size_t H = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
+        const size_t total = B * H * N * d;
+        double max_ref = 0;
+        for (size_t x = 0; x < total; x++)
+            max_ref = fmax(max_ref, fabs(ref[o][x]));
+        const double bound = atol + rtol * max_ref;
+        unsigned char *out = read_back(p, t);
+        unsigned char *written = calloc(p->count[t] * p->esize, 1);
+        ck_assert_ptr_nonnull(written);
+        double max_err = 0;
+        for (size_t b = 0; b < B; b++)
+            for (size_t h = 0; h < H; h++)
+                for (size_t n = 0; n < N; n++) {
+                    const bool no_key = t == T_DQ && c->causal && (long long)n + c->seq_kv - c->seq_q < 0;
+                    for (size_t e = 0; e < d; e++) {
+                        const size_t idx = elem_index(&p->view[t], p->esize, b, n, h, e);
+                        memset(written + idx * p->esize, 1, p->esize);
+                        const double got = hostref_load(out, c->dtype, idx);
+                        const double want = ref[o][((b * H + h) * N + n) * d + e];
+                        const double err = fabs(got - want);
+                        ck_assert_msg(err <= bound, "%s[b=%zu][n=%zu][h=%zu][%zu] = %.9g, reference %.9g (error %.3g, "
+                                      "bound %.3g)", tensor_names[t], b, n, h, e, got, want, err, bound);
+                        if (no_key)
+                            ck_assert_msg(got == 0.0, "d_q row %zu sees no key but is %g, not 0", n, got);
+                        max_err = fmax(max_err, err);
+                    }
+                }
+        for (size_t x = 0; x < p->count[t] * p->esize; x++)
+            ck_assert_msg(written[x] || out[x] == 0xff, "byte %zu outside the %s view was overwritten", x,
+                          tensor_names[t]);
+        r->max_err[o] = max_ref > 0 ? max_err / max_ref : max_err;
+        free(out);
+        free(written);
+        free(ref[o]);
+    }
+}
+
+static void run_case(flashcl_context *ctx, const char *what, const struct bwd_case *c, uint64_t seed)
+{
+    struct test_env *e = test_env_get();
+    if (!ctx)
+        ctx = e->ctx;
+    struct problem p;
+    problem_create(&p, c, seed);
+    problem_forward(&p, ctx);
+    problem_backward(&p, ctx, e->queue);
+    struct bwd_result r;
+    problem_check(&p, &r);
+    printf("%-16s B=%d Nq=%-3d Nk=%-3d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d: max err / max|ref| "
+           "dQ %.2e dK %.2e dV %.2e\n", what, c->batch, c->seq_q, c->seq_kv, c->heads_q, c->heads_kv, c->head_dim,
+           (int)c->dtype, c->causal, (int)c->layout, r.max_err[0], r.max_err[1], r.max_err[2]);
+    problem_free(&p);
+}
+
+/* ---- against the reference ---- */
+
+static const int head_dims[] = {1, 33, 64, 80, 128, 256};
+
+START_TEST(head_dim)
+{
+    struct bwd_case c = {1, 37, 45, 2, 1, head_dims[_i], F32, _i % 2, 0, LAYOUT_BNHD, 0};
+    run_case(NULL, "head_dim", &c, 100 + (uint64_t)_i);
+}
+END_TEST
+
+/* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace */
+/* head_dim 16 without and 32 with the mask, so these cases share few kernel builds. */
+static const struct bwd_case shape_cases[] = {
+    {2, 40, 40, 4, 2, 16, F32, 0, 0, LAYOUT_BNHD, 0},      /* GQA 2:1 */
+    {1, 30, 50, 4, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1},      /* GQA, causal Nq < Nk, caller's workspace */
+    {2, 33, 29, 3, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0},      /* MQA */
+    {1, 50, 20, 3, 1, 32, F32, 1, 0, LAYOUT_BNHD, 0},      /* MQA, causal Nq > Nk: 30 rows see no key */
+    {1, 130, 150, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 0},    /* several blocks, N no multiple of any block */
+    {1, 150, 77, 2, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0},
+    {2, 40, 60, 2, 2, 32, F32, 1, 0, LAYOUT_BHND, 0},
+    {2, 45, 35, 4, 2, 32, F32, 1, 0, LAYOUT_PADDED, 1},    /* strides with gaps and an offset */
+    {1, 1, 1, 1, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0},        /* one key: P = 1, dS = 0 */
+    {1, 1, 60, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 0},       /* one causal query sees every key */
+    {1, 64, 64, 2, 2, 16, F32, 0, 0.5f, LAYOUT_BNHD, 0},   /* explicit scale */
+    {1, 64, 64, 2, 2, 32, F32, 1, -0.3f, LAYOUT_BNHD, 0},  /* negative scale */
+};
+
+START_TEST(shapes)
+{
+    run_case(NULL, "shape", &shape_cases[_i], 200 + (uint64_t)_i);
+}
+END_TEST
+
+static const struct bwd_case dtype_cases[] = {
+    {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},
+    {2, 50, 50, 2, 1, 33, F16, 0, 0, LAYOUT_BHND, 0},
+    {1, 40, 56, 4, 2, 64, BF16, 1, 0, LAYOUT_PADDED, 0},
+    {2, 50, 50, 2, 1, 33, BF16, 0, 0, LAYOUT_BHND, 1},
+};
+
+START_TEST(dtypes)
+{
+    run_case(NULL, "dtype", &dtype_cases[_i], 300 + (uint64_t)_i);
+}
+END_TEST
+
+/* The standard (materialised) backward: same reference, same bounds (its
+ * D comes from P and dP in f32, not from the stored O, so f16/bf16 lose no
+ * more than the flash path). */
+static const struct bwd_case standard_cases[] = {
+    {2, 40, 40, 4, 2, 16, F32, 0, 0, LAYOUT_BNHD, 0, 1},   /* GQA */
+    {1, 50, 20, 3, 1, 32, F32, 1, 0, LAYOUT_BNHD, 1, 1},   /* MQA, causal Nq > Nk, caller's workspace */
+    {2, 45, 35, 4, 2, 32, F32, 1, 0, LAYOUT_PADDED, 0, 1},
+    {1, 30, 50, 2, 2, 80, F32, 1, -0.3f, LAYOUT_BHND, 0, 1},
+    {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0, 1},
+    {2, 50, 50, 2, 1, 33, BF16, 0, 0, LAYOUT_BHND, 0, 1},
+};
+
+START_TEST(standard_path)
+{
+    run_case(NULL, "standard", &standard_cases[_i], 800 + (uint64_t)_i);
+}
+END_TEST
+
+/* The standard path's own refusals leave the outputs untouched; it needs no LSE. */
+START_TEST(standard_rejected)
+{
+    struct test_env *e = test_env_get();
+    const struct bwd_case c = {1, 20, 24, 4, 2, 16, F32, 1, 0, LAYOUT_BNHD, 0, 1};
+    struct problem p;
+    problem_create(&p, &c, 900);
+    problem_forward(&p, e->ctx);
+    cl_int err;
+    cl_mem tiny = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 64, NULL, &err);
+    ck_assert_ptr_nonnull(tiny);
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    if (supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) {
+        cl_command_queue ooo = clCreateCommandQueue(e->cl, e->device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+        ck_assert_ptr_nonnull(ooo);
+        ck_assert_status(flashcl_standard_backward(e->ctx, &p.a, &p.g, NULL, ooo, 0, NULL, NULL),
+                         FLASHCL_INVALID_COMMAND_QUEUE);
+        clReleaseCommandQueue(ooo);
+    }
+    ck_assert_status(flashcl_standard_backward(e->ctx, &p.a, &p.g, tiny, e->queue, 0, NULL, NULL),
+                     FLASHCL_INVALID_VALUE);
+    struct flashcl_attention_grad g = p.g;
+    g.d_q = p.a.q;
+    ck_assert_status(flashcl_standard_backward(e->ctx, &p.a, &g, NULL, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_ALIASING);
+    g = p.g;
+    g.reserved[0] = 9;
+    size_t bytes = 0;
+    ck_assert_status(flashcl_standard_backward_workspace_size(e->ctx, &p.a, &g, &bytes), FLASHCL_INVALID_VALUE);
+    ck_assert_cl(clFinish(e->queue));
+    for (int t = T_DQ; t <= T_DV; t++) {
+        unsigned char *out = read_back(&p, t);
+        ck_assert_msg(memcmp(out, p.img[t], p.count[t] * p.esize) == 0, "a rejected call wrote %s", tensor_names[t]);
+        free(out);
+    }
+    /* No LSE: the standard path recomputes the softmax, so the call runs and matches the reference. */
+    p.a.lse.mem = NULL;
+    problem_backward(&p, e->ctx, e->queue);
+    struct bwd_result r;
+    problem_check(&p, &r);
+    clReleaseMemObject(tiny);
+    problem_free(&p);
+}
+END_TEST
+
+/* ---- forced tiles, down to one row and one key per block ---- */
+
+struct log_capture {
+    char last[512];
+};
+
+static void capture_backward(void *user, enum flashcl_log_level level, const char *message)
+{
+    struct log_capture *cap = user;
+    if (level == FLASHCL_LOG_DEBUG && strncmp(message, "backward:", 9) == 0)
+        snprintf(cap->last, sizeof(cap->last), "%s", message);
+}
+
+static const int tiles[][2] = {{1, 1}, {3, 5}, {16, 7}};  /* block_m < block_n, and > */
+
+START_TEST(forced_tiles)
+{
+    struct test_env *e = test_env_get();
+    struct log_capture cap = {{0}};
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    params.log = capture_backward;
+    params.log_user = &cap;
+    params.log_level = FLASHCL_LOG_DEBUG;
+    char tile[64], expect[64];
+    snprintf(tile, sizeof(tile), "backward:block_m=%d,block_n=%d", tiles[_i][0], tiles[_i][1]);
+    snprintf(expect, sizeof(expect), "-DBLOCK_M=%d -DBLOCK_N=%d ", tiles[_i][0], tiles[_i][1]);
+    params.kernel_options = tile;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
+    const struct bwd_case cases[] = {
+        {1, 23, 17, 4, 2, 9, F32, 1, 0, LAYOUT_BNHD, 0},   /* rows with no key, GQA */
+        {1, 17, 23, 2, 1, 9, F32, 1, 0, LAYOUT_BHND, 0},
+        {1, 19, 19, 2, 2, 16, BF16, 0, 0, LAYOUT_BNHD, 0},
+    };
+    for (int i = 0; i < 3; i++) {
+        cap.last[0] = '\0';
+        run_case(ctx, tile, &cases[i], 400 + (uint64_t)(_i * 3 + i));
+        ck_assert_msg(strstr(cap.last, expect) != NULL, "the backward call ran with \"%s\", not tile %s", cap.last,
+                      tile);
+    }
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
+/* ---- the reference against finite differences ---- */
+
+/* L = sum dO o O for one head, O from the forward reference. */
+static double host_loss(const double *q, const double *k, const double *v, const double *d_o, size_t nq, size_t nk,
+                        size_t d, double scale, int causal)
+{
+    double loss = 0, out[8], lse, scratch[8];
+    for (size_t i = 0; i < nq; i++) {
+        const long long last = causal ? (long long)i + (long long)nk - (long long)nq : (long long)nk - 1;
+        hostref_attention_row(&q[i * d], k, v, nk, d, scale, last, out, &lse, scratch);
+        for (size_t e = 0; e < d; e++)
+            loss += d_o[i * d + e] * out[e];
+    }
+    return loss;
+}
+
+START_TEST(reference_finite_differences)
+{
+    enum { NQ = 4, NK = 3, D = 3 };
+    for (int causal = 0; causal < 2; causal++) {  /* causal with Nq > Nk: row 0 sees no key */
+        double q[NQ * D], k[NK * D], v[NK * D], d_o[NQ * D];
+        double *all[4] = {q, k, v, d_o};
+        const size_t sizes[4] = {NQ * D, NK * D, NK * D, NQ * D};
+        rng_seed(7 + (uint64_t)causal);
+        for (int t = 0; t < 4; t++)
+            for (size_t x = 0; x < sizes[t]; x++)
+                all[t][x] = rng_uniform(-1.0, 1.0);
+        const double scale = 0.7;
+        double dq[NQ * D], dk[NK * D] = {0}, dv[NK * D] = {0}, scratch[NK + D];
+        hostref_attention_backward(q, k, v, d_o, NQ, NK, D, scale, causal, dq, dk, dv, scratch);
+        double *grads[3] = {dq, dk, dv};
+        const double h = 1e-6;
+        double worst = 0;
+        for (int t = 0; t < 3; t++)
+            for (size_t x = 0; x < sizes[t]; x++) {
+                const double saved = all[t][x];
+                all[t][x] = saved + h;
+                const double up = host_loss(q, k, v, d_o, NQ, NK, D, scale, causal);
+                all[t][x] = saved - h;
+                const double down = host_loss(q, k, v, d_o, NQ, NK, D, scale, causal);
+                all[t][x] = saved;
+                const double fd = (up - down) / (2 * h);
+                /* Central differences: O(h^2) truncation, ~1e-16 / h = 1e-10 rounding. */
+                ck_assert_msg(fabs(fd - grads[t][x]) < 1e-8, "causal %d: d%s[%zu] = %.12g, finite difference %.12g",
+                              causal, tensor_names[t], x, grads[t][x], fd);
+                worst = fmax(worst, fabs(fd - grads[t][x]));
+            }
+        if (causal)
+            for (int e = 0; e < D; e++)
+                ck_assert(dq[e] == 0.0);  /* row 0 sees no key */
+        printf("finite differences, causal %d: max |reference - fd| %.2e\n", causal, worst);
+    }
+}
+END_TEST
+
+/* ---- determinism ---- */
+
+START_TEST(deterministic)
+{
+    struct test_env *e = test_env_get();
+    /* GQA (dK, dV summed over 4 heads) with several key and query blocks. */
+    const struct bwd_case c = {1, 150, 140, 4, 1, 32, F32, 1, 0, LAYOUT_BNHD, 0};
+    struct problem p;
+    problem_create(&p, &c, 500);
+    problem_forward(&p, e->ctx);
+    problem_backward(&p, e->ctx, e->queue);
+    unsigned char *first[3];
+    for (int o = 0; o < 3; o++)
+        first[o] = read_back(&p, T_DQ + o);
+
+    /* A second queue: out-of-order where the device has it, so the event chain is what orders the kernels. */
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    cl_int err;
+    cl_command_queue second = clCreateCommandQueue(e->cl, e->device,
+                                                   supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert_ptr_nonnull(second);
+    for (int run = 0; run < 3; run++) {
+        problem_backward(&p, e->ctx, run == 2 ? second : e->queue);
+        for (int o = 0; o < 3; o++) {
+            unsigned char *again = read_back(&p, T_DQ + o);
+            ck_assert_msg(memcmp(again, first[o], p.count[T_DQ + o] * p.esize) == 0,
+                          "run %d (%s queue) gave other %s bits", run, run == 2 ? "second" : "same",
+                          tensor_names[T_DQ + o]);
+            free(again);
+        }
+    }
+    printf("deterministic: 4 runs bit-identical (second queue %s)\n",
+           supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE ? "out-of-order" : "in-order");
+    struct bwd_result r;
+    problem_check(&p, &r);
+    clReleaseCommandQueue(second);
+    for (int o = 0; o < 3; o++)
+        free(first[o]);
+    problem_free(&p);
+}
+END_TEST
+
+/* forward -> backward on an out-of-order queue (where the device has one) with no wait in between: only the
+ * wait list orders the backward's first kernel after the forward, and its own events order the rest. */
+START_TEST(event_chain)
+{
+    struct test_env *e = test_env_get();
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    cl_int err;
+    cl_command_queue queue = clCreateCommandQueue(e->cl, e->device,
+                                                  supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert_ptr_nonnull(queue);
+    const struct bwd_case c = {2, 70, 90, 4, 2, 32, F32, 1, 0, LAYOUT_BHND, 1};
+    struct problem p;
+    problem_create(&p, &c, 700);
+    size_t bytes = 0;
+    ck_assert_flashcl_ok(flashcl_backward_workspace_size(e->ctx, &p.a, &p.g, &bytes));
+    cl_mem ws = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    ck_assert_ptr_nonnull(ws);
+    cl_event forward_done = NULL, backward_done = NULL;
+    ck_assert_flashcl_ok(flashcl_forward(e->ctx, &p.a, queue, 0, NULL, &forward_done));
+    ck_assert_flashcl_ok(flashcl_backward(e->ctx, &p.a, &p.g, ws, queue, 1, &forward_done, &backward_done));
+    ck_assert_cl(clFlush(queue));
+    wait_complete(backward_done);
+    clReleaseEvent(forward_done);
+    struct bwd_result r;
+    problem_check(&p, &r);
+    printf("event chain (%s queue): max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
+           supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE ? "out-of-order" : "in-order", r.max_err[0],
+           r.max_err[1], r.max_err[2]);
+    clReleaseMemObject(ws);
+    clReleaseCommandQueue(queue);
+    problem_free(&p);
+}
+END_TEST
+
+/* ---- rejected calls ---- */
+
+static cl_mem sized_buffer(size_t bytes)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    ck_assert_ptr_nonnull(m);
+    return m;
+}
+
+START_TEST(rejected_calls)
+{
+    struct test_env *e = test_env_get();
+    const struct bwd_case c = {1, 20, 24, 4, 2, 16, F32, 1, 0, LAYOUT_BNHD, 0};
+    struct problem p;
+    problem_create(&p, &c, 600);
+    problem_forward(&p, e->ctx);
+    cl_mem tiny = sized_buffer(4);
+    cl_mem other = sized_buffer(1 << 16);
+
+    enum mutation {
+        NULL_GRAD, NO_LSE, NULL_DO, DK_DTYPE, DV_BAD_DTYPE, RESERVED, DQ_OUT_OF_BOUNDS, DQ_MISALIGNED, DQ_IS_Q,
+        DK_IS_DV, DQ_OVER_DO, DV_OVER_O, DK_SELF_OVERLAP, DQ_OVER_LSE, BAD_SHAPE, WS_TOO_SMALL, WS_IS_DQ, WS_IS_Q,
+        N_MUTATIONS
+    };
+    static const struct { const char *what; flashcl_status status; } expected[N_MUTATIONS] = {
+        {"grad NULL", FLASHCL_ERROR_NULL_ARGUMENT},
+        {"no LSE", FLASHCL_ERROR_NULL_ARGUMENT},
+        {"d_o.mem NULL", FLASHCL_ERROR_NULL_ARGUMENT},
+        {"d_k f16", FLASHCL_ERROR_INVALID_DTYPE},
+        {"d_v dtype 7", FLASHCL_ERROR_INVALID_DTYPE},
+        {"reserved byte", FLASHCL_INVALID_VALUE},
+        {"d_q past its buffer", FLASHCL_ERROR_OUT_OF_BOUNDS},
+        {"d_q offset 2 bytes", FLASHCL_ERROR_MISALIGNED},
+        {"d_q is q", FLASHCL_ERROR_ALIASING},
+        {"d_k is d_v", FLASHCL_ERROR_ALIASING},
+        {"d_q over d_o", FLASHCL_ERROR_ALIASING},
+        {"d_v over o", FLASHCL_ERROR_ALIASING},
+        {"d_k strides overlap", FLASHCL_ERROR_ALIASING},
+        {"d_q over lse", FLASHCL_ERROR_ALIASING},
+        {"head_dim 0", FLASHCL_ERROR_INVALID_SHAPE},
+        {"workspace too small", FLASHCL_INVALID_VALUE},
+        {"workspace is d_q", FLASHCL_ERROR_ALIASING},
+        {"workspace is q", FLASHCL_ERROR_ALIASING},
+    };
+    for (int m = 0; m < N_MUTATIONS; m++) {
+        struct flashcl_attention a = p.a;
+        struct flashcl_attention_grad g = p.g;
+        const struct flashcl_attention_grad *gp = &g;
+        cl_mem ws = NULL;
+        switch ((enum mutation)m) {
+        case NULL_GRAD: gp = NULL; break;
+        case NO_LSE: a.lse.mem = NULL; break;
+        case NULL_DO: g.d_o.mem = NULL; break;
+        case DK_DTYPE: g.d_k.dtype = F16; break;
+        case DV_BAD_DTYPE: g.d_v.dtype = (flashcl_dtype)7; break;
+        case RESERVED: g.reserved[63] = 1; break;
+        case DQ_OUT_OF_BOUNDS: g.d_q.offset = 4 * p.esize; break;
+        case DQ_MISALIGNED: g.d_q.offset = 2; break;
+        case DQ_IS_Q: g.d_q = a.q; break;
+        case DK_IS_DV: g.d_k = g.d_v; break;
+        case DQ_OVER_DO: g.d_q.mem = g.d_o.mem; break;
+        case DV_OVER_O: g.d_v.mem = a.o.mem; break;  /* o's buffer is larger than d_v's view */
+        case DK_SELF_OVERLAP: g.d_k.stride_seq = 1; break;
+        case DQ_OVER_LSE:  /* a d_q view inside a buffer that also holds the LSE */
+            a.lse.mem = other;
+            g.d_q.mem = other;
+            g.d_q.offset = 64;
+            break;
+        case BAD_SHAPE: a.head_dim = 0; break;
+        case WS_TOO_SMALL: ws = tiny; break;
+        case WS_IS_DQ: ws = g.d_q.mem; break;
+        case WS_IS_Q: ws = a.q.mem; break;
+        default: break;
+        }
+        const flashcl_status st = flashcl_backward(e->ctx, &a, gp, ws, e->queue, 0, NULL, NULL);
+        ck_assert_msg(st == expected[m].status, "%s: flashcl_backward gave %s, expected %s (%s)", expected[m].what,
+                      flashcl_status_name(st), flashcl_status_name(expected[m].status), flashcl_last_error());
+        ck_assert_msg(flashcl_last_error()[0] != '\0', "%s: no message", expected[m].what);
+        printf("rejected %-22s %s: %s\n", expected[m].what, flashcl_status_name(expected[m].status),
+               flashcl_last_error());
+        if (!ws) {  /* the workspace query validates like the call */
+            size_t bytes = 12345;
+            ck_assert_status(flashcl_backward_workspace_size(e->ctx, &a, gp, &bytes), expected[m].status);
+            ck_assert_uint_eq(bytes, 12345);
+        }
+    }
+    size_t bytes;
+    ck_assert_status(flashcl_backward_workspace_size(e->ctx, &p.a, &p.g, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_status(flashcl_backward(NULL, &p.a, &p.g, NULL, e->queue, 0, NULL, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_status(flashcl_backward(e->ctx, &p.a, &p.g, NULL, e->queue, 1, NULL, NULL), FLASHCL_INVALID_VALUE);
+    ck_assert_flashcl_ok(flashcl_backward_workspace_size(e->ctx, &p.a, &p.g, &bytes));
+
+    /* Nothing was enqueued: the gradients still hold their poison. */
+    ck_assert_cl(clFinish(e->queue));
+    for (int t = T_DQ; t <= T_DV; t++) {
+        unsigned char *out = read_back(&p, t);
+        ck_assert_msg(memcmp(out, p.img[t], p.count[t] * p.esize) == 0, "a rejected call wrote %s", tensor_names[t]);
+        free(out);
+    }
+    clReleaseMemObject(tiny);
+    clReleaseMemObject(other);
+    problem_free(&p);
+}
+END_TEST
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+int main(void)
+{
+    Suite *s = suite_create("backward");
+    TCase *tc = tcase_create("backward");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, reference_finite_differences);
+    tcase_add_test(tc, rejected_calls);
+    tcase_add_loop_test(tc, head_dim, 0, COUNT(head_dims));
+    tcase_add_loop_test(tc, shapes, 0, COUNT(shape_cases));
+    tcase_add_loop_test(tc, dtypes, 0, COUNT(dtype_cases));
+    tcase_add_loop_test(tc, standard_path, 0, COUNT(standard_cases));
+    tcase_add_test(tc, standard_rejected);
+    tcase_add_loop_test(tc, forced_tiles, 0, COUNT(tiles));
+    tcase_add_test(tc, deterministic);
+    tcase_add_test(tc, event_chain);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
