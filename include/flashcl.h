@@ -359,6 +359,15 @@ FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
  * order). workspace: a buffer of at least flashcl_backward_workspace_size
  * bytes, or NULL to let the call allocate (and release) one. On any
  * validation failure nothing is enqueued and the outputs are untouched. */
+struct flashcl_tile;  /* below, with the kernels */
+
+/* The kernel and tile flashcl_backward would use for this call (variant
+ * FLASHCL_VARIANT_BACKWARD; block_m query rows and block_n keys per block,
+ * forced with kernel_options "backward:block_m=..,block_n=.."). */
+FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                   const struct flashcl_attention_grad *grad,
+                                                   struct flashcl_tile *out);
+
 FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                             const struct flashcl_attention_grad *grad, cl_mem workspace,
                                             cl_command_queue queue, cl_uint num_wait_events,

@@ -203,6 +203,33 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     return FLASHCL_SUCCESS;
 }
 
+static void backward_problem(const struct flashcl_attention *attn, struct problem *p)
+{
+    fcl_forward_problem(attn, p);
+    p->op = OP_BACKWARD;
+    p->rows_16b = false;  /* no backward kernel needs it */
+}
+
+flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                       const struct flashcl_attention_grad *grad, struct flashcl_tile *out)
+{
+    fcl_clear_error();
+    if (!ctx || !attn || !grad || !out)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                        !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "out");
+    flashcl_status st = fcl_validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = validate_backward(ctx, attn, grad, NULL);
+    struct problem p;
+    backward_problem(attn, &p);
+    struct plan plan;
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+    if (st == FLASHCL_SUCCESS)
+        fcl_plan_to_tile(&plan, out);
+    return st;
+}
+
 flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                 const struct flashcl_attention_grad *grad, cl_mem workspace,
                                 cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
@@ -212,9 +239,7 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
     if (st == FLASHCL_SUCCESS)
         st = validate_backward(ctx, attn, grad, workspace);
     struct problem p;
-    fcl_forward_problem(attn, &p);
-    p.op = OP_BACKWARD;
-    p.rows_16b = false;  /* no backward kernel needs it */
+    backward_problem(attn, &p);
     struct plan plan;
     if (st == FLASHCL_SUCCESS)
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);

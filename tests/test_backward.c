@@ -446,6 +446,20 @@ static void capture_backward(void *user, enum flashcl_log_level level, const cha
 
 static const int tiles[][2] = {{1, 1}, {3, 5}, {16, 7}};  /* block_m < block_n, and > */
 
+/* flashcl_backward_config reports the backward kernel and the forced tile. */
+static void check_backward_config(flashcl_context *ctx, const struct bwd_case *c, int block_m, int block_n)
+{
+    struct problem p;
+    problem_create(&p, c, 1);
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p.a, &p.g, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
+    ck_assert_int_eq(t.block_m, block_m);
+    ck_assert_int_eq(t.block_n, block_n);
+    problem_free(&p);
+}
+
 START_TEST(forced_tiles)
 {
     struct test_env *e = test_env_get();
@@ -470,6 +484,8 @@ START_TEST(forced_tiles)
     for (int i = 0; i < 3; i++) {
         cap.last[0] = '\0';
         run_case(ctx, tile, &cases[i], 400 + (uint64_t)(_i * 3 + i));
+        if (i == 0)
+            check_backward_config(ctx, &cases[0], tiles[_i][0], tiles[_i][1]);
         ck_assert_msg(strstr(cap.last, expect) != NULL, "the backward call ran with \"%s\", not tile %s", cap.last,
                       tile);
     }
