@@ -11,20 +11,32 @@
 #define SAMPLED_ROWS 8  /* query rows checked against the CPU reference per case */
 
 static const char *const path_names[BENCH_PATH_COUNT] = {"flash", "standard"};
+static const char *const pass_names[BENCH_PASS_COUNT] = {"forward", "backward", "both"};
 
 const char *bench_path_name(enum bench_path path)
 {
     return path_names[path];
 }
 
-int bench_parse_paths(const char *list)
+const char *bench_pass_name(enum bench_pass pass)
+{
+    return pass_names[pass];
+}
+
+double bench_pass_flops(enum bench_pass pass)
+{
+    return pass == BENCH_PASS_FORWARD ? 1.0 : pass == BENCH_PASS_BACKWARD ? 2.5 : 3.5;
+}
+
+/* A comma-separated list of names into a bit set; -1 for an unknown name or none. */
+static int parse_names(const char *list, const char *const *names, int count)
 {
     int set = 0;
     char *copy = strdup(list), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int found = -1;
-        for (int p = 0; p < BENCH_PATH_COUNT; p++)
-            if (strcmp(tok, path_names[p]) == 0)
+        for (int p = 0; p < count; p++)
+            if (strcmp(tok, names[p]) == 0)
                 found = p;
         if (found < 0) {
             free(copy);
@@ -36,8 +48,25 @@ int bench_parse_paths(const char *list)
     return set ? set : -1;
 }
 
-double bench_tolerance(flashcl_dtype dtype, enum flashcl_precision precision)
+int bench_parse_paths(const char *list)
 {
+    return parse_names(list, path_names, BENCH_PATH_COUNT);
+}
+
+int bench_parse_passes(const char *list)
+{
+    return parse_names(list, pass_names, BENCH_PASS_COUNT);
+}
+
+double bench_tolerance(const struct bench_case *c)
+{
+    const flashcl_dtype dtype = c->dtype;
+    const enum flashcl_precision precision = c->precision;
+    /* Backward: dQ relative to its largest element; f16/bf16 P and dS (and O
+     * in D) carry their storage type's rounding (docs/backward.md). */
+    if (c->pass != BENCH_PASS_FORWARD)
+        return dtype == FLASHCL_F32 ? (precision == FLASHCL_PRECISION_TF32 ? 1e-2 : 1e-4)
+                                    : dtype == FLASHCL_F16 ? 1e-2 : 6e-2;
     /* Outputs lie in [-1, 1]: f32 arithmetic, or one rounding to the storage
      * type; TF32 rounds every operand to 10 mantissa bits. */
     if (dtype == FLASHCL_F32 && precision == FLASHCL_PRECISION_TF32)
@@ -121,9 +150,29 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
     return FLASHCL_SUCCESS;
 }
 
+flashcl_status bench_buffers_add_grads(struct bench_env *env, const struct bench_case *c, const void *d_o,
+                                       struct bench_buffers *b)
+{
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    const size_t bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
+    cl_int err = CL_SUCCESS;
+    b->d_o = buffer(env, bytes, d_o, &err);
+    b->d_q = buffer(env, bytes, NULL, &err);
+    b->d_k = buffer(env, bytes, NULL, &err);
+    b->d_v = buffer(env, bytes, NULL, &err);
+    if (err != CL_SUCCESS)
+        return (flashcl_status)err;
+    b->io_bytes += 4 * bytes;
+    b->grad.d_o = flashcl_tensor_bnhd(b->d_o, c->dtype, n, h, d);
+    b->grad.d_q = flashcl_tensor_bnhd(b->d_q, c->dtype, n, h, d);
+    b->grad.d_k = flashcl_tensor_bnhd(b->d_k, c->dtype, n, h, d);
+    b->grad.d_v = flashcl_tensor_bnhd(b->d_v, c->dtype, n, h, d);
+    return FLASHCL_SUCCESS;
+}
+
 void bench_buffers_release(struct bench_buffers *b)
 {
-    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o, &b->lse};
+    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o, &b->lse, &b->d_o, &b->d_q, &b->d_k, &b->d_v};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (*all[i]) {
             clReleaseMemObject(*all[i]);
@@ -131,39 +180,75 @@ void bench_buffers_release(struct bench_buffers *b)
         }
 }
 
-flashcl_status bench_prepare_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
-                                  const struct bench_case *c, size_t *device_bytes)
+/* Allocates a workspace of `bytes` into *ws, once, outside the timed runs;
+ * false when the device cannot hold it (the call itself then answers). */
+static bool allocate_workspace(struct bench_env *env, size_t bytes, size_t total, cl_mem *ws)
 {
-    (void)c;
-    *device_bytes = b->io_bytes;
-    if (path == BENCH_FLASH)
-        return FLASHCL_SUCCESS;  /* flash needs nothing beyond the inputs and outputs */
-
-    size_t ws_bytes = 0;
-    flashcl_status st = flashcl_standard_workspace_size(env->ctx, &b->attn, &ws_bytes);
-    if (st != FLASHCL_SUCCESS)
-        return st;
-    *device_bytes += ws_bytes;
-    /* The workspace is allocated once, outside the timed runs; a size the
-     * device cannot hold gets the library's own out-of-memory answer. */
     cl_ulong max_alloc = 0, global = 0;
     cl_device_id dev = flashcl_context_device(env->ctx);
     clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc, NULL);
     clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global), &global, NULL);
-    if (ws_bytes > max_alloc || *device_bytes > global)
-        return flashcl_standard_forward(env->ctx, &b->attn, NULL, env->queue, 0, NULL, NULL);
+    if (bytes == 0 || bytes > max_alloc || total > global)
+        return false;
     cl_int err;
-    b->workspace = clCreateBuffer(flashcl_context_cl_context(env->ctx), CL_MEM_READ_WRITE, ws_bytes, NULL, &err);
-    return b->workspace ? FLASHCL_SUCCESS : FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY;
+    *ws = clCreateBuffer(flashcl_context_cl_context(env->ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    return *ws != NULL;
+}
+
+flashcl_status bench_prepare_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
+                                  const struct bench_case *c, size_t *device_bytes)
+{
+    *device_bytes = b->io_bytes;
+    const bool forward = c->pass != BENCH_PASS_BACKWARD, backward = c->pass != BENCH_PASS_FORWARD;
+    size_t fwd_bytes = 0, bwd_bytes = 0;
+    flashcl_status st = FLASHCL_SUCCESS;
+    if (path == BENCH_STANDARD && forward)
+        st = flashcl_standard_workspace_size(env->ctx, &b->attn, &fwd_bytes);
+    if (st == FLASHCL_SUCCESS && backward)
+        st = path == BENCH_STANDARD ? flashcl_standard_backward_workspace_size(env->ctx, &b->attn, &b->grad, &bwd_bytes)
+                                    : flashcl_backward_workspace_size(env->ctx, &b->attn, &b->grad, &bwd_bytes);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    *device_bytes += fwd_bytes + bwd_bytes;
+    /* A size the device cannot hold gets the library's own out-of-memory answer. */
+    if (fwd_bytes && !allocate_workspace(env, fwd_bytes, *device_bytes, &b->workspace))
+        return flashcl_standard_forward(env->ctx, &b->attn, NULL, env->queue, 0, NULL, NULL);
+    if (bwd_bytes && !allocate_workspace(env, bwd_bytes, *device_bytes, &b->bwd_workspace))
+        return path == BENCH_STANDARD
+                   ? flashcl_standard_backward(env->ctx, &b->attn, &b->grad, NULL, env->queue, 0, NULL, NULL)
+                   : FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY;
+    if (c->pass == BENCH_PASS_BACKWARD) {
+        /* The backward reads O and the LSE: one forward, untimed. */
+        st = flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, NULL);
+        if (st == FLASHCL_SUCCESS)
+            st = (flashcl_status)clFinish(env->queue);
+    }
+    return st;
+}
+
+/* The backward of a path: dQ, dK, dV from O, LSE and dO. */
+static flashcl_status run_backward(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
+                                   cl_event *event)
+{
+    if (path == BENCH_STANDARD)
+        return flashcl_standard_backward(env->ctx, &b->attn, &b->grad, b->bwd_workspace, env->queue, 0, NULL, event);
+    return flashcl_backward(env->ctx, &b->attn, &b->grad, b->bwd_workspace, env->queue, 0, NULL, event);
 }
 
 flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
                               const struct bench_case *c, cl_event *event)
 {
-    (void)c;
-    if (path == BENCH_STANDARD)
-        return flashcl_standard_forward(env->ctx, &b->attn, b->workspace, env->queue, 0, NULL, event);
-    return flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, event);
+    if (c->pass == BENCH_PASS_BACKWARD)
+        return run_backward(env, path, b, event);
+    const bool both = c->pass == BENCH_PASS_BOTH;
+    flashcl_status st = path == BENCH_STANDARD
+                            ? flashcl_standard_forward(env->ctx, &b->attn, b->workspace, env->queue, 0, NULL,
+                                                       both ? NULL : event)
+                            : flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, both ? NULL : event);
+    /* In order: the backward starts when the forward is done. */
+    if (st == FLASHCL_SUCCESS && both)
+        st = run_backward(env, path, b, event);
+    return st;
 }
 
 void bench_release_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b)
@@ -174,11 +259,17 @@ void bench_release_path(struct bench_env *env, enum bench_path path, struct benc
         clReleaseMemObject(b->workspace);
         b->workspace = NULL;
     }
+    if (b->bwd_workspace) {
+        clReleaseMemObject(b->bwd_workspace);
+        b->bwd_workspace = NULL;
+    }
 }
 
-flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes)
+flashcl_status bench_read_output(struct bench_env *env, const struct bench_case *c, struct bench_buffers *b,
+                                 void *out, size_t bytes)
 {
-    return (flashcl_status)clEnqueueReadBuffer(env->queue, b->o, CL_TRUE, 0, bytes, out, 0, NULL, NULL);
+    cl_mem from = c->pass == BENCH_PASS_FORWARD ? b->o : b->d_q;
+    return (flashcl_status)clEnqueueReadBuffer(env->queue, from, CL_TRUE, 0, bytes, out, 0, NULL, NULL);
 }
 
 const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struct bench_buffers *b)
@@ -186,9 +277,9 @@ const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struc
     if (path == BENCH_STANDARD)
         return "clblast";
     struct flashcl_tile t;
-    if (flashcl_forward_config(env->ctx, &b->attn, &t) != FLASHCL_SUCCESS)
-        return "?";
-    return flashcl_variant_name(t.variant);
+    const flashcl_status st = b->grad.d_q.mem ? flashcl_backward_config(env->ctx, &b->attn, &b->grad, &t)
+                                              : flashcl_forward_config(env->ctx, &b->attn, &t);
+    return st == FLASHCL_SUCCESS ? flashcl_variant_name(t.variant) : "?";
 }
 
 static int compare_doubles(const void *a, const void *b)
@@ -305,3 +396,64 @@ double bench_sampled_error(const struct bench_case *c, const void *q, const void
     return max_err;
 }
 
+
+/* dQ of SAMPLED_ROWS rows from their reference row of P: p_j = exp(s·q·k_j −
+ * lse), ds_j = p_j (dO·v_j − dO·o), dQ = s Σ ds_j k_j. */
+double bench_sampled_dq_error(const struct bench_case *c, const void *q, const void *k, const void *v,
+                              const void *d_o, const void *dq)
+{
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    const double scale = 1.0 / sqrt((double)d);
+    double *kd = malloc(n * d * sizeof(double)), *vd = malloc(n * d * sizeof(double));
+    double *scratch = malloc(n * sizeof(double));
+    double qd[FLASHCL_MAX_HEAD_DIM], dod[FLASHCL_MAX_HEAD_DIM], o[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
+    if (!kd || !vd || !scratch) {
+        free(kd);
+        free(vd);
+        free(scratch);
+        return NAN;
+    }
+    double max_err = 0, max_ref = 0;
+    for (int s = 0; s < SAMPLED_ROWS; s++) {
+        const size_t b = (size_t)s % (size_t)c->batch, head = ((size_t)s * 5) % h;
+        const size_t row = s == 0 ? n - 1 : ((size_t)s * 2654435761u) % n;
+        for (size_t j = 0; j < n; j++)
+            for (size_t e = 0; e < d; e++) {
+                const size_t idx = ((b * n + j) * h + head) * d + e;
+                kd[j * d + e] = hostref_load(k, c->dtype, idx);
+                vd[j * d + e] = hostref_load(v, c->dtype, idx);
+            }
+        const size_t base = ((b * n + row) * h + head) * d;
+        for (size_t e = 0; e < d; e++) {
+            qd[e] = hostref_load(q, c->dtype, base + e);
+            dod[e] = hostref_load(d_o, c->dtype, base + e);
+        }
+        double lse;
+        const size_t last = c->causal ? row : n - 1;
+        hostref_attention_row(qd, kd, vd, n, d, scale, (long long)last, o, &lse, scratch);
+        double delta = 0;
+        for (size_t e = 0; e < d; e++)
+            delta += dod[e] * o[e];
+        for (size_t e = 0; e < d; e++)
+            ref[e] = 0;
+        for (size_t j = 0; j <= last; j++) {
+            double score = 0, dp = 0;
+            for (size_t e = 0; e < d; e++) {
+                score += qd[e] * kd[j * d + e];
+                dp += dod[e] * vd[j * d + e];
+            }
+            const double ds = exp(scale * score - lse) * (dp - delta);
+            for (size_t e = 0; e < d; e++)
+                ref[e] += scale * ds * kd[j * d + e];
+        }
+        for (size_t e = 0; e < d; e++) {
+            const double err = fabs(hostref_load(dq, c->dtype, base + e) - ref[e]);
+            max_err = err > max_err || err != err ? err : max_err;
+            max_ref = fmax(max_ref, fabs(ref[e]));
+        }
+    }
+    free(kd);
+    free(vd);
+    free(scratch);
+    return max_ref > 0 ? max_err / max_ref : max_err;
+}

@@ -10,8 +10,8 @@
 #include "flashcl.h"
 
 enum bench_path {
-    BENCH_FLASH = 0,  /* flashcl_forward */
-    BENCH_STANDARD,   /* flashcl_standard_forward: CLBlast GEMMs, S and P in device memory */
+    BENCH_FLASH = 0,  /* flashcl_forward / flashcl_backward */
+    BENCH_STANDARD,   /* flashcl_standard_forward / _backward: CLBlast GEMMs, N×N matrices in device memory */
     BENCH_PATH_COUNT
 };
 #define BENCH_PATH_NAMES "flash,standard"
@@ -23,18 +23,31 @@ struct bench_env {
     char device_name[256];
 };
 
+/* What one timed run is. */
+enum bench_pass {
+    BENCH_PASS_FORWARD = 0,
+    BENCH_PASS_BACKWARD,  /* the backward alone (O and LSE from one forward before the timing) */
+    BENCH_PASS_BOTH,      /* forward, then backward */
+    BENCH_PASS_COUNT
+};
+#define BENCH_PASS_NAMES "forward,backward,both"
+
 /* One problem: [batch, n, heads, d] Q, K, V, O; N_q = N_kv = n. */
 struct bench_case {
     int n, d, batch, heads, causal;
     flashcl_dtype dtype;
     enum flashcl_precision precision;  /* f32 only: exact, tf32 or tf32x3 */
+    enum bench_pass pass;
 };
 
 struct bench_buffers {
     cl_mem q, k, v, o, lse;
-    size_t io_bytes;             /* Q, K, V, O and LSE together */
-    cl_mem workspace;            /* the standard path's, while it is prepared */
+    cl_mem d_o, d_q, d_k, d_v;   /* backward passes only */
+    size_t io_bytes;             /* Q, K, V, O and LSE together, and the four gradients */
+    cl_mem workspace;            /* the path's forward workspace (standard), while it is prepared */
+    cl_mem bwd_workspace;        /* the path's backward workspace, while it is prepared */
     struct flashcl_attention attn;
+    struct flashcl_attention_grad grad;
 };
 
 /* verbose: the library's DEBUG log (builds, compiler reports) to stderr. */
@@ -43,11 +56,18 @@ void bench_env_release(struct bench_env *env);
 
 int bench_parse_paths(const char *list);  /* bit set, or -1 */
 const char *bench_path_name(enum bench_path path);
+int bench_parse_passes(const char *list);  /* bit set, or -1 */
+const char *bench_pass_name(enum bench_pass pass);
+/* FLOPs of a pass over the forward's (FlashAttention's convention: the backward is 2.5 forwards). */
+double bench_pass_flops(enum bench_pass pass);
 /* Largest sampled error against the double reference that counts as right. */
-double bench_tolerance(flashcl_dtype dtype, enum flashcl_precision precision);
+double bench_tolerance(const struct bench_case *c);
 
 flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_case *c, const void *q,
                                     const void *k, const void *v, struct bench_buffers *b);
+/* dO (host data as dtype) and dQ, dK, dV for the backward passes. */
+flashcl_status bench_buffers_add_grads(struct bench_env *env, const struct bench_case *c, const void *d_o,
+                                       struct bench_buffers *b);
 void bench_buffers_release(struct bench_buffers *b);
 
 /* Allocates what the path needs beyond the buffers; *device_bytes is all
@@ -59,13 +79,19 @@ flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struc
 void bench_release_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
 /* What runs for this path on these buffers: portable, tensor-core, clblast. */
 const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
-flashcl_status bench_read_output(struct bench_env *env, struct bench_buffers *b, void *out, size_t bytes);
+/* The output the pass checks: O for the forward, dQ for the backward passes. */
+flashcl_status bench_read_output(struct bench_env *env, const struct bench_case *c, struct bench_buffers *b,
+                                 void *out, size_t bytes);
 
 /* Random values in [-1, 1) stored as dtype. */
 void bench_fill_random(void *buf, flashcl_dtype dtype, size_t count);
 /* Largest |O - reference| over sampled query rows of a [B, N, H, d] case
  * (causal aligned bottom-right, N_q = N_kv), computed in double. */
 double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v, const void *o);
+/* Largest |dQ - reference| over sampled query rows (dQ rows need only their
+ * own row of P, so a sample stays cheap at any N), relative to max|dQ ref|. */
+double bench_sampled_dq_error(const struct bench_case *c, const void *q, const void *k, const void *v,
+                              const void *d_o, const void *dq);
 
 /* Median (and minimum) device time in ms of `reps` runs after `warmup`
  * untimed ones; each run is timed from a marker enqueued before it to the

@@ -10,7 +10,7 @@ import sys
 
 
 def key(row):
-    return (int(row["N"]), int(row["d"]), row["dtype"], int(row["causal"]))
+    return (row.get("pass", "forward"), int(row["N"]), int(row["d"]), row["dtype"], int(row["causal"]))
 
 
 def main():
@@ -32,18 +32,19 @@ def main():
     def ratio(a, b):
         return f"{a / b:.2f}×" if isinstance(a, float) and isinstance(b, float) and b > 0 else "—"
 
-    cols = ["N", "d", "dtype", "causal", "flashcl", "standard", "FA2", "cuDNN", "mem-eff", "math",
+    cols = ["pass", "N", "d", "dtype", "causal", "flashcl", "standard", "FA2", "cuDNN", "mem-eff", "math",
             "flashcl/FA2", "flashcl/mem-eff", "flashcl/standard"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
-    for k in sorted(ours, key=lambda k: (k[2], k[1], k[3], k[0])):
+    for k in sorted(ours, key=lambda k: (k[0], k[3], k[2], k[4], k[1])):
         o, t = ours[k], torch.get(k, {})
         flash, std = o.get("flash"), o.get("standard")
-        print("| " + " | ".join([str(k[0]), str(k[1]), k[2], str(k[3]), fmt(flash), fmt(std),
+        print("| " + " | ".join([k[0], str(k[1]), str(k[2]), k[3], str(k[4]), fmt(flash), fmt(std),
                                  fmt(t.get("fa2")), fmt(t.get("cudnn")), fmt(t.get("mem_efficient")),
                                  fmt(t.get("math")), ratio(flash, t.get("fa2")),
                                  ratio(flash, t.get("mem_efficient")), ratio(flash, std)]) + " |")
-    print("\nTFLOP/s = 4·B·H·N²·d / t (halved when causal); batch·N = 16k tokens, heads·d = 2048.")
+    print("\nTFLOP/s = 4·B·H·N²·d / t (halved when causal; ×2.5 for the backward, ×3.5 for both); "
+          "batch·N = 16k tokens, heads·d = 2048.")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ struct options {
     enum flashcl_precision precision[MAX_DTYPES];
     int dtype_count;
     int causal[2], causal_count;
-    int paths;  /* bit set of enum bench_path */
+    int paths;   /* bit set of enum bench_path */
+    int passes;  /* bit set of enum bench_pass */
     long tokens, hidden;
     int warmup, reps;
     const char *csv, *json;
@@ -48,6 +49,9 @@ static void usage(FILE *f)
             "                  f32 data with that precision allowed (attn.precision)\n"
             "  --causal LIST   0,1 (default 0,1)\n"
             "  --paths LIST    %s (default %s)\n"
+            "  --pass LIST     forward,backward,both (default forward): the backward alone\n"
+            "                  (after one untimed forward), or forward then backward;\n"
+            "                  FLOPs 2.5x (backward) and 3.5x (both) the forward's\n"
             "  --tokens T      batch*N (default 16384; batch = max(1, T/N))\n"
             "  --hidden C      heads*d (default 2048)\n"
             "  --warmup W      untimed runs first (default 2)\n"
@@ -121,6 +125,7 @@ static void parse_options(int argc, char **argv, struct options *o)
     o->dtype_count = parse_dtypes("f32,f16", o->dtype, o->precision);
     o->causal_count = parse_int_list("0,1", o->causal, 2);
     o->paths = bench_parse_paths(BENCH_PATH_DEFAULT_NAMES);
+    o->passes = bench_parse_passes("forward");
     o->tokens = 16384;
     o->hidden = 2048;
     o->warmup = 2;
@@ -133,7 +138,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"hidden", required_argument, 0, 'H'}, {"warmup", required_argument, 0, 'w'},
         {"reps", required_argument, 0, 'r'},   {"csv", required_argument, 0, 'C'},
         {"json", required_argument, 0, 'J'},   {"quick", no_argument, 0, 'q'},
-        {"verbose", no_argument, 0, 'v'},
+        {"verbose", no_argument, 0, 'v'},       {"pass", required_argument, 0, 'P'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -145,6 +150,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 't': bad = (o->dtype_count = parse_dtypes(optarg, o->dtype, o->precision)) <= 0; break;
         case 'c': bad = (o->causal_count = parse_int_list(optarg, o->causal, 2)) <= 0; break;
         case 'p': bad = (o->paths = bench_parse_paths(optarg)) <= 0; break;
+        case 'P': bad = (o->passes = bench_parse_passes(optarg)) <= 0; break;
         case 'T': bad = (o->tokens = atol(optarg)) <= 0; break;
         case 'H': bad = (o->hidden = atol(optarg)) <= 0; break;
         case 'w': bad = (o->warmup = atoi(optarg)) < 0; break;
@@ -199,7 +205,8 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
     const size_t elems = (size_t)c->batch * (size_t)c->n * (size_t)c->heads * (size_t)c->d;
     void *q = malloc(elems * esize), *k = malloc(elems * esize), *v = malloc(elems * esize);
     void *o = malloc(elems * esize), *o_flash = malloc(elems * esize);
-    if (!q || !k || !v || !o || !o_flash) {
+    void *d_o = c->pass != BENCH_PASS_FORWARD ? malloc(elems * esize) : NULL;
+    if (!q || !k || !v || !o || !o_flash || (c->pass != BENCH_PASS_FORWARD && !d_o)) {
         fprintf(stderr, "flashcl-bench: out of host memory\n");
         exit(EXIT_FAILURE);
     }
@@ -207,10 +214,15 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
     bench_fill_random(q, c->dtype, elems);
     bench_fill_random(k, c->dtype, elems);
     bench_fill_random(v, c->dtype, elems);
-    const double flops = 4.0 * c->batch * c->heads * (double)c->n * c->n * c->d * (c->causal ? 0.5 : 1.0);
+    if (d_o)
+        bench_fill_random(d_o, c->dtype, elems);
+    const double flops = 4.0 * c->batch * c->heads * (double)c->n * c->n * c->d * (c->causal ? 0.5 : 1.0) *
+                         bench_pass_flops(c->pass);
 
     struct bench_buffers bufs;
     flashcl_status st = bench_buffers_create(env, c, q, k, v, &bufs);
+    if (st == FLASHCL_SUCCESS && d_o)
+        st = bench_buffers_add_grads(env, c, d_o, &bufs);
     bool have_flash = false;
     for (int p = 0; p < BENCH_PATH_COUNT; p++) {
         if (!(opt->paths & (1 << p)))
@@ -228,10 +240,10 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
         if (r->status == FLASHCL_SUCCESS)
             r->status = bench_time(env, r->path, &bufs, c, opt->warmup, opt->reps, &r->median_ms, &r->min_ms);
         if (r->status == FLASHCL_SUCCESS)
-            r->status = bench_read_output(env, &bufs, o, elems * esize);
+            r->status = bench_read_output(env, c, &bufs, o, elems * esize);
         if (r->status == FLASHCL_SUCCESS) {
             r->tflops = flops / (r->median_ms * 1e-3) / 1e12;
-            r->err_ref = bench_sampled_error(c, q, k, v, o);
+            r->err_ref = d_o ? bench_sampled_dq_error(c, q, k, v, d_o, o) : bench_sampled_error(c, q, k, v, o);
             if (r->path == BENCH_FLASH) {
                 memcpy(o_flash, o, elems * esize);
                 have_flash = true;
@@ -255,16 +267,18 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
     free(v);
     free(o);
     free(o_flash);
+    free(d_o);
 }
 
 static void print_table(FILE *f, const struct result *r, int n, const char *device)
 {
     fprintf(f, "\nflashcl-bench on %s (times: median of the timed runs, OpenCL profiling events)\n", device);
-    fprintf(f, "%-9s %-11s %6s %4s %5s %6s %5s %6s %10s %9s %10s %8s %10s %10s\n", "path", "kernel", "N", "d", "dtype",
-            "causal", "batch", "heads", "ms", "TFLOP/s", "dev MiB", "flash x", "err(ref)", "err(flash)");
+    fprintf(f, "%-9s %-8s %-11s %6s %4s %5s %6s %5s %6s %10s %9s %10s %8s %10s %10s\n", "path", "pass", "kernel", "N",
+            "d", "dtype", "causal", "batch", "heads", "ms", "TFLOP/s", "dev MiB", "flash x", "err(ref)", "err(flash)");
     for (int i = 0; i < n; i++) {
         const struct result *x = &r[i];
-        fprintf(f, "%-9s %-11s %6d %4d %5s %6d %5d %6d ", bench_path_name(x->path), x->kernel ? x->kernel : "-", x->c.n, x->c.d,
+        fprintf(f, "%-9s %-8s %-11s %6d %4d %5s %6d %5d %6d ", bench_path_name(x->path), bench_pass_name(x->c.pass),
+                x->kernel ? x->kernel : "-", x->c.n, x->c.d,
                 dtype_name(x->c.dtype, x->c.precision), x->c.causal, x->c.batch, x->c.heads);
         if (x->status != FLASHCL_SUCCESS) {
             fprintf(f, "%s", flashcl_status_name(x->status));
@@ -286,7 +300,7 @@ static void print_table(FILE *f, const struct result *r, int n, const char *devi
 
 static void csv_header(FILE *f)
 {
-    fprintf(f, "device,path,N,d,dtype,causal,batch,heads,status,median_ms,min_ms,tflops,device_bytes,"
+    fprintf(f, "device,path,pass,N,d,dtype,causal,batch,heads,status,median_ms,min_ms,tflops,device_bytes,"
                "err_ref,err_vs_flash,kernel\n");
 }
 
@@ -294,8 +308,8 @@ static void csv_header(FILE *f)
  * still leaves its finished rows. */
 static void csv_row(FILE *f, const struct result *r, const char *device)
 {
-    fprintf(f, "\"%s\",%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e,%s\n", device,
-            bench_path_name(r->path), r->c.n, r->c.d, dtype_name(r->c.dtype, r->c.precision), r->c.causal, r->c.batch,
+    fprintf(f, "\"%s\",%s,%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e,%s\n", device,
+            bench_path_name(r->path), bench_pass_name(r->c.pass), r->c.n, r->c.d, dtype_name(r->c.dtype, r->c.precision), r->c.causal, r->c.batch,
             r->c.heads, flashcl_status_name(r->status), r->median_ms, r->min_ms, r->tflops,
             r->device_bytes, r->err_ref, r->err_vs_flash, r->kernel ? r->kernel : "");
     fflush(f);
@@ -319,9 +333,9 @@ static void write_json(const char *path, const struct result *r, int n, const ch
     fprintf(f, "{\n  \"device\": \"%s\",\n  \"flashcl_version\": \"%s\",\n  \"results\": [\n", device,
             FLASHCL_VERSION_STRING);
     for (int i = 0; i < n; i++) {
-        fprintf(f, "    {\"path\": \"%s\", \"N\": %d, \"d\": %d, \"dtype\": \"%s\", \"causal\": %s, "
+        fprintf(f, "    {\"path\": \"%s\", \"pass\": \"%s\", \"N\": %d, \"d\": %d, \"dtype\": \"%s\", \"causal\": %s, "
                    "\"batch\": %d, \"heads\": %d, \"status\": \"%s\", \"kernel\": \"%s\", \"device_bytes\": %zu, ",
-                bench_path_name(r[i].path), r[i].c.n, r[i].c.d, dtype_name(r[i].c.dtype, r[i].c.precision),
+                bench_path_name(r[i].path), bench_pass_name(r[i].c.pass), r[i].c.n, r[i].c.d, dtype_name(r[i].c.dtype, r[i].c.precision),
                 r[i].c.causal ? "true" : "false", r[i].c.batch, r[i].c.heads,
                 flashcl_status_name(r[i].status), r[i].kernel ? r[i].kernel : "", r[i].device_bytes);
         json_number(f, "median_ms", r[i].status ? NAN : r[i].median_ms, ", ");
@@ -335,6 +349,11 @@ static void write_json(const char *path, const struct result *r, int n, const ch
     fclose(f);
 }
 
+static bool pass_wanted(const struct options *o, int pass)
+{
+    return (o->passes >> pass) & 1;
+}
+
 int main(int argc, char **argv)
 {
     struct options opt;
@@ -345,7 +364,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "flashcl-bench: %s\n", flashcl_last_error());
         return EXIT_FAILURE;
     }
-    const int total = opt.n_count * opt.d_count * opt.dtype_count * opt.causal_count;
+    int n_passes = 0;
+    for (int p = 0; p < BENCH_PASS_COUNT; p++)
+        n_passes += (opt.passes >> p) & 1;
+    const int total = opt.n_count * opt.d_count * opt.dtype_count * opt.causal_count * n_passes;
     struct result *results = calloc((size_t)total * BENCH_PATH_COUNT, sizeof(*results));
     int n_results = 0, done = 0, failures = 0;
     FILE *csv = NULL;
@@ -357,7 +379,8 @@ int main(int argc, char **argv)
         }
         csv_header(csv);
     }
-    for (int a = 0; a < opt.d_count; a++)
+    for (int pass = 0; pass < BENCH_PASS_COUNT; pass++)
+    for (int a = 0; pass_wanted(&opt, pass) && a < opt.d_count; a++)
         for (int b = 0; b < opt.dtype_count; b++)
             for (int cz = 0; cz < opt.causal_count; cz++)
                 for (int i = 0; i < opt.n_count; i++) {
@@ -369,8 +392,9 @@ int main(int argc, char **argv)
                     c.causal = opt.causal[cz];
                     c.batch = opt.tokens / c.n > 0 ? (int)(opt.tokens / c.n) : 1;
                     c.heads = (int)(opt.hidden / c.d);
-                    fprintf(stderr, "\r[%d/%d] N=%d d=%d %s %s          ", ++done, total, c.n, c.d,
-                            dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
+                    c.pass = (enum bench_pass)pass;
+                    fprintf(stderr, "\r[%d/%d] %s N=%d d=%d %s %s          ", ++done, total, bench_pass_name(c.pass),
+                            c.n, c.d, dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
                     const int first = n_results;
                     run_case(&env, &opt, &c, results, &n_results);
                     for (int r = first; csv && r < n_results; r++)
@@ -378,7 +402,7 @@ int main(int argc, char **argv)
                 }
     fprintf(stderr, "\n");
     for (int i = 0; i < n_results; i++)
-        if (results[i].status == FLASHCL_SUCCESS && !(results[i].err_ref <= bench_tolerance(results[i].c.dtype, results[i].c.precision)))
+        if (results[i].status == FLASHCL_SUCCESS && !(results[i].err_ref <= bench_tolerance(&results[i].c)))
             failures++;
     print_table(stdout, results, n_results, env.device_name);
     if (csv)

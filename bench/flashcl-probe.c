@@ -379,10 +379,10 @@ static double evaluate(flashcl_context *ctx, cl_command_queue queue, const struc
     void *o = malloc(bytes);
     double err = INFINITY;
     if (o && flashcl_forward(ctx, &b.attn, queue, 0, NULL, NULL) == FLASHCL_SUCCESS &&
-        bench_read_output(&env, &b, o, bytes) == FLASHCL_SUCCESS)
+        bench_read_output(&env, check_case, &b, o, bytes) == FLASHCL_SUCCESS)
         err = bench_sampled_error(check_case, cq, ck, cv, o);
     free(o);
-    if (!(err <= bench_tolerance(key->dtype, FLASHCL_PRECISION_EXACT)))
+    if (!(err <= bench_tolerance(check_case)))
         return -2;
     double median = 0, min = 0;
     if (bench_time(&env, BENCH_FLASH, time_bufs, time_case, 1, reps, &median, &min) != FLASHCL_SUCCESS)
@@ -490,10 +490,11 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     for (int i = 0; i < n_keys; i++) {
         const struct tune_key *key = &keys[i];
         /* Inputs: a small problem to check, a realistic one to time. */
-        struct bench_case cc = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, FLASHCL_PRECISION_EXACT};
+        struct bench_case cc = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, FLASHCL_PRECISION_EXACT,
+                                BENCH_PASS_FORWARD};
         struct bench_case timed = {n_time, key->d, opt->tokens / n_time > 0 ? (int)(opt->tokens / n_time) : 1,
                                 opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal, key->dtype,
-                                FLASHCL_PRECISION_EXACT};
+                                FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
         const size_t esz = flashcl_dtype_size(key->dtype);
         const size_t celems = (size_t)cc.batch * cc.n * cc.heads * cc.d, telems = (size_t)timed.batch * timed.n * timed.heads * timed.d;
         void *cq = malloc(celems * esz), *ck = malloc(celems * esz), *cv = malloc(celems * esz);

@@ -62,7 +62,7 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   TORCH_ARGS=$(python3 - "${BENCH_ARGS[@]}" <<'PY'
 import sys
 a = sys.argv[1:]
-keep = {"--n", "--d", "--dtype", "--causal", "--tokens", "--hidden"}
+keep = {"--n", "--d", "--dtype", "--causal", "--tokens", "--hidden", "--pass"}
 print(" ".join(f"{a[i]} {a[i+1]}" for i in range(len(a) - 1) if a[i] in keep))
 PY
 )

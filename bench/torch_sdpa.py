@@ -4,9 +4,11 @@ flashcl-bench uses (batch*N = tokens, heads*d = hidden), so the two can be
 compared in the same device run. CUDA events, warm-up, median of --reps.
 
     python3 bench/torch_sdpa.py --n 1024,4096 --d 64,128 --dtype f16,f32 --csv out.csv
+    python3 bench/torch_sdpa.py --pass backward ...   (autograd's backward alone; FLOPs 2.5x forward)
 """
 import argparse
 import csv
+import itertools
 import statistics
 import sys
 
@@ -29,19 +31,34 @@ def ints(text):
     return [int(x) for x in text.split(",") if x]
 
 
-def time_backend(backend, q, k, v, causal, warmup, reps):
+PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "both": 3.5}  # FlashAttention's convention
+
+
+def time_backend(backend, q, k, v, causal, warmup, reps, pass_name="forward", d_o=None):
+    """Median ms of the pass: the forward; autograd's backward alone (its
+    forward runs untimed before each timed backward); or both."""
+    train = pass_name != "forward"
     with sdpa_kernel([backend]):
-        for _ in range(warmup):
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        torch.cuda.synchronize()
         times = []
-        for _ in range(reps):
+        for i in range(warmup + reps):
+            if train:
+                q.grad = k.grad = v.grad = None
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            if pass_name == "backward":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                torch.cuda.synchronize()
+                start.record()
+                out.backward(d_o)
+            else:
+                start.record()
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                if train:
+                    out.backward(d_o)
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end))
+            if i >= warmup:
+                times.append(start.elapsed_time(end))
+            del out
     return statistics.median(times)
 
 
@@ -57,6 +74,7 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--math-max-n", type=int, default=8192,
                     help="skip the math backend above this N (it materialises N*N per head)")
+    ap.add_argument("--pass", dest="passes", default="forward", help="forward,backward,both")
     ap.add_argument("--csv", required=True)
     args = ap.parse_args()
 
@@ -64,32 +82,33 @@ def main():
     name = torch.cuda.get_device_name(dev)
     with open(args.csv, "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["device", "torch", "backend", "N", "d", "dtype", "causal", "batch", "heads",
+        out.writerow(["device", "torch", "backend", "pass", "N", "d", "dtype", "causal", "batch", "heads",
                       "median_ms", "tflops", "status"])
-        for d in args.d:
-            for dtype_name in args.dtype.split(","):
-                for causal in args.causal:
-                    for n in args.n:
-                        batch, heads = max(1, args.tokens // n), args.hidden // d
-                        gen = torch.Generator(device=dev).manual_seed(n * 131 + d)
-                        shape = (batch, heads, n, d)
-                        q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32)
-                                   .mul_(2).sub_(1).to(DTYPES[dtype_name]) for _ in range(3))
-                        flops = 4.0 * batch * heads * n * n * d * (0.5 if causal else 1.0)
-                        for bname, backend in BACKENDS.items():
-                            if bname == "math" and n > args.math_max_n:
-                                continue
-                            try:
-                                ms = time_backend(backend, q, k, v, bool(causal), args.warmup, args.reps)
-                                row = [f"{ms:.6f}", f"{flops / (ms * 1e-3) / 1e12:.3f}", "ok"]
-                            except Exception as e:  # a backend that refuses this dtype/shape
-                                row = ["", "", type(e).__name__]
-                            out.writerow([name, torch.__version__, bname, n, d, dtype_name, causal,
-                                          batch, heads] + row)
-                            f.flush()
-                        print(f"torch N={n} d={d} {dtype_name} causal={causal} done", file=sys.stderr)
-                        del q, k, v
-                        torch.cuda.empty_cache()
+        shapes = itertools.product(args.passes.split(","), args.d, args.dtype.split(","), args.causal, args.n)
+        for pass_name, d, dtype_name, causal, n in shapes:
+            train = pass_name != "forward"
+            batch, heads = max(1, args.tokens // n), args.hidden // d
+            gen = torch.Generator(device=dev).manual_seed(n * 131 + d)
+            shape = (batch, heads, n, d)
+            q, k, v = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32)
+                       .mul_(2).sub_(1).to(DTYPES[dtype_name]).requires_grad_(train) for _ in range(3))
+            d_o = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32)
+                   .mul_(2).sub_(1).to(DTYPES[dtype_name])) if train else None
+            flops = 4.0 * batch * heads * n * n * d * (0.5 if causal else 1.0) * PASS_FLOPS[pass_name]
+            for bname, backend in BACKENDS.items():
+                if bname == "math" and n > args.math_max_n:
+                    continue
+                try:
+                    ms = time_backend(backend, q, k, v, bool(causal), args.warmup, args.reps, pass_name, d_o)
+                    row = [f"{ms:.6f}", f"{flops / (ms * 1e-3) / 1e12:.3f}", "ok"]
+                except Exception as e:  # a backend that refuses this dtype/shape
+                    row = ["", "", type(e).__name__]
+                out.writerow([name, torch.__version__, bname, pass_name, n, d, dtype_name, causal,
+                              batch, heads] + row)
+                f.flush()
+            print(f"torch {pass_name} N={n} d={d} {dtype_name} causal={causal} done", file=sys.stderr)
+            del q, k, v, d_o
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
