@@ -99,23 +99,7 @@ static void block_p_ds(__local const float *q_tile, __local const float *do_tile
     }
 }
 
-/* Launched as (ceil(seq_q / WG) * WG, heads_q, batch): one work-item per query row. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void flash_backward_dot(__global const storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
-                        __global const storage_t *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
-                        __global float *delta, int seq_q)
-{
-    const int row = (int)get_global_id(0);
-    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    if (row >= seq_q)
-        return;
-    const ulong o_row = o_off + (ulong)b * o_sb + (ulong)h * o_sh + (ulong)row * o_ss;
-    const ulong do_row = do_off + (ulong)b * do_sb + (ulong)h * do_sh + (ulong)row * do_ss;
-    float sum = 0.0f;
-    for (int c = 0; c < HEAD_DIM; c++)
-        sum = fma(LOAD(d_o, do_row + c), LOAD(o, o_row + c), sum);
-    delta[((ulong)b * get_num_groups(1) + (ulong)h) * (ulong)seq_q + (ulong)row] = sum;
-}
+#include "backward_dot.h"  /* flash_backward_dot */
 
 /* Launched as (ceil(seq_kv / BLOCK_N) * WG, heads_kv, batch). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))

@@ -1,0 +1,534 @@
+/*
+ * flash_backward_mma.cl: the backward pass on NVIDIA tensor cores (sm_80+),
+ * from OpenCL C through inline PTX. f16 or bf16 storage, f32 accumulation.
+ *
+ * Same three steps, arguments and results contract as flash_backward.cl
+ * (src/backward.c enqueues them in order): flash_backward_dot (D_i = dO_i.O_i,
+ * backward_dot.h), flash_backward_mma_dkdv, flash_backward_mma_dq. The host
+ * picks this file on an NVIDIA device of compute capability >= 8.0 whose
+ * compiler passed the probe, for 16-byte-aligned views and HEAD_DIM a
+ * multiple of 16 up to 128.
+ *
+ * flash_backward_mma_dkdv: one work-group of WARPS warps per BLOCK_N keys of
+ * one (kv head, batch). K and V stay in local memory; warp w owns keys
+ * [16 KEY_TILES w, 16 KEY_TILES (w + 1)) of the block and keeps their dK and
+ * dV as mma accumulators. It walks the group's query heads in order and,
+ * per head, the BLOCK_M-row blocks of Q and dO that can see its keys
+ * (double-buffered with cp.async, with their rows' LSE and D). Per block,
+ * in chunks of Q_CHUNK queries, everything is computed transposed (keys as
+ * the mma's rows):
+ *     Sᵀ = K Qᵀ, dPᵀ = V dOᵀ           mma.sync, K and V as A (ldmatrix),
+ *                                       Q and dO as B (ldmatrix)
+ *     Pᵀ = exp2(scale_log2 Sᵀ - lse2)  (0 where hidden), dSᵀ = Pᵀ ∘ (dPᵀ - D)
+ *     dV += Pᵀ dO, dK += dSᵀ Q          Pᵀ and dSᵀ repacked from the
+ *                                       accumulators as A (rounded to the
+ *                                       storage type, as FlashAttention-2
+ *                                       does), dO and Q as B (ldmatrix .trans)
+ * so P and dS never touch local memory.
+ *
+ * flash_backward_mma_dq: one work-group per BLOCK_M query rows of one (head,
+ * batch); warp w owns 16 ROW_TILES rows. Q and dO stay in local memory, K
+ * and V blocks of BLOCK_N keys stream through two buffers. Per block, in
+ * chunks of K_CHUNK keys: S = Q Kᵀ, dP = dO Vᵀ, P, dS = P ∘ (dP - D),
+ * dQ += dS K (dS repacked as A, K as B by ldmatrix .trans).
+ *
+ * No atomics: every dQ, dK, dV element is summed by one thread in a fixed
+ * order, so the results are the same bits every run. Causal masking is
+ * bottom-right (query i sees key j iff j <= i + seq_kv - seq_q); a row whose
+ * LSE is -inf, or past seq_q, gets lse2 = +inf here, so its P is exactly 0.
+ * Keys past seq_kv load as zero rows: they add nothing to dQ (masked), and
+ * their own dK/dV rows are never stored.
+ *
+ * Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16" (g = lane/4,
+ * t = lane%4). Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk
+ * index XORed with the row so ldmatrix's eight row addresses hit distinct
+ * banks (as in flash_forward_mma.cl). Keep backward_mma_local_bytes() in
+ * src/kernels.c in step with the __local arrays below.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 64           /* query rows per block */
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64           /* keys per block */
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef WG
+#define WG (32 * WARPS)
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+#ifndef DTYPE
+#define DTYPE 1              /* 1 f16, 2 bf16 */
+#endif
+
+#if HEAD_DIM % 16 != 0 || HEAD_DIM > 128 || HEAD_DIM < 16
+#error "HEAD_DIM must be a multiple of 16, at most 128"
+#endif
+#if WARPS < 1 || WARPS > 8 || WG != 32 * WARPS
+#error "WARPS must be 1..8 and WG 32 * WARPS"
+#endif
+#if BLOCK_N % 16 != 0 || BLOCK_M % 16 != 0
+#error "BLOCK_M and BLOCK_N must be multiples of 16"
+#endif
+#if BLOCK_N % (16 * WARPS) != 0 || BLOCK_M % (16 * WARPS) != 0
+#error "BLOCK_M and BLOCK_N must be multiples of 16 * WARPS (each warp owns whole 16-row tiles)"
+#endif
+#if DTYPE == 1
+#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+#define CVT_PACK "cvt.rn.f16x2.f32 "
+#elif DTYPE == 2
+#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+#define CVT_PACK "cvt.rn.bf16x2.f32 "
+#else
+#error "DTYPE must be 1 (f16) or 2 (bf16)"
+#endif
+
+#define CHUNKS (HEAD_DIM / 8)                      /* 16-byte chunks per row */
+#define KSTEPS (HEAD_DIM / 16)                     /* k-steps of the products over d */
+#define D_TILES (HEAD_DIM / 8)                     /* 8-column n-tiles of dQ, dK, dV */
+#define KEY_TILES (BLOCK_N / (16 * WARPS))         /* dkdv: 16-key tiles per warp */
+#define ROW_TILES (BLOCK_M / (16 * WARPS))         /* dq: 16-row tiles per warp */
+#define Q_CHUNK (BLOCK_M % 32 == 0 ? 32 : 16)      /* dkdv: queries per inner step */
+#define K_CHUNK (BLOCK_N % 32 == 0 ? 32 : 16)      /* dq: keys per inner step */
+#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
+
+/* nv_mma.h's online softmax (unused here) is sized by these. */
+#define S_TILES (K_CHUNK / 8)
+#define O_TILES D_TILES
+
+#include "storage.h"       /* storage_t, LOAD for the dot step */
+#include "backward_dot.h"  /* step 0: flash_backward_dot */
+#include "nv_mma.h"        /* cp.async */
+#include "block_order.h"
+
+static inline void mma_16x8x16(float *c, const uint *a, uint b0, uint b1)
+{
+    __asm__ volatile(MMA "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static inline void ldmatrix_x4(uint address, uint *r)
+{
+    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(address)
+                     : "memory");
+}
+
+static inline void ldmatrix_x4_trans(uint address, uint *r)
+{
+    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(address)
+                     : "memory");
+}
+
+static inline uint pack_pair(float lo, float hi)
+{
+    uint r;
+    __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
+    return r;
+}
+
+/* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
+static inline int swizzle(int row, int chunk)
+{
+    return row * CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
+}
+
+/* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row
+ * exists, zeros past the end (plain stores; visible after the barrier). */
+static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
+                             int first_row, int seq, int tid)
+{
+    for (int c = tid; c < rows * CHUNKS; c += WG) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
+        __local uint4 *dst = &tile[swizzle(r, ch)];
+        if (first_row + r < seq)
+            copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 8);
+        else
+            *dst = (uint4)(0u);
+    }
+}
+
+/* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
+static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)
+{
+    const float l = row < seq_q ? lse[index] : -INFINITY;
+    return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
+}
+
+/* Launched as (ceil(seq_kv / BLOCK_N) * WG, heads_kv, batch). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                             __global const ushort *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                             __global const ushort *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                             __global const ushort *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
+                             __global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                             __global const float *delta,
+                             __global ushort *d_k, ulong dk_off, ulong dk_sb, ulong dk_ss, ulong dk_sh,
+                             __global ushort *d_v, ulong dv_off, ulong dv_sb, ulong dv_ss, ulong dv_sh,
+                             int seq_q, int seq_kv, int group, float scale_log2, float scale)
+{
+    __local uint4 k_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 v_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 q_tiles[2 * BLOCK_M * CHUNKS] __attribute__((aligned(16)));   /* two buffers */
+    __local uint4 do_tiles[2 * BLOCK_M * CHUNKS] __attribute__((aligned(16)));
+    __local float lse_rows[2 * BLOCK_M];    /* base 2, +inf: hidden row */
+    __local float delta_rows[2 * BLOCK_M];
+
+    const int tid = (int)get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int k0 = (int)get_group_id(0) * BLOCK_N;
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int heads_q = (int)get_num_groups(1) * group;
+    const int diag = seq_kv - seq_q;
+
+    __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+
+    /* The first query row that sees key k0 (causal: row >= k0 - diag); blocks before it see none of
+     * this block's keys and are skipped. Keys no row sees run no block and get exact zeros. */
+    const int first_row = CAUSAL ? max(0, k0 - diag) : 0;
+    const int q_begin = first_row / BLOCK_M * BLOCK_M;
+    const int q_blocks = q_begin < seq_q ? (seq_q - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
+    const int total = group * q_blocks;  /* (query head, query block) pairs, head-major: a fixed order */
+
+    load_tile(k_tile, BLOCK_N, k_base, k_ss, k0, seq_kv, tid);
+    load_tile(v_tile, BLOCK_N, v_base, v_ss, k0, seq_kv, tid);
+
+    float dk[KEY_TILES][D_TILES][4], dv[KEY_TILES][D_TILES][4];
+#pragma unroll
+    for (int kt = 0; kt < KEY_TILES; kt++)
+#pragma unroll
+        for (int n = 0; n < D_TILES; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dk[kt][n][e] = dv[kt][n][e] = 0.0f;
+
+    const int a_row = 8 * ((lane >> 3) & 1) + (lane & 7), a_chunk = lane >> 4;  /* ldmatrix: A rows */
+    const int j = lane >> 3, b_row = 8 * (j >> 1) + (lane & 7);                  /* ldmatrix: B (n-major) */
+    const int tr_row = lane & 15, tr_chunk = lane >> 4;                          /* ldmatrix .trans: B (k-major) */
+
+    for (int it = -1, stage = 1; it < total; it++, stage ^= 1) {
+        /* Block it+1 goes into buffer stage ^ 1 while block it (buffer stage) is computed. The
+         * barrier publishes the landed block and frees the buffer the block before it used. */
+        if (it >= 0) {
+            COPY_ASYNC_WAIT(0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (it + 1 < total) {
+            const int nh = (it + 1) / q_blocks, nq0 = q_begin + (it + 1) % q_blocks * BLOCK_M;
+            const int h = hk * group + nh;
+            __local uint4 *qt = q_tiles + (stage ^ 1) * BLOCK_M * CHUNKS;
+            __local uint4 *ot = do_tiles + (stage ^ 1) * BLOCK_M * CHUNKS;
+            load_tile(qt, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, nq0, seq_q, tid);
+            load_tile(ot, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
+            const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
+            const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
+            for (int i = tid; i < BLOCK_M; i += WG) {
+                const int row = nq0 + i;
+                lse_rows[(stage ^ 1) * BLOCK_M + i] = row_lse2(lse, lse_base + (ulong)row * l_ss, row, seq_q);
+                delta_rows[(stage ^ 1) * BLOCK_M + i] = row < seq_q ? delta[delta_base + (ulong)row] : 0.0f;
+            }
+        }
+        copy_async_commit();
+        if (it < 0)
+            continue;
+
+        const int q0 = q_begin + it % q_blocks * BLOCK_M;
+        __local const uint4 *q_tile = q_tiles + stage * BLOCK_M * CHUNKS;
+        __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * CHUNKS;
+        __local const float *lse2 = lse_rows + stage * BLOCK_M;
+        __local const float *drow = delta_rows + stage * BLOCK_M;
+
+#pragma unroll
+        for (int kt = 0; kt < KEY_TILES; kt++) {
+            const int key0 = (warp * KEY_TILES + kt) * 16;  /* the tile's first key, in the block */
+            for (int qc = 0; qc < BLOCK_M; qc += Q_CHUNK) {
+#if CAUSAL
+                /* Every key of the tile after every query of the chunk: nothing to add. */
+                if (k0 + key0 > q0 + qc + Q_CHUNK - 1 + diag)
+                    continue;
+                const bool edge = k0 + key0 + 15 > q0 + qc + diag;
+#endif
+                float s[Q_CHUNK / 8][4], dp[Q_CHUNK / 8][4];
+#pragma unroll
+                for (int n = 0; n < Q_CHUNK / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[n][e] = dp[n][e] = 0.0f;
+                /* Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for 16 keys x Q_CHUNK queries. */
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS; kk++) {
+                    uint ka[4], va[4];
+                    ldmatrix_x4(local_address(&k_tile[swizzle(key0 + a_row, kk * 2 + a_chunk)]), ka);
+                    ldmatrix_x4(local_address(&v_tile[swizzle(key0 + a_row, kk * 2 + a_chunk)]), va);
+#pragma unroll
+                    for (int np = 0; np < Q_CHUNK / 16; np++) {
+                        uint qb[4], ob[4];
+                        ldmatrix_x4(local_address(&q_tile[swizzle(qc + np * 16 + b_row, kk * 2 + (j & 1))]), qb);
+                        ldmatrix_x4(local_address(&do_tile[swizzle(qc + np * 16 + b_row, kk * 2 + (j & 1))]), ob);
+                        mma_16x8x16(s[2 * np], ka, qb[0], qb[1]);
+                        mma_16x8x16(s[2 * np + 1], ka, qb[2], qb[3]);
+                        mma_16x8x16(dp[2 * np], va, ob[0], ob[1]);
+                        mma_16x8x16(dp[2 * np + 1], va, ob[2], ob[3]);
+                    }
+                }
+                /* Pᵀ and dSᵀ: this thread holds keys key0 + g (+8), queries qc + 8n + 2t (+1). */
+#pragma unroll
+                for (int n = 0; n < Q_CHUNK / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int qi = qc + n * 8 + 2 * t + (e & 1);
+                        float p = native_exp2(fma(s[n][e], scale_log2, -lse2[qi]));
+#if CAUSAL
+                        if (edge)
+                            p = k0 + key0 + g + 8 * (e >> 1) <= q0 + qi + diag ? p : 0.0f;
+#endif
+                        s[n][e] = p;
+                        dp[n][e] = p * (dp[n][e] - drow[qi]);
+                    }
+                uint pa[Q_CHUNK / 16][4], dsa[Q_CHUNK / 16][4];
+#pragma unroll
+                for (int kc = 0; kc < Q_CHUNK / 16; kc++) {
+                    pa[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
+                    pa[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
+                    pa[kc][2] = pack_pair(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+                    pa[kc][3] = pack_pair(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+                    dsa[kc][0] = pack_pair(dp[2 * kc][0], dp[2 * kc][1]);
+                    dsa[kc][1] = pack_pair(dp[2 * kc][2], dp[2 * kc][3]);
+                    dsa[kc][2] = pack_pair(dp[2 * kc + 1][0], dp[2 * kc + 1][1]);
+                    dsa[kc][3] = pack_pair(dp[2 * kc + 1][2], dp[2 * kc + 1][3]);
+                }
+                /* dV += Pᵀ dO, dK += dSᵀ Q: dO and Q [query][d] as B (k = query) by ldmatrix .trans. */
+#pragma unroll
+                for (int kc = 0; kc < Q_CHUNK / 16; kc++)
+#pragma unroll
+                    for (int np = 0; np < D_TILES / 2; np++) {
+                        uint ob[4], qb[4];
+                        ldmatrix_x4_trans(local_address(&do_tile[swizzle(qc + kc * 16 + tr_row, np * 2 + tr_chunk)]),
+                                          ob);
+                        ldmatrix_x4_trans(local_address(&q_tile[swizzle(qc + kc * 16 + tr_row, np * 2 + tr_chunk)]),
+                                          qb);
+                        mma_16x8x16(dv[kt][2 * np], pa[kc], ob[0], ob[1]);
+                        mma_16x8x16(dv[kt][2 * np + 1], pa[kc], ob[2], ob[3]);
+                        mma_16x8x16(dk[kt][2 * np], dsa[kc], qb[0], qb[1]);
+                        mma_16x8x16(dk[kt][2 * np + 1], dsa[kc], qb[2], qb[3]);
+                    }
+            }
+        }
+    }
+    COPY_ASYNC_WAIT(0);
+
+    __global ushort *dk_base = d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh;
+    __global ushort *dv_base = d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh;
+#pragma unroll
+    for (int kt = 0; kt < KEY_TILES; kt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int key = k0 + (warp * KEY_TILES + kt) * 16 + g + 8 * r;
+            if (key >= seq_kv)
+                continue;
+            __global uint *dk_dst = (__global uint *)(dk_base + (ulong)key * dk_ss + 2 * t);
+            __global uint *dv_dst = (__global uint *)(dv_base + (ulong)key * dv_ss + 2 * t);
+#pragma unroll
+            for (int n = 0; n < D_TILES; n++) {
+                dk_dst[n * 4] = pack_pair(dk[kt][n][2 * r] * scale, dk[kt][n][2 * r + 1] * scale);
+                dv_dst[n * 4] = pack_pair(dv[kt][n][2 * r], dv[kt][n][2 * r + 1]);
+            }
+        }
+}
+
+/* Launched as (ceil(seq_q / BLOCK_M) * WG, heads_q, batch). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                           __global const ushort *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                           __global const ushort *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                           __global const ushort *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
+                           __global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                           __global const float *delta,
+                           __global ushort *d_q, ulong dq_off, ulong dq_sb, ulong dq_ss, ulong dq_sh,
+                           int seq_q, int seq_kv, int group, float scale_log2, float scale)
+{
+    __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 do_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+
+    const int tid = (int)get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    int qb, h, b;
+    block_coordinates(CAUSAL, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    const int hk = h / group;
+    const int heads_q = (int)get_num_groups(1);
+    const int q0 = qb * BLOCK_M;
+    const int diag = seq_kv - seq_q;
+
+    __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
+
+    load_tile(q_tile, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, tid);
+    load_tile(do_tile, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
+    if (kv_end > 0) {
+        load_tile(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
+        load_tile(v_tiles, BLOCK_N, v_base, v_ss, 0, seq_kv, tid);
+    }
+    copy_async_commit();
+
+    /* This thread's rows: warp_row0 + 16 mt + g (+8). */
+    const int warp_row0 = q0 + warp * 16 * ROW_TILES;
+    float lse2[ROW_TILES][2], drow[ROW_TILES][2];
+    {
+        const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
+        const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
+#pragma unroll
+        for (int mt = 0; mt < ROW_TILES; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = warp_row0 + 16 * mt + g + 8 * r;
+                lse2[mt][r] = row_lse2(lse, lse_base + (ulong)row * l_ss, row, seq_q);
+                drow[mt][r] = row < seq_q ? delta[delta_base + (ulong)row] : 0.0f;
+            }
+    }
+
+    float dq[ROW_TILES][D_TILES][4];
+#pragma unroll
+    for (int mt = 0; mt < ROW_TILES; mt++)
+#pragma unroll
+        for (int n = 0; n < D_TILES; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dq[mt][n][e] = 0.0f;
+
+    const int a_row = 8 * ((lane >> 3) & 1) + (lane & 7), a_chunk = lane >> 4;
+    const int j = lane >> 3, b_row = 8 * (j >> 1) + (lane & 7);
+    const int tr_row = lane & 15, tr_chunk = lane >> 4;
+    const int warp_local0 = warp * 16 * ROW_TILES;  /* this warp's first row in the tiles */
+
+    for (int kb = 0, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+        COPY_ASYNC_WAIT(0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (kb + BLOCK_N < kv_end) {
+            load_tile(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+            load_tile(v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
+        }
+        copy_async_commit();
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
+
+        for (int kc0 = 0; kc0 < BLOCK_N; kc0 += K_CHUNK) {
+            const int key_first = kb + kc0;
+            if (key_first >= seq_kv)
+                break;
+#if CAUSAL
+            /* Every key of the chunk after every row of the warp: nothing to add. */
+            if (key_first > warp_row0 + 16 * ROW_TILES - 1 + diag)
+                break;
+            const bool edge = key_first + K_CHUNK > seq_kv || key_first + K_CHUNK - 1 > warp_row0 + diag;
+#else
+            const bool edge = key_first + K_CHUNK > seq_kv;
+#endif
+            float s[ROW_TILES][K_CHUNK / 8][4], dp[ROW_TILES][K_CHUNK / 8][4];
+#pragma unroll
+            for (int mt = 0; mt < ROW_TILES; mt++)
+#pragma unroll
+                for (int n = 0; n < K_CHUNK / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[mt][n][e] = dp[mt][n][e] = 0.0f;
+            /* S = Q Kᵀ, dP = dO Vᵀ. */
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                uint qa[ROW_TILES][4], oa[ROW_TILES][4];
+#pragma unroll
+                for (int mt = 0; mt < ROW_TILES; mt++) {
+                    ldmatrix_x4(local_address(&q_tile[swizzle(warp_local0 + 16 * mt + a_row, kk * 2 + a_chunk)]),
+                                qa[mt]);
+                    ldmatrix_x4(local_address(&do_tile[swizzle(warp_local0 + 16 * mt + a_row, kk * 2 + a_chunk)]),
+                                oa[mt]);
+                }
+#pragma unroll
+                for (int np = 0; np < K_CHUNK / 16; np++) {
+                    uint kb4[4], vb4[4];
+                    ldmatrix_x4(local_address(&k_tile[swizzle(kc0 + np * 16 + b_row, kk * 2 + (j & 1))]), kb4);
+                    ldmatrix_x4(local_address(&v_tile[swizzle(kc0 + np * 16 + b_row, kk * 2 + (j & 1))]), vb4);
+#pragma unroll
+                    for (int mt = 0; mt < ROW_TILES; mt++) {
+                        mma_16x8x16(s[mt][2 * np], qa[mt], kb4[0], kb4[1]);
+                        mma_16x8x16(s[mt][2 * np + 1], qa[mt], kb4[2], kb4[3]);
+                        mma_16x8x16(dp[mt][2 * np], oa[mt], vb4[0], vb4[1]);
+                        mma_16x8x16(dp[mt][2 * np + 1], oa[mt], vb4[2], vb4[3]);
+                    }
+                }
+            }
+            /* P, dS: this thread holds rows warp_row0 + 16 mt + g (+8), keys key_first + 8n + 2t (+1). */
+            uint dsa[ROW_TILES][K_CHUNK / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < ROW_TILES; mt++) {
+#pragma unroll
+                for (int n = 0; n < K_CHUNK / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float p = native_exp2(fma(s[mt][n][e], scale_log2, -lse2[mt][e >> 1]));
+                        if (edge) {
+                            const int key = key_first + n * 8 + 2 * t + (e & 1);
+                            bool visible = key < seq_kv;
+#if CAUSAL
+                            visible = visible && key <= warp_row0 + 16 * mt + g + 8 * (e >> 1) + diag;
+#endif
+                            p = visible ? p : 0.0f;
+                        }
+                        dp[mt][n][e] = p * (dp[mt][n][e] - drow[mt][e >> 1]);
+                    }
+#pragma unroll
+                for (int kc = 0; kc < K_CHUNK / 16; kc++) {
+                    dsa[mt][kc][0] = pack_pair(dp[mt][2 * kc][0], dp[mt][2 * kc][1]);
+                    dsa[mt][kc][1] = pack_pair(dp[mt][2 * kc][2], dp[mt][2 * kc][3]);
+                    dsa[mt][kc][2] = pack_pair(dp[mt][2 * kc + 1][0], dp[mt][2 * kc + 1][1]);
+                    dsa[mt][kc][3] = pack_pair(dp[mt][2 * kc + 1][2], dp[mt][2 * kc + 1][3]);
+                }
+            }
+            /* dQ += dS K: K [key][d] as B (k = key) by ldmatrix .trans. */
+#pragma unroll
+            for (int kc = 0; kc < K_CHUNK / 16; kc++)
+#pragma unroll
+                for (int np = 0; np < D_TILES / 2; np++) {
+                    uint kb4[4];
+                    ldmatrix_x4_trans(local_address(&k_tile[swizzle(kc0 + kc * 16 + tr_row, np * 2 + tr_chunk)]),
+                                      kb4);
+#pragma unroll
+                    for (int mt = 0; mt < ROW_TILES; mt++) {
+                        mma_16x8x16(dq[mt][2 * np], dsa[mt][kc], kb4[0], kb4[1]);
+                        mma_16x8x16(dq[mt][2 * np + 1], dsa[mt][kc], kb4[2], kb4[3]);
+                    }
+                }
+        }
+    }
+    COPY_ASYNC_WAIT(0);
+
+    __global ushort *dq_base = d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh;
+#pragma unroll
+    for (int mt = 0; mt < ROW_TILES; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = warp_row0 + 16 * mt + g + 8 * r;
+            if (row >= seq_q)
+                continue;
+            __global uint *dst = (__global uint *)(dq_base + (ulong)row * dq_ss + 2 * t);
+#pragma unroll
+            for (int n = 0; n < D_TILES; n++)
+                dst[n * 4] = pack_pair(dq[mt][n][2 * r] * scale, dq[mt][n][2 * r + 1] * scale);
+        }
+}
