@@ -115,8 +115,10 @@ enum flashcl_variant {
                                            units, d % 4 == 0, tiles of 16..128 in steps of 16 */
     FLASHCL_VARIANT_TF32 = 4,           /* cl/flash_forward_tf32.cl: NVIDIA sm_80+, f32 inputs with
                                            precision TF32 or TF32X3, mma.sync m16n8k8 */
-    FLASHCL_VARIANT_BACKWARD = 5        /* cl/flash_backward.cl: the backward pass, any OpenCL 1.2
+    FLASHCL_VARIANT_BACKWARD = 5,       /* cl/flash_backward.cl: the backward pass, any OpenCL 1.2
                                            device, any d and tile */
+    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE = 6 /* cl/flash_backward_mma.cl: the backward pass on NVIDIA
+                                           sm_80+, f16/bf16, d % 16 == 0 up to 128, mma.sync */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its

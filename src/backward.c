@@ -1,4 +1,4 @@
-/* flashcl_backward: validate, plan (the kernel table's "backward" entry),
+/* flashcl_backward: validate, plan (the kernel table's backward entries: "backward-tensor-core", then "backward"),
  * build (once), enqueue its three steps (D, then dK/dV, then dQ). */
 #include <stdint.h>
 #include <stdio.h>
@@ -203,11 +203,23 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     return FLASHCL_SUCCESS;
 }
 
-static void backward_problem(const struct flashcl_attention *attn, struct problem *p)
+/* A view's offset and strides are multiples of 16 bytes (as the planner's check for the forward). */
+static bool grad_rows_16b(const flashcl_tensor *t)
+{
+    const size_t esize = flashcl_dtype_size(t->dtype);
+    return t->offset % 16 == 0 && (t->stride_batch * esize) % 16 == 0 && (t->stride_seq * esize) % 16 == 0 &&
+           (t->stride_head * esize) % 16 == 0;
+}
+
+/* rows_16b: Q, K, V, O (fcl_forward_problem) and every gradient view (the tensor-core kernels copy
+ * 16-byte chunks of Q, K, V, dO and write dQ, dK, dV as 4-byte pairs). */
+static void backward_problem(const struct flashcl_attention *attn, const struct flashcl_attention_grad *grad,
+                             struct problem *p)
 {
     fcl_forward_problem(attn, p);
     p->op = OP_BACKWARD;
-    p->rows_16b = false;  /* no backward kernel needs it */
+    p->rows_16b = p->rows_16b && grad_rows_16b(&grad->d_o) && grad_rows_16b(&grad->d_q) &&
+                  grad_rows_16b(&grad->d_k) && grad_rows_16b(&grad->d_v);
 }
 
 flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
@@ -221,10 +233,11 @@ flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashc
     if (st == FLASHCL_SUCCESS)
         st = validate_backward(ctx, attn, grad, NULL);
     struct problem p;
-    backward_problem(attn, &p);
     struct plan plan;
-    if (st == FLASHCL_SUCCESS)
+    if (st == FLASHCL_SUCCESS) {
+        backward_problem(attn, grad, &p);
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+    }
     if (st == FLASHCL_SUCCESS)
         fcl_plan_to_tile(&plan, out);
     return st;
@@ -239,10 +252,11 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
     if (st == FLASHCL_SUCCESS)
         st = validate_backward(ctx, attn, grad, workspace);
     struct problem p;
-    backward_problem(attn, &p);
     struct plan plan;
-    if (st == FLASHCL_SUCCESS)
+    if (st == FLASHCL_SUCCESS) {
+        backward_problem(attn, grad, &p);
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+    }
     if (st != FLASHCL_SUCCESS)
         return st;
 

@@ -223,6 +223,56 @@ static void backward_options(const struct device_desc *dev, const struct problem
              s->axis[M], s->axis[N], side * side, fcl_dtype_define(p->dtype), p->mask == FLASHCL_MASK_CAUSAL);
 }
 
+/* ---- backward on tensor cores: cl/flash_backward_mma.cl (f16/bf16) ---- */
+
+/* Each warp owns whole 16-row tiles of both kernels: its keys in dK/dV, its rows in dQ. */
+static bool backward_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+{
+    const int rows = 16 * s->axis[W];
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && s->axis[M] % rows == 0 && s->axis[N] % rows == 0;
+}
+
+/* The larger of the two kernels' arrays, in 2-byte elements and floats:
+ * dK/dV: K, V once, Q and dO twice (double-buffered), the rows' LSE and D twice;
+ * dQ: Q, dO once, K and V twice. */
+static size_t backward_mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+{
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
+    const size_t dkdv = (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float);
+    const size_t dq = (2 * m + 4 * n) * d * 2;
+    return dkdv > dq ? dkdv : dq;
+}
+
+static void backward_mma_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
+                                  int *workgroup)
+{
+    *block_m = s->axis[M];
+    *workgroup = 32 * s->axis[W];
+}
+
+static void backward_mma_options(const struct device_desc *dev, const struct problem *p,
+                                 const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DDTYPE=%d -DCAUSAL=%d",
+             p->head_dim, s->axis[M], s->axis[N], s->axis[W], 32 * s->axis[W], fcl_dtype_define(p->dtype),
+             p->mask == FLASHCL_MASK_CAUSAL);
+}
+
+#define BSHAPE(w, m, n) {.axis = {[W] = (w), [M] = (m), [N] = (n)}}
+
+/* warps x block_m x block_n, preferred first. FlashAttention-2's backward
+ * blocks (64 or 128 queries and keys, 4 or 8 warps) within ~100 KB of local
+ * memory: up to d = 64, 8 warps x 128 x 128 (16 keys and 16 rows a warp:
+ * dK+dV 64 and dQ 32 accumulator registers a thread, 98 KB); past it, 4 x 64
+ * x 64 (dK+dV hold 128 registers a thread at d = 128, 97 KB). Smaller shapes
+ * for devices whose local memory those do not fit. */
+static const struct builtin_shape backward_mma_builtin[] = {
+    {ARCH_ANY, 1, 64, -1, BSHAPE(8, 128, 128)},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64)},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32)},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16)},
+};
+
 #define SHAPE(w, t, n) {.axis = {[W] = (w), [T] = (t), [N] = (n)}}
 
 /* f16/bf16, preferred first (sweeps on the H200, docs/perf.md v0.5): 8 x 1 x
@@ -293,6 +343,19 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {[M] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}, [N] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}},
         .rule = portable_rule, .rule_reported = true, .shrink = portable_shrink,
         .local_bytes = portable_local_bytes, .geometry = portable_geometry, .options = portable_options,
+    },
+    {
+        .name = "backward-tensor-core", .variant = FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, .op = OP_BACKWARD,
+        .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
+        .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq"},
+        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .head_dim_step = 16, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128}}, [W] = {1, 8, 1, {4, 8}}},
+        .builtin = backward_mma_builtin,
+        .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
+        .launchable = backward_mma_launchable, .local_bytes = backward_mma_local_bytes,
+        .geometry = backward_mma_geometry, .options = backward_mma_options,
     },
     {
         .name = "backward", .variant = FLASHCL_VARIANT_BACKWARD, .op = OP_BACKWARD,

@@ -9,316 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "backward_common.h"
 
 #define F32 FLASHCL_F32
 #define F16 FLASHCL_F16
 #define BF16 FLASHCL_BF16
-
-enum { T_Q, T_K, T_V, T_O, T_DO, T_DQ, T_DK, T_DV, N_TENSORS };
-static const char *const tensor_names[N_TENSORS] = {"q", "k", "v", "o", "d_o", "d_q", "d_k", "d_v"};
-
-static bool kv_like(int t)
-{
-    return t == T_K || t == T_V || t == T_DK || t == T_DV;
-}
-
-struct bwd_case {
-    int batch, seq_q, seq_kv, heads_q, heads_kv, head_dim;
-    flashcl_dtype dtype;
-    int causal;
-    float scale;               /* 0: 1/sqrt(d) */
-    enum test_layout layout;   /* BNHD, BHND or PADDED */
-    int own_workspace;         /* pass a workspace of exactly the size the workspace query gives */
-    int standard;              /* flashcl_standard_backward instead of flashcl_backward */
-};
-
-/* One case's buffers on the device and their host images. */
-struct problem {
-    struct bwd_case c;
-    size_t esize;
-    flashcl_tensor view[N_TENSORS];
-    size_t count[N_TENSORS];  /* elements of each buffer */
-    unsigned char *img[N_TENSORS];
-    cl_mem mem[N_TENSORS], lse;
-    struct flashcl_attention a;
-    struct flashcl_attention_grad g;
-};
-
-static cl_mem upload(const void *host, size_t bytes)
-{
-    cl_int err;
-    cl_mem mem = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, (void *)host,
-                                &err);
-    ck_assert_msg(mem != NULL, "clCreateBuffer(%zu bytes) failed (%d)", bytes, err);
-    return mem;
-}
-
-static size_t elem_index(const flashcl_tensor *t, size_t esize, size_t b, size_t n, size_t h, size_t e)
-{
-    return t->offset / esize + b * t->stride_batch + n * t->stride_seq + h * t->stride_head + e;
-}
-
-/* Random inputs (also in the gaps of padded layouts), poisoned O, LSE and gradients. */
-static void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
-{
-    memset(p, 0, sizeof(*p));
-    p->c = *c;
-    p->esize = flashcl_dtype_size(c->dtype);
-    const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
-    rng_seed(seed);
-    for (int t = 0; t < N_TENSORS; t++) {
-        const size_t n = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
-        const size_t h = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
-        flashcl_tensor *v = &p->view[t];
-        if (c->layout == LAYOUT_PADDED) {
-            v->dtype = c->dtype;
-            v->stride_head = d + 3;
-            v->stride_seq = h * (d + 3) + 5;
-            v->stride_batch = n * v->stride_seq + 7;
-            v->offset = 9 * p->esize;
-            p->count[t] = 9 + B * v->stride_batch + 11;
-        } else {
-            *v = c->layout == LAYOUT_BHND ? flashcl_tensor_bhnd(NULL, c->dtype, n, h, d)
-                                          : flashcl_tensor_bnhd(NULL, c->dtype, n, h, d);
-            p->count[t] = B * n * h * d;
-        }
-        p->img[t] = malloc(p->count[t] * p->esize);
-        ck_assert_ptr_nonnull(p->img[t]);
-        if (t == T_Q || t == T_K || t == T_V || t == T_DO)
-            for (size_t x = 0; x < p->count[t]; x++)
-                hostref_store(p->img[t], c->dtype, x, (float)rng_uniform(-1.0, 1.0));
-        else
-            memset(p->img[t], 0xff, p->count[t] * p->esize);
-        p->mem[t] = upload(p->img[t], p->count[t] * p->esize);
-        v->mem = p->mem[t];
-    }
-    const size_t lse_bytes = B * (size_t)c->heads_q * (size_t)c->seq_q * sizeof(float);
-    float *poison = malloc(lse_bytes);
-    ck_assert_ptr_nonnull(poison);
-    memset(poison, 0xff, lse_bytes);
-    p->lse = upload(poison, lse_bytes);
-    free(poison);
-
-    struct flashcl_attention *a = &p->a;
-    a->batch = c->batch;
-    a->seq_q = c->seq_q;
-    a->seq_kv = c->seq_kv;
-    a->heads_q = c->heads_q;
-    a->heads_kv = c->heads_kv;
-    a->head_dim = c->head_dim;
-    a->q = p->view[T_Q];
-    a->k = p->view[T_K];
-    a->v = p->view[T_V];
-    a->o = p->view[T_O];
-    a->lse = flashcl_tensor_lse(p->lse, (size_t)c->seq_q, (size_t)c->heads_q);
-    a->scale = c->scale;
-    a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
-    p->g.d_o = p->view[T_DO];
-    p->g.d_q = p->view[T_DQ];
-    p->g.d_k = p->view[T_DK];
-    p->g.d_v = p->view[T_DV];
-}
-
-static void problem_free(struct problem *p)
-{
-    for (int t = 0; t < N_TENSORS; t++) {
-        clReleaseMemObject(p->mem[t]);
-        free(p->img[t]);
-    }
-    clReleaseMemObject(p->lse);
-}
-
-static void wait_complete(cl_event ev)
-{
-    ck_assert_ptr_nonnull(ev);
-    ck_assert_cl(clWaitForEvents(1, &ev));
-    cl_int status = 1;
-    ck_assert_cl(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL));
-    ck_assert_int_eq(status, CL_COMPLETE);
-    clReleaseEvent(ev);
-}
-
-static void problem_forward(struct problem *p, flashcl_context *ctx)
-{
-    cl_event done = NULL;
-    ck_assert_flashcl_ok(flashcl_forward(ctx, &p->a, test_env_get()->queue, 0, NULL, &done));
-    wait_complete(done);
-}
-
-/* Runs the backward call on queue, with the case's workspace choice, and waits. */
-static void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue queue)
-{
-    cl_mem ws = NULL;
-    if (p->c.own_workspace && p->c.standard) {
-        size_t bytes = 0;
-        ck_assert_flashcl_ok(flashcl_standard_backward_workspace_size(ctx, &p->a, &p->g, &bytes));
-        cl_int err;
-        ws = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-        ck_assert_ptr_nonnull(ws);
-    } else if (p->c.own_workspace) {
-        size_t bytes = 0;
-        ck_assert_flashcl_ok(flashcl_backward_workspace_size(ctx, &p->a, &p->g, &bytes));
-        ck_assert_uint_eq(bytes, (size_t)p->c.batch * (size_t)p->c.heads_q * (size_t)p->c.seq_q * sizeof(float));
-        cl_int err;
-        ws = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-        ck_assert_ptr_nonnull(ws);
-    }
-    cl_event done = NULL;
-    if (p->c.standard)
-        ck_assert_flashcl_ok(flashcl_standard_backward(ctx, &p->a, &p->g, ws, queue, 0, NULL, &done));
-    else
-        ck_assert_flashcl_ok(flashcl_backward(ctx, &p->a, &p->g, ws, queue, 0, NULL, &done));
-    wait_complete(done);
-    if (ws)
-        clReleaseMemObject(ws);
-}
-
-static unsigned char *read_back(const struct problem *p, int t)
-{
-    unsigned char *out = malloc(p->count[t] * p->esize);
-    ck_assert_ptr_nonnull(out);
-    ck_assert_cl(clEnqueueReadBuffer(test_env_get()->queue, p->mem[t], CL_TRUE, 0, p->count[t] * p->esize, out, 0,
-                                     NULL, NULL));
-    return out;
-}
-
-static double load_element(const struct problem *p, int t, size_t b, size_t n, size_t h, size_t e)
-{
-    return hostref_load(p->img[t], p->c.dtype, elem_index(&p->view[t], p->esize, b, n, h, e));
-}
-
-/* Reference dQ [B][Hq][Nq][d], dK and dV [B][Hk][Nk][d] from the stored (rounded) Q, K, V, dO. */
-static void problem_reference(const struct problem *p, double *ref[3])
-{
-    const struct bwd_case *c = &p->c;
-    const size_t B = (size_t)c->batch, Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv, d = (size_t)c->head_dim;
-    const size_t Hq = (size_t)c->heads_q, Hk = (size_t)c->heads_kv, group = Hq / Hk;
-    const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
-    double *q = malloc(Nq * d * sizeof(double)), *dout = malloc(Nq * d * sizeof(double));
-    double *k = malloc(Nk * d * sizeof(double)), *v = malloc(Nk * d * sizeof(double));
-    double *scratch = malloc((Nk + d) * sizeof(double));
-    ck_assert(q && dout && k && v && scratch);
-    ref[0] = malloc(B * Hq * Nq * d * sizeof(double));
-    ref[1] = calloc(B * Hk * Nk * d, sizeof(double));
-    ref[2] = calloc(B * Hk * Nk * d, sizeof(double));
-    ck_assert(ref[0] && ref[1] && ref[2]);
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < Hq; h++) {
-            const size_t hk = h / group;
-            for (size_t n = 0; n < Nq; n++)
-                for (size_t e = 0; e < d; e++) {
-                    q[n * d + e] = load_element(p, T_Q, b, n, h, e);
-                    dout[n * d + e] = load_element(p, T_DO, b, n, h, e);
-                }
-            for (size_t n = 0; n < Nk; n++)
-                for (size_t e = 0; e < d; e++) {
-                    k[n * d + e] = load_element(p, T_K, b, n, hk, e);
-                    v[n * d + e] = load_element(p, T_V, b, n, hk, e);
-                }
-            hostref_attention_backward(q, k, v, dout, Nq, Nk, d, scale, c->causal, &ref[0][(b * Hq + h) * Nq * d],
-                                       &ref[1][(b * Hk + hk) * Nk * d], &ref[2][(b * Hk + hk) * Nk * d], scratch);
-        }
-    free(q);
-    free(dout);
-    free(k);
-    free(v);
-    free(scratch);
-}
-
-/*
- * Bounds: |got - ref| <= atol + rtol * max|ref| per output tensor. The
- * reference is the exact gradient of the stored (rounded) inputs, so what is
- * left is
- *  - f32: f32 arithmetic. Each gradient element sums up to Nk (or group x Nq)
- *    terms, each a product of dots over d; P is recomputed from the f32 LSE
- *    (exp2 of an argument near |LSE| ~ 5, ulp 5e-7 absolute, so ~1e-6 relative
- *    per P). Seen: under 1e-6 of max|ref|; bound 2e-5.
- *  - f16: O is stored in f16, so D_i = dO_i.O_i is off by up to d x 2^-11 x
- *    |dO||O| in the worst case (random signs: ~sqrt(d) times less), which every
- *    dS of the row inherits (times P), plus the output's own rounding of half
- *    an ulp (2^-11 = 4.9e-4 of the value). Bound 4e-3 of max|ref|.
- *  - bf16: the same with 8 mantissa bits (2^-8 = 3.9e-3): bound 3e-2.
- * atol (1e-6) covers gradients that are all near 0 (e.g. dQ of a row whose
- * only key gives P = 1, so dS = 0 exactly up to rounding).
- */
-static void backward_tolerance(flashcl_dtype dtype, double *atol, double *rtol)
-{
-    *atol = 1e-6;
-    *rtol = dtype == F32 ? 2e-5 : dtype == F16 ? 4e-3 : 3e-2;
-}
-
-struct bwd_result {
-    double max_err[3];   /* dQ, dK, dV: max |got - ref| / max|ref| */
-};
-
-/* Compares the outputs with the reference element by element, checks rows
- * that see no key have dQ exactly 0 and that bytes outside the views kept
- * their poison. */
-static void problem_check(const struct problem *p, struct bwd_result *r)
-{
-    const struct bwd_case *c = &p->c;
-    double *ref[3];
-    problem_reference(p, ref);
-    double atol, rtol;
-    backward_tolerance(c->dtype, &atol, &rtol);
-    const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
-    for (int o = 0; o < 3; o++) {
-        const int t = T_DQ + o;
-        const size_t N = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
-        const size_t H = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
-        const size_t total = B * H * N * d;
-        double max_ref = 0;
-        for (size_t x = 0; x < total; x++)
-            max_ref = fmax(max_ref, fabs(ref[o][x]));
-        const double bound = atol + rtol * max_ref;
-        unsigned char *out = read_back(p, t);
-        unsigned char *written = calloc(p->count[t] * p->esize, 1);
-        ck_assert_ptr_nonnull(written);
-        double max_err = 0;
-        for (size_t b = 0; b < B; b++)
-            for (size_t h = 0; h < H; h++)
-                for (size_t n = 0; n < N; n++) {
-                    const bool no_key = t == T_DQ && c->causal && (long long)n + c->seq_kv - c->seq_q < 0;
-                    for (size_t e = 0; e < d; e++) {
-                        const size_t idx = elem_index(&p->view[t], p->esize, b, n, h, e);
-                        memset(written + idx * p->esize, 1, p->esize);
-                        const double got = hostref_load(out, c->dtype, idx);
-                        const double want = ref[o][((b * H + h) * N + n) * d + e];
-                        const double err = fabs(got - want);
-                        ck_assert_msg(err <= bound, "%s[b=%zu][n=%zu][h=%zu][%zu] = %.9g, reference %.9g (error %.3g, "
-                                      "bound %.3g)", tensor_names[t], b, n, h, e, got, want, err, bound);
-                        if (no_key)
-                            ck_assert_msg(got == 0.0, "d_q row %zu sees no key but is %g, not 0", n, got);
-                        max_err = fmax(max_err, err);
-                    }
-                }
-        for (size_t x = 0; x < p->count[t] * p->esize; x++)
-            ck_assert_msg(written[x] || out[x] == 0xff, "byte %zu outside the %s view was overwritten", x,
-                          tensor_names[t]);
-        r->max_err[o] = max_ref > 0 ? max_err / max_ref : max_err;
-        free(out);
-        free(written);
-        free(ref[o]);
-    }
-}
-
-static void run_case(flashcl_context *ctx, const char *what, const struct bwd_case *c, uint64_t seed)
-{
-    struct test_env *e = test_env_get();
-    if (!ctx)
-        ctx = e->ctx;
-    struct problem p;
-    problem_create(&p, c, seed);
-    problem_forward(&p, ctx);
-    problem_backward(&p, ctx, e->queue);
-    struct bwd_result r;
-    problem_check(&p, &r);
-    printf("%-16s B=%d Nq=%-3d Nk=%-3d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d: max err / max|ref| "
-           "dQ %.2e dK %.2e dV %.2e\n", what, c->batch, c->seq_q, c->seq_kv, c->heads_q, c->heads_kv, c->head_dim,
-           (int)c->dtype, c->causal, (int)c->layout, r.max_err[0], r.max_err[1], r.max_err[2]);
-    problem_free(&p);
-}
 
 /* ---- against the reference ---- */
 
@@ -327,7 +22,7 @@ static const int head_dims[] = {1, 33, 64, 80, 128, 256};
 START_TEST(head_dim)
 {
     struct bwd_case c = {1, 37, 45, 2, 1, head_dims[_i], F32, _i % 2, 0, LAYOUT_BNHD, 0};
-    run_case(NULL, "head_dim", &c, 100 + (uint64_t)_i);
+    run_case(NULL, "head_dim", &c, 100 + (uint64_t)_i, NULL);
 }
 END_TEST
 
@@ -350,7 +45,7 @@ static const struct bwd_case shape_cases[] = {
 
 START_TEST(shapes)
 {
-    run_case(NULL, "shape", &shape_cases[_i], 200 + (uint64_t)_i);
+    run_case(NULL, "shape", &shape_cases[_i], 200 + (uint64_t)_i, NULL);
 }
 END_TEST
 
@@ -363,7 +58,7 @@ static const struct bwd_case dtype_cases[] = {
 
 START_TEST(dtypes)
 {
-    run_case(NULL, "dtype", &dtype_cases[_i], 300 + (uint64_t)_i);
+    run_case(NULL, "dtype", &dtype_cases[_i], 300 + (uint64_t)_i, NULL);
 }
 END_TEST
 
@@ -381,7 +76,7 @@ static const struct bwd_case standard_cases[] = {
 
 START_TEST(standard_path)
 {
-    run_case(NULL, "standard", &standard_cases[_i], 800 + (uint64_t)_i);
+    run_case(NULL, "standard", &standard_cases[_i], 800 + (uint64_t)_i, NULL);
 }
 END_TEST
 
@@ -473,7 +168,10 @@ START_TEST(forced_tiles)
     char tile[64], expect[64];
     snprintf(tile, sizeof(tile), "backward:block_m=%d,block_n=%d", tiles[_i][0], tiles[_i][1]);
     snprintf(expect, sizeof(expect), "-DBLOCK_M=%d -DBLOCK_N=%d ", tiles[_i][0], tiles[_i][1]);
-    params.kernel_options = tile;
+    /* The tile of the portable kernel: the tensor-core one (f16/bf16 where the device has it) is off. */
+    char options[96];
+    snprintf(options, sizeof(options), "backward-tensor-core:off;%s", tile);
+    params.kernel_options = options;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
     const struct bwd_case cases[] = {
@@ -483,7 +181,7 @@ START_TEST(forced_tiles)
     };
     for (int i = 0; i < 3; i++) {
         cap.last[0] = '\0';
-        run_case(ctx, tile, &cases[i], 400 + (uint64_t)(_i * 3 + i));
+        run_case(ctx, tile, &cases[i], 400 + (uint64_t)(_i * 3 + i), NULL);
         if (i == 0)
             check_backward_config(ctx, &cases[0], tiles[_i][0], tiles[_i][1]);
         ck_assert_msg(strstr(cap.last, expect) != NULL, "the backward call ran with \"%s\", not tile %s", cap.last,

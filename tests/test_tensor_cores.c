@@ -1,11 +1,15 @@
-/* The tensor-core kernels (f16/bf16 mma.sync and TF32) on the cases that
- * qualify for them: the kernel must be the one that runs, and its output
- * meets its bound. Where the device has no tensor cores every check here
- * would be vacuous, so the suite reports itself skipped (exit 77). */
+/* The tensor-core kernels (f16/bf16 mma.sync and TF32, forward; the f16/bf16
+ * backward) on the cases that qualify for them: the kernel must be the one
+ * that runs, and its output meets its bound. Where the device has no tensor
+ * cores every check here would be vacuous, so the suite reports itself
+ * skipped (exit 77). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "common.h"
+#include "backward_common.h"
+
+extern const char flashcl_source_flash_backward_mma[];  /* src/internal.h */
 
 #define F32 FLASHCL_F32
 #define F16 FLASHCL_F16
@@ -79,6 +83,112 @@ START_TEST(tensor_core)
 }
 END_TEST
 
+/* ---- the backward pass: FLASHCL_VARIANT_BACKWARD_TENSOR_CORE ---- */
+
+/* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace.
+ * Lengths that are no multiple of any block, both causal alignments, GQA and
+ * MQA, a query or a key alone, several key and query blocks. The padded view
+ * (rows not on 16 bytes) must take the portable backward instead. */
+static const struct bwd_case backward_cases[] = {
+    {2, 200, 200, 4, 4, 64, F16, 0, 0, LAYOUT_BNHD, 0},
+    {2, 200, 200, 4, 4, 64, F16, 1, 0, LAYOUT_BNHD, 1},
+    {1, 130, 257, 8, 2, 128, F16, 1, 0, LAYOUT_BHND, 0},    /* Nq < Nk, GQA */
+    {1, 257, 130, 2, 2, 128, F16, 1, 0, LAYOUT_BNHD, 0},    /* Nq > Nk: rows with no key */
+    {1, 96, 77, 2, 2, 16, F16, 0, 0, LAYOUT_BNHD, 0},
+    {1, 77, 150, 2, 2, 16, BF16, 1, 0.25f, LAYOUT_BNHD, 0},
+    {2, 150, 150, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 1},    /* MQA */
+    {1, 100, 300, 2, 2, 128, BF16, 0, 0, LAYOUT_BHND, 0},
+    {1, 300, 100, 4, 2, 128, BF16, 1, 0, LAYOUT_BNHD, 0},   /* Nq > Nk, GQA */
+    {1, 150, 200, 2, 2, 64, F16, 1, -0.2f, LAYOUT_BNHD, 0}, /* negative scale */
+    {1, 1, 77, 2, 2, 64, F16, 1, 0, LAYOUT_BNHD, 0},        /* one query sees every key */
+    {1, 77, 1, 2, 2, 128, BF16, 1, 0, LAYOUT_BNHD, 0},      /* one key: 76 rows see none */
+    {1, 70, 90, 2, 1, 32, BF16, 0, 0, LAYOUT_BNHD, 0},
+    {1, 333, 333, 2, 2, 96, F16, 1, 0, LAYOUT_BHND, 0},
+    {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},     /* not 16-byte rows: portable */
+};
+
+START_TEST(backward)
+{
+    const struct bwd_case *c = &backward_cases[_i];
+    char label[32];
+    snprintf(label, sizeof(label), "backward %2d", _i);
+    struct bwd_result r;
+    run_case(NULL, label, c, 1000 + (uint64_t)_i, &r);
+    ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD
+                                                           : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+}
+END_TEST
+
+/* Same bits every run: dK, dV summed over 4 query heads, several blocks each way. */
+START_TEST(backward_deterministic)
+{
+    struct test_env *e = test_env_get();
+    const struct bwd_case c = {1, 300, 280, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 0};
+    struct problem p;
+    problem_create(&p, &c, 1500);
+    problem_forward(&p, e->ctx);
+    problem_backward(&p, e->ctx, e->queue);
+    ck_assert_int_eq(p.variant, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+    unsigned char *first[3];
+    for (int o = 0; o < 3; o++)
+        first[o] = read_back(&p, T_DQ + o);
+    for (int run = 0; run < 2; run++) {
+        problem_backward(&p, e->ctx, e->queue);
+        for (int o = 0; o < 3; o++) {
+            unsigned char *again = read_back(&p, T_DQ + o);
+            ck_assert_msg(memcmp(again, first[o], p.count[T_DQ + o] * p.esize) == 0, "run %d gave other %s bits",
+                          run, tensor_names[T_DQ + o]);
+            free(again);
+        }
+    }
+    struct bwd_result r;
+    problem_check(&p, &r);
+    printf("backward deterministic: 3 runs bit-identical; max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
+           r.max_err[0], r.max_err[1], r.max_err[2]);
+    for (int o = 0; o < 3; o++)
+        free(first[o]);
+    problem_free(&p);
+}
+END_TEST
+
+/* The compiler's report (registers, spills, local memory) for the built-in
+ * shapes at d = 64 and 128, causal or not: the plan's own options plus
+ * -cl-nv-verbose (NVIDIA's), built here so the whole log prints. */
+START_TEST(backward_ptxas_report)
+{
+    struct test_env *e = test_env_get();
+    const int dims[] = {64, 128};
+    for (int i = 0; i < 4; i++) {
+        const struct bwd_case c = {1, 64, 64, 2, 2, dims[i / 2], F16, i % 2, 0, LAYOUT_BNHD, 0};
+        struct problem p;
+        problem_create(&p, &c, 1);
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_backward_config(e->ctx, &p.a, &p.g, &t));
+        problem_free(&p);
+        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+        char options[256];
+        snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d "
+                 "-DDTYPE=1 -DCAUSAL=%d -cl-nv-verbose", c.head_dim, t.block_m, t.block_n, t.warps,
+                 t.workgroup_size, c.causal);
+        const char *src = flashcl_source_flash_backward_mma;
+        cl_int err;
+        cl_program prog = clCreateProgramWithSource(e->cl, 1, &src, NULL, &err);
+        ck_assert_cl(err);
+        const cl_int built = clBuildProgram(prog, 1, &e->device, options, NULL, NULL);
+        size_t size = 0;
+        clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+        char *log = calloc(size + 1, 1);
+        ck_assert_ptr_nonnull(log);
+        clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, size, log, NULL);
+        printf("backward tensor-core build (%s, %zu bytes local in the table): %s\n%s\n", options, t.local_bytes,
+               built == CL_SUCCESS ? "built" : "FAILED", log);
+        free(log);
+        clReleaseProgram(prog);
+        ck_assert_cl(built);
+    }
+}
+END_TEST
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int main(void)
@@ -100,5 +210,11 @@ int main(void)
     tcase_add_loop_test(tc, tf32, 0, COUNT(tf32_cases));
     tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
     suite_add_tcase(s, tc);
+    TCase *bw = tcase_create("backward");
+    tcase_set_timeout(bw, 600);
+    tcase_add_test(bw, backward_ptxas_report);
+    tcase_add_loop_test(bw, backward, 0, COUNT(backward_cases));
+    tcase_add_test(bw, backward_deterministic);
+    suite_add_tcase(s, bw);
     return test_run_suite(s);
 }
