@@ -12,9 +12,9 @@
  * one work-item in a fixed order, so the result is the same bits every run.
  *
  * Scores are in base 2 (scale_log2 = scale * log2(e), LSE times log2(e)).
- * A key is visible to query row i when it exists and, with CAUSAL, when
- * key <= i + seq_kv - seq_q (bottom-right alignment); a row whose LSE is
- * -inf sees no key. Invisible pairs have P = dS = 0.
+ * A key is visible to query row i when it exists and the mask shows it
+ * (cl/mask.h: causal, bottom-right aligned, or a sliding window); a row whose
+ * LSE is -inf sees no key. Invisible pairs have P = dS = 0.
  *
  * Work-items own tile elements by linear index (idx = lid + WG * t), so any
  * HEAD_DIM (1..256) and any block size down to 1 works. Every tunable has a
@@ -34,16 +34,13 @@
 #ifndef WG
 #define WG 256               /* work-items per work-group */
 #endif
-#ifndef CAUSAL
-#define CAUSAL 0
-#endif
 
 #define LD (HEAD_DIM | 1)                               /* odd row pitch: no bank conflicts across rows */
 #define ACC_N ((BLOCK_N * HEAD_DIM + WG - 1) / WG)      /* dK, dV elements per work-item */
 #define ACC_M ((BLOCK_M * HEAD_DIM + WG - 1) / WG)      /* dQ elements per work-item */
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
-#include "block_order.h"
+#include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 
 /* rows [first, first + n_rows) of one (batch, head) of a view into a tile of pitch LD; 0 past `limit` */
 static void load_rows(__local float *tile, __global const storage_t *src, ulong base, ulong row_stride,
@@ -81,8 +78,8 @@ static void block_p_ds(__local const float *q_tile, __local const float *do_tile
         const int i = idx / BLOCK_N, j = idx % BLOCK_N;
         const int row = q0 + i, key = k0 + j;
         bool visible = row < seq_q && key < seq_kv && row_lse2[i] > -INFINITY;
-#if CAUSAL
-        visible = visible && key <= row + diag;
+#if MASKED
+        visible = visible && mask_visible(row, key, diag);
 #endif
         float p = 0.0f, ds = 0.0f;
         if (visible) {
@@ -136,10 +133,10 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
         dv_acc[t] = 0.0f;
     }
 
-    /* The first query row that sees key k0 (causal: row >= k0 - diag); blocks before it are skipped.
-     * Keys no row sees run no block at all and get exact zeros. */
-    const int first_row = CAUSAL ? max(0, k0 - (seq_kv - seq_q)) : 0;
-    const int q_begin = first_row / BLOCK_M * BLOCK_M;
+    /* The query rows that see some key of this block (the mask trims both ends); blocks outside are
+     * skipped. Keys no row sees run no block at all and get exact zeros. */
+    const int q_begin = mask_row_begin(k0, seq_q, seq_kv) / BLOCK_M * BLOCK_M;
+    const int q_end = mask_row_end(k0, BLOCK_N, seq_q, seq_kv);
 
     for (int g = 0; g < group; g++) {  /* fixed order: the GQA sum is the same every run */
         const int h = hk * group + g;
@@ -147,7 +144,7 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
         const ulong do_base = do_off + (ulong)b * do_sb + (ulong)h * do_sh;
         const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
         const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
-        for (int q0 = q_begin; q0 < seq_q; q0 += BLOCK_M) {
+        for (int q0 = q_begin; q0 < q_end; q0 += BLOCK_M) {
             barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
             load_rows(q_tile, q, q_base, q_ss, q0, BLOCK_M, seq_q, lid);
             load_rows(do_tile, d_o, do_base, do_ss, q0, BLOCK_M, seq_q, lid);
@@ -222,8 +219,8 @@ void flash_backward_dq(__global const storage_t *q, ulong q_off, ulong q_sb, ulo
 
     const ulong k_base = k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     const ulong v_base = v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
-    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
-    for (int k0 = 0; k0 < kv_end; k0 += BLOCK_N) {
+    const int kv_end = mask_key_end(q0, BLOCK_M, seq_q, seq_kv);
+    for (int k0 = mask_key_begin(q0, seq_q, seq_kv) / BLOCK_N * BLOCK_N; k0 < kv_end; k0 += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
         load_rows(k_tile, k, k_base, k_ss, k0, BLOCK_N, seq_kv, lid);
         load_rows(v_tile, v, v_base, v_ss, k0, BLOCK_N, seq_kv, lid);

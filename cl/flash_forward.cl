@@ -38,9 +38,6 @@
 #ifndef TN
 #define TN 16                /* work-group columns */
 #endif
-#ifndef CAUSAL
-#define CAUSAL 0
-#endif
 
 #define WG (TM * TN)
 #define RM ((BLOCK_M + TM - 1) / TM)      /* query rows per work-item */
@@ -50,6 +47,7 @@
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "block_order.h"
+#include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -69,7 +67,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
     const int tm = lid / TN;
     const int tn = lid % TN;
     int qb, h, b;
-    block_coordinates(CAUSAL, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    block_coordinates(WINDOW_RIGHT >= 0, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
     const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */
@@ -93,9 +91,10 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
             acc[r][c] = 0.0f;
     }
 
-    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
+    const int kv_end = mask_key_end(q0, BLOCK_M, seq_q, seq_kv);
+    const int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
 
-    for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
+    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* previous block's tiles are no longer read */
         for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
             const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
@@ -115,8 +114,8 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
                 const int j = tn + TN * c;
                 const int key = kb + j;
                 bool visible = i < BLOCK_M && j < BLOCK_N && key < seq_kv;
-#if CAUSAL
-                visible = visible && key <= q0 + i + diag;
+#if MASKED
+                visible = visible && mask_visible(q0 + i, key, diag);
 #endif
                 float dot = 0.0f;
                 if (visible) {

@@ -37,9 +37,6 @@
 #ifndef BLOCK_N
 #define BLOCK_N 64           /* keys per K/V block: 16·CN */
 #endif
-#ifndef CAUSAL
-#define CAUSAL 0
-#endif
 
 #define RM 4                              /* rows per work-item */
 #define TY (BLOCK_M / RM)                 /* work-item rows of the group */
@@ -58,6 +55,7 @@
 #endif
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 #include "block_order.h"
 
 /* rows x HEAD_DIM of a [seq, d] slice into a tile of pitch PITCH (times
@@ -92,7 +90,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
     const int tx = (warp & 1) * 8 + (lane & 7);     /* 0..15 */
     const int row0 = ty * RM;                       /* first of this work-item's rows in the block */
     int qb, h, b;
-    block_coordinates(CAUSAL, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    block_coordinates(WINDOW_RIGHT >= 0, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
     const int diag = seq_kv - seq_q;
@@ -115,9 +113,10 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
             acc[i][c] = (float4)(0.0f);
     }
 
-    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
+    const int kv_end = mask_key_end(q0, BLOCK_M, seq_q, seq_kv);
+    const int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
 
-    for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
+    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's K, V and P are no longer read */
         load_tile(k_tile, BLOCK_N, k, k_base, k_ss, kb, seq_kv, 1.0f, lid);
         load_tile(v_tile, BLOCK_N, v, v_base, v_ss, kb, seq_kv, 1.0f, lid);
@@ -149,8 +148,11 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
 
         /* Masks only where a key may be absent or hidden from some row. */
         bool edge = kb + BLOCK_N > seq_kv;
-#if CAUSAL
-        edge = edge || kb + BLOCK_N - 1 > q0 + diag;
+#if WINDOW_RIGHT >= 0
+        edge = edge || kb + BLOCK_N - 1 > q0 + diag + WINDOW_RIGHT;
+#endif
+#if WINDOW_LEFT >= 0
+        edge = edge || kb < q0 + BLOCK_M - 1 + diag - WINDOW_LEFT;
 #endif
 #pragma unroll
         for (int i = 0; i < RM; i++) {
@@ -160,8 +162,8 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
                 if (edge) {
                     const int key = kb + tx + 16 * j;
                     bool visible = key < seq_kv;
-#if CAUSAL
-                    visible = visible && key <= q0 + row0 + i + diag;
+#if MASKED
+                    visible = visible && mask_visible(q0 + row0 + i, key, diag);
 #endif
                     s[i][j] = visible ? s[i][j] : -INFINITY;
                 }
