@@ -427,7 +427,8 @@ FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const
 /* Kernels and tiles                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* "portable", "tensor-core", "register-tiled" or "tf32": the kernels' names
+/* "portable", "tensor-core", "register-tiled", "tf32", "backward" or
+ * "backward-tensor-core": the kernels' names
  * in logs, the tuning file and params.kernel_options; NULL for an unknown
  * value. */
 FLASHCL_API const char *flashcl_variant_name(enum flashcl_variant variant);

@@ -251,14 +251,10 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
     flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
     if (st == FLASHCL_SUCCESS)
         st = validate_backward(ctx, attn, grad, workspace);
-    struct problem p;
-    struct plan plan;
-    if (st == FLASHCL_SUCCESS) {
-        backward_problem(attn, grad, &p);
-        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
-    }
     if (st != FLASHCL_SUCCESS)
         return st;
+    struct problem p;
+    backward_problem(attn, grad, &p);
 
     cl_mem ws = workspace;
     if (!ws) {
@@ -270,9 +266,30 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
             return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                         "allocating the backward pass's %zu-byte workspace failed (%d)", elements * sizeof(float), err);
     }
-    pthread_mutex_lock(&ctx->lock);
-    st = enqueue_backward(ctx, attn, grad, &plan, ws, queue, num_wait_events, wait_list, event);
-    pthread_mutex_unlock(&ctx->lock);
+    /* As the forward does: a kernel that fails here is set aside (with these
+     * options) and the call planned again; with none left, the first failure
+     * is the call's. A retry enqueues every step anew (D is rewritten whole). */
+    flashcl_status first = FLASHCL_SUCCESS;
+    char first_message[1024] = "";
+    for (int attempt = 0; attempt < fcl_kernel_count; attempt++) {
+        struct plan plan;
+        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+        if (st != FLASHCL_SUCCESS)
+            break;
+        pthread_mutex_lock(&ctx->lock);
+        st = enqueue_backward(ctx, attn, grad, &plan, ws, queue, num_wait_events, wait_list, event);
+        pthread_mutex_unlock(&ctx->lock);
+        if (st == FLASHCL_SUCCESS || !fcl_kernel_failure(st))
+            break;
+        if (first == FLASHCL_SUCCESS) {
+            first = st;
+            snprintf(first_message, sizeof(first_message), "%s", flashcl_last_error());
+        }
+        fcl_program_mark_failed(ctx, plan.kernel, plan.options, flashcl_status_name(st));
+        fcl_clear_error();
+    }
+    if (st != FLASHCL_SUCCESS && first != FLASHCL_SUCCESS)
+        st = fcl_fail(ctx, first, "%s", first_message);
     /* Released now: OpenCL frees it once the enqueued kernels that use it have completed. */
     if (!workspace)
         clReleaseMemObject(ws);

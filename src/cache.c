@@ -49,7 +49,7 @@ static bool make_dirs(const char *path)
 void fcl_cache_init(flashcl_context *ctx, const char *param_dir)
 {
     ctx->cache_dir[0] = '\0';
-    const char *dir = param_dir ? param_dir : ctx->env.has_cache_dir ? ctx->env.cache_dir : ctx->env.user_cache;
+    const char *dir = param_dir ? param_dir : ctx->env.cache_dir ? ctx->env.cache_dir : ctx->env.user_cache;
     if (!*dir || strcmp(dir, "off") == 0)
         return;
     if (!make_dirs(dir)) {

@@ -164,32 +164,60 @@ static flashcl_status check_device_in_context(cl_context context, cl_device_id d
     return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "params.device is not one of params.context's devices");
 }
 
-/* Copies an environment variable; false (and "") when it is not set. */
-static bool read_env(const char *name, char *buf, size_t size)
+/* A copy of an environment variable (whole, whatever its length); NULL when
+ * it is not set, `unset` copied then if not NULL. *ok false when out of memory. */
+static char *read_env(const char *name, const char *unset, bool *ok)
 {
     const char *v = getenv(name);
-    snprintf(buf, size, "%s", v ? v : "");
-    return v != NULL;
+    if (!v && !unset)
+        return NULL;
+    char *copy = strdup(v ? v : unset);
+    *ok = *ok && copy;
+    return copy;
+}
+
+/* "a" + "b" in a new string; NULL when out of memory. */
+static char *concat(const char *a, const char *b)
+{
+    char *s = malloc(strlen(a) + strlen(b) + 1);
+    if (s)
+        strcat(strcpy(s, a), b);
+    return s;
 }
 
 /* Every environment variable flashcl reads, read here once per context. */
-static void env_read(struct fcl_env *env)
+static bool env_read(struct fcl_env *env)
 {
-    char portable[8];
-    read_env("FLASHCL_DEVICE", env->device, sizeof(env->device));
-    env->portable = read_env("FLASHCL_PORTABLE", portable, sizeof(portable)) && strcmp(portable, "1") == 0;
-    env->has_tuning = read_env("FLASHCL_TUNING", env->tuning, sizeof(env->tuning));
-    env->has_cache_dir = read_env("FLASHCL_CACHE_DIR", env->cache_dir, sizeof(env->cache_dir));
-    read_env("FLASHCL_BUILD_OPTIONS", env->build_options, sizeof(env->build_options));
-    read_env("FLASHCL_KERNELS", env->kernels, sizeof(env->kernels));
-    char xdg[900], home[900];
-    int n = -1;
-    if (read_env("XDG_CACHE_HOME", xdg, sizeof(xdg)) && *xdg)
-        n = snprintf(env->user_cache, sizeof(env->user_cache), "%s/flashcl", xdg);
-    else if (read_env("HOME", home, sizeof(home)) && *home)
-        n = snprintf(env->user_cache, sizeof(env->user_cache), "%s/.cache/flashcl", home);
-    if (n < 0 || (size_t)n >= sizeof(env->user_cache))
-        env->user_cache[0] = '\0';
+    bool ok = true;
+    env->device = read_env("FLASHCL_DEVICE", NULL, &ok);
+    const char *portable = getenv("FLASHCL_PORTABLE");
+    env->portable = portable && strcmp(portable, "1") == 0;
+    env->tuning = read_env("FLASHCL_TUNING", NULL, &ok);
+    env->cache_dir = read_env("FLASHCL_CACHE_DIR", NULL, &ok);
+    env->build_options = read_env("FLASHCL_BUILD_OPTIONS", "", &ok);
+    env->kernels = read_env("FLASHCL_KERNELS", "", &ok);
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    env->user_cache = xdg && *xdg ? concat(xdg, "/flashcl") : home && *home ? concat(home, "/.cache/flashcl") : strdup("");
+    return ok && env->user_cache;
+}
+
+static void env_free(struct fcl_env *env)
+{
+    char **all[] = {&env->device, &env->tuning, &env->cache_dir, &env->build_options, &env->kernels, &env->user_cache};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        free(*all[i]);
+        *all[i] = NULL;
+    }
+}
+
+bool fcl_append_build_options(const flashcl_context *ctx, char *options, size_t size)
+{
+    const char *extra = ctx->env.build_options;
+    if (!extra || !*extra)
+        return true;
+    const size_t used = strlen(options);
+    const int n = snprintf(options + used, size - used, " %s", extra);
+    return n >= 0 && (size_t)n < size - used;
 }
 
 static bool all_zero(const unsigned char *bytes, size_t n)
@@ -248,17 +276,19 @@ flashcl_status fcl_context_create(const struct flashcl_context_params *params, c
     flashcl_context *ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return fcl_fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a context");
-    env_read(&ctx->env);
+    if (!env_read(&ctx->env)) {
+        env_free(&ctx->env);
+        free(ctx);
+        return fcl_fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot copy the environment");
+    }
     if (hooks)
         ctx->hooks = *hooks;
-    snprintf(ctx->extra_build_options, sizeof(ctx->extra_build_options), "%s", ctx->env.build_options);
     ctx->param_local_mem = params->local_mem_bytes;
     ctx->log = params->log;
     ctx->log_user = params->log_user;
     ctx->log_level = params->log_level ? params->log_level : FLASHCL_LOG_INFO;
-    for (int i = 0; i < FCL_MAX_KERNELS; i++)
-        atomic_init(&ctx->broken[i], false);
     if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
+        env_free(&ctx->env);
         free(ctx);
         return fcl_fail(NULL, FLASHCL_OUT_OF_HOST_MEMORY, "cannot create a mutex");
     }
@@ -323,7 +353,13 @@ void flashcl_context_destroy(flashcl_context **pctx)
         clReleaseContext(ctx->cl_ctx);
     if (ctx->device)
         clReleaseDevice(ctx->device);
+    for (struct failed_program *f = ctx->failed, *next; f; f = next) {
+        next = f->next;
+        free(f->options);
+        free(f);
+    }
     pthread_mutex_destroy(&ctx->lock);
+    env_free(&ctx->env);
     free(ctx);
     *pctx = NULL;
 }

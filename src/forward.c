@@ -120,9 +120,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     return st;
 }
 
-/* Failures of a kernel itself (it did not build, or the device cannot
- * launch it), after which another kernel of the table may run the call. */
-static bool kernel_failure(flashcl_status st)
+bool fcl_kernel_failure(flashcl_status st)
 {
     return st == FLASHCL_BUILD_PROGRAM_FAILURE || st == FLASHCL_OUT_OF_RESOURCES ||
            st == (flashcl_status)CL_INVALID_WORK_GROUP_SIZE || st == (flashcl_status)CL_INVALID_KERNEL ||
@@ -137,19 +135,27 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
         return st;
     struct problem p;
     fcl_forward_problem(attn, &p);
-    /* A kernel that fails here is marked broken for this context and the
-     * call planned again: at most once per kernel of the table. */
+    /* A kernel that fails here is set aside (with these options, for this
+     * context) and the call planned again: at most once per kernel. Where
+     * no kernel is left, the first failure is the call's. */
+    flashcl_status first = FLASHCL_SUCCESS;
+    char first_message[1024] = "";
     for (int attempt = 0; attempt < fcl_kernel_count; attempt++) {
         struct plan plan;
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
         if (st != FLASHCL_SUCCESS)
-            return st;
+            break;
         st = enqueue_forward(ctx, attn, &plan, queue, num_wait_events, wait_list, event);
-        /* The portable kernel is the last resort: its failure is the call's. */
-        if (st == FLASHCL_SUCCESS || !kernel_failure(st) || plan.kernel->variant == FLASHCL_VARIANT_PORTABLE)
+        if (st == FLASHCL_SUCCESS || !fcl_kernel_failure(st))
             return st;
-        fcl_kernel_mark_broken(ctx, plan.kernel, flashcl_status_name(st));
+        if (first == FLASHCL_SUCCESS) {
+            first = st;
+            snprintf(first_message, sizeof(first_message), "%s", flashcl_last_error());
+        }
+        fcl_program_mark_failed(ctx, plan.kernel, plan.options, flashcl_status_name(st));
         fcl_clear_error();
     }
+    if (first != FLASHCL_SUCCESS)
+        return fcl_fail(ctx, first, "%s", first_message);
     return st;
 }

@@ -118,6 +118,9 @@ float fcl_effective_scale(const struct flashcl_attention *attn);
 float fcl_scale_log2(const struct flashcl_attention *attn);
 /* attn.mask, or FLASHCL_MASK_CAUSAL for the deprecated attn.causal. */
 enum flashcl_mask fcl_attention_mask(const struct flashcl_attention *attn);
+/* Failures of a kernel itself (it did not build, or the device cannot
+ * launch it), after which another kernel of the table may run the call. */
+bool fcl_kernel_failure(flashcl_status st);
 /* Sets the five kernel arguments of a view (mem, offset and strides in elements) from *arg on. */
 cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize);
 
@@ -126,9 +129,11 @@ cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t
 /* Fills dev->tensor_cores, nv_major/minor and the note (and the
  * architecture's usable local memory) for the context's device. */
 void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl_test_hooks *hooks);
-/* A kernel failed to build or launch here: plan without it from now on
- * (this context only), with a WARN saying why. */
-void fcl_kernel_mark_broken(flashcl_context *ctx, const struct kernel_info *k, const char *why);
+/* A kernel failed to build or launch with these build options here: plan
+ * the calls that would build it so without it from now on (this context
+ * only), with a WARN saying why. Other shapes of the kernel stay in use. */
+void fcl_program_mark_failed(flashcl_context *ctx, const struct kernel_info *k, const char *options, const char *why);
+bool fcl_program_failed(const flashcl_context *ctx, const struct kernel_info *k, const char *options);
 
 /* ---- validate.c ---- */
 
@@ -166,15 +171,23 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
 
 /* The environment, read once at context creation (never per call). */
 struct fcl_env {
-    char device[256];          /* FLASHCL_DEVICE */
+    char *device;              /* FLASHCL_DEVICE; NULL when unset (the strings are the context's copies) */
     bool portable;             /* FLASHCL_PORTABLE=1 */
-    char tuning[1024];         /* FLASHCL_TUNING; has_tuning when set, even to "" */
-    bool has_tuning;
-    char cache_dir[1024];      /* FLASHCL_CACHE_DIR */
-    bool has_cache_dir;
-    char build_options[256];   /* FLASHCL_BUILD_OPTIONS */
-    char kernels[512];         /* FLASHCL_KERNELS */
-    char user_cache[1024];     /* $XDG_CACHE_HOME/flashcl or ~/.cache/flashcl; "" if neither is set */
+    char *tuning;              /* FLASHCL_TUNING; NULL when unset, "" for none */
+    char *cache_dir;           /* FLASHCL_CACHE_DIR; NULL when unset */
+    char *build_options;       /* FLASHCL_BUILD_OPTIONS; "" when unset */
+    char *kernels;             /* FLASHCL_KERNELS; "" when unset */
+    char *user_cache;          /* $XDG_CACHE_HOME/flashcl or ~/.cache/flashcl; "" if neither is set */
+};
+
+/* Appends the caller's extra build options (FLASHCL_BUILD_OPTIONS) to
+ * options; false if they do not fit in size. */
+bool fcl_append_build_options(const flashcl_context *ctx, char *options, size_t size);
+
+struct failed_program {
+    const struct kernel_info *kernel;
+    char *options;
+    struct failed_program *next;
 };
 
 struct flashcl_context {
@@ -191,9 +204,8 @@ struct flashcl_context {
 
     struct fcl_env env;
     struct fcl_test_hooks hooks;
-    char extra_build_options[256];  /* FLASHCL_BUILD_OPTIONS */
     struct kernel_override overrides[FCL_MAX_KERNELS];
-    atomic_bool broken[FCL_MAX_KERNELS];  /* failed to build or launch here */
+    struct failed_program *failed;  /* kernels and options that failed here; guarded by lock */
 
     struct tuned_entry *tuned;
     int n_tuned;

@@ -149,7 +149,7 @@ struct plan {
     enum flashcl_tile_source source;
     int block_m, block_n, workgroup;
     size_t local_bytes;
-    char options[512];  /* build options, including the caller's extra ones */
+    char options[1024];  /* build options, including the caller's extra ones */
 };
 
 #endif /* FLASHCL_KERNEL_TABLE_H */

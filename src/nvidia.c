@@ -80,12 +80,6 @@ static bool has_extension(cl_device_id device, const char *name)
     return found;
 }
 
-void fcl_kernel_mark_broken(flashcl_context *ctx, const struct kernel_info *k, const char *why)
-{
-    if (!atomic_exchange(&ctx->broken[fcl_kernel_index(k)], true))
-        fcl_log_msg(ctx, FLASHCL_LOG_WARN, "kernel %s off for this context: it failed here (%s); %s", k->name, why,
-                    flashcl_last_error());
-}
 
 void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl_test_hooks *hooks)
 {

@@ -34,6 +34,7 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
             return why;
         }
         struct kernel_override *ov = &parsed[fcl_kernel_index(k)];
+        ov->off = false;  /* a clause naming the kernel uses it, unless it says off (a deprecated field may have) */
         for (const char *s = colon + 1; s < end;) {
             const char *s_end = s + strcspn(s, ",;");
             if (s_end > end)
@@ -45,7 +46,10 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
             } else if (eq) {
                 const int a = fcl_axis_by_name(s, (size_t)(eq - s));
                 char *num_end;
-                const long v = strtol(eq + 1, &num_end, 10);
+                const bool digits = eq + 1 < s_end && eq[1] >= '0' && eq[1] <= '9';  /* no sign, no space */
+                const long v = digits ? strtol(eq + 1, &num_end, 10) : 0;
+                if (!digits)
+                    num_end = (char *)eq + 1;
                 if (a < 0 || !k->axes[a].lo) {
                     snprintf(why, why_size, "%s has no axis \"%.*s\"", k->name, (int)(eq - s), s);
                     return why;
@@ -85,8 +89,10 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
         for (int j = 0; j < 2; j++) {
             if (!values[j])
                 continue;
-            if (!fcl_axis_in_range(fma[i], axes[j], values[j]))
+            if (!fcl_axis_in_range(fma[i], axes[j], values[j])) {
                 o->off = true;  /* a tile only the portable kernel runs */
+                continue;
+            }
             o->fixed |= 1u << axes[j];
             o->shape.axis[axes[j]] = values[j];
         }

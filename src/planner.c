@@ -65,11 +65,15 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
         *source = FLASHCL_TILE_FORCED;
         while (!fits(dev, k, shape, p->head_dim, usable) || !launchable(dev, k, shape))
             if (!k->shrink || !k->shrink(dev, shape, ov->fixed)) {
-                snprintf(why, why_size, "a %dx%d tile for head_dim %d needs %zu bytes of local memory; \"%s\" has %zu",
-                         shape->axis[AXIS_BLOCK_M] ? shape->axis[AXIS_BLOCK_M]
-                                                   : 16 * shape->axis[AXIS_WARPS] * shape->axis[AXIS_M_TILES],
-                         shape->axis[AXIS_BLOCK_N], p->head_dim, k->local_bytes(dev, shape, p->head_dim), dev->name,
-                         usable);
+                int block_m = 0, workgroup = 0;
+                k->geometry(dev, shape, &block_m, &workgroup);
+                if (!launchable(dev, k, shape))
+                    snprintf(why, why_size, "a %dx%d tile needs %d work-items per work-group; \"%s\" allows %zu",
+                             block_m, shape->axis[AXIS_BLOCK_N], workgroup, dev->name, dev->max_workgroup);
+                else
+                    snprintf(why, why_size, "a %dx%d tile for head_dim %d needs %zu bytes of local memory (and %d "
+                             "of slack); \"%s\" has %zu", block_m, shape->axis[AXIS_BLOCK_N], p->head_dim,
+                             k->local_bytes(dev, shape, p->head_dim), FCL_LOCAL_SLACK, dev->name, usable);
                 return false;
             }
         return true;
@@ -123,10 +127,6 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         snprintf(why, why_size, "turned off by the kernel options");
         return false;
     }
-    if (atomic_load(&ctx->broken[index])) {
-        snprintf(why, why_size, "failed on this device earlier");
-        return false;
-    }
     memset(out, 0, sizeof(*out));
     if (!choose_shape(ctx, k, p, &out->shape, &out->source, why, why_size))
         return false;
@@ -136,9 +136,13 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p->head_dim);
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
-    if (ctx->extra_build_options[0]) {
-        const size_t used = strlen(out->options);
-        snprintf(out->options + used, sizeof(out->options) - used, " %s", ctx->extra_build_options);
+    if (!fcl_append_build_options(ctx, out->options, sizeof(out->options))) {
+        snprintf(why, why_size, "FLASHCL_BUILD_OPTIONS is too long (%zu characters)", strlen(ctx->env.build_options));
+        return false;
+    }
+    if (fcl_program_failed(ctx, k, out->options)) {
+        snprintf(why, why_size, "failed to build or launch here with these options before");
+        return false;
     }
     return true;
 }

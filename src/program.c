@@ -121,6 +121,36 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     return FLASHCL_SUCCESS;
 }
 
+bool fcl_program_failed(const flashcl_context *ctx, const struct kernel_info *k, const char *options)
+{
+    flashcl_context *c = (flashcl_context *)ctx;  /* the lock, not the context, changes */
+    pthread_mutex_lock(&c->lock);
+    bool failed = false;
+    for (const struct failed_program *f = c->failed; f && !failed; f = f->next)
+        failed = f->kernel == k && strcmp(f->options, options) == 0;
+    pthread_mutex_unlock(&c->lock);
+    return failed;
+}
+
+void fcl_program_mark_failed(flashcl_context *ctx, const struct kernel_info *k, const char *options, const char *why)
+{
+    struct failed_program *f = malloc(sizeof(*f));
+    char *copy = strdup(options);
+    if (!f || !copy) {
+        free(f);
+        free(copy);
+        return;  /* out of host memory: the call fails again next time, no worse */
+    }
+    f->kernel = k;
+    f->options = copy;
+    pthread_mutex_lock(&ctx->lock);
+    f->next = ctx->failed;
+    ctx->failed = f;
+    pthread_mutex_unlock(&ctx->lock);
+    fcl_log_msg(ctx, FLASHCL_LOG_WARN, "kernel %s with \"%s\" off for this context: it failed here (%s); %s", k->name,
+                options, why, flashcl_last_error());
+}
+
 flashcl_status fcl_program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
                                   const char *options, cl_kernel *out)
 {

@@ -139,10 +139,9 @@ static flashcl_status enqueue_standard_backward(flashcl_context *ctx, const stru
 {
     char options[512];
     snprintf(options, sizeof(options), "-cl-std=CL1.2 -DDTYPE=%d", fcl_dtype_define(a->q.dtype));
-    if (ctx->extra_build_options[0]) {
-        const size_t used = strlen(options);
-        snprintf(options + used, sizeof(options) - used, " %s", ctx->extra_build_options);
-    }
+    if (!fcl_append_build_options(ctx, options, sizeof(options)))
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "FLASHCL_BUILD_OPTIONS is too long (%zu characters)",
+                        strlen(ctx->env.build_options));
     cl_kernel pack, unpack, softmax, softmax_grad;
     flashcl_status st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "pack_rows", options, &pack);
     if (st == FLASHCL_SUCCESS)

@@ -37,6 +37,14 @@ static void tuning_identity(flashcl_context *ctx)
     sanitize(ctx->tuning_driver);
 }
 
+static bool reserved_zero(const struct flashcl_tuned_config *c)
+{
+    for (size_t i = 0; i < sizeof(c->reserved); i++)
+        if (c->reserved[i])
+            return false;
+    return true;
+}
+
 static const char *mask_word(int mask)
 {
     return mask == FLASHCL_MASK_CAUSAL ? "causal" : "none";
@@ -50,6 +58,8 @@ flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, cha
     const struct kernel_info *k = fcl_kernel_by_variant(c->variant);
     if (!k)
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.variant = %d is not a kernel", (int)c->variant);
+    if (!reserved_zero(c))
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.reserved is not zero");
     struct kernel_shape shape;
     fcl_config_to_shape(k, c, &shape);
     size_t used = 0;
@@ -82,6 +92,8 @@ flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct fl
     } else {
         const struct kernel_info *k = fcl_kernel_by_variant(c->variant);
         const char *t = flashcl_dtype_name(c->dtype);
+        if (!reserved_zero(c))
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config.reserved is not zero");
         if (!k || !t || c->head_dim < 1 || c->head_dim > FLASHCL_MAX_HEAD_DIM)
             return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config has variant %d, dtype %d, head_dim %d",
                             (int)c->variant, (int)c->dtype, c->head_dim);
@@ -138,8 +150,8 @@ static bool to_int(const char *s, int lo, int hi, int *out)
 
 /* What one line says. */
 struct line_entry {
-    enum { LINE_OTHER_DEVICE, LINE_LOCAL_MEM, LINE_FORWARD } kind;
-    bool fallback;  /* this device, another driver or flashcl version */
+    enum { LINE_LOCAL_MEM, LINE_SHAPE } kind;
+    enum { ID_UNKNOWN, ID_OTHER_DEVICE, ID_OTHER_VERSION, ID_EXACT } identity;
     size_t local_mem;
     struct tuned_entry entry;
 };
@@ -149,6 +161,7 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
 {
     struct fields f;
     memset(&f, 0, sizeof(f));
+    memset(out, 0, sizeof(*out));
     for (char *save = NULL, *tok = strtok_r(line, "|", &save); tok; tok = strtok_r(NULL, "|", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq || f.n == MAX_FIELDS)
@@ -165,8 +178,10 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
     const char *kind = field(&f, "kind");
     if (!device || !driver || !version || !kind)
         return "device, driver, flashcl and kind are required";
-    memset(out, 0, sizeof(*out));
-    out->fallback = strcmp(driver, ctx->tuning_driver) != 0 || strcmp(version, FLASHCL_VERSION_STRING) != 0;
+    out->identity = strcmp(device, ctx->tuning_device) != 0 ? ID_OTHER_DEVICE
+                    : strcmp(driver, ctx->tuning_driver) != 0 || strcmp(version, FLASHCL_VERSION_STRING) != 0
+                        ? ID_OTHER_VERSION
+                        : ID_EXACT;
     if (strcmp(kind, "local_mem") == 0) {
         const char *bytes = field(&f, "bytes");
         char *end;
@@ -177,7 +192,7 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
         out->local_mem = (size_t)v;
     } else if (strcmp(kind, "forward") == 0 || strcmp(kind, "backward") == 0) {
         struct tuned_entry *e = &out->entry;
-        out->kind = LINE_FORWARD;
+        out->kind = LINE_SHAPE;
         const char *name = field(&f, "kernel");
         if (!name)
             name = field(&f, "variant");  /* version 1 */
@@ -221,8 +236,7 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
     for (int i = 0; i < f.n; i++)
         if (!f.used[i])
             return "an unknown field";
-    if (strcmp(device, ctx->tuning_device) != 0)
-        out->kind = LINE_OTHER_DEVICE;
+    out->entry.fallback = out->identity != ID_EXACT;
     return NULL;
 }
 
@@ -237,25 +251,25 @@ static void tuning_clear(flashcl_context *ctx)
 void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
 {
     tuning_identity(ctx);
-    char fallback[1100];
-    const char *path = param_path;
-    if (!path && ctx->env.has_tuning)
-        path = ctx->env.tuning;
+    char *fallback = NULL;
+    const char *path = param_path ? param_path : ctx->env.tuning;
     if (!path) {
         if (!ctx->env.user_cache[0])
             return;
-        snprintf(fallback, sizeof(fallback), "%s/tuning.txt", ctx->env.user_cache);
-        path = fallback;
+        fallback = malloc(strlen(ctx->env.user_cache) + sizeof("/tuning.txt"));
+        if (!fallback)
+            return;
+        path = strcat(strcpy(fallback, ctx->env.user_cache), "/tuning.txt");
     }
-    if (!*path)
-        return;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    FILE *f = *path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        free(fallback);
         return;  /* no file: the built-in shapes and the sizing rule decide */
+    }
 
     char line[MAX_LINE + 2];
-    int line_no = 0, others = 0, fallbacks = 0;
-    bool header = false, local_mem_exact = false;
+    int line_no = 0, others = 0, fallbacks = 0, unread = 0;
+    bool header = false;
     size_t total = 0;
     const char *why = NULL;
     while (!why && fgets(line, sizeof(line), f)) {
@@ -266,7 +280,12 @@ void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
             why = "file larger than 1 MiB";
             break;
         }
-        if (len > MAX_LINE || (len > 0 && line[len - 1] != '\n' && !feof(f))) {
+        /* fgets stops at a newline only: a shorter string without one, before the end, held a NUL. */
+        if (len == 0 || (line[len - 1] != '\n' && !feof(f))) {
+            why = len >= MAX_LINE ? "line too long" : "binary data (a NUL byte)";
+            break;
+        }
+        if (len > MAX_LINE) {
             why = "line too long";
             break;
         }
@@ -281,18 +300,23 @@ void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
         }
         struct line_entry e;
         why = parse_line(ctx, line, &e);
+        /* Lines of other devices and versions may use words this version does not know: skipped, counted. */
+        if (why && (e.identity == ID_OTHER_DEVICE || e.identity == ID_OTHER_VERSION)) {
+            why = NULL;
+            unread++;
+            continue;
+        }
         if (why)
             break;
-        if (e.kind == LINE_OTHER_DEVICE) {
+        if (e.identity == ID_OTHER_DEVICE) {
             others++;
             continue;
         }
-        fallbacks += e.fallback;
+        fallbacks += e.identity == ID_OTHER_VERSION;
         if (e.kind == LINE_LOCAL_MEM) {
-            /* An exact identity's probe wins over a fallback's. */
-            if (!e.fallback || !local_mem_exact)
+            /* Only this very driver's probe: another driver may allow less. */
+            if (e.identity == ID_EXACT)
                 ctx->probed_local_mem = e.local_mem;
-            local_mem_exact |= !e.fallback;
             continue;
         }
         struct tuned_entry *grown = realloc(ctx->tuned, (size_t)(ctx->n_tuned + 1) * sizeof(*grown));
@@ -301,7 +325,6 @@ void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
             break;
         }
         ctx->tuned = grown;
-        e.entry.fallback = e.fallback;
         ctx->tuned[ctx->n_tuned++] = e.entry;
     }
     if (!why && ferror(f))
@@ -312,14 +335,20 @@ void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
     if (why) {
         fcl_log_msg(ctx, FLASHCL_LOG_WARN, "tuning file %s line %d: %s; ignoring the file", path, line_no, why);
         tuning_clear(ctx);
+        free(fallback);
         return;
     }
     fcl_log_msg(ctx, FLASHCL_LOG_INFO, "tuning file %s: %d configuration(s) for this device, %d line(s) for others",
                 path, ctx->n_tuned, others);
     if (fallbacks)
         fcl_log_msg(ctx, FLASHCL_LOG_INFO, "tuning file %s: %d line(s) of this device were measured with another "
-                    "driver or flashcl version (not \"%s\", %s); they serve where no line of this one does",
-                    path, fallbacks, ctx->tuning_driver, FLASHCL_VERSION_STRING);
+                    "driver or flashcl version (not \"%s\", %s); shapes among them serve where no line of this one "
+                    "does (a probed local-memory size does not)", path, fallbacks, ctx->tuning_driver,
+                    FLASHCL_VERSION_STRING);
+    if (unread)
+        fcl_log_msg(ctx, FLASHCL_LOG_INFO, "tuning file %s: %d line(s) of other devices or versions not understood "
+                    "by flashcl %s, skipped", path, unread, FLASHCL_VERSION_STRING);
+    free(fallback);
 }
 
 void fcl_tuning_free(flashcl_context *ctx)

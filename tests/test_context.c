@@ -197,6 +197,8 @@ START_TEST(kernel_options)
         {"tensor-core:block_n=16x", "tensor-core:block_n=16x"},
         {"portable:block_m=0", "portable:block_m=0"},
         {"tf32:fast", "neither axis=value nor off"},
+        {"portable:block_m=+8", "portable:block_m=+8"},
+        {"portable:block_m= 8", "portable:block_m= 8"},
     };
     struct flashcl_context_params p = {0};
     p.context = e->cl;
@@ -243,6 +245,16 @@ START_TEST(kernel_options)
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
     ck_assert_int_eq(t.block_n, 40);
     flashcl_context_destroy(&ctx);
+    p.block_n = 0;
+    p.block_m = 8;  /* turns the register-tiled kernel off, ... */
+    p.kernel_options = "register-tiled:block_n=32";  /* ... which a clause naming it turns on again */
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_int_eq(t.block_n, 32);
+    ck_assert_int_eq(t.block_m % 16, 0);  /* 8 is not its size: its own choice */
+    flashcl_context_destroy(&ctx);
+    p.kernel_options = NULL;
     p.block_m = p.block_n = 0;
     p.fma_variant = FLASHCL_VARIANT_PORTABLE;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
@@ -270,7 +282,11 @@ START_TEST(kernel_options_environment)
     ck_assert_ptr_nonnull(strstr(rec.last, "FLASHCL_KERNELS"));
     flashcl_context_destroy(&ctx);
 
-    setenv("FLASHCL_KERNELS", "register-tiled:off;portable:block_m=4,block_n=4", 1);
+    /* Read whole, however long (600 characters of empty clauses first). */
+    char long_value[700];
+    memset(long_value, ';', 600);
+    snprintf(long_value + 600, sizeof(long_value) - 600, "register-tiled:off;portable:block_m=4,block_n=4");
+    setenv("FLASHCL_KERNELS", long_value, 1);
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
     unsetenv("FLASHCL_KERNELS");
     struct flashcl_tile t;

@@ -234,9 +234,9 @@ START_TEST(each_kernel_forced)
 }
 END_TEST
 
-/* f32 calls that allow TF32 but cannot run it (no tensor cores here)
- * stay exact: FMA kernels, f32's bound. */
-START_TEST(tf32_request_stays_exact_without_tensor_cores)
+/* f32 calls that allow TF32 but land on an FMA kernel (the tensor-core
+ * kernels off here, as on a device without them) stay exact: f32's bound. */
+START_TEST(tf32_request_on_fma_kernels_stays_exact)
 {
     flashcl_context *ctx = test_context_with_options("tf32:off;tensor-core:off");
     const struct test_case cases[] = {
@@ -322,6 +322,53 @@ START_TEST(tensor_core_failure_falls_back)
 }
 END_TEST
 
+/* A kernel that fails to build (an extra -DBLOCK_N=8 the register-tiled
+ * kernel refuses) is set aside for that shape and the call runs on the next
+ * kernel, with one WARN; where no kernel is left, the call returns the build
+ * failure itself, with its log. */
+START_TEST(build_failure_falls_back_or_reports)
+{
+    struct test_env *e = test_env_get();
+    struct test_warn_log w = {0};
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.log = test_record_warnings;
+    p.log_user = &w;
+    p.cache_dir = "";
+    p.kernel_options = "tensor-core:off;tf32:off";
+    setenv("FLASHCL_BUILD_OPTIONS", "-DBLOCK_N=8", 1);
+    flashcl_context *ctx = NULL, *alone = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    p.kernel_options = "tensor-core:off;tf32:off;portable:off";
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &alone));
+    unsetenv("FLASHCL_BUILD_OPTIONS");
+
+    const struct test_case c = {1, 40, 50, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1};
+    struct case_result r;
+    rng_seed(71);
+    test_run_case(ctx, &c, &r);  /* correct, on the portable kernel (any BLOCK_N works there) */
+    ck_assert_int_eq(w.warnings, 1);
+    ck_assert_ptr_nonnull(strstr(w.last, "register-tiled"));
+
+    cl_mem buf = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 40 * 2 * 32 * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(buf);
+    struct flashcl_attention a = {0};
+    a.batch = 1;
+    a.seq_q = a.seq_kv = 40;
+    a.heads_q = a.heads_kv = 2;
+    a.head_dim = 32;
+    a.q = a.k = a.v = flashcl_tensor_bnhd(buf, F32, 40, 2, 32);
+    a.o = a.q;
+    a.o.offset = 40 * 2 * 32 * 4;
+    ck_assert_status(flashcl_forward(alone, &a, e->queue, 0, NULL, NULL), FLASHCL_BUILD_PROGRAM_FAILURE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "build log"));
+    clReleaseMemObject(buf);
+    flashcl_context_destroy(&ctx);
+    flashcl_context_destroy(&alone);
+}
+END_TEST
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int main(void)
@@ -337,10 +384,11 @@ int main(void)
     tcase_add_test(tc, repeatable);
     tcase_add_loop_test(tc, portable_kernel, 0, COUNT(shape_cases));
     tcase_add_test(tc, register_tiled_default);
-    tcase_add_test(tc, tf32_request_stays_exact_without_tensor_cores);
+    tcase_add_test(tc, tf32_request_on_fma_kernels_stays_exact);
     tcase_add_loop_test(tc, each_kernel_forced, 0, COUNT(forced_kernels));
     tcase_add_test(tc, portable_fallback);
     tcase_add_test(tc, tensor_core_failure_falls_back);
+    tcase_add_test(tc, build_failure_falls_back_or_reports);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -194,6 +194,30 @@ START_TEST(other_devices_ignored_other_versions_fall_back)
 }
 END_TEST
 
+/* A probed local-memory size counts only from this very driver and version:
+ * another driver may allow less. Lines of other versions that this version
+ * cannot read (a kernel it does not know) are skipped, not fatal. */
+START_TEST(fallback_lines_never_raise_local_memory)
+{
+    char line[512], text[2048];
+    ck_assert_flashcl_ok(flashcl_tuning_format(test_env_get()->ctx, NULL, 1 << 29, line, sizeof(line)));
+    char *driver = strstr(line, "driver=") + strlen("driver=");
+    driver[0] = driver[0] == 'X' ? 'Y' : 'X';
+    char unknown[600];
+    snprintf(unknown, sizeof(unknown), "%s", line);
+    char *kind = strstr(unknown, "kind=");
+    snprintf(kind, sizeof(unknown) - (size_t)(kind - unknown), "kind=forward|kernel=from-the-future|dtype=f8|d=64");
+    snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n%s\n", line, unknown);
+    write_file(text);
+    struct test_warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, 0);
+    ck_assert_int_eq(w.warnings, 0);
+    ck_assert_uint_lt(flashcl_context_local_mem_bytes(ctx), (size_t)1 << 29);
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
 /* Files of version 1 (variant=, causal=0/1) still read. */
 START_TEST(version_1_files_read)
 {
@@ -459,6 +483,7 @@ int main(void)
     tcase_add_test(tc, round_trip_and_used);
     tcase_add_test(tc, other_devices_ignored_other_versions_fall_back);
     tcase_add_test(tc, version_1_files_read);
+    tcase_add_test(tc, fallback_lines_never_raise_local_memory);
     tcase_add_test(tc, malformed_files_ignored);
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
