@@ -261,12 +261,19 @@ static void backward_mma_options(const struct device_desc *dev, const struct pro
 #define BSHAPE(w, m, n) {.axis = {[W] = (w), [M] = (m), [N] = (n)}}
 
 /* warps x block_m x block_n, preferred first. FlashAttention-2's backward
- * blocks (64 or 128 queries and keys, 4 or 8 warps) within ~100 KB of local
- * memory: up to d = 64, 8 warps x 128 x 128 (16 keys and 16 rows a warp:
- * dK+dV 64 and dQ 32 accumulator registers a thread, 98 KB); past it, 4 x 64
- * x 64 (dK+dV hold 128 registers a thread at d = 128, 97 KB). Smaller shapes
- * for devices whose local memory those do not fit. */
+ * blocks (64..128 queries and keys, 4 or 8 warps). H200 (f16, 16k tokens,
+ * N = 4k and 16k, TFLOP/s of the backward at 2.5x the forward's FLOPs,
+ * non-causal / causal at N = 16k): d = 64: 8 x 128 x 256 184 / 171,
+ * 8 x 128 x 128 172 / 162, 4 x 128 x 64 187 / 162, 4 x 64 x 64 158 / 158;
+ * d = 128: 8 x 128 x 128 191 / 186, 4 x 64 x 64 173 / 170, 4 x 128 x 64
+ * 139 / 149, 2 x 32 x 32 137 / 136, 4 x 64 x 128 101 / 108 (two key tiles a
+ * warp: 256 accumulator registers, spilled). The sm_90 shapes need 160 KB
+ * (d = 64) and 194 KB (d = 128) of local memory; elsewhere 8 x 128 x 128 up
+ * to d = 64 (98 KB) and 4 x 64 x 64 past it (97 KB), then smaller shapes for
+ * devices whose local memory those do not fit. */
 static const struct builtin_shape backward_mma_builtin[] = {
+    {ARCH_NVIDIA_SM90, 1, 64, -1, BSHAPE(8, 128, 256)},
+    {ARCH_NVIDIA_SM90, 65, 128, -1, BSHAPE(8, 128, 128)},
     {ARCH_ANY, 1, 64, -1, BSHAPE(8, 128, 128)},
     {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64)},
     {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32)},
@@ -351,7 +358,7 @@ const struct kernel_info fcl_kernels[] = {
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .head_dim_step = 16, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
-        .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128}}, [W] = {1, 8, 1, {4, 8}}},
+        .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},
         .builtin = backward_mma_builtin,
         .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
         .launchable = backward_mma_launchable, .local_bytes = backward_mma_local_bytes,
