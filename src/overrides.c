@@ -29,8 +29,11 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
         }
         const struct kernel_info *k = fcl_kernel_by_name(p, (size_t)(colon - p));
         if (!k) {
-            snprintf(why, why_size, "\"%.*s\" is not a kernel (tensor-core, tf32, register-tiled, portable, backward)",
-                     (int)(colon - p), p);
+            int n = snprintf(why, why_size, "\"%.*s\" is not a kernel (", (int)(colon - p), p);
+            for (int i = 0; i < fcl_kernel_count && n > 0 && (size_t)n < why_size; i++)
+                n += snprintf(why + n, why_size - (size_t)n, "%s%s", i ? ", " : "", fcl_kernels[i].name);
+            if (n > 0 && (size_t)n < why_size)
+                snprintf(why + n, why_size - (size_t)n, ")");
             return why;
         }
         struct kernel_override *ov = &parsed[fcl_kernel_index(k)];
