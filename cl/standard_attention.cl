@@ -67,10 +67,12 @@ __kernel void unpack_rows(__global const float *src, ulong src_off, ulong entry,
 }
 
 /* One work-group per row of S (already scaled): masked softmax in place,
- * and the row's LSE. A row with no visible key becomes 0, LSE -inf. */
+ * and the row's LSE. Row i sees keys i + diag - window_left ..
+ * i + diag + window_right (diag = seq_kv - seq_q; -1: that side unlimited;
+ * causal is window_right 0). A row with no visible key becomes 0, LSE -inf. */
 __kernel __attribute__((reqd_work_group_size(SOFTMAX_WG, 1, 1)))
 void row_softmax(__global float *s, ulong s_off, ulong s_entry, int seq_q, int seq_kv, int heads_q, int group,
-                 int causal, __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                 int window_left, int window_right, __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                  int has_lse)
 {
     __local float part[SOFTMAX_WG];
@@ -82,12 +84,14 @@ void row_softmax(__global float *s, ulong s_off, ulong s_entry, int seq_q, int s
     const int heads_kv = heads_q / group;
     const ulong b = kv_batch / (ulong)heads_kv;
     const int h = (int)(kv_batch % (ulong)heads_kv) * group + gi;
-    /* Bottom-right causal alignment: key j is visible if j <= i + seq_kv - seq_q. */
-    const int visible = causal ? clamp(i + seq_kv - seq_q + 1, 0, seq_kv) : seq_kv;
+    const int diag = seq_kv - seq_q;
+    const int lo = window_left >= 0 ? clamp(i + diag - window_left, 0, seq_kv) : 0;
+    const int hi = window_right >= 0 ? clamp(i + diag + window_right + 1, 0, seq_kv) : seq_kv;
+    const int visible = hi > lo ? hi - lo : 0;
     __global float *x = s + s_off + kv_batch * s_entry + r * (ulong)seq_kv;
 
     float m = -INFINITY;
-    for (int j = lid; j < visible; j += SOFTMAX_WG)
+    for (int j = lo + lid; j < hi; j += SOFTMAX_WG)
         m = fmax(m, x[j]);
     part[lid] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -100,7 +104,7 @@ void row_softmax(__global float *s, ulong s_off, ulong s_entry, int seq_q, int s
     barrier(CLK_LOCAL_MEM_FENCE);
 
     float l = 0.0f;
-    for (int j = lid; j < visible; j += SOFTMAX_WG)
+    for (int j = lo + lid; j < hi; j += SOFTMAX_WG)
         l += exp(x[j] - m);
     part[lid] = l;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -113,7 +117,7 @@ void row_softmax(__global float *s, ulong s_off, ulong s_entry, int seq_q, int s
 
     const float inv_l = visible > 0 ? 1.0f / l : 0.0f;
     for (int j = lid; j < seq_kv; j += SOFTMAX_WG)
-        x[j] = j < visible ? exp(x[j] - m) * inv_l : 0.0f;
+        x[j] = j >= lo && j < hi ? exp(x[j] - m) * inv_l : 0.0f;
     if (has_lse && lid == 0)
         lse[l_off + b * l_sb + (ulong)h * l_sh + (ulong)i * l_ss] = visible > 0 ? m + log(l) : -INFINITY;
 }

@@ -277,8 +277,12 @@ enum flashcl_precision {
 /* Which scores a query sees. */
 enum flashcl_mask {
     FLASHCL_MASK_NONE = 0,    /* every key */
-    FLASHCL_MASK_CAUSAL = 1   /* query i sees key j only if j <= i + (seq_kv - seq_q): aligned to
+    FLASHCL_MASK_CAUSAL = 1,  /* query i sees key j only if j <= i + (seq_kv - seq_q): aligned to
                                  the bottom-right corner as in FlashAttention >= 2.1 */
+    FLASHCL_MASK_WINDOW = 2   /* a sliding window (FlashAttention's semantics): query i sees key j
+                                 only if i + (seq_kv - seq_q) - window_left <= j <= i + (seq_kv -
+                                 seq_q) + window_right, a side with window -1 unlimited; causal
+                                 local attention is window_right = 0 */
 };
 
 /* One attention problem. Q [batch, seq_q, heads_q, head_dim]; K, V
@@ -313,13 +317,20 @@ struct flashcl_attention {
      * kernel runs; elsewhere the call stays exact). */
     enum flashcl_precision precision;
 
-    /* FLASHCL_MASK_NONE (0) or FLASHCL_MASK_CAUSAL. A query row that sees no
-     * key (causal with seq_q > seq_kv) gets O = 0, LSE = -inf. */
+    /* FLASHCL_MASK_NONE (0), FLASHCL_MASK_CAUSAL or FLASHCL_MASK_WINDOW. A
+     * query row that sees no key (e.g. causal with seq_q > seq_kv) gets
+     * O = 0, LSE = -inf. */
     enum flashcl_mask mask;
 
+    /* FLASHCL_MASK_WINDOW only (else 0): keys seen left and right of the
+     * row's diagonal, -1 for no limit on that side. The tensor-core forward
+     * kernels do not run windows yet: such calls run on the FMA kernels
+     * (flashcl_forward_config says which). */
+    int window_left, window_right;
+
     /* Zero. Room for fields of later versions (sequence offsets, page
-     * tables, windows) without changing the struct's size. */
-    unsigned char reserved[128];
+     * tables) without changing the struct's size. */
+    unsigned char reserved[120];
 };
 
 /* Enqueues O = softmax(scale·QKᵀ)·V (and LSE) on queue, after the events in

@@ -59,6 +59,13 @@ enum flashcl_mask fcl_attention_mask(const struct flashcl_attention *attn)
     return attn->mask != FLASHCL_MASK_NONE ? attn->mask : attn->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
 }
 
+void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *right)
+{
+    const enum flashcl_mask mask = fcl_attention_mask(attn);
+    *left = mask == FLASHCL_MASK_WINDOW ? attn->window_left : -1;
+    *right = mask == FLASHCL_MASK_WINDOW ? attn->window_right : mask == FLASHCL_MASK_CAUSAL ? 0 : -1;
+}
+
 cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize)
 {
     const cl_mem mem = t->mem;

@@ -118,6 +118,9 @@ float fcl_effective_scale(const struct flashcl_attention *attn);
 float fcl_scale_log2(const struct flashcl_attention *attn);
 /* attn.mask, or FLASHCL_MASK_CAUSAL for the deprecated attn.causal. */
 enum flashcl_mask fcl_attention_mask(const struct flashcl_attention *attn);
+/* The keys row i sees as a window around its diagonal (-1: unlimited on
+ * that side): causal is (-1, 0), no mask (-1, -1). */
+void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *right);
 /* Failures of a kernel itself (it did not build, or the device cannot
  * launch it), after which another kernel of the table may run the call. */
 bool fcl_kernel_failure(flashcl_status st);

@@ -53,6 +53,7 @@ struct problem {
     enum flashcl_precision precision;  /* f32 only */
     int head_dim;
     enum flashcl_mask mask;
+    int window_left, window_right;     /* the mask as a window (-1: unlimited), whatever its kind */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
 };
 
@@ -80,6 +81,8 @@ struct builtin_shape {
 #define NEEDS_ROWS_16B 2u  /* cp.async copies 16-byte chunks */
 
 #define DTYPE_BIT(t) (1u << (t))
+#define MASK_BIT(m) (1u << (m))
+#define ALL_MASKS (MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL) | MASK_BIT(FLASHCL_MASK_WINDOW))
 #define PRECISION_BIT(p) (1u << (p))
 
 struct kernel_info {
@@ -92,6 +95,7 @@ struct kernel_info {
      * program in the order they are enqueued (each after the previous). */
     const char *steps[4];
     unsigned dtypes;                 /* DTYPE_BIT(...) */
+    unsigned masks;                  /* MASK_BIT(...) of the masks it computes */
     unsigned f32_precisions;         /* PRECISION_BIT(...) an f32 call may ask for and get here */
     int head_dim_step, head_dim_max;
     unsigned needs;                  /* NEEDS_... */

@@ -17,6 +17,9 @@
 #define W AXIS_WARPS
 #define T AXIS_M_TILES
 
+/* The mask as cl/mask.h reads it, for the kernels that take any window. */
+#define WINDOW_OPTIONS "-DWINDOW_LEFT=%d -DWINDOW_RIGHT=%d"
+
 /* ---- portable: cl/flash_forward.cl, any device, any head_dim and tile ---- */
 
 #define PORTABLE_MAX_AUTO_BLOCK 128  /* past this the per-work-item register arrays only grow */
@@ -81,9 +84,9 @@ static void portable_options(const struct device_desc *dev, const struct problem
                              float scale_log2, char *buf, size_t size)
 {
     const int side = portable_side(dev);
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d -DCAUSAL=%d -DTM=%d -DTN=%d",
-             p->head_dim, s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->mask == FLASHCL_MASK_CAUSAL,
-             side, side);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DTM=%d -DTN=%d",
+             p->head_dim, s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right, side,
+             side);
 }
 
 /* ---- register-tiled: cl/flash_forward_tiled.cl, 4 query rows a work-item ---- */
@@ -137,8 +140,8 @@ static void tiled_geometry(const struct device_desc *dev, const struct kernel_sh
 static void tiled_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d -DCAUSAL=%d", p->head_dim, s->axis[M],
-             s->axis[N], fcl_dtype_define(p->dtype), p->mask == FLASHCL_MASK_CAUSAL);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS, p->head_dim,
+             s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right);
 }
 
 /* ---- tensor cores: cl/flash_forward_mma.cl (f16/bf16), cl/flash_forward_tf32.cl ---- */
@@ -219,8 +222,8 @@ static void backward_options(const struct device_desc *dev, const struct problem
                              float scale_log2, char *buf, size_t size)
 {
     const int side = portable_side(dev);
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWG=%d -DDTYPE=%d -DCAUSAL=%d", p->head_dim,
-             s->axis[M], s->axis[N], side * side, fcl_dtype_define(p->dtype), p->mask == FLASHCL_MASK_CAUSAL);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWG=%d -DDTYPE=%d " WINDOW_OPTIONS, p->head_dim,
+             s->axis[M], s->axis[N], side * side, fcl_dtype_define(p->dtype), p->window_left, p->window_right);
 }
 
 /* ---- backward on tensor cores: cl/flash_backward_mma.cl (f16/bf16) ---- */
@@ -310,6 +313,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
         .head_dim_step = 16, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
         .axes = {MMA_AXES},
@@ -321,6 +325,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "tf32", .variant = FLASHCL_VARIANT_TF32, .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_tf32, .entry = "flash_forward_tf32",
         .dtypes = DTYPE_BIT(FLASHCL_F32),
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
         .f32_precisions = PRECISION_BIT(FLASHCL_PRECISION_TF32) | PRECISION_BIT(FLASHCL_PRECISION_TF32X3),
         .head_dim_step = 8, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
@@ -333,6 +338,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "register-tiled", .variant = FLASHCL_VARIANT_REGISTER_TILED, .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = ALL_MASKS,
         .f32_precisions = ~0u,
         .head_dim_step = 4, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
         .axes = {[M] = {16, 128, 16, {16, 32, 48, 64, 80, 96, 112, 128}},
@@ -345,6 +351,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "portable", .variant = FLASHCL_VARIANT_PORTABLE, .op = OP_FORWARD,
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = ALL_MASKS,
         .f32_precisions = ~0u,
         .head_dim_step = 1, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
         .axes = {[M] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}, [N] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}},
@@ -356,6 +363,7 @@ const struct kernel_info fcl_kernels[] = {
         .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
         .head_dim_step = 16, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
         .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},
@@ -369,6 +377,7 @@ const struct kernel_info fcl_kernels[] = {
         .source = flashcl_source_flash_backward, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_dkdv", "flash_backward_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = ALL_MASKS,
         .f32_precisions = ~0u,
         .head_dim_step = 1, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
         .axes = {[M] = {1, 256, 1, {8, 16, 32, 64}}, [N] = {1, 256, 1, {8, 16, 32, 64}}},
@@ -433,6 +442,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "another operation";
     if (!(k->dtypes & DTYPE_BIT(p->dtype)))
         return "dtype";
+    if (!(k->masks & MASK_BIT(p->mask)))
+        return "mask";
     if (p->dtype == FLASHCL_F32 && !(k->f32_precisions & PRECISION_BIT(p->precision)))
         return "precision";
     if (p->head_dim % k->head_dim_step != 0 || p->head_dim > k->head_dim_max)

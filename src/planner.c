@@ -183,6 +183,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     out->precision = a->precision;
     out->head_dim = a->head_dim;
     out->mask = fcl_attention_mask(a);
+    fcl_attention_window(a, &out->window_left, &out->window_right);
     out->rows_16b = rows_16b(&a->q) && rows_16b(&a->k) && rows_16b(&a->v) && rows_16b(&a->o);
 }
 

@@ -269,7 +269,9 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
         return st;
 
     const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, heads_q = a->heads_q, grp = (cl_int)group;
-    const cl_int causal = fcl_attention_mask(a) == FLASHCL_MASK_CAUSAL, has_lse = a->lse.mem != NULL;
+    cl_int window_left, window_right;
+    fcl_attention_window(a, &window_left, &window_right);
+    const cl_int has_lse = a->lse.mem != NULL;
     const cl_ulong s_off = plan->s, s_entry = plan->s_entry;
     const cl_ulong lse_v[4] = {a->lse.offset / sizeof(float), a->lse.stride_batch, a->lse.stride_seq,
                                a->lse.stride_head};
@@ -281,7 +283,8 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_kv);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &heads_q);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &grp);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &causal);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_left);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_right);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_mem), has_lse ? &a->lse.mem : NULL);
     for (int i = 0; i < 4; i++)
         err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &lse_v[i]);

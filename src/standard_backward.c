@@ -180,7 +180,9 @@ static flashcl_status enqueue_standard_backward(flashcl_context *ctx, const stru
 
     /* P = softmax(S) in place (row_softmax's LSE output off). */
     const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, heads_q = a->heads_q, grp = group;
-    const cl_int causal = fcl_attention_mask(a) == FLASHCL_MASK_CAUSAL, no_lse = 0;
+    cl_int window_left, window_right;
+    fcl_attention_window(a, &window_left, &window_right);
+    const cl_int no_lse = 0;
     const cl_ulong s_off = p->s, s_entry = p->s_entry, dp_off = p->dp, zero = 0;
     cl_uint arg = 0;
     err = clSetKernelArg(softmax, arg++, sizeof(cl_mem), &ws);
@@ -190,7 +192,8 @@ static flashcl_status enqueue_standard_backward(flashcl_context *ctx, const stru
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_kv);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &heads_q);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &grp);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &causal);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_left);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_right);
     err |= clSetKernelArg(softmax, arg++, sizeof(cl_mem), NULL);
     for (int i = 0; i < 4; i++)
         err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &zero);

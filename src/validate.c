@@ -194,8 +194,14 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
     if (a->precision != FLASHCL_PRECISION_EXACT && a->precision != FLASHCL_PRECISION_TF32 &&
         a->precision != FLASHCL_PRECISION_TF32X3)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.precision = %d is not a flashcl_precision", (int)a->precision);
-    if (a->mask != FLASHCL_MASK_NONE && a->mask != FLASHCL_MASK_CAUSAL)
+    if (a->mask != FLASHCL_MASK_NONE && a->mask != FLASHCL_MASK_CAUSAL && a->mask != FLASHCL_MASK_WINDOW)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.mask = %d is not a flashcl_mask", (int)a->mask);
+    if (a->mask == FLASHCL_MASK_WINDOW && (a->window_left < -1 || a->window_right < -1))
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.window_left = %d, attn.window_right = %d; each must be "
+                        ">= 0, or -1 for no limit", a->window_left, a->window_right);
+    if (a->mask != FLASHCL_MASK_WINDOW && (a->window_left || a->window_right))
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.window_left = %d, attn.window_right = %d need attn.mask = "
+                        "FLASHCL_MASK_WINDOW", a->window_left, a->window_right);
     if (a->causal && a->mask != FLASHCL_MASK_NONE && a->mask != FLASHCL_MASK_CAUSAL)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.causal = %d disagrees with attn.mask = %d", a->causal,
                         (int)a->mask);

@@ -85,7 +85,11 @@ void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
     a->o = p->view[T_O];
     a->lse = flashcl_tensor_lse(p->lse, (size_t)c->seq_q, (size_t)c->heads_q);
     a->scale = c->scale;
-    a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    a->mask = c->windowed ? FLASHCL_MASK_WINDOW : c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    if (c->windowed) {
+        a->window_left = c->window_left;
+        a->window_right = c->window_right;
+    }
     p->g.d_o = p->view[T_DO];
     p->g.d_q = p->view[T_DQ];
     p->g.d_k = p->view[T_DK];
@@ -194,8 +198,11 @@ static void problem_reference(const struct problem *p, double *ref[3])
                     k[n * d + e] = load_element(p, T_K, b, n, hk, e);
                     v[n * d + e] = load_element(p, T_V, b, n, hk, e);
                 }
-            hostref_attention_backward(q, k, v, dout, Nq, Nk, d, scale, c->causal, &ref[0][(b * Hq + h) * Nq * d],
-                                       &ref[1][(b * Hk + hk) * Nk * d], &ref[2][(b * Hk + hk) * Nk * d], scratch);
+            int left, right;
+            test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
+            hostref_attention_backward_window(q, k, v, dout, Nq, Nk, d, scale, left, right,
+                                              &ref[0][(b * Hq + h) * Nq * d], &ref[1][(b * Hk + hk) * Nk * d],
+                                              &ref[2][(b * Hk + hk) * Nk * d], scratch);
         }
     free(q);
     free(dout);
@@ -270,7 +277,11 @@ void problem_check(const struct problem *p, struct bwd_result *r)
         for (size_t b = 0; b < B; b++)
             for (size_t h = 0; h < H; h++)
                 for (size_t n = 0; n < N; n++) {
-                    const bool no_key = t == T_DQ && c->causal && (long long)n + c->seq_kv - c->seq_q < 0;
+                    int left, right;
+                    size_t first, end;
+                    test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
+                    hostref_visible_keys(n, (size_t)c->seq_q, (size_t)c->seq_kv, left, right, &first, &end);
+                    const bool no_key = t == T_DQ && end <= first;
                     for (size_t e = 0; e < d; e++) {
                         const size_t idx = elem_index(&p->view[t], p->esize, b, n, h, e);
                         memset(written + idx * p->esize, 1, p->esize);

@@ -22,6 +22,8 @@ struct bwd_case {
     enum test_layout layout;   /* BNHD, BHND or PADDED */
     int own_workspace;         /* pass a workspace of exactly the size the workspace query gives */
     int standard;              /* flashcl_standard_backward instead of flashcl_backward */
+    int windowed;              /* mask FLASHCL_MASK_WINDOW with these (causal ignored) */
+    int window_left, window_right;
 };
 
 /* One case's buffers on the device and their host images. */

@@ -51,7 +51,7 @@ flashcl_context *test_context_with_blocks(int block_m, int block_n)
     return ctx;
 }
 
-#define MAX_OPTIONED 8
+#define MAX_OPTIONED 16
 static struct {
     char options[256];
     flashcl_context *ctx;
@@ -74,6 +74,12 @@ flashcl_context *test_context_with_options(const char *kernel_options)
     snprintf(optioned[n_optioned].options, sizeof(optioned[n_optioned].options), "%s", kernel_options);
     optioned[n_optioned++].ctx = ctx;
     return ctx;
+}
+
+void test_case_window(int causal, int windowed, int window_left, int window_right, int *left, int *right)
+{
+    *left = windowed ? window_left : -1;
+    *right = windowed ? window_right : causal ? 0 : -1;
 }
 
 void test_record_warnings(void *user, enum flashcl_log_level level, const char *message)
@@ -261,11 +267,13 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
             const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
             for (size_t n = 0; n < Nq; n++) {
                 const size_t row = (b * Hq + h) * Nq + n;
-                /* Causal, aligned bottom-right: key j is visible to query n if j <= n + Nk - Nq. */
-                const long long last = c->causal ? (long long)n + (long long)Nk - (long long)Nq
-                                                 : (long long)Nk - 1;
-                hostref_attention_row(&qd[n * d], kd, vd, Nk, d, scale, last, &ref[row * d],
-                                      &ref_lse[row], scores);
+                /* Aligned bottom-right: causal is a window of (-1, 0) around j = n + Nk - Nq. */
+                int left, right;
+                test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
+                size_t first, end;
+                hostref_visible_keys(n, Nq, Nk, left, right, &first, &end);
+                hostref_attention_row_range(&qd[n * d], kd, vd, first, end, d, scale, &ref[row * d], &ref_lse[row],
+                                            scores);
             }
         }
 
@@ -301,7 +309,11 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     if (c->with_lse)
         a.lse = flashcl_tensor_lse(lse_mem, Nq, Hq);
     a.scale = c->scale;
-    a.mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    a.mask = c->windowed ? FLASHCL_MASK_WINDOW : c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    if (c->windowed) {
+        a.window_left = c->window_left;
+        a.window_right = c->window_right;
+    }
     a.precision = c->precision;
 
     struct flashcl_tile config;

@@ -74,6 +74,8 @@ struct test_case {
     int with_lse;
     int standard;           /* run flashcl_standard_forward instead of flashcl_forward */
     enum flashcl_precision precision;
+    int windowed;           /* mask FLASHCL_MASK_WINDOW with these (causal ignored) */
+    int window_left, window_right;
 };
 
 struct case_result {
@@ -94,6 +96,9 @@ struct case_result {
  * |LSE - ref| / max(1, |ref|). */
 void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
                     double *atol, double *rtol, double *lse_tol);
+
+/* The case's mask as a window around the diagonal (-1: unlimited). */
+void test_case_window(int causal, int windowed, int window_left, int window_right, int *left, int *right);
 
 /* Runs c on ctx (NULL: the shared one) with random inputs and poisoned
  * outputs, compares every element with the double reference, and fails the

@@ -49,6 +49,29 @@ START_TEST(shapes)
 }
 END_TEST
 
+/* Sliding windows: both sides, causal-local, one side, rows with no key;
+ * on the default backward kernels and the standard path. */
+#define WINDOW(l, r) .windowed = 1, .window_left = (l), .window_right = (r)
+static const struct bwd_case window_cases[] = {
+    {1, 60, 60, 2, 2, 32, F32, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(9, 0)},
+    {1, 40, 75, 4, 2, 24, F32, 0, 0, LAYOUT_BHND, 1, 0, WINDOW(12, 4)},
+    {2, 70, 30, 2, 1, 16, F16, 0, 0, LAYOUT_PADDED, 0, 0, WINDOW(-1, 2)},
+    {1, 50, 90, 2, 2, 33, BF16, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(6, -1)},
+};
+
+START_TEST(windows)
+{
+    run_case(NULL, "window", &window_cases[_i], 700 + (uint64_t)_i, NULL);
+    struct bwd_case standard = window_cases[_i];
+    standard.standard = 1;
+    standard.own_workspace = 0;
+    run_case(NULL, "window, standard", &standard, 700 + (uint64_t)_i, NULL);
+    struct bwd_case tiny = window_cases[_i];
+    run_case(test_context_with_options("backward-tensor-core:off;backward:block_m=3,block_n=5"), "window, 3x5 tile",
+             &tiny, 710 + (uint64_t)_i, NULL);
+}
+END_TEST
+
 static const struct bwd_case dtype_cases[] = {
     {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},
     {2, 50, 50, 2, 1, 33, F16, 0, 0, LAYOUT_BHND, 0},
@@ -445,6 +468,7 @@ int main(void)
     tcase_add_loop_test(tc, standard_path, 0, COUNT(standard_cases));
     tcase_add_test(tc, standard_rejected);
     tcase_add_loop_test(tc, forced_tiles, 0, COUNT(tiles));
+    tcase_add_loop_test(tc, windows, 0, COUNT(window_cases));
     tcase_add_test(tc, deterministic);
     tcase_add_test(tc, event_chain);
     suite_add_tcase(s, tc);

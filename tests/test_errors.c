@@ -192,6 +192,23 @@ START_TEST(misaligned_and_scale)
     a = valid();
     a.precision = (enum flashcl_precision)7;
     expect(&a, FLASHCL_INVALID_VALUE, "attn.precision = 7");
+    a = valid();
+    a.mask = (enum flashcl_mask)3;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.mask = 3");
+    a = valid();
+    a.mask = FLASHCL_MASK_WINDOW;
+    a.window_left = -2;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.window_left = -2");
+    a = valid();
+    a.window_right = 8;  /* without the window mask */
+    expect(&a, FLASHCL_INVALID_VALUE, "need attn.mask = FLASHCL_MASK_WINDOW");
+    a = valid();
+    a.causal = 1;
+    a.mask = FLASHCL_MASK_WINDOW;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.causal = 1 disagrees");
+    a = valid();
+    a.reserved[5] = 1;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.reserved[5]");
 }
 END_TEST
 

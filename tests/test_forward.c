@@ -96,6 +96,74 @@ START_TEST(dtypes)
 }
 END_TEST
 
+/* Sliding windows (FLASHCL_MASK_WINDOW): causal-local, both sides, one side
+ * only, the diagonal alone, unlimited on both sides (= no mask), Nq < Nk and
+ * Nq > Nk (rows that see no key), GQA, windows wider than the sequence. */
+#define WINDOW(l, r) .windowed = 1, .window_left = (l), .window_right = (r)
+static const struct test_case window_cases[] = {
+    {1, 100, 100, 2, 2, 32, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(16, 0)},
+    {1, 70, 130, 4, 2, 24, F16, 0, 0, LAYOUT_BHND, 1, WINDOW(20, 5)},
+    {2, 130, 70, 2, 1, 64, BF16, 0, 0, LAYOUT_PADDED, 1, WINDOW(-1, 3)},
+    {1, 90, 90, 2, 2, 40, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(0, 0)},
+    {1, 90, 90, 2, 2, 16, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(-1, -1)},
+    {1, 64, 200, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(10, -1)},
+    {1, 50, 50, 2, 2, 12, F32, 0, 0.5f, LAYOUT_FUSED_QKV, 1, WINDOW(500, 500)},
+    {1, 200, 40, 2, 2, 32, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(7, 2)},
+};
+
+/* On the default kernels, on the portable kernel with small odd tiles (the
+ * window trims blocks at both ends), and on the standard path. */
+static const char *const window_contexts[] = {NULL, "tensor-core:off;tf32:off;register-tiled:off;portable:block_m=5,block_n=3",
+                                              "tensor-core:off;tf32:off;register-tiled:block_m=16,block_n=16"};
+
+START_TEST(windows)
+{
+    for (int i = 0; i < 3; i++) {
+        flashcl_context *ctx = window_contexts[i] ? test_context_with_options(window_contexts[i]) : NULL;
+        run_and_report(ctx, i == 0 ? "window" : i == 1 ? "window, 5x3 tile" : "window, 16x16 tile", &window_cases[_i]);
+    }
+    struct test_case standard = window_cases[_i];
+    standard.standard = 1;
+    run_and_report(NULL, "window, standard path", &standard);
+}
+END_TEST
+
+/* Where the tensor cores exist (assumed here: nothing is launched), a window
+ * call still plans an FMA kernel, which computes any window; the same call
+ * causal plans the tensor-core kernel. */
+START_TEST(window_skips_tensor_core_kernels)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_compute_capability = 90};
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+    cl_mem buf = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 2 * 64 * 2, NULL, NULL);
+    ck_assert_ptr_nonnull(buf);
+    struct flashcl_attention a = {0};
+    a.batch = 1;
+    a.seq_q = a.seq_kv = 64;
+    a.heads_q = a.heads_kv = 2;
+    a.head_dim = 64;
+    a.q = a.k = a.v = flashcl_tensor_bnhd(buf, F16, 64, 2, 64);
+    a.o = a.q;
+    a.o.offset = 64 * 2 * 64 * 2;
+    a.mask = FLASHCL_MASK_CAUSAL;
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    a.mask = FLASHCL_MASK_WINDOW;
+    a.window_left = 16;
+    a.window_right = 0;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    clReleaseMemObject(buf);
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
 /* Odd forced tiles exercise the portable kernel's strided ownership: blocks
  * smaller than the work-group, not multiples of it, and with more rows than
  * keys. Multiples of 16 run the register-tiled kernel with that tile: one
@@ -389,6 +457,8 @@ int main(void)
     tcase_add_test(tc, portable_fallback);
     tcase_add_test(tc, tensor_core_failure_falls_back);
     tcase_add_test(tc, build_failure_falls_back_or_reports);
+    tcase_add_loop_test(tc, windows, 0, COUNT(window_cases));
+    tcase_add_test(tc, window_skips_tensor_core_kernels);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

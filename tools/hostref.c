@@ -104,14 +104,23 @@ double rng_uniform(double lo, double hi)
     return lo + (hi - lo) * (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
-void hostref_attention_row(const double *q, const double *k, const double *v, size_t n_kv, size_t d,
-                           double scale, long long last_visible, double *out, double *lse,
-                           double *scratch)
+void hostref_visible_keys(size_t i, size_t n_q, size_t n_kv, int window_left, int window_right, size_t *first,
+                          size_t *end)
 {
-    const size_t n_visible = last_visible < 0 ? 0
-                             : (size_t)last_visible + 1 < n_kv ? (size_t)last_visible + 1 : n_kv;
+    const long long diag = (long long)i + (long long)n_kv - (long long)n_q;
+    long long lo = window_left >= 0 ? diag - window_left : 0, hi = window_right >= 0 ? diag + window_right + 1
+                                                                                     : (long long)n_kv;
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > (long long)n_kv ? (long long)n_kv : hi;
+    *first = (size_t)lo;
+    *end = hi > lo ? (size_t)hi : (size_t)lo;
+}
+
+void hostref_attention_row_range(const double *q, const double *k, const double *v, size_t first, size_t end,
+                                 size_t d, double scale, double *out, double *lse, double *scratch)
+{
     double max = -INFINITY;
-    for (size_t j = 0; j < n_visible; j++) {
+    for (size_t j = first; j < end; j++) {
         double s = 0;
         for (size_t e = 0; e < d; e++)
             s += q[e] * k[j * d + e];
@@ -120,12 +129,12 @@ void hostref_attention_row(const double *q, const double *k, const double *v, si
     }
     for (size_t e = 0; e < d; e++)
         out[e] = 0;
-    if (n_visible == 0) {
+    if (end <= first) {
         *lse = -INFINITY;
         return;
     }
     double sum = 0;
-    for (size_t j = 0; j < n_visible; j++) {
+    for (size_t j = first; j < end; j++) {
         const double p = exp(scratch[j] - max);
         sum += p;
         for (size_t e = 0; e < d; e++)
@@ -136,14 +145,35 @@ void hostref_attention_row(const double *q, const double *k, const double *v, si
     *lse = max + log(sum);
 }
 
+void hostref_attention_row(const double *q, const double *k, const double *v, size_t n_kv, size_t d,
+                           double scale, long long last_visible, double *out, double *lse,
+                           double *scratch)
+{
+    const size_t n_visible = last_visible < 0 ? 0
+                             : (size_t)last_visible + 1 < n_kv ? (size_t)last_visible + 1 : n_kv;
+    hostref_attention_row_range(q, k, v, 0, n_visible, d, scale, out, lse, scratch);
+}
+
 void hostref_attention_backward(const double *q, const double *k, const double *v, const double *d_o,
                                 size_t n_q, size_t n_kv, size_t d, double scale, int causal, double *d_q,
                                 double *d_k, double *d_v, double *scratch)
 {
+    hostref_attention_backward_window(q, k, v, d_o, n_q, n_kv, d, scale, -1, causal ? 0 : -1, d_q, d_k, d_v,
+                                      scratch);
+}
+
+void hostref_attention_backward_window(const double *q, const double *k, const double *v, const double *d_o,
+                                       size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
+                                       int window_right, double *d_q, double *d_k, double *d_v, double *scratch)
+{
     double *p = scratch, *o = scratch + n_kv;
     for (size_t i = 0; i < n_q; i++) {
-        const long long last = causal ? (long long)i + (long long)n_kv - (long long)n_q : (long long)n_kv - 1;
-        const size_t n_visible = last < 0 ? 0 : (size_t)last + 1 < n_kv ? (size_t)last + 1 : n_kv;
+        size_t first, end;
+        hostref_visible_keys(i, n_q, n_kv, window_left, window_right, &first, &end);
+        const size_t n_visible = end - first;
+        /* Keys from `first` on: the loops below index j from 0 over these. */
+        const double *kf = k + first * d, *vf = v + first * d;
+        double *dkf = d_k + first * d, *dvf = d_v + first * d;
         const double *qi = &q[i * d], *doi = &d_o[i * d];
         double *dqi = &d_q[i * d];
         for (size_t e = 0; e < d; e++)
@@ -155,7 +185,7 @@ void hostref_attention_backward(const double *q, const double *k, const double *
         for (size_t j = 0; j < n_visible; j++) {
             double s = 0;
             for (size_t e = 0; e < d; e++)
-                s += qi[e] * k[j * d + e];
+                s += qi[e] * kf[j * d + e];
             p[j] = s * scale;
             max = fmax(max, p[j]);
         }
@@ -168,7 +198,7 @@ void hostref_attention_backward(const double *q, const double *k, const double *
         for (size_t j = 0; j < n_visible; j++) {
             p[j] /= sum;
             for (size_t e = 0; e < d; e++)
-                o[e] += p[j] * v[j * d + e];
+                o[e] += p[j] * vf[j * d + e];
         }
         for (size_t e = 0; e < d; e++)
             delta += doi[e] * o[e];
@@ -177,12 +207,12 @@ void hostref_attention_backward(const double *q, const double *k, const double *
         for (size_t j = 0; j < n_visible; j++) {
             double dp = 0;
             for (size_t e = 0; e < d; e++)
-                dp += doi[e] * v[j * d + e];
+                dp += doi[e] * vf[j * d + e];
             const double ds = p[j] * (dp - delta);
             for (size_t e = 0; e < d; e++) {
-                dqi[e] += scale * ds * k[j * d + e];
-                d_k[j * d + e] += scale * ds * qi[e];
-                d_v[j * d + e] += p[j] * doi[e];
+                dqi[e] += scale * ds * kf[j * d + e];
+                dkf[j * d + e] += scale * ds * qi[e];
+                dvf[j * d + e] += p[j] * doi[e];
             }
         }
     }
