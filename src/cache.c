@@ -5,6 +5,7 @@
  * another key is rejected and rebuilt; an unusable folder turns the cache
  * off without a word above DEBUG. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,22 +97,70 @@ static bool read_u64(const unsigned char **p, const unsigned char *end, uint64_t
     return true;
 }
 
+FILE *fcl_open_regular(const char *path, const char **why)
+{
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        *why = errno == ENOENT ? "absent" : "cannot be opened";
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        *why = "not a regular file";
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        *why = "cannot be opened";
+    }
+    return f;
+}
+
+/* Reads all of a regular file that fits the cap: opened without following
+ * a link and without blocking (a FIFO or device there is refused, not
+ * waited on). NULL with a reason otherwise. */
+static unsigned char *read_regular_file(const char *path, size_t cap, long *size, const char **why)
+{
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        *why = errno == ENOENT ? "absent" : "cannot be opened (a link?)";
+        return NULL;
+    }
+    struct stat st;
+    unsigned char *data = NULL;
+    *why = "not a regular file";
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        *why = "empty or too large";
+        if (st.st_size > 0 && (uintmax_t)st.st_size <= cap && (data = malloc((size_t)st.st_size))) {
+            size_t got = 0;
+            while (got < (size_t)st.st_size) {
+                const ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+                if (n <= 0)
+                    break;
+                got += (size_t)n;
+            }
+            if (got != (size_t)st.st_size) {
+                free(data);
+                data = NULL;
+                *why = "unreadable";
+            } else {
+                *size = (long)st.st_size;
+            }
+        }
+    }
+    close(fd);
+    return data;
+}
+
 /* Loads and checks an entry: the binary (malloc'd) or NULL with a reason. */
 static unsigned char *read_entry(const char *path, const char *key, size_t *bin_size, const char **why)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *why = "absent";
-        return NULL;
-    }
-    unsigned char *data = NULL, *bin = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    rewind(f);
-    *why = "unreadable";
-    if (size > 0 && (size_t)size <= CACHE_MAX_FILE && (data = malloc((size_t)size)) &&
-        fread(data, 1, (size_t)size, f) == (size_t)size) {
+    unsigned char *bin = NULL;
+    long size = 0;
+    unsigned char *data = read_regular_file(path, CACHE_MAX_FILE, &size, why);
+    if (data) {
         const unsigned char *p = data, *end = data + size;
         const size_t magic_len = strlen(CACHE_MAGIC), key_len = strlen(key);
         uint64_t stored_key_len = 0, stored_bin_len = 0, checksum = 0;
@@ -138,7 +187,6 @@ static unsigned char *read_entry(const char *path, const char *key, size_t *bin_
         }
     }
     free(data);
-    fclose(f);
     return bin;
 }
 
@@ -194,8 +242,12 @@ void fcl_cache_store(flashcl_context *ctx, const char *source, const char *optio
     }
     char path[1200], tmp[1300];
     cache_path(ctx, key, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+    /* An unpredictable name, created here (O_EXCL, mode 0600): nothing else writes what is renamed in. */
+    snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
+    const int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
     bool ok = f != NULL;
     if (ok) {
         const uint64_t key_len = strlen(key), bin_len = size;

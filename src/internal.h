@@ -64,6 +64,10 @@ const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const stru
 
 /* ---- cache.c: compiled programs on disk ---- */
 
+/* A regular file opened for reading without blocking (a FIFO or a device
+ * is refused, not waited on); NULL with the reason ("absent", ...). */
+FILE *fcl_open_regular(const char *path, const char **why);
+
 /* Picks the cache folder (param, FLASHCL_CACHE_DIR, XDG cache; "" or "off":
  * none) and records what identifies this device's binaries. */
 void fcl_cache_init(flashcl_context *ctx, const char *param_dir);
@@ -141,8 +145,16 @@ bool fcl_program_failed(const flashcl_context *ctx, const struct kernel_info *k,
 /* ---- validate.c ---- */
 
 flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a);
-/* a * b into *out; true (and *out untouched) if it overflows size_t. */
+/* a * b (a + b) into *out; true (and *out untouched) if it overflows size_t. */
 bool fcl_mul_overflows(size_t a, size_t b, size_t *out);
+bool fcl_add_overflows(size_t a, size_t b, size_t *out);
+
+/* ---- standard.c ---- */
+
+/* The standard path's workspace for a call, every size overflow-checked
+ * (validation of the views is the caller's). */
+flashcl_status fcl_standard_workspace_bytes(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                           size_t *bytes);
 
 /* One tensor view to check: its full argument name ("grad.d_q"), dims
  * (batch, seq, head) and contiguous last dimension. */

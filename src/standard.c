@@ -47,12 +47,16 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
     const size_t align = ctx->base_align_bytes / sizeof(float);
     p->entries = (size_t)a->batch * (size_t)a->heads_kv;
     p->rows = group * nq;
-    size_t q_e, kv_e, s_e, q_all, kv_all, s_all;
+    size_t q_e, kv_e, s_e, q_all, kv_all, s_all, total = 0;
+    /* Every size checked: each region, their sum and its bytes (a wrapped
+     * size would let the pack kernels write past the workspace). */
+    const size_t cap = SIZE_MAX / 8;  /* entries stay far below it: round_up cannot wrap */
     if (fcl_mul_overflows(p->rows, d, &q_e) || fcl_mul_overflows(nk, d, &kv_e) || fcl_mul_overflows(p->rows, nk, &s_e) ||
-        s_e > SIZE_MAX / 2 || fcl_mul_overflows(p->entries, round_up(q_e, align), &q_all) ||
+        q_e > cap || kv_e > cap || s_e > cap || fcl_mul_overflows(p->entries, round_up(q_e, align), &q_all) ||
         fcl_mul_overflows(p->entries, round_up(kv_e, align), &kv_all) ||
-        fcl_mul_overflows(p->entries, round_up(s_e, align), &s_all) || s_all > SIZE_MAX / 8 || q_all > SIZE_MAX / 8 ||
-        kv_all > SIZE_MAX / 8)
+        fcl_mul_overflows(p->entries, round_up(s_e, align), &s_all) || fcl_add_overflows(total, q_all, &total) ||
+        fcl_add_overflows(total, kv_all, &total) || fcl_add_overflows(total, kv_all, &total) ||
+        fcl_add_overflows(total, s_all, &total) || total > SIZE_MAX / sizeof(float))
         return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                     "the standard path's workspace for %zu x %zu scores per head overflows size_t", nq, nk);
     p->q_entry = round_up(q_e, align);
@@ -68,6 +72,16 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
     p->limit = gemm_limit(ctx);
     p->chunk = largest < p->limit ? (p->limit - 1) / largest : 0;
     return FLASHCL_SUCCESS;
+}
+
+flashcl_status fcl_standard_workspace_bytes(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                           size_t *bytes)
+{
+    struct workspace_plan plan;
+    const flashcl_status st = plan_workspace(ctx, a, &plan);
+    if (st == FLASHCL_SUCCESS)
+        *bytes = plan.elements * sizeof(float);
+    return st;
 }
 
 flashcl_status flashcl_standard_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,

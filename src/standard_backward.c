@@ -30,11 +30,14 @@ static flashcl_status plan_backward(const flashcl_context *ctx, const struct fla
     const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv, d = (size_t)a->head_dim;
     p->entries = (size_t)a->batch * (size_t)a->heads_kv;
     p->rows = (size_t)(a->heads_q / a->heads_kv) * nq;
-    size_t q_all, kv_all, s_all;
+    size_t q_all, kv_all, s_all, total = 0;
     if (fcl_mul_overflows(p->rows, d, &p->q_entry) || fcl_mul_overflows(nk, d, &p->kv_entry) ||
         fcl_mul_overflows(p->rows, nk, &p->s_entry) || fcl_mul_overflows(p->entries, p->q_entry, &q_all) ||
         fcl_mul_overflows(p->entries, p->kv_entry, &kv_all) || fcl_mul_overflows(p->entries, p->s_entry, &s_all) ||
-        q_all > SIZE_MAX / 8 || kv_all > SIZE_MAX / 8 || s_all > SIZE_MAX / 8)
+        fcl_add_overflows(total, q_all, &total) || fcl_add_overflows(total, q_all, &total) ||
+        fcl_add_overflows(total, kv_all, &total) || fcl_add_overflows(total, kv_all, &total) ||
+        fcl_add_overflows(total, s_all, &total) || fcl_add_overflows(total, s_all, &total) ||
+        total > SIZE_MAX / sizeof(float))
         return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                     "the standard backward's workspace for %zu x %zu scores per head overflows size_t", nq, nk);
     p->q = 0;

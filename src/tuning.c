@@ -261,8 +261,11 @@ void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
             return;
         path = strcat(strcpy(fallback, ctx->env.user_cache), "/tuning.txt");
     }
-    FILE *f = *path ? fopen(path, "rb") : NULL;
+    const char *open_why = "absent";
+    FILE *f = *path ? fcl_open_regular(path, &open_why) : NULL;
     if (!f) {
+        if (strcmp(open_why, "absent") != 0)
+            fcl_log_msg(ctx, FLASHCL_LOG_WARN, "tuning file %s: %s; ignoring it", path, open_why);
         free(fallback);
         return;  /* no file: the built-in shapes and the sizing rule decide */
     }

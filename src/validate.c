@@ -25,7 +25,7 @@ bool fcl_mul_overflows(size_t a, size_t b, size_t *out)
     return false;
 }
 
-static bool add_overflows(size_t a, size_t b, size_t *out)
+bool fcl_add_overflows(size_t a, size_t b, size_t *out)
 {
     if (a > SIZE_MAX - b)
         return true;
@@ -97,13 +97,13 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v)
     size_t extent = v->dim;
     for (int i = 0; i < 3; i++) {
         size_t step;
-        if (fcl_mul_overflows(v->count[i] - 1, strides[i], &step) || add_overflows(extent, step, &extent))
+        if (fcl_mul_overflows(v->count[i] - 1, strides[i], &step) || fcl_add_overflows(extent, step, &extent))
             return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW,
                         "%s's extent overflows size_t (strides %zu, %zu, %zu)", v->name,
                         t->stride_batch, t->stride_seq, t->stride_head);
     }
     size_t bytes, end;
-    if (fcl_mul_overflows(extent, esize, &bytes) || add_overflows(t->offset, bytes, &end))
+    if (fcl_mul_overflows(extent, esize, &bytes) || fcl_add_overflows(t->offset, bytes, &end))
         return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "%s's byte extent overflows size_t", v->name);
     if (end > mem_size)
         return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS,

@@ -127,7 +127,7 @@ static void entry_path(const char *dir, char *path, size_t size)
     ck_assert_ptr_nonnull(d);
     int found = 0;
     for (struct dirent *e; (e = readdir(d));)
-        if (strstr(e->d_name, ".bin") && !strstr(e->d_name, ".tmp")) {
+        if (strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".bin") == 0) {
             snprintf(path, size, "%s/%s", dir, e->d_name);
             found++;
         }
@@ -170,6 +170,16 @@ static void damage(const char *path, int how)
         for (int i = 0; i < 4096; i++)
             fputc((int)rng_uniform(0, 256), f);
         fclose(f);
+    } else if (how == 4) {  /* a FIFO: reading it would block forever */
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(mkfifo(path, 0600), 0);
+    } else if (how == 5) {  /* a link to a copy of a valid entry: not followed */
+        char copy[1100], cmd[2400];
+        snprintf(copy, sizeof(copy), "%s.copy", path);
+        snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", path, copy);
+        ck_assert_int_eq(system(cmd), 0);
+        ck_assert_int_eq(unlink(path), 0);
+        ck_assert_int_eq(symlink(copy, path), 0);
     } else {  /* a valid-looking entry for another key: the key text changed */
         f = fopen(path, "r+b");
         char head[64];
@@ -186,7 +196,7 @@ START_TEST(damaged_entries_rebuild)
     fresh_dir(dir, sizeof(dir), "damage");
     ck_assert_int_eq(run_child(dir), 1);
     entry_path(dir, path, sizeof(path));
-    for (int how = 0; how < 4; how++) {
+    for (int how = 0; how < 6; how++) {
         damage(path, how);
         ck_assert_msg(run_child(dir) == 1, "damage %d: the entry was not rejected and rebuilt", how);
         ck_assert_msg(run_child(dir) == 2, "damage %d: the rebuilt entry did not load", how);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "test_hooks.h"
+#include "internal.h"
 
 #define F32 FLASHCL_F32
 #define F16 FLASHCL_F16
@@ -110,6 +110,29 @@ START_TEST(chunked_gemms)
         printf("standard chunked case %d: max|err| %.2e\n", i, r.max_abs_err);
     }
     flashcl_context_destroy(&ctx);
+}
+END_TEST
+
+/* The outside probe's case: a legal broadcast (all-zero strides) of batch
+ * 1,433,294,617 x 1,072,514,048 keys at d = 1. Its workspace (~1.8e19
+ * bytes) wraps size_t when summed; it must be refused, not under-sized.
+ * The sizes alone are planned (no 2.9 GB buffer needed). */
+START_TEST(workspace_size_cannot_wrap)
+{
+    struct flashcl_attention a = {0};
+    a.batch = 1433294617;
+    a.seq_q = 1;
+    a.seq_kv = 1072514048;
+    a.heads_q = a.heads_kv = 1;
+    a.head_dim = 1;
+    size_t bytes = 12345;
+    ck_assert_status(fcl_standard_workspace_bytes(test_env_get()->ctx, &a, &bytes), FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY);
+    ck_assert_uint_eq(bytes, 12345);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "overflows"));
+    a.batch = 2;  /* a sane size still plans */
+    a.seq_kv = 100;
+    ck_assert_flashcl_ok(fcl_standard_workspace_bytes(test_env_get()->ctx, &a, &bytes));
+    ck_assert_uint_ge(bytes, 2 * 100 * sizeof(float));
 }
 END_TEST
 
@@ -222,6 +245,7 @@ int main(void)
     tcase_set_timeout(tc, 1200);
     tcase_add_loop_test(tc, against_reference, 0, (int)(sizeof(cases) / sizeof(cases[0])));
     tcase_add_test(tc, chunked_gemms);
+    tcase_add_test(tc, workspace_size_cannot_wrap);
     tcase_add_test(tc, agrees_with_flash);
     tcase_add_test(tc, workspace_contract);
     tcase_add_test(tc, out_of_device_memory);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -213,6 +214,40 @@ START_TEST(fallback_lines_never_raise_local_memory)
     flashcl_context *ctx = context_with_file(&w, 0);
     ck_assert_int_eq(w.warnings, 0);
     ck_assert_uint_lt(flashcl_context_local_mem_bytes(ctx), (size_t)1 << 29);
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
+/* Not a regular file (a device of endless NUL bytes, a FIFO no one writes):
+ * refused at once with a WARN, never read or waited on. */
+START_TEST(special_files_refused)
+{
+    char fifo[256];
+    snprintf(fifo, sizeof(fifo), "/tmp/flashcl-tuning-fifo-%ld", (long)getpid());
+    unlink(fifo);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *paths[] = {"/dev/zero", fifo};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s", paths[i]);
+        struct test_warn_log w = {0};
+        flashcl_context *ctx = context_with_file(&w, 0);
+        ck_assert_int_eq(w.warnings, 1);
+        ck_assert_ptr_nonnull(strstr(w.last, "not a regular file"));
+        flashcl_context_destroy(&ctx);
+    }
+    unlink(fifo);
+    /* A regular file of NUL bytes: the first line says binary data. */
+    write_file("");
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 5000; i++)
+        fputc(0, f);
+    fclose(f);
+    struct test_warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, 0);
+    ck_assert_int_eq(w.warnings, 1);
+    ck_assert_ptr_nonnull(strstr(w.last, "NUL"));
     flashcl_context_destroy(&ctx);
     unlink(path);
 }
@@ -484,6 +519,7 @@ int main(void)
     tcase_add_test(tc, other_devices_ignored_other_versions_fall_back);
     tcase_add_test(tc, version_1_files_read);
     tcase_add_test(tc, fallback_lines_never_raise_local_memory);
+    tcase_add_test(tc, special_files_refused);
     tcase_add_test(tc, malformed_files_ignored);
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
