@@ -19,6 +19,7 @@
 #include "internal.h"
 
 #define MAX_LINE 1024
+#define PROBE_LOCAL_MAX ((size_t)256 << 10)  /* flashcl-probe's search limit past the reported size */
 #define MAX_FILE_BYTES (1 << 20)
 
 /* Device and driver strings as they appear in the file: no separators. */
@@ -317,8 +318,14 @@ void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
         }
         fallbacks += e.identity == ID_OTHER_VERSION;
         if (e.kind == LINE_LOCAL_MEM) {
-            /* Only this very driver's probe: another driver may allow less. */
-            if (e.identity == ID_EXACT)
+            /* Only this very driver's probe (another driver may allow less), and only what the probe can
+             * find: it searches up to the reported size or 256 KB, whichever is larger. */
+            const size_t plausible = ctx->dev.reported_local > PROBE_LOCAL_MAX ? ctx->dev.reported_local
+                                                                               : PROBE_LOCAL_MAX;
+            if (e.identity == ID_EXACT && e.local_mem > plausible)
+                fcl_log_msg(ctx, FLASHCL_LOG_WARN, "tuning file %s line %d: local memory of %zu bytes is past what "
+                            "flashcl-probe can find here (%zu); ignored", path, line_no, e.local_mem, plausible);
+            else if (e.identity == ID_EXACT)
                 ctx->probed_local_mem = e.local_mem;
             continue;
         }

@@ -215,6 +215,16 @@ START_TEST(fallback_lines_never_raise_local_memory)
     ck_assert_int_eq(w.warnings, 0);
     ck_assert_uint_lt(flashcl_context_local_mem_bytes(ctx), (size_t)1 << 29);
     flashcl_context_destroy(&ctx);
+
+    /* This driver's own line, but past anything the probe can find: a WARN, not used. */
+    ck_assert_flashcl_ok(flashcl_tuning_format(test_env_get()->ctx, NULL, 1 << 29, line, sizeof(line)));
+    snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n", line);
+    write_file(text);
+    ctx = context_with_file(&w, 0);
+    ck_assert_int_eq(w.warnings, 1);
+    ck_assert_ptr_nonnull(strstr(w.last, "past what flashcl-probe can find"));
+    ck_assert_uint_lt(flashcl_context_local_mem_bytes(ctx), (size_t)1 << 29);
+    flashcl_context_destroy(&ctx);
     unlink(path);
 }
 END_TEST
