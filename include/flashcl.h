@@ -338,7 +338,17 @@ struct flashcl_attention {
  * work. Does not block. Nothing is allocated on the device besides what the
  * caller passes: no N×N buffer exists. On any validation failure nothing is
  * enqueued and the outputs are untouched. The queue must belong to the
- * context's cl_context and device. */
+ * context's cl_context and device.
+ *
+ * Every view is a buffer (not an image) inside its cl_mem; inputs must be
+ * readable (not CL_MEM_WRITE_ONLY) and outputs writable (not
+ * CL_MEM_READ_ONLY). An output may not overlap an input, another output or
+ * itself; overlap is judged on byte ranges within the same buffer (a
+ * sub-buffer counts as its parent's range), with each output's rows laid
+ * out by a sufficient stride test (some interleaved layouts that share no
+ * byte are refused too). Two buffers created with CL_MEM_USE_HOST_PTR over
+ * the same host memory look distinct to the library: such aliasing is the
+ * caller's to avoid. */
 FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                            cl_command_queue queue, cl_uint num_wait_events,
                                            const cl_event *wait_list, cl_event *event);

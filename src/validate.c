@@ -70,23 +70,39 @@ static flashcl_status check_dtypes(const flashcl_context *ctx, const struct flas
     return FLASHCL_SUCCESS;
 }
 
-/* Fills v->root/begin/end after checking the view lies inside its buffer. */
-static flashcl_status check_view(const flashcl_context *ctx, struct view *v)
+/* Fills v->root/begin/end after checking the view lies inside its buffer
+ * (a buffer, readable, and writable where `written`). */
+static flashcl_status check_view(const flashcl_context *ctx, struct view *v, bool written)
 {
     const flashcl_tensor *t = v->t;
     const size_t esize = flashcl_dtype_size(t->dtype);
 
     size_t mem_size = 0;
     cl_context mem_ctx = NULL;
+    cl_mem_object_type type = 0;
+    cl_mem_flags flags = 0;
     cl_int err = clGetMemObjectInfo(t->mem, CL_MEM_SIZE, sizeof(mem_size), &mem_size, NULL);
     if (err == CL_SUCCESS)
         err = clGetMemObjectInfo(t->mem, CL_MEM_CONTEXT, sizeof(mem_ctx), &mem_ctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(t->mem, CL_MEM_TYPE, sizeof(type), &type, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(t->mem, CL_MEM_FLAGS, sizeof(flags), &flags, NULL);
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "%s.mem is not a valid cl_mem (%d)", v->name,
                     err);
     if (mem_ctx != ctx->cl_ctx)
         return fcl_fail(ctx, FLASHCL_INVALID_CONTEXT,
                     "%s.mem belongs to another cl_context than the flashcl context's", v->name);
+    /* Kernels read every view and write the outputs: the spec leaves other uses undefined. */
+    if (type != CL_MEM_OBJECT_BUFFER)
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "%s.mem is an image or pipe, not a buffer", v->name);
+    if (written && (flags & CL_MEM_READ_ONLY))
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "%s.mem is CL_MEM_READ_ONLY; an output must be writable",
+                        v->name);
+    if (!written && (flags & CL_MEM_WRITE_ONLY))
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "%s.mem is CL_MEM_WRITE_ONLY; an input must be readable",
+                        v->name);
     if (t->offset % esize != 0)
         return fcl_fail(ctx, FLASHCL_ERROR_MISALIGNED,
                     "%s.offset = %zu bytes is not a multiple of the element size %zu", v->name,
@@ -160,7 +176,7 @@ static bool views_overlap(const struct view *a, const struct view *b)
 static flashcl_status check_views(const flashcl_context *ctx, struct view *views, int n, int first_output)
 {
     for (int i = 0; i < n; i++) {
-        const flashcl_status st = check_view(ctx, &views[i]);
+        const flashcl_status st = check_view(ctx, &views[i], i >= first_output);
         if (st != FLASHCL_SUCCESS)
             return st;
     }

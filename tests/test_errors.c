@@ -212,6 +212,48 @@ START_TEST(misaligned_and_scale)
 }
 END_TEST
 
+/* Only buffers, inputs readable, outputs writable (OpenCL leaves the rest undefined). */
+START_TEST(buffer_kinds_and_access)
+{
+    struct test_env *e = test_env_get();
+    size_t o_size = 0;
+    ck_assert_cl(clGetMemObjectInfo(o, CL_MEM_SIZE, sizeof(o_size), &o_size, NULL));
+    cl_int err;
+    cl_mem read_only = clCreateBuffer(e->cl, CL_MEM_READ_ONLY, o_size, NULL, &err);
+    cl_mem write_only = clCreateBuffer(e->cl, CL_MEM_WRITE_ONLY, o_size, NULL, &err);
+    ck_assert_ptr_nonnull(read_only);
+    ck_assert_ptr_nonnull(write_only);
+    struct flashcl_attention a = valid();
+    a.o.mem = read_only;
+    expect(&a, FLASHCL_INVALID_MEM_OBJECT, "attn.o.mem is CL_MEM_READ_ONLY");
+    a = valid();
+    a.q.mem = write_only;
+    a.q.offset = 0;
+    expect(&a, FLASHCL_INVALID_MEM_OBJECT, "attn.q.mem is CL_MEM_WRITE_ONLY");
+    clReleaseMemObject(read_only);
+    clReleaseMemObject(write_only);
+    cl_bool images = CL_FALSE;
+    clGetDeviceInfo(e->device, CL_DEVICE_IMAGE_SUPPORT, sizeof(images), &images, NULL);
+    if (images) {
+        const cl_image_format format = {CL_R, CL_FLOAT};
+        cl_image_desc desc;
+        memset(&desc, 0, sizeof(desc));
+        desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+        desc.image_width = 64;
+        desc.image_height = 64;
+        cl_mem image = clCreateImage(e->cl, CL_MEM_READ_WRITE, &format, &desc, NULL, &err);
+        if (image) {
+            a = valid();
+            a.k.mem = image;
+            a.k.offset = 0;
+            a.k.stride_batch = a.k.stride_seq = a.k.stride_head = 0;
+            expect(&a, FLASHCL_INVALID_MEM_OBJECT, "attn.k.mem is an image");
+            clReleaseMemObject(image);
+        }
+    }
+}
+END_TEST
+
 START_TEST(aliasing)
 {
     struct flashcl_attention a = valid();
@@ -354,6 +396,7 @@ int main(void)
     tcase_add_test(tc, overflow);
     tcase_add_test(tc, misaligned_and_scale);
     tcase_add_test(tc, aliasing);
+    tcase_add_test(tc, buffer_kinds_and_access);
     tcase_add_test(tc, wrong_context);
     tcase_add_test(tc, valid_call_writes);
     tcase_add_test(tc, random_calls);
