@@ -48,6 +48,7 @@
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "block_order.h"
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "varlen.h"    /* VARLEN: packed sequences of different lengths */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -55,7 +56,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
                    __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
                    __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                    __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                   int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
+                   int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS)
 {
     __local float q_tile[BLOCK_M * LDQK];
     __local float k_tile[BLOCK_N * LDQK];
@@ -70,12 +71,19 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
     block_coordinates(WINDOW_RIGHT >= 0, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
+#if VARLEN
+    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
+    varlen_sequence(cu_q, b, total_q, seq_q, &start_q, &seq_q);
+    varlen_sequence(cu_k, b, total_k, seq_kv, &start_k, &seq_kv);
+#else
+    const int start_q = 0, start_k = 0;
+#endif
     const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */
 
-    const ulong q_base = q_off + (ulong)b * q_sb + (ulong)h * q_sh;
-    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
-    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
-    const ulong o_base = o_off + (ulong)b * o_sb + (ulong)h * o_sh;
+    const ulong q_base = q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
+    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+    const ulong o_base = o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 
     for (int idx = lid; idx < BLOCK_M * HEAD_DIM; idx += WG) {
         const int i = idx / HEAD_DIM, c = idx % HEAD_DIM;
@@ -91,7 +99,9 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
             acc[r][c] = 0.0f;
     }
 
-    const int kv_end = mask_key_end(q0, BLOCK_M, seq_q, seq_kv);
+    /* A group past its sequence's rows (varlen) streams no keys and stores nothing; it still reaches
+     * every barrier, as the whole group must. */
+    const int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
     const int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
 
     for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
@@ -201,7 +211,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
         }
         if (has_lse && tn == 0) {
             const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
-            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] = lse_row;
+            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
         }
     }
 }

@@ -56,6 +56,7 @@
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "varlen.h"    /* VARLEN: packed sequences of different lengths */
 #include "block_order.h"
 
 /* rows x HEAD_DIM of a [seq, d] slice into a tile of pitch PITCH (times
@@ -76,7 +77,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
                          __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
                          __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                          __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                         int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
+                         int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS)
 {
     __local float q_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
     __local float k_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
@@ -93,12 +94,19 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
     block_coordinates(WINDOW_RIGHT >= 0, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
+#if VARLEN
+    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
+    varlen_sequence(cu_q, b, total_q, seq_q, &start_q, &seq_q);
+    varlen_sequence(cu_k, b, total_k, seq_kv, &start_k, &seq_kv);
+#else
+    const int start_q = 0, start_k = 0;
+#endif
     const int diag = seq_kv - seq_q;
 
-    const ulong q_base = q_off + (ulong)b * q_sb + (ulong)h * q_sh;
-    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
-    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
-    const ulong o_base = o_off + (ulong)b * o_sb + (ulong)h * o_sh;
+    const ulong q_base = q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
+    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+    const ulong o_base = o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 
     load_tile(q_tile, BLOCK_M, q, q_base, q_ss, q0, seq_q, scale_log2, lid);
 
@@ -113,7 +121,9 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
             acc[i][c] = (float4)(0.0f);
     }
 
-    const int kv_end = mask_key_end(q0, BLOCK_M, seq_q, seq_kv);
+    /* A group past its sequence's rows (varlen) streams no keys and stores nothing; it still reaches
+     * every barrier, as the whole group must. */
+    const int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
     const int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
 
     for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
@@ -248,7 +258,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
             }
         }
         if (has_lse && tx == 0)
-            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] =
+            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] =
                 l_row > 0.0f ? (m[i] + log2(l_row)) * M_LN2_F : -INFINITY;
     }
 }

@@ -354,6 +354,51 @@ FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const struct fl
                                            const cl_event *wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------ */
+/* Packed batches of different lengths                                        */
+/* ------------------------------------------------------------------------ */
+
+/* FlashAttention's varlen layout: sequence b's queries are rows
+ * cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of Q and O, packed as
+ * [total_q, heads_q, head_dim]; its keys rows cu_seqlens_k[b] ..
+ * cu_seqlens_k[b + 1] - 1 of K and V, packed as [total_k, heads_kv,
+ * head_dim]. Each sequence attends only to its own keys; a causal or window
+ * mask aligns bottom-right per sequence; an empty sequence writes nothing. */
+struct flashcl_varlen {
+    int total_q, total_k;  /* packed rows of Q/O and of K/V, >= 1 */
+    /* The batch + 1 offsets of each, from the host (checked fully: from 0
+     * or more, never decreasing, the last at most the total, no sequence
+     * longer than attn.seq_q / attn.seq_kv; copied at the call, the arrays
+     * may be freed when it returns) ... */
+    const int *cu_seqlens_q, *cu_seqlens_k;
+    /* ... or from the device: int32 buffers of at least batch + 1 entries,
+     * read by the kernels unchecked. No value can make a kernel read or
+     * write outside the packed rows: an offset below 0 or past the total
+     * counts as 0 or the total, a decreasing pair is an empty sequence, a
+     * sequence longer than attn.seq_q (seq_kv) is cut to that length. Set
+     * the host array or the buffer of each, not both. */
+    cl_mem cu_seqlens_q_mem, cu_seqlens_k_mem;
+    unsigned char reserved[32];  /* zero */
+};
+
+/* Enqueues attention over a packed varlen batch. attn describes the batch:
+ * batch is the number of sequences, seq_q and seq_kv the longest query and
+ * key lengths (the grid is sized for them), q, k, v, o views of the packed
+ * tensors (stride_seq and stride_head are used, stride_batch is not), lse
+ * (optional) f32 [heads_q, total_q] (stride_head and stride_seq), mask,
+ * scale and precision as for flashcl_forward. Runs on the FMA kernels for
+ * now (flashcl_forward_varlen_config says which). Validation as strict as
+ * flashcl_forward's; a rejected call enqueues nothing. */
+FLASHCL_API flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                  const struct flashcl_varlen *varlen, cl_command_queue queue,
+                                                  cl_uint num_wait_events, const cl_event *wait_list,
+                                                  cl_event *event);
+
+struct flashcl_tile;
+FLASHCL_API flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                         const struct flashcl_varlen *varlen,
+                                                         struct flashcl_tile *out);
+
+/* ------------------------------------------------------------------------ */
 /* Backward                                                                   */
 /* ------------------------------------------------------------------------ */
 

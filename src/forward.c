@@ -80,8 +80,9 @@ cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t
  * the same arguments; they differ in source and shape. Caller has validated
  * the call. */
 static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
-                                      const struct plan *plan, cl_command_queue queue, cl_uint num_wait_events,
-                                      const cl_event *wait_list, cl_event *event)
+                                      const struct plan *plan, const struct fcl_varlen_args *varlen,
+                                      cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
+                                      cl_event *event)
 {
     const struct kernel_info *k = plan->kernel;
     const float scale_log2 = fcl_scale_log2(attn);
@@ -110,6 +111,12 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &group);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_float), &scale_log2);
+        if (varlen) {  /* cl/varlen.h's trailing arguments */
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &varlen->cu_q);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &varlen->cu_k);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->total_q);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->total_k);
+        }
         if (err != CL_SUCCESS) {
             st = fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of %s failed", k->entry);
         } else {
@@ -134,14 +141,12 @@ bool fcl_kernel_failure(flashcl_status st)
            st == (flashcl_status)CL_INVALID_PROGRAM_EXECUTABLE;
 }
 
-flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,
-                               cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
+flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_attention *attn, const struct problem *pr,
+                                   const struct fcl_varlen_args *varlen, cl_command_queue queue,
+                                   cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
 {
-    flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
-    if (st != FLASHCL_SUCCESS)
-        return st;
-    struct problem p;
-    fcl_forward_problem(attn, &p);
+    const struct problem p = *pr;
+    flashcl_status st = FLASHCL_SUCCESS;
     /* A kernel that fails here is set aside (with these options, for this
      * context) and the call planned again: at most once per kernel. Where
      * no kernel is left, the first failure is the call's. */
@@ -152,7 +157,7 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
         if (st != FLASHCL_SUCCESS)
             break;
-        st = enqueue_forward(ctx, attn, &plan, queue, num_wait_events, wait_list, event);
+        st = enqueue_forward(ctx, attn, &plan, varlen, queue, num_wait_events, wait_list, event);
         if (st == FLASHCL_SUCCESS || !fcl_kernel_failure(st))
             return st;
         if (first == FLASHCL_SUCCESS) {
@@ -165,4 +170,15 @@ flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attent
     if (first != FLASHCL_SUCCESS)
         return fcl_fail(ctx, first, "%s", first_message);
     return st;
+}
+
+flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,
+                               cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
+{
+    flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    struct problem p;
+    fcl_forward_problem(attn, &p);
+    return fcl_forward_planned(ctx, attn, &p, NULL, queue, num_wait_events, wait_list, event);
 }

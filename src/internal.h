@@ -111,7 +111,19 @@ struct kernel_override {
 flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flashcl_context_params *params,
                                          bool portable_only);
 
-/* ---- forward.c, shared with standard.c ---- */
+/* ---- forward.c, shared with standard.c and varlen.c ---- */
+
+/* A packed varlen batch's offsets on the device and its totals. */
+struct fcl_varlen_args {
+    cl_mem cu_q, cu_k;
+    cl_int total_q, total_k;
+};
+
+/* Plans and enqueues a validated forward (varlen NULL: dense), setting a
+ * failing kernel aside and planning again as flashcl_forward does. */
+flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_attention *attn, const struct problem *p,
+                                   const struct fcl_varlen_args *varlen, cl_command_queue queue,
+                                   cl_uint num_wait_events, const cl_event *wait_list, cl_event *event);
 
 int fcl_dtype_define(flashcl_dtype dtype);
 /* Checks what every attention call checks: pointers, the problem, the queue. */

@@ -55,6 +55,7 @@ struct problem {
     enum flashcl_mask mask;
     int window_left, window_right;     /* the mask as a window (-1: unlimited), whatever its kind */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
+    bool varlen;    /* packed sequences with offsets (cl/varlen.h) */
 };
 
 /* One valid range of an axis, and the values flashcl-probe --tune tries. */
@@ -99,6 +100,7 @@ struct kernel_info {
     unsigned f32_precisions;         /* PRECISION_BIT(...) an f32 call may ask for and get here */
     int head_dim_step, head_dim_max;
     unsigned needs;                  /* NEEDS_... */
+    bool varlen;                     /* takes packed varlen batches (-DVARLEN=1 and the extra arguments) */
     struct axis_spec axes[AXIS_COUNT];
     /* Built-in shapes, preferred first; the first that applies and fits wins. */
     const struct builtin_shape *builtin;

@@ -84,9 +84,9 @@ static void portable_options(const struct device_desc *dev, const struct problem
                              float scale_log2, char *buf, size_t size)
 {
     const int side = portable_side(dev);
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DTM=%d -DTN=%d",
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DTM=%d -DTN=%d -DVARLEN=%d",
              p->head_dim, s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right, side,
-             side);
+             side, p->varlen);
 }
 
 /* ---- register-tiled: cl/flash_forward_tiled.cl, 4 query rows a work-item ---- */
@@ -140,8 +140,9 @@ static void tiled_geometry(const struct device_desc *dev, const struct kernel_sh
 static void tiled_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS, p->head_dim,
-             s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DVARLEN=%d",
+             p->head_dim, s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right,
+             p->varlen);
 }
 
 /* ---- tensor cores: cl/flash_forward_mma.cl (f16/bf16), cl/flash_forward_tf32.cl ---- */
@@ -339,6 +340,7 @@ const struct kernel_info fcl_kernels[] = {
         .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
+        .varlen = true,
         .f32_precisions = ~0u,
         .head_dim_step = 4, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
         .axes = {[M] = {16, 128, 16, {16, 32, 48, 64, 80, 96, 112, 128}},
@@ -352,6 +354,7 @@ const struct kernel_info fcl_kernels[] = {
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
+        .varlen = true,
         .f32_precisions = ~0u,
         .head_dim_step = 1, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
         .axes = {[M] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}, [N] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}},
@@ -444,6 +447,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "dtype";
     if (!(k->masks & MASK_BIT(p->mask)))
         return "mask";
+    if (p->varlen && !k->varlen)
+        return "packed varlen batch";
     if (p->dtype == FLASHCL_F32 && !(k->f32_precisions & PRECISION_BIT(p->precision)))
         return "precision";
     if (p->head_dim % k->head_dim_step != 0 || p->head_dim > k->head_dim_max)

@@ -1,0 +1,188 @@
+/* flashcl_forward_varlen: packed batches of sequences of different lengths
+ * (FlashAttention's cu_seqlens). The call validates the packed views as one
+ * sequence of total rows, checks host offsets fully (device offsets are
+ * clamped by the kernels, cl/varlen.h), and runs the kernels of the table
+ * that take varlen batches. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The packed problem as flashcl_forward's validation sees it: one batch of
+ * total rows (stride_batch unused, so zeroed). */
+static struct flashcl_attention packed_view(const struct flashcl_attention *attn, const struct flashcl_varlen *vl)
+{
+    struct flashcl_attention a = *attn;
+    a.batch = 1;
+    a.seq_q = vl->total_q;
+    a.seq_kv = vl->total_k;
+    a.q.stride_batch = a.k.stride_batch = a.v.stride_batch = a.o.stride_batch = a.lse.stride_batch = 0;
+    return a;
+}
+
+/* Host offsets: from 0 or more, never decreasing, the last within the
+ * total, no sequence longer than the longest the grid is sized for. */
+static flashcl_status check_host_offsets(const flashcl_context *ctx, const char *name, const int *cu, int batch,
+                                         int total, int longest)
+{
+    if (cu[0] < 0)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "varlen.%s[0] = %d; offsets start at 0 or more", name, cu[0]);
+    for (int b = 0; b < batch; b++) {
+        if (cu[b + 1] < cu[b])
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "varlen.%s[%d] = %d is below varlen.%s[%d] = %d", name, b + 1,
+                            cu[b + 1], name, b, cu[b]);
+        if (cu[b + 1] - cu[b] > longest)
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "sequence %d has %d rows in varlen.%s, more than the "
+                            "longest (%d) the call is sized for", b, cu[b + 1] - cu[b], name, longest);
+    }
+    if (cu[batch] > total)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "varlen.%s[%d] = %d is past the %d packed rows", name, batch,
+                        cu[batch], total);
+    return FLASHCL_SUCCESS;
+}
+
+/* A device offsets buffer: of this context, readable, batch + 1 int32. */
+static flashcl_status check_device_offsets(const flashcl_context *ctx, const char *name, cl_mem mem, int batch)
+{
+    size_t size = 0;
+    cl_context mem_ctx = NULL;
+    cl_mem_flags flags = 0;
+    cl_int err = clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof(size), &size, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof(mem_ctx), &mem_ctx, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(mem, CL_MEM_FLAGS, sizeof(flags), &flags, NULL);
+    if (err != CL_SUCCESS)
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "varlen.%s_mem is not a valid cl_mem (%d)", name, err);
+    if (mem_ctx != ctx->cl_ctx)
+        return fcl_fail(ctx, FLASHCL_INVALID_CONTEXT, "varlen.%s_mem belongs to another cl_context", name);
+    if (flags & CL_MEM_WRITE_ONLY)
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "varlen.%s_mem is CL_MEM_WRITE_ONLY", name);
+    const size_t need = ((size_t)batch + 1) * sizeof(cl_int);
+    if (size < need)
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS, "varlen.%s_mem holds %zu bytes; batch %d needs %zu", name,
+                        size, batch, need);
+    return FLASHCL_SUCCESS;
+}
+
+static bool reserved_zero(const struct flashcl_varlen *vl)
+{
+    for (size_t i = 0; i < sizeof(vl->reserved); i++)
+        if (vl->reserved[i])
+            return false;
+    return true;
+}
+
+/* Everything but the queue; on success *packed is the view validation saw. */
+static flashcl_status validate_varlen(const flashcl_context *ctx, const struct flashcl_attention *attn,
+                                      const struct flashcl_varlen *vl, struct flashcl_attention *packed)
+{
+    if (!reserved_zero(vl))
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "varlen.reserved is not zero");
+    if (vl->total_q < 1 || vl->total_k < 1)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "varlen.total_q = %d, total_k = %d; each must be >= 1",
+                        vl->total_q, vl->total_k);
+    if (attn->batch < 1 || attn->batch > (1 << 30))
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.batch = %d; must be 1..2^30 sequences", attn->batch);
+    if (attn->seq_q < 1 || attn->seq_q > vl->total_q || attn->seq_kv < 1 || attn->seq_kv > vl->total_k)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_q = %d and attn.seq_kv = %d are the longest "
+                        "sequences: 1..varlen.total_q (%d) and 1..varlen.total_k (%d)", attn->seq_q, attn->seq_kv,
+                        vl->total_q, vl->total_k);
+    const struct { const char *name; const int *host; cl_mem mem; int total, longest; } offsets[2] = {
+        {"cu_seqlens_q", vl->cu_seqlens_q, vl->cu_seqlens_q_mem, vl->total_q, attn->seq_q},
+        {"cu_seqlens_k", vl->cu_seqlens_k, vl->cu_seqlens_k_mem, vl->total_k, attn->seq_kv},
+    };
+    for (int i = 0; i < 2; i++) {
+        if (!offsets[i].host == !offsets[i].mem)
+            return fcl_fail(ctx, offsets[i].host ? FLASHCL_INVALID_VALUE : FLASHCL_ERROR_NULL_ARGUMENT,
+                            "varlen.%s: give the host array or the buffer (%s)", offsets[i].name,
+                            offsets[i].host ? "both are set" : "neither is");
+        const flashcl_status st =
+            offsets[i].host ? check_host_offsets(ctx, offsets[i].name, offsets[i].host, attn->batch, offsets[i].total,
+                                                 offsets[i].longest)
+                            : check_device_offsets(ctx, offsets[i].name, offsets[i].mem, attn->batch);
+        if (st != FLASHCL_SUCCESS)
+            return st;
+    }
+    *packed = packed_view(attn, vl);
+    return fcl_validate_attention(ctx, packed);
+}
+
+static void varlen_problem(const struct flashcl_attention *packed, struct problem *p)
+{
+    fcl_forward_problem(packed, p);
+    p->varlen = true;
+    p->rows_16b = false;  /* no varlen kernel needs it */
+}
+
+flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                             const struct flashcl_varlen *varlen, struct flashcl_tile *out)
+{
+    fcl_clear_error();
+    if (!ctx || !attn || !varlen || !out)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                        !ctx ? "ctx" : !attn ? "attn" : !varlen ? "varlen" : "out");
+    struct flashcl_attention packed;
+    flashcl_status st = validate_varlen(ctx, attn, varlen, &packed);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    struct problem p;
+    varlen_problem(&packed, &p);
+    struct plan plan;
+    st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+    if (st == FLASHCL_SUCCESS)
+        fcl_plan_to_tile(&plan, out);
+    return st;
+}
+
+/* A host array in a buffer of its own: copied at creation (no command on the
+ * queue, so nothing blocks and the caller may free the array at once). */
+static cl_mem upload(flashcl_context *ctx, const int *host, int count, flashcl_status *st)
+{
+    cl_int err;
+    cl_mem mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)count * sizeof(cl_int),
+                                (void *)host, &err);
+    if (!mem)
+        *st = fcl_fail(ctx, (flashcl_status)err, "uploading %d varlen offsets failed (%d)", count, err);
+    return mem;
+}
+
+flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                      const struct flashcl_varlen *varlen, cl_command_queue queue,
+                                      cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
+{
+    fcl_clear_error();
+    if (!ctx || !attn || !varlen || !queue)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                        !ctx ? "ctx" : !attn ? "attn" : !varlen ? "varlen" : "queue");
+    struct flashcl_attention packed;
+    flashcl_status st = validate_varlen(ctx, attn, varlen, &packed);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_check_call(ctx, &packed, queue, num_wait_events, wait_list);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+
+    struct fcl_varlen_args args = {varlen->cu_seqlens_q_mem, varlen->cu_seqlens_k_mem, varlen->total_q,
+                                   varlen->total_k};
+    const bool own_q = varlen->cu_seqlens_q != NULL, own_k = varlen->cu_seqlens_k != NULL;
+    if (own_q)
+        args.cu_q = upload(ctx, varlen->cu_seqlens_q, attn->batch + 1, &st);
+    if (own_k && st == FLASHCL_SUCCESS)
+        args.cu_k = upload(ctx, varlen->cu_seqlens_k, attn->batch + 1, &st);
+    if (st == FLASHCL_SUCCESS) {
+        /* The grid: the longest sequence's query blocks, heads, sequences. */
+        struct flashcl_attention grid = packed;
+        grid.batch = attn->batch;
+        grid.seq_q = attn->seq_q;
+        grid.seq_kv = attn->seq_kv;
+        struct problem p;
+        varlen_problem(&packed, &p);
+        st = fcl_forward_planned(ctx, &grid, &p, &args, queue, num_wait_events, wait_list, event);
+    }
+    /* Released now: OpenCL keeps them until the kernel that reads them is done. */
+    if (own_q && args.cu_q)
+        clReleaseMemObject(args.cu_q);
+    if (own_k && args.cu_k)
+        clReleaseMemObject(args.cu_k);
+    return st;
+}
