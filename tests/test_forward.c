@@ -117,7 +117,7 @@ static const char *const window_contexts[] = {NULL, "tensor-core:off;tf32:off;re
 
 START_TEST(windows)
 {
-    /* The default runs the register-tiled kernel where head_dim % 4 == 0 (six of the eight), else the portable one. */
+    /* The default is the register-tiled kernel here (every head_dim is a multiple of 4), then the portable one. */
     for (int i = 0; i < 2; i++) {
         flashcl_context *ctx = window_contexts[i] ? test_context_with_options(window_contexts[i]) : NULL;
         run_and_report(ctx, i == 0 ? "window" : "window, 5x3 tile", &window_cases[_i]);
