@@ -96,8 +96,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
     const int q0 = qb * BLOCK_M;
 #if VARLEN
     int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
-    varlen_sequence(cu_q, b, total_q, seq_q, &start_q, &seq_q);
-    varlen_sequence(cu_k, b, total_k, seq_kv, &start_k, &seq_kv);
+    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
 #else
     const int start_q = 0, start_k = 0;
 #endif

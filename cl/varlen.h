@@ -1,6 +1,7 @@
 /*
- * varlen.h: packed variable-length batches for the kernels that take them.
+ * varlen.h: batches of different lengths for the kernels that take them.
  *
+ * VARLEN 1, packed:
  * With VARLEN, sequence b's rows are rows cu[b] .. cu[b+1] - 1 of a packed
  * [total, heads, d] tensor (FlashAttention's cu_seqlens), for queries and
  * keys alike; the kernel's seq_q / seq_kv arguments are the longest
@@ -9,6 +10,10 @@
  * rows — an offset below 0 or past total counts as 0 or total, a pair that
  * decreases is an empty sequence, a sequence longer than the longest is cut
  * to it (the header documents the same).
+ *
+ * VARLEN 2, a KV cache: rows are dense ([batch, seq, heads, d] views) and
+ * cu_k holds each sequence's number of valid keys (of the cache's seq_kv),
+ * clamped to 0 .. seq_kv; the queries align to the end of those keys.
  */
 #ifndef FLASHCL_VARLEN_H
 #define FLASHCL_VARLEN_H
@@ -18,7 +23,7 @@
 #endif
 
 #if VARLEN
-/* The extra trailing kernel arguments. */
+/* The extra trailing kernel arguments (VARLEN 2 reads cu_k only). */
 #define VARLEN_ARGS , __global const int *cu_q, __global const int *cu_k, int total_q, int total_k
 
 static inline void varlen_sequence(__global const int *cu, int b, int total, int longest, int *start, int *len)
@@ -27,6 +32,20 @@ static inline void varlen_sequence(__global const int *cu, int b, int total, int
     const int e = clamp(cu[b + 1], s, total);
     *start = s;
     *len = min(e - s, longest);
+}
+
+/* This group's sequence: its first packed rows and its lengths (seq_q and
+ * seq_kv come in as the longest, or the cache's capacity, and go out as its own). */
+static inline void varlen_rows(__global const int *cu_q, __global const int *cu_k, int total_q, int total_k, int b,
+                               int *start_q, int *start_k, int *seq_q, int *seq_kv)
+{
+#if VARLEN == 1
+    varlen_sequence(cu_q, b, total_q, *seq_q, start_q, seq_q);
+    varlen_sequence(cu_k, b, total_k, *seq_kv, start_k, seq_kv);
+#else
+    *start_q = *start_k = 0;
+    *seq_kv = clamp(cu_k[b], 0, *seq_kv);
+#endif
 }
 #else
 #define VARLEN_ARGS

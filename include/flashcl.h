@@ -393,7 +393,34 @@ FLASHCL_API flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const st
                                                   cl_uint num_wait_events, const cl_event *wait_list,
                                                   cl_event *event);
 
+/* A KV cache filled to a different length per sequence (decode, chunked
+ * prefill): K and V are [batch, capacity, heads_kv, head_dim] views with
+ * attn.seq_kv = capacity, and sequence b's keys are its first
+ * cache_seqlens[b]; Q and O are dense [batch, seq_q, heads_q, head_dim]
+ * views, the queries being the last seq_q positions of each sequence, so
+ * causal and window masks align to the end of its own keys. A sequence of
+ * 0 keys gets O = 0, LSE = -inf. */
+struct flashcl_kv_lengths {
+    /* Host lengths, batch entries of 0 .. attn.seq_kv (checked; copied at
+     * the call) ... */
+    const int *cache_seqlens;
+    /* ... or a device int32 buffer of at least batch entries, read
+     * unchecked and clamped to 0 .. attn.seq_kv in the kernels. One of the two. */
+    cl_mem cache_seqlens_mem;
+    unsigned char reserved[32];  /* zero */
+};
+
+/* Enqueues attention against a KV cache of per-sequence lengths; otherwise
+ * as flashcl_forward (FMA kernels for now: flashcl_forward_kv_cache_config). */
+FLASHCL_API flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                    const struct flashcl_kv_lengths *lengths,
+                                                    cl_command_queue queue, cl_uint num_wait_events,
+                                                    const cl_event *wait_list, cl_event *event);
+
 struct flashcl_tile;
+FLASHCL_API flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                           const struct flashcl_kv_lengths *lengths,
+                                                           struct flashcl_tile *out);
 FLASHCL_API flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                          const struct flashcl_varlen *varlen,
                                                          struct flashcl_tile *out);

@@ -55,7 +55,7 @@ struct problem {
     enum flashcl_mask mask;
     int window_left, window_right;     /* the mask as a window (-1: unlimited), whatever its kind */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
-    bool varlen;    /* packed sequences with offsets (cl/varlen.h) */
+    int varlen;     /* cl/varlen.h: 0 dense, 1 packed sequences with offsets, 2 a KV cache's lengths */
 };
 
 /* One valid range of an axis, and the values flashcl-probe --tune tries. */

@@ -1,8 +1,8 @@
-/* flashcl_forward_varlen: packed batches of sequences of different lengths
- * (FlashAttention's cu_seqlens). The call validates the packed views as one
- * sequence of total rows, checks host offsets fully (device offsets are
- * clamped by the kernels, cl/varlen.h), and runs the kernels of the table
- * that take varlen batches. */
+/* Batches of sequences of different lengths: flashcl_forward_varlen (packed,
+ * FlashAttention's cu_seqlens) and flashcl_forward_kv_cache (dense rows, a
+ * KV cache filled to a length per sequence). Host offsets and lengths are
+ * checked fully; device ones are clamped by the kernels (cl/varlen.h). Both
+ * run the kernels of the table that take such batches. */
 #include <stdio.h>
 #include <string.h>
 
@@ -41,8 +41,8 @@ static flashcl_status check_host_offsets(const flashcl_context *ctx, const char 
     return FLASHCL_SUCCESS;
 }
 
-/* A device offsets buffer: of this context, readable, batch + 1 int32. */
-static flashcl_status check_device_offsets(const flashcl_context *ctx, const char *name, cl_mem mem, int batch)
+/* A device int32 buffer of this context, readable, of at least `entries`. */
+static flashcl_status check_device_offsets(const flashcl_context *ctx, const char *name, cl_mem mem, int entries)
 {
     size_t size = 0;
     cl_context mem_ctx = NULL;
@@ -53,15 +53,15 @@ static flashcl_status check_device_offsets(const flashcl_context *ctx, const cha
     if (err == CL_SUCCESS)
         err = clGetMemObjectInfo(mem, CL_MEM_FLAGS, sizeof(flags), &flags, NULL);
     if (err != CL_SUCCESS)
-        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "varlen.%s_mem is not a valid cl_mem (%d)", name, err);
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "%s_mem is not a valid cl_mem (%d)", name, err);
     if (mem_ctx != ctx->cl_ctx)
-        return fcl_fail(ctx, FLASHCL_INVALID_CONTEXT, "varlen.%s_mem belongs to another cl_context", name);
+        return fcl_fail(ctx, FLASHCL_INVALID_CONTEXT, "%s_mem belongs to another cl_context", name);
     if (flags & CL_MEM_WRITE_ONLY)
-        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "varlen.%s_mem is CL_MEM_WRITE_ONLY", name);
-    const size_t need = ((size_t)batch + 1) * sizeof(cl_int);
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "%s_mem is CL_MEM_WRITE_ONLY", name);
+    const size_t need = (size_t)entries * sizeof(cl_int);
     if (size < need)
-        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS, "varlen.%s_mem holds %zu bytes; batch %d needs %zu", name,
-                        size, batch, need);
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_BOUNDS, "%s_mem holds %zu bytes; %d entries need %zu", name, size,
+                        entries, need);
     return FLASHCL_SUCCESS;
 }
 
@@ -88,9 +88,9 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_q = %d and attn.seq_kv = %d are the longest "
                         "sequences: 1..varlen.total_q (%d) and 1..varlen.total_k (%d)", attn->seq_q, attn->seq_kv,
                         vl->total_q, vl->total_k);
-    const struct { const char *name; const int *host; cl_mem mem; int total, longest; } offsets[2] = {
-        {"cu_seqlens_q", vl->cu_seqlens_q, vl->cu_seqlens_q_mem, vl->total_q, attn->seq_q},
-        {"cu_seqlens_k", vl->cu_seqlens_k, vl->cu_seqlens_k_mem, vl->total_k, attn->seq_kv},
+    const struct { const char *name, *mem_name; const int *host; cl_mem mem; int total, longest; } offsets[2] = {
+        {"cu_seqlens_q", "varlen.cu_seqlens_q", vl->cu_seqlens_q, vl->cu_seqlens_q_mem, vl->total_q, attn->seq_q},
+        {"cu_seqlens_k", "varlen.cu_seqlens_k", vl->cu_seqlens_k, vl->cu_seqlens_k_mem, vl->total_k, attn->seq_kv},
     };
     for (int i = 0; i < 2; i++) {
         if (!offsets[i].host == !offsets[i].mem)
@@ -100,7 +100,7 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
         const flashcl_status st =
             offsets[i].host ? check_host_offsets(ctx, offsets[i].name, offsets[i].host, attn->batch, offsets[i].total,
                                                  offsets[i].longest)
-                            : check_device_offsets(ctx, offsets[i].name, offsets[i].mem, attn->batch);
+                            : check_device_offsets(ctx, offsets[i].mem_name, offsets[i].mem, attn->batch + 1);
         if (st != FLASHCL_SUCCESS)
             return st;
     }
@@ -108,10 +108,10 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
     return fcl_validate_attention(ctx, packed);
 }
 
-static void varlen_problem(const struct flashcl_attention *packed, struct problem *p)
+static void varlen_problem(const struct flashcl_attention *packed, int mode, struct problem *p)
 {
     fcl_forward_problem(packed, p);
-    p->varlen = true;
+    p->varlen = mode;
     p->rows_16b = false;  /* no varlen kernel needs it */
 }
 
@@ -127,7 +127,7 @@ flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct 
     if (st != FLASHCL_SUCCESS)
         return st;
     struct problem p;
-    varlen_problem(&packed, &p);
+    varlen_problem(&packed, 1, &p);
     struct plan plan;
     st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
     if (st == FLASHCL_SUCCESS)
@@ -176,7 +176,7 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
         grid.seq_q = attn->seq_q;
         grid.seq_kv = attn->seq_kv;
         struct problem p;
-        varlen_problem(&packed, &p);
+        varlen_problem(&packed, 1, &p);
         st = fcl_forward_planned(ctx, &grid, &p, &args, queue, num_wait_events, wait_list, event);
     }
     /* Released now: OpenCL keeps them until the kernel that reads them is done. */
@@ -184,5 +184,74 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
         clReleaseMemObject(args.cu_q);
     if (own_k && args.cu_k)
         clReleaseMemObject(args.cu_k);
+    return st;
+}
+
+/* ---- a KV cache of per-sequence lengths (cl/varlen.h's VARLEN 2) ---- */
+
+static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const struct flashcl_attention *attn,
+                                          const struct flashcl_kv_lengths *kv)
+{
+    for (size_t i = 0; i < sizeof(kv->reserved); i++)
+        if (kv->reserved[i])
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "lengths.reserved is not zero");
+    flashcl_status st = fcl_validate_attention(ctx, attn);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    if (!kv->cache_seqlens == !kv->cache_seqlens_mem)
+        return fcl_fail(ctx, kv->cache_seqlens ? FLASHCL_INVALID_VALUE : FLASHCL_ERROR_NULL_ARGUMENT,
+                        "lengths: give cache_seqlens or cache_seqlens_mem (%s)",
+                        kv->cache_seqlens ? "both are set" : "neither is");
+    if (kv->cache_seqlens_mem)
+        return check_device_offsets(ctx, "lengths.cache_seqlens", kv->cache_seqlens_mem, attn->batch);
+    for (int b = 0; b < attn->batch; b++)
+        if (kv->cache_seqlens[b] < 0 || kv->cache_seqlens[b] > attn->seq_kv)
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "lengths.cache_seqlens[%d] = %d; must be 0..attn.seq_kv (%d)",
+                            b, kv->cache_seqlens[b], attn->seq_kv);
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                               const struct flashcl_kv_lengths *lengths, struct flashcl_tile *out)
+{
+    fcl_clear_error();
+    if (!ctx || !attn || !lengths || !out)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                        !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "out");
+    flashcl_status st = validate_kv_lengths(ctx, attn, lengths);
+    struct problem p;
+    varlen_problem(attn, 2, &p);
+    struct plan plan;
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+    if (st == FLASHCL_SUCCESS)
+        fcl_plan_to_tile(&plan, out);
+    return st;
+}
+
+flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                        const struct flashcl_kv_lengths *lengths, cl_command_queue queue,
+                                        cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
+{
+    fcl_clear_error();
+    if (!ctx || !attn || !lengths || !queue)
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
+                        !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "queue");
+    flashcl_status st = validate_kv_lengths(ctx, attn, lengths);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    const bool own = lengths->cache_seqlens != NULL;
+    cl_mem mem = own ? upload(ctx, lengths->cache_seqlens, attn->batch, &st) : lengths->cache_seqlens_mem;
+    if (st == FLASHCL_SUCCESS) {
+        /* cl/varlen.h's arguments: VARLEN 2 reads the lengths as cu_k; cu_q is not read. */
+        const struct fcl_varlen_args args = {mem, mem, 0, 0};
+        struct problem p;
+        varlen_problem(attn, 2, &p);
+        st = fcl_forward_planned(ctx, attn, &p, &args, queue, num_wait_events, wait_list, event);
+    }
+    if (own && mem)
+        clReleaseMemObject(mem);
     return st;
 }

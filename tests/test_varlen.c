@@ -349,6 +349,177 @@ START_TEST(varlen_plans_fma_kernels)
 }
 END_TEST
 
+/* ---- a KV cache filled to a length per sequence ---- */
+
+struct kv_case {
+    int batch, seq_q, capacity;
+    int lens[MAX_SEQS];
+    int heads_q, heads_kv, head_dim;
+    flashcl_dtype dtype;
+    enum flashcl_mask mask;
+    int window_left, window_right;
+    int device_lengths;
+};
+
+static const struct kv_case kv_cases[] = {
+    {4, 1, 64, {0, 1, 64, 37}, 4, 2, 32, F16, FLASHCL_MASK_NONE},                /* decode */
+    {3, 5, 48, {5, 17, 48}, 2, 1, 64, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1},       /* chunked prefill */
+    {2, 3, 40, {3, 33}, 2, 2, 24, BF16, FLASHCL_MASK_WINDOW, 6, 0},
+    {2, 8, 20, {2, 20}, 2, 2, 16, F32, FLASHCL_MASK_CAUSAL},                    /* rows with no key */
+};
+
+/* Runs a KV-cache case (garbage device lengths when `garbage`) and checks it; O has a guard batch on each side. */
+static void run_kv(const struct kv_case *c, uint64_t seed, bool garbage)
+{
+    struct test_env *e = test_env_get();
+    rng_seed(seed);
+    const size_t esize = flashcl_dtype_size(c->dtype), d = (size_t)c->head_dim;
+    const size_t q_elems = (size_t)c->batch * (size_t)c->seq_q * (size_t)c->heads_q * d;
+    const size_t kv_elems = (size_t)c->batch * (size_t)c->capacity * (size_t)c->heads_kv * d;
+    unsigned char *q = random_rows(c->dtype, q_elems), *k = random_rows(c->dtype, kv_elems);
+    unsigned char *v = random_rows(c->dtype, kv_elems);
+    cl_mem q_mem = upload(q, q_elems * esize), k_mem = upload(k, kv_elems * esize), v_mem = upload(v, kv_elems * esize);
+    const size_t o_batch = (size_t)c->seq_q * (size_t)c->heads_q * d * esize, o_bytes = o_batch * (size_t)(c->batch + 2);
+    unsigned char *poison = malloc(o_bytes);
+    memset(poison, 0xff, o_bytes);
+    cl_mem o_mem = upload(poison, o_bytes);
+    free(poison);
+    struct flashcl_attention a = {0};
+    a.batch = c->batch;
+    a.seq_q = c->seq_q;
+    a.seq_kv = c->capacity;
+    a.heads_q = c->heads_q;
+    a.heads_kv = c->heads_kv;
+    a.head_dim = c->head_dim;
+    a.q = flashcl_tensor_bnhd(q_mem, c->dtype, (size_t)c->seq_q, (size_t)c->heads_q, d);
+    a.k = flashcl_tensor_bnhd(k_mem, c->dtype, (size_t)c->capacity, (size_t)c->heads_kv, d);
+    a.v = flashcl_tensor_bnhd(v_mem, c->dtype, (size_t)c->capacity, (size_t)c->heads_kv, d);
+    a.o = flashcl_tensor_bnhd(o_mem, c->dtype, (size_t)c->seq_q, (size_t)c->heads_q, d);
+    a.o.offset = o_batch;
+    a.mask = c->mask;
+    a.window_left = c->mask == FLASHCL_MASK_WINDOW ? c->window_left : 0;
+    a.window_right = c->mask == FLASHCL_MASK_WINDOW ? c->window_right : 0;
+    struct flashcl_kv_lengths kv = {0};
+    cl_mem len_mem = NULL;
+    const int garbage_lens[MAX_SEQS] = {-5, 1 << 30, 7, -1, 3, 3, 3, 3};
+    if (c->device_lengths || garbage) {
+        len_mem = upload(garbage ? garbage_lens : c->lens, MAX_SEQS * sizeof(int));
+        kv.cache_seqlens_mem = len_mem;
+    } else {
+        kv.cache_seqlens = c->lens;
+    }
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(e->ctx, &a, &kv, &t));
+    cl_event done = NULL;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, &done));
+    ck_assert_cl(clWaitForEvents(1, &done));
+    clReleaseEvent(done);
+    size_t got_bytes;
+    unsigned char *o = read_all(o_mem, &got_bytes);
+    for (size_t x = 0; x < o_batch; x++) {
+        ck_assert_msg(o[x] == 0xff, "the guard before O was written");
+        ck_assert_msg(o[o_bytes - 1 - x] == 0xff, "the guard after O was written");
+    }
+    double max_err = 0;
+    if (!garbage) {
+        double atol, rtol, lse_tol;
+        test_tolerance(c->dtype, t.variant, FLASHCL_PRECISION_EXACT, &atol, &rtol, &lse_tol);
+        int left = -1, right = c->mask == FLASHCL_MASK_CAUSAL ? 0 : -1;
+        if (c->mask == FLASHCL_MASK_WINDOW) {
+            left = c->window_left;
+            right = c->window_right;
+        }
+        const size_t group = (size_t)(c->heads_q / c->heads_kv);
+        double *kd = malloc((size_t)c->capacity * d * sizeof(double)), *vd = malloc((size_t)c->capacity * d * sizeof(double));
+        double *scores = malloc((size_t)c->capacity * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
+        for (int b = 0; b < c->batch; b++)
+            for (int h = 0; h < c->heads_q; h++) {
+                const size_t len = (size_t)c->lens[b], hk = (size_t)h / group;
+                for (size_t j = 0; j < len; j++)
+                    for (size_t x = 0; x < d; x++) {
+                        const size_t idx = (((size_t)b * (size_t)c->capacity + j) * (size_t)c->heads_kv + hk) * d + x;
+                        kd[j * d + x] = hostref_load(k, c->dtype, idx);
+                        vd[j * d + x] = hostref_load(v, c->dtype, idx);
+                    }
+                for (size_t i = 0; i < (size_t)c->seq_q; i++) {
+                    const size_t base = (((size_t)b * (size_t)c->seq_q + i) * (size_t)c->heads_q + (size_t)h) * d;
+                    for (size_t x = 0; x < d; x++)
+                        qd[x] = hostref_load(q, c->dtype, base + x);
+                    size_t first, end;
+                    double lse;
+                    hostref_visible_keys(i, (size_t)c->seq_q, len, left, right, &first, &end);
+                    hostref_attention_row_range(qd, kd, vd, first, end, d, 1.0 / sqrt((double)d), ref, &lse, scores);
+                    for (size_t x = 0; x < d; x++) {
+                        const double got = hostref_load(o + o_batch, c->dtype, base + x);
+                        const double err = isnan(got) ? INFINITY : fabs(got - ref[x]);
+                        ck_assert_msg(err <= atol + rtol * fabs(ref[x]), "sequence %d row %zu head %d [%zu] = %.9g, "
+                                      "reference %.9g", b, i, h, x, got, ref[x]);
+                        max_err = fmax(max_err, err);
+                    }
+                }
+            }
+        free(kd);
+        free(vd);
+        free(scores);
+    }
+    printf("%-14s kv cache%s batch %d Nq %d capacity %d d=%d dtype=%d mask=%d: max|err| %.2e\n",
+           flashcl_variant_name(t.variant), garbage ? " (garbage lengths)" : "", c->batch, c->seq_q, c->capacity,
+           c->head_dim, (int)c->dtype, (int)c->mask, max_err);
+    free(o);
+    free(q);
+    free(k);
+    free(v);
+    cl_mem all[] = {q_mem, k_mem, v_mem, o_mem, len_mem};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+}
+
+START_TEST(kv_cache)
+{
+    run_kv(&kv_cases[_i], 600 + (uint64_t)_i, false);
+}
+END_TEST
+
+/* Device lengths past the capacity or below 0 are clamped: O's guards stay poisoned. */
+START_TEST(kv_cache_garbage_lengths)
+{
+    run_kv(&kv_cases[0], 650, true);
+}
+END_TEST
+
+START_TEST(kv_cache_bad_host_lengths)
+{
+    struct test_env *e = test_env_get();
+    cl_int err;
+    cl_mem buf = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 4 * 64 * 2 * 16 * 4, NULL, &err);
+    cl_mem out = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 4 * 64 * 2 * 16 * 4, NULL, &err);
+    struct flashcl_attention a = {0};
+    a.batch = 2;
+    a.seq_q = 1;
+    a.seq_kv = 64;
+    a.heads_q = a.heads_kv = 2;
+    a.head_dim = 16;
+    a.q = flashcl_tensor_bnhd(buf, F32, 1, 2, 16);
+    a.k = a.v = flashcl_tensor_bnhd(buf, F32, 64, 2, 16);
+    a.o = flashcl_tensor_bnhd(out, F32, 1, 2, 16);
+    const int too_long[2] = {3, 65}, negative[2] = {-1, 3};
+    struct flashcl_kv_lengths kv = {0};
+    kv.cache_seqlens = too_long;
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "cache_seqlens[1] = 65"));
+    kv.cache_seqlens = negative;
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
+    kv.cache_seqlens = NULL;
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    kv.cache_seqlens_mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, sizeof(int), NULL, &err);  /* batch 2 needs 2 */
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_ERROR_OUT_OF_BOUNDS);
+    clReleaseMemObject(kv.cache_seqlens_mem);
+    clReleaseMemObject(buf);
+    clReleaseMemObject(out);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("varlen");
@@ -358,6 +529,9 @@ int main(void)
     tcase_add_test(tc, bad_host_offsets);
     tcase_add_test(tc, bad_device_offsets_stay_inside);
     tcase_add_test(tc, varlen_plans_fma_kernels);
+    tcase_add_loop_test(tc, kv_cache, 0, (int)(sizeof(kv_cases) / sizeof(kv_cases[0])));
+    tcase_add_test(tc, kv_cache_garbage_lengths);
+    tcase_add_test(tc, kv_cache_bad_host_lengths);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
