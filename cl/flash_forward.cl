@@ -80,8 +80,8 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
     const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */
 
     const ulong q_base = q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
-    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)start_k * k_ss + (ulong)hk * k_sh;
-    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+    const ulong k_base = k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    const ulong v_base = v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
     const ulong o_base = o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 
     for (int idx = lid; idx < BLOCK_M * HEAD_DIM; idx += WG) {
@@ -109,8 +109,8 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
             const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
             const int key = kb + j;
             const bool in = key < seq_kv;
-            k_tile[j * LDQK + c] = in ? LOAD(k, k_base + (ulong)key * k_ss + c) : 0.0f;
-            v_tile[j * HEAD_DIM + c] = in ? LOAD(v, v_base + (ulong)key * v_ss + c) : 0.0f;
+            k_tile[j * LDQK + c] = in ? LOAD(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
+            v_tile[j * HEAD_DIM + c] = in ? LOAD(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -103,8 +103,8 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
     const int diag = seq_kv - seq_q;
 
     const ulong q_base = q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
-    const ulong k_base = k_off + (ulong)b * k_sb + (ulong)start_k * k_ss + (ulong)hk * k_sh;
-    const ulong v_base = v_off + (ulong)b * v_sb + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+    const ulong k_base = k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    const ulong v_base = v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
     const ulong o_base = o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 
     load_tile(q_tile, BLOCK_M, q, q_base, q_ss, q0, seq_q, scale_log2, lid);
@@ -127,8 +127,16 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
 
     for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's K, V and P are no longer read */
+#if VARLEN == 3  /* rows scattered over pages */
+        for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
+            const int r = idx / HEAD_DIM, c = idx % HEAD_DIM, key = kb + r;
+            k_tile[r * PITCH + c] = key < seq_kv ? LOAD(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
+            v_tile[r * PITCH + c] = key < seq_kv ? LOAD(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
+        }
+#else
         load_tile(k_tile, BLOCK_N, k, k_base, k_ss, kb, seq_kv, 1.0f, lid);
         load_tile(v_tile, BLOCK_N, v, v_base, v_ss, kb, seq_kv, 1.0f, lid);
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* S micro-tile: rows row0 + i, keys kb + tx + 16 j. */

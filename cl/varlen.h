@@ -14,6 +14,11 @@
  * VARLEN 2, a KV cache: rows are dense ([batch, seq, heads, d] views) and
  * cu_k holds each sequence's number of valid keys (of the cache's seq_kv),
  * clamped to 0 .. seq_kv; the queries align to the end of those keys.
+ *
+ * VARLEN 3, a paged KV cache: as 2, but K and V are a pool of num_pages
+ * pages of page_size rows ([num_pages, page_size, heads, d] views) and key j
+ * of sequence b lives in page pages[b * pages_per_seq + j / page_size],
+ * clamped to 0 .. num_pages - 1.
  */
 #ifndef FLASHCL_VARLEN_H
 #define FLASHCL_VARLEN_H
@@ -24,7 +29,9 @@
 
 #if VARLEN
 /* The extra trailing kernel arguments (VARLEN 2 reads cu_k only). */
-#define VARLEN_ARGS , __global const int *cu_q, __global const int *cu_k, int total_q, int total_k
+#define VARLEN_ARGS                                                                                                \
+    , __global const int *cu_q, __global const int *cu_k, int total_q, int total_k, __global const int *pages,      \
+        int page_size, int pages_per_seq, int num_pages
 
 static inline void varlen_sequence(__global const int *cu, int b, int total, int longest, int *start, int *len)
 {
@@ -42,13 +49,25 @@ static inline void varlen_rows(__global const int *cu_q, __global const int *cu_
 #if VARLEN == 1
     varlen_sequence(cu_q, b, total_q, *seq_q, start_q, seq_q);
     varlen_sequence(cu_k, b, total_k, *seq_kv, start_k, seq_kv);
-#else
+#else  /* 2, 3: a cache's lengths */
     *start_q = *start_k = 0;
     *seq_kv = clamp(cu_k[b], 0, *seq_kv);
 #endif
 }
 #else
 #define VARLEN_ARGS
+#endif
+
+/* Element offset of key row `key` of sequence b from the view's base (which
+ * holds b's batch offset except when paged, where the page's does). */
+#if VARLEN == 3
+#define KV_ROW(key, sb, ss)                                                                                          \
+    ((ulong)clamp(pages[b * pages_per_seq + (key) / page_size], 0, num_pages - 1) * (sb) +                          \
+     (ulong)((key) % page_size) * (ss))
+#define KV_BATCH(sb) 0
+#else
+#define KV_ROW(key, sb, ss) ((ulong)(key) * (ss))
+#define KV_BATCH(sb) ((ulong)b * (sb))
 #endif
 
 #endif

@@ -410,16 +410,38 @@ struct flashcl_kv_lengths {
     unsigned char reserved[32];  /* zero */
 };
 
-/* Enqueues attention against a KV cache of per-sequence lengths; otherwise
- * as flashcl_forward (FMA kernels for now: flashcl_forward_kv_cache_config). */
+/* A paged KV cache (vLLM's and FlashAttention's layout): K and V are views
+ * of a pool of num_pages pages of page_size rows each, [num_pages,
+ * page_size, heads_kv, head_dim] (stride_batch steps pages, stride_seq rows
+ * in a page), and key j of sequence b lives in row j % page_size of page
+ * block_table[b * pages_per_seq + j / page_size]; attn.seq_kv must be
+ * pages_per_seq * page_size. Pages may lie in the pool in any order. */
+struct flashcl_kv_pages {
+    int page_size;      /* rows per page, a multiple of 16 */
+    int pages_per_seq;  /* block-table entries per sequence */
+    int num_pages;      /* pages in the pool */
+    /* The block table, batch * pages_per_seq page indices: a host array
+     * (checked: each 0 .. num_pages - 1; copied at the call) or a device
+     * int32 buffer (read unchecked, each index clamped to 0 .. num_pages - 1).
+     * One of the two. */
+    const int *block_table;
+    cl_mem block_table_mem;
+    unsigned char reserved[32];  /* zero */
+};
+
+/* Enqueues attention against a KV cache of per-sequence lengths, contiguous
+ * (pages NULL) or paged; otherwise as flashcl_forward (FMA kernels for now:
+ * flashcl_forward_kv_cache_config says which). */
 FLASHCL_API flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                     const struct flashcl_kv_lengths *lengths,
-                                                    cl_command_queue queue, cl_uint num_wait_events,
-                                                    const cl_event *wait_list, cl_event *event);
+                                                    const struct flashcl_kv_pages *pages, cl_command_queue queue,
+                                                    cl_uint num_wait_events, const cl_event *wait_list,
+                                                    cl_event *event);
 
 struct flashcl_tile;
 FLASHCL_API flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                            const struct flashcl_kv_lengths *lengths,
+                                                           const struct flashcl_kv_pages *pages,
                                                            struct flashcl_tile *out);
 FLASHCL_API flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                          const struct flashcl_varlen *varlen,

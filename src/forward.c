@@ -116,6 +116,10 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
             err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &varlen->cu_k);
             err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->total_q);
             err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->total_k);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), varlen->pages ? &varlen->pages : NULL);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->page_size);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->pages_per_seq);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->num_pages);
         }
         if (err != CL_SUCCESS) {
             st = fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of %s failed", k->entry);

@@ -117,6 +117,8 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
 struct fcl_varlen_args {
     cl_mem cu_q, cu_k;
     cl_int total_q, total_k;
+    cl_mem pages;  /* paged KV caches only */
+    cl_int page_size, pages_per_seq, num_pages;
 };
 
 /* Plans and enqueues a validated forward (varlen NULL: dense), setting a

@@ -163,7 +163,7 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
         return st;
 
     struct fcl_varlen_args args = {varlen->cu_seqlens_q_mem, varlen->cu_seqlens_k_mem, varlen->total_q,
-                                   varlen->total_k};
+                                   varlen->total_k, NULL, 0, 0, 0};
     const bool own_q = varlen->cu_seqlens_q != NULL, own_k = varlen->cu_seqlens_k != NULL;
     if (own_q)
         args.cu_q = upload(ctx, varlen->cu_seqlens_q, attn->batch + 1, &st);
@@ -187,15 +187,66 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
     return st;
 }
 
-/* ---- a KV cache of per-sequence lengths (cl/varlen.h's VARLEN 2) ---- */
+/* ---- a KV cache of per-sequence lengths, contiguous or paged (cl/varlen.h's VARLEN 2 and 3) ---- */
+
+/* The paged layout: the pool's views, the block table, and Q/O apart from the pool. */
+static flashcl_status validate_pages(const flashcl_context *ctx, const struct flashcl_attention *attn,
+                                     const struct flashcl_kv_pages *pg)
+{
+    for (size_t i = 0; i < sizeof(pg->reserved); i++)
+        if (pg->reserved[i])
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "pages.reserved is not zero");
+    if (pg->page_size < 16 || pg->page_size % 16 != 0 || pg->pages_per_seq < 1 || pg->num_pages < 1)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.page_size = %d (a multiple of 16), pages_per_seq = "
+                        "%d and num_pages = %d (each >= 1)", pg->page_size, pg->pages_per_seq, pg->num_pages);
+    if (attn->heads_kv < 1 || attn->heads_q % attn->heads_kv != 0)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.heads_q = %d is not a multiple of attn.heads_kv = %d",
+                        attn->heads_q, attn->heads_kv);
+    if ((long long)pg->page_size * pg->pages_per_seq != attn->seq_kv)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_kv = %d; a paged cache holds pages_per_seq * "
+                        "page_size = %lld keys a sequence", attn->seq_kv, (long long)pg->page_size * pg->pages_per_seq);
+    const long long entries = (long long)attn->batch * pg->pages_per_seq;
+    if (entries > (1 << 30))
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "a block table of %lld entries", entries);
+    if (!pg->block_table == !pg->block_table_mem)
+        return fcl_fail(ctx, pg->block_table ? FLASHCL_INVALID_VALUE : FLASHCL_ERROR_NULL_ARGUMENT,
+                        "pages: give block_table or block_table_mem (%s)", pg->block_table ? "both are set" : "neither is");
+    if (pg->block_table_mem) {
+        const flashcl_status st = check_device_offsets(ctx, "pages.block_table", pg->block_table_mem, (int)entries);
+        if (st != FLASHCL_SUCCESS)
+            return st;
+    } else {
+        for (long long e = 0; e < entries; e++)
+            if (pg->block_table[e] < 0 || pg->block_table[e] >= pg->num_pages)
+                return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "pages.block_table[%lld] = %d; must be 0..%d", e,
+                                pg->block_table[e], pg->num_pages - 1);
+    }
+    /* Q and O as usual (K and V stand in as Q, which overlaps nothing new); the pool apart. */
+    struct flashcl_attention dense = *attn;
+    dense.k = dense.v = attn->q;
+    dense.seq_kv = attn->seq_q;
+    dense.heads_kv = attn->heads_q;
+    flashcl_status st = fcl_validate_attention(ctx, &dense);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    const size_t pool[3] = {(size_t)pg->num_pages, (size_t)pg->page_size, (size_t)attn->heads_kv};
+    const size_t rows_q[3] = {(size_t)attn->batch, (size_t)attn->seq_q, (size_t)attn->heads_q};
+    struct view_spec views[4] = {
+        {"attn.k", &attn->k, {pool[0], pool[1], pool[2]}, (size_t)attn->head_dim},
+        {"attn.v", &attn->v, {pool[0], pool[1], pool[2]}, (size_t)attn->head_dim},
+        {"attn.o", &attn->o, {rows_q[0], rows_q[1], rows_q[2]}, (size_t)attn->head_dim},
+        {"attn.lse", &attn->lse, {rows_q[0], rows_q[1], rows_q[2]}, 1},
+    };
+    return fcl_validate_views(ctx, views, attn->lse.mem ? 4 : 3, 2);
+}
 
 static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const struct flashcl_attention *attn,
-                                          const struct flashcl_kv_lengths *kv)
+                                          const struct flashcl_kv_lengths *kv, const struct flashcl_kv_pages *pages)
 {
     for (size_t i = 0; i < sizeof(kv->reserved); i++)
         if (kv->reserved[i])
             return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "lengths.reserved is not zero");
-    flashcl_status st = fcl_validate_attention(ctx, attn);
+    flashcl_status st = pages ? validate_pages(ctx, attn, pages) : fcl_validate_attention(ctx, attn);
     if (st != FLASHCL_SUCCESS)
         return st;
     if (!kv->cache_seqlens == !kv->cache_seqlens_mem)
@@ -212,15 +263,16 @@ static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const stru
 }
 
 flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struct flashcl_attention *attn,
-                                               const struct flashcl_kv_lengths *lengths, struct flashcl_tile *out)
+                                               const struct flashcl_kv_lengths *lengths,
+                                               const struct flashcl_kv_pages *pages, struct flashcl_tile *out)
 {
     fcl_clear_error();
     if (!ctx || !attn || !lengths || !out)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
                         !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "out");
-    flashcl_status st = validate_kv_lengths(ctx, attn, lengths);
+    flashcl_status st = validate_kv_lengths(ctx, attn, lengths, pages);
     struct problem p;
-    varlen_problem(attn, 2, &p);
+    varlen_problem(attn, pages ? 3 : 2, &p);
     struct plan plan;
     if (st == FLASHCL_SUCCESS)
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
@@ -230,28 +282,45 @@ flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struc
 }
 
 flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
-                                        const struct flashcl_kv_lengths *lengths, cl_command_queue queue,
-                                        cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
+                                        const struct flashcl_kv_lengths *lengths, const struct flashcl_kv_pages *pages,
+                                        cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
+                                        cl_event *event)
 {
     fcl_clear_error();
     if (!ctx || !attn || !lengths || !queue)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
                         !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "queue");
-    flashcl_status st = validate_kv_lengths(ctx, attn, lengths);
-    if (st == FLASHCL_SUCCESS)
-        st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
+    flashcl_status st = validate_kv_lengths(ctx, attn, lengths, pages);
+    if (st == FLASHCL_SUCCESS) {
+        /* fcl_check_call validates attn as dense: for a paged cache, its checks of K and V are the pool's, done. */
+        struct flashcl_attention dense = *attn;
+        if (pages) {
+            dense.k = dense.v = attn->q;
+            dense.seq_kv = attn->seq_q;
+            dense.heads_kv = attn->heads_q;
+        }
+        st = fcl_check_call(ctx, &dense, queue, num_wait_events, wait_list);
+    }
     if (st != FLASHCL_SUCCESS)
         return st;
-    const bool own = lengths->cache_seqlens != NULL;
-    cl_mem mem = own ? upload(ctx, lengths->cache_seqlens, attn->batch, &st) : lengths->cache_seqlens_mem;
+    const bool own_lengths = lengths->cache_seqlens != NULL, own_table = pages && pages->block_table;
+    cl_mem len_mem = own_lengths ? upload(ctx, lengths->cache_seqlens, attn->batch, &st) : lengths->cache_seqlens_mem;
+    cl_mem table = NULL;
+    if (pages)
+        table = own_table && st == FLASHCL_SUCCESS
+                    ? upload(ctx, pages->block_table, attn->batch * pages->pages_per_seq, &st)
+                    : pages->block_table_mem;
     if (st == FLASHCL_SUCCESS) {
-        /* cl/varlen.h's arguments: VARLEN 2 reads the lengths as cu_k; cu_q is not read. */
-        const struct fcl_varlen_args args = {mem, mem, 0, 0};
+        /* cl/varlen.h's arguments: the lengths in cu_k (cu_q is not read), the pages for VARLEN 3. */
+        const struct fcl_varlen_args args = {len_mem, len_mem, 0, 0, table, pages ? pages->page_size : 0,
+                                             pages ? pages->pages_per_seq : 0, pages ? pages->num_pages : 0};
         struct problem p;
-        varlen_problem(attn, 2, &p);
+        varlen_problem(attn, pages ? 3 : 2, &p);
         st = fcl_forward_planned(ctx, attn, &p, &args, queue, num_wait_events, wait_list, event);
     }
-    if (own && mem)
-        clReleaseMemObject(mem);
+    if (own_lengths && len_mem)
+        clReleaseMemObject(len_mem);
+    if (own_table && table)
+        clReleaseMemObject(table);
     return st;
 }

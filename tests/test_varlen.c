@@ -359,6 +359,8 @@ struct kv_case {
     enum flashcl_mask mask;
     int window_left, window_right;
     int device_lengths;
+    int page_size;   /* 0: contiguous; else a paged pool, pages shuffled */
+    int host_table;  /* the block table from the host (else a device buffer) */
 };
 
 static const struct kv_case kv_cases[] = {
@@ -366,10 +368,18 @@ static const struct kv_case kv_cases[] = {
     {3, 5, 48, {5, 17, 48}, 2, 1, 64, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1},       /* chunked prefill */
     {2, 3, 40, {3, 33}, 2, 2, 24, BF16, FLASHCL_MASK_WINDOW, 6, 0},
     {2, 8, 20, {2, 20}, 2, 2, 16, F32, FLASHCL_MASK_CAUSAL},                    /* rows with no key */
+    {3, 1, 64, {0, 17, 64}, 4, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1},    /* paged decode */
+    {2, 4, 96, {40, 96}, 2, 1, 64, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, 32, 0},     /* paged, device table */
 };
 
-/* Runs a KV-cache case (garbage device lengths when `garbage`) and checks it; O has a guard batch on each side. */
-static void run_kv(const struct kv_case *c, uint64_t seed, bool garbage)
+static int gcd(int a, int b)
+{
+    return b ? gcd(b, a % b) : a;
+}
+
+/* Runs a KV-cache case on ctx (NULL: the shared one; garbage device lengths
+ * when `garbage`) and checks it; O has a guard batch on each side. */
+static void run_kv(flashcl_context *ctx, const struct kv_case *c, uint64_t seed, bool garbage)
 {
     struct test_env *e = test_env_get();
     rng_seed(seed);
@@ -378,7 +388,34 @@ static void run_kv(const struct kv_case *c, uint64_t seed, bool garbage)
     const size_t kv_elems = (size_t)c->batch * (size_t)c->capacity * (size_t)c->heads_kv * d;
     unsigned char *q = random_rows(c->dtype, q_elems), *k = random_rows(c->dtype, kv_elems);
     unsigned char *v = random_rows(c->dtype, kv_elems);
-    cl_mem q_mem = upload(q, q_elems * esize), k_mem = upload(k, kv_elems * esize), v_mem = upload(v, kv_elems * esize);
+    cl_mem q_mem = upload(q, q_elems * esize), k_mem, v_mem;
+    /* Paged: the logical [batch, capacity] rows scattered over a pool of pages in shuffled order (one spare page). */
+    const int pages_per_seq = c->page_size ? c->capacity / c->page_size : 0, num_pages = c->batch * pages_per_seq + 1;
+    int table[MAX_SEQS * 16] = {0};
+    if (c->page_size) {
+        int step = 7;  /* a step prime to num_pages walks a permutation (skipping one page) */
+        while (gcd(step, num_pages) != 1)
+            step++;
+        for (int entry = 0; entry < c->batch * pages_per_seq; entry++)
+            table[entry] = (entry * step + 3) % num_pages;
+        const size_t row = (size_t)c->heads_kv * d * esize, page = (size_t)c->page_size * row;
+        unsigned char *pk = calloc((size_t)num_pages, page), *pv = calloc((size_t)num_pages, page);
+        for (int b = 0; b < c->batch; b++)
+            for (int j = 0; j < c->capacity; j++) {
+                const size_t dst = (size_t)table[b * pages_per_seq + j / c->page_size] * page +
+                                   (size_t)(j % c->page_size) * row;
+                const size_t src = ((size_t)b * (size_t)c->capacity + (size_t)j) * row;
+                memcpy(pk + dst, k + src, row);
+                memcpy(pv + dst, v + src, row);
+            }
+        k_mem = upload(pk, (size_t)num_pages * page);
+        v_mem = upload(pv, (size_t)num_pages * page);
+        free(pk);
+        free(pv);
+    } else {
+        k_mem = upload(k, kv_elems * esize);
+        v_mem = upload(v, kv_elems * esize);
+    }
     const size_t o_batch = (size_t)c->seq_q * (size_t)c->heads_q * d * esize, o_bytes = o_batch * (size_t)(c->batch + 2);
     unsigned char *poison = malloc(o_bytes);
     memset(poison, 0xff, o_bytes);
@@ -392,8 +429,23 @@ static void run_kv(const struct kv_case *c, uint64_t seed, bool garbage)
     a.heads_kv = c->heads_kv;
     a.head_dim = c->head_dim;
     a.q = flashcl_tensor_bnhd(q_mem, c->dtype, (size_t)c->seq_q, (size_t)c->heads_q, d);
-    a.k = flashcl_tensor_bnhd(k_mem, c->dtype, (size_t)c->capacity, (size_t)c->heads_kv, d);
-    a.v = flashcl_tensor_bnhd(v_mem, c->dtype, (size_t)c->capacity, (size_t)c->heads_kv, d);
+    const size_t kv_rows = c->page_size ? (size_t)c->page_size : (size_t)c->capacity;  /* a page's, or a sequence's */
+    a.k = flashcl_tensor_bnhd(k_mem, c->dtype, kv_rows, (size_t)c->heads_kv, d);
+    a.v = flashcl_tensor_bnhd(v_mem, c->dtype, kv_rows, (size_t)c->heads_kv, d);
+    struct flashcl_kv_pages pages = {0};
+    cl_mem table_mem = NULL;
+    if (c->page_size) {
+        pages.page_size = c->page_size;
+        pages.pages_per_seq = pages_per_seq;
+        pages.num_pages = num_pages;
+        if (c->host_table) {
+            pages.block_table = table;
+        } else {
+            table_mem = upload(table, (size_t)(c->batch * pages_per_seq) * sizeof(int));
+            pages.block_table_mem = table_mem;
+        }
+    }
+    const struct flashcl_kv_pages *paged = c->page_size ? &pages : NULL;
     a.o = flashcl_tensor_bnhd(o_mem, c->dtype, (size_t)c->seq_q, (size_t)c->heads_q, d);
     a.o.offset = o_batch;
     a.mask = c->mask;
@@ -409,9 +461,11 @@ static void run_kv(const struct kv_case *c, uint64_t seed, bool garbage)
         kv.cache_seqlens = c->lens;
     }
     struct flashcl_tile t;
-    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(e->ctx, &a, &kv, &t));
+    if (!ctx)
+        ctx = e->ctx;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &a, &kv, paged, &t));
     cl_event done = NULL;
-    ck_assert_flashcl_ok(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, &done));
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache(ctx, &a, &kv, paged, e->queue, 0, NULL, &done));
     ck_assert_cl(clWaitForEvents(1, &done));
     clReleaseEvent(done);
     size_t got_bytes;
@@ -462,14 +516,14 @@ static void run_kv(const struct kv_case *c, uint64_t seed, bool garbage)
         free(vd);
         free(scores);
     }
-    printf("%-14s kv cache%s batch %d Nq %d capacity %d d=%d dtype=%d mask=%d: max|err| %.2e\n",
-           flashcl_variant_name(t.variant), garbage ? " (garbage lengths)" : "", c->batch, c->seq_q, c->capacity,
-           c->head_dim, (int)c->dtype, (int)c->mask, max_err);
+    printf("%-14s kv cache%s%s batch %d Nq %d capacity %d d=%d dtype=%d mask=%d: max|err| %.2e\n",
+           flashcl_variant_name(t.variant), c->page_size ? ", paged" : "", garbage ? " (garbage lengths)" : "",
+           c->batch, c->seq_q, c->capacity, c->head_dim, (int)c->dtype, (int)c->mask, max_err);
     free(o);
     free(q);
     free(k);
     free(v);
-    cl_mem all[] = {q_mem, k_mem, v_mem, o_mem, len_mem};
+    cl_mem all[] = {q_mem, k_mem, v_mem, o_mem, len_mem, table_mem};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -477,14 +531,17 @@ static void run_kv(const struct kv_case *c, uint64_t seed, bool garbage)
 
 START_TEST(kv_cache)
 {
-    run_kv(&kv_cases[_i], 600 + (uint64_t)_i, false);
+    run_kv(NULL, &kv_cases[_i], 600 + (uint64_t)_i, false);
+    run_kv(test_context_with_options("tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
+           &kv_cases[_i], 610 + (uint64_t)_i, false);
 }
 END_TEST
 
 /* Device lengths past the capacity or below 0 are clamped: O's guards stay poisoned. */
 START_TEST(kv_cache_garbage_lengths)
 {
-    run_kv(&kv_cases[0], 650, true);
+    run_kv(NULL, &kv_cases[0], 650, true);
+    run_kv(NULL, &kv_cases[5], 651, true);  /* paged */
 }
 END_TEST
 
@@ -506,15 +563,38 @@ START_TEST(kv_cache_bad_host_lengths)
     const int too_long[2] = {3, 65}, negative[2] = {-1, 3};
     struct flashcl_kv_lengths kv = {0};
     kv.cache_seqlens = too_long;
-    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, NULL, e->queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
     ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "cache_seqlens[1] = 65"));
     kv.cache_seqlens = negative;
-    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, NULL, e->queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
     kv.cache_seqlens = NULL;
-    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, NULL, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_NULL_ARGUMENT);
     kv.cache_seqlens_mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, sizeof(int), NULL, &err);  /* batch 2 needs 2 */
-    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, e->queue, 0, NULL, NULL), FLASHCL_ERROR_OUT_OF_BOUNDS);
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, NULL, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_OUT_OF_BOUNDS);
     clReleaseMemObject(kv.cache_seqlens_mem);
+
+    /* Paged: a page index outside the pool, a page size that is no multiple of 16, a capacity that disagrees. */
+    const int lengths[2] = {3, 5}, bad_table[8] = {0, 1, 2, 3, 4, 5, 6, 9};
+    kv.cache_seqlens_mem = NULL;
+    kv.cache_seqlens = lengths;
+    struct flashcl_kv_pages pages = {0};
+    pages.page_size = 16;
+    pages.pages_per_seq = 4;
+    pages.num_pages = 8;
+    pages.block_table = bad_table;
+    a.k = a.v = flashcl_tensor_bnhd(buf, F32, 16, 2, 16);  /* the pool: [8, 16, 2, 16] */
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
+                     FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "block_table[7] = 9"));
+    pages.page_size = 24;
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_INVALID_SHAPE);
+    pages.page_size = 16;
+    pages.pages_per_seq = 3;  /* 48 keys, but attn.seq_kv says 64 */
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_INVALID_SHAPE);
     clReleaseMemObject(buf);
     clReleaseMemObject(out);
 }
