@@ -1,0 +1,227 @@
+/* Fuzzers of what parses untrusted input. The call validator: random attention calls (small dims, random
+ * strides including 0, offsets, dtypes, buffers shared between views, LSE
+ * or not) are validated by the library (flashcl_forward_config, which
+ * enqueues nothing) and, independently, by brute force here: every element
+ * of every view inside its buffer, no output element written twice, no
+ * output byte shared with any other view. The library may refuse a safe call
+ * (its overlap rule is a sufficient test) but must never accept an unsafe
+ * one. The kernel_options parser and the tuning-file reader: random and
+ * mutated text must give a status (or a WARN), never a crash or a hang; CI
+ * runs them under ASan too. FLASHCL_FUZZ_ITERATIONS sets the validator's
+ * count (CI runs the default). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define MAX_BUFFERS 3
+#define MAX_BYTES 6000
+
+struct fuzz_view {
+    const char *name;
+    const flashcl_tensor *t;
+    size_t count[3], dim;  /* batch, seq, head; last dim */
+    int buffer;
+};
+
+static int pick(int lo, int hi)
+{
+    return lo + (int)rng_uniform(0, hi - lo + 1 - 1e-9);
+}
+
+/* Marks the bytes of every element of v in `owner` (per byte: 0 none, 1 an
+ * input's, 2 an output's). False when an element leaves the buffer or is
+ * misaligned; *overlap when an output byte meets any marked byte. */
+static bool brute_force_view(const struct fuzz_view *v, bool output, size_t buffer_bytes, unsigned char *owner,
+                             bool *overlap)
+{
+    const size_t esize = flashcl_dtype_size(v->t->dtype);
+    if (esize == 0 || v->t->offset % esize)
+        return false;
+    for (size_t b = 0; b < v->count[0]; b++)
+        for (size_t n = 0; n < v->count[1]; n++)
+            for (size_t h = 0; h < v->count[2]; h++)
+                for (size_t e = 0; e < v->dim; e++) {
+                    const size_t elem = v->t->offset / esize + b * v->t->stride_batch + n * v->t->stride_seq +
+                                        h * v->t->stride_head + e;
+                    if ((elem + 1) * esize > buffer_bytes)
+                        return false;
+                    for (size_t x = elem * esize; x < (elem + 1) * esize; x++) {
+                        if (output && owner[x])
+                            *overlap = true;  /* written twice, or where another view lies */
+                        if (output || !owner[x])
+                            owner[x] = output ? 2 : 1;
+                    }
+                }
+    return true;
+}
+
+START_TEST(validator_never_accepts_an_unsafe_call)
+{
+    struct test_env *e = test_env_get();
+    const char *env = getenv("FLASHCL_FUZZ_ITERATIONS");
+    const long iterations = env ? atol(env) : 3000;
+    cl_int err;
+    cl_mem buffers[MAX_BUFFERS];
+    size_t sizes[MAX_BUFFERS];
+    for (int i = 0; i < MAX_BUFFERS; i++) {
+        sizes[i] = (size_t)(MAX_BYTES / (i + 1));
+        buffers[i] = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, sizes[i], NULL, &err);
+        ck_assert_ptr_nonnull(buffers[i]);
+    }
+    rng_seed(20261129);
+    long accepted = 0, refused_safe = 0, unsafe = 0;
+    unsigned char *owner = malloc(MAX_BYTES);
+    for (long it = 0; it < iterations; it++) {
+        struct flashcl_attention a = {0};
+        a.batch = pick(1, 3);
+        a.seq_q = pick(1, 6);
+        a.seq_kv = pick(1, 6);
+        a.heads_kv = pick(1, 2);
+        a.heads_q = a.heads_kv * pick(1, 2);
+        a.head_dim = pick(1, 8);
+        a.mask = (enum flashcl_mask)pick(0, 1);
+        const flashcl_dtype dtype = (flashcl_dtype)pick(1, 3);
+        flashcl_tensor *ts[5] = {&a.q, &a.k, &a.v, &a.o, &a.lse};
+        int buffer_of[5];
+        const bool with_lse = pick(0, 1);
+        for (int i = 0; i < 5; i++) {
+            flashcl_tensor *t = ts[i];
+            buffer_of[i] = pick(0, MAX_BUFFERS - 1);
+            t->mem = buffers[buffer_of[i]];
+            t->dtype = i == 4 ? FLASHCL_F32 : dtype;
+            const size_t esize = flashcl_dtype_size(t->dtype);
+            /* Mostly plausible layouts, sometimes anything (0 strides, overlaps, odd offsets). */
+            const int d = i == 4 ? 1 : a.head_dim;
+            const bool wild = pick(0, 3) == 0;
+            t->stride_head = wild ? (size_t)pick(0, 12) : (size_t)d;
+            t->stride_seq = wild ? (size_t)pick(0, 40) : (size_t)d * (size_t)(i == 1 || i == 2 ? a.heads_kv : a.heads_q);
+            t->stride_batch = wild ? (size_t)pick(0, 200) : t->stride_seq * (size_t)(i == 1 || i == 2 ? a.seq_kv : a.seq_q);
+            t->offset = (size_t)pick(0, 400) * (pick(0, 5) == 0 ? 1 : esize);
+        }
+        if (!with_lse)
+            a.lse.mem = NULL;
+
+        struct flashcl_tile tile;
+        const bool library_accepts = flashcl_forward_config(e->ctx, &a, &tile) == FLASHCL_SUCCESS;
+
+        /* The independent judgement: inputs first, then outputs, per buffer. */
+        const size_t hq = (size_t)a.heads_q, hk = (size_t)a.heads_kv, d = (size_t)a.head_dim;
+        const struct fuzz_view views[5] = {
+            {"q", &a.q, {(size_t)a.batch, (size_t)a.seq_q, hq}, d, buffer_of[0]},
+            {"k", &a.k, {(size_t)a.batch, (size_t)a.seq_kv, hk}, d, buffer_of[1]},
+            {"v", &a.v, {(size_t)a.batch, (size_t)a.seq_kv, hk}, d, buffer_of[2]},
+            {"o", &a.o, {(size_t)a.batch, (size_t)a.seq_q, hq}, d, buffer_of[3]},
+            {"lse", &a.lse, {(size_t)a.batch, (size_t)a.seq_q, hq}, 1, buffer_of[4]},
+        };
+        bool safe = true;
+        const int n_views = with_lse ? 5 : 4;
+        for (int buf = 0; buf < MAX_BUFFERS && safe; buf++) {
+            memset(owner, 0, MAX_BYTES);
+            bool overlap = false;
+            /* Inputs first (they may share bytes), then outputs (which may share none). */
+            for (int pass = 0; pass < 2 && safe; pass++)
+                for (int i = 0; i < n_views && safe; i++)
+                    if (views[i].buffer == buf && (i >= 3) == (pass == 1))
+                        safe = brute_force_view(&views[i], i >= 3, sizes[buf], owner, &overlap);
+            safe = safe && !overlap;
+        }
+        if (library_accepts && !safe) {
+            unsafe++;
+            ck_abort_msg("iteration %ld: the library accepted an unsafe call (batch %d, seq %d/%d, heads %d/%d, d %d, "
+                         "o strides %zu/%zu/%zu offset %zu)", it, a.batch, a.seq_q, a.seq_kv, a.heads_q, a.heads_kv,
+                         a.head_dim, a.o.stride_batch, a.o.stride_seq, a.o.stride_head, a.o.offset);
+        }
+        accepted += library_accepts;
+        refused_safe += !library_accepts && safe;
+    }
+    printf("validator fuzz: %ld calls, %ld accepted (all safe), %ld safe calls refused (the conservative overlap rule "
+           "or other checks), %ld unsafe accepted\n", iterations, accepted, refused_safe, unsafe);
+    ck_assert_int_gt(accepted, iterations / 20);  /* the generator does produce valid calls */
+    free(owner);
+    for (int i = 0; i < MAX_BUFFERS; i++)
+        clReleaseMemObject(buffers[i]);
+}
+END_TEST
+
+/* Random text, biased toward the parsers' own words and separators. */
+static void random_text(char *buf, size_t size)
+{
+    static const char *const words[] = {"portable", "register-tiled", "tensor-core", "tf32", "backward", "block_m",
+                                        "block_n", "warps", "m_tiles", "off", "=", ":", ";", ",", "16", "-1", "999999999999",
+                                        "device=", "driver=", "flashcl=", "kind=forward", "kind=local_mem", "|", "\n",
+                                        "mask=causal", "d=64", "dtype=f16", "bytes=", "flashcl-tuning 2\n", "#", " "};
+    size_t used = 0;
+    const int n = pick(0, 24);
+    for (int i = 0; i < n && used + 1 < size; i++) {
+        const char *w = words[pick(0, (int)(sizeof(words) / sizeof(words[0])) - 1)];
+        char random_bytes[4] = {(char)pick(1, 255), (char)pick(1, 255), 0, 0};
+        const char *piece = pick(0, 9) == 0 ? random_bytes : w;
+        const int written = snprintf(buf + used, size - used, "%s", piece);
+        used += written > 0 ? (size_t)written : 0;
+    }
+    if (used >= size)
+        used = size - 1;
+    buf[used] = '\0';
+}
+
+START_TEST(parsers_take_any_text)
+{
+    struct test_env *e = test_env_get();
+    rng_seed(4242);
+    char text[1600];
+    int refused = 0;
+    for (int it = 0; it < 300; it++) {
+        random_text(text, sizeof(text));
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.kernel_options = text;
+        p.tuning_file = "";
+        flashcl_context *ctx = NULL;
+        const flashcl_status st = flashcl_context_create(&p, &ctx);
+        ck_assert_msg(st == FLASHCL_SUCCESS || st == FLASHCL_ERROR_INVALID_CONFIG, "\"%s\": %s", text,
+                      flashcl_status_name(st));
+        refused += st != FLASHCL_SUCCESS;
+        flashcl_context_destroy(&ctx);
+    }
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/flashcl-fuzz-tuning-%ld.txt", (long)getpid());
+    for (int it = 0; it < 200; it++) {
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        fputs("flashcl-tuning 2\n", f);
+        for (int line = 0; line < 4; line++) {
+            random_text(text, sizeof(text));
+            fputs(text, f);
+            fputc('\n', f);
+        }
+        fclose(f);
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.tuning_file = path;
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));  /* a bad file is a WARN, never a failure */
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
+        flashcl_context_destroy(&ctx);
+    }
+    unlink(path);
+    printf("parser fuzz: 300 option strings (%d refused, the rest accepted), 200 tuning files read\n", refused);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("fuzz_validate");
+    TCase *tc = tcase_create("validator");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, validator_never_accepts_an_unsafe_call);
+    tcase_add_test(tc, parsers_take_any_text);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
