@@ -49,6 +49,7 @@
 #include "block_order.h"
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 #include "varlen.h"    /* VARLEN: packed sequences of different lengths */
+#include "split.h"     /* SPLIT: split-KV partials, merged by flash_forward_combine */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -56,7 +57,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
                    __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
                    __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                    __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                   int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS)
+                   int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local float q_tile[BLOCK_M * LDQK];
     __local float k_tile[BLOCK_N * LDQK];
@@ -68,7 +69,13 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
     const int tm = lid / TN;
     const int tn = lid % TN;
     int qb, h, b;
+#if SPLIT
+    int split;
+    split_coordinates(WINDOW_RIGHT >= 0, n_splits, &qb, &split, &h, &b);
+#else
     block_coordinates(WINDOW_RIGHT >= 0, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
+#endif
+    const int rows_grid = seq_q;  /* the grid's rows (the longest sequence's, varlen) */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
 #if VARLEN
@@ -100,8 +107,11 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
 
     /* A group past its sequence's rows (varlen) streams no keys and stores nothing; it still reaches
      * every barrier, as the whole group must. */
-    const int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
-    const int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+    int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
+    int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+#if SPLIT
+    split_keys(split, n_splits, &kv_begin, &kv_end);
+#endif
 
     for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* previous block's tiles are no longer read */
@@ -205,12 +215,23 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
         const float inv_l = l_row > 0.0f ? 1.0f / l_row : 0.0f;
         for (int c = 0; c < CD; c++) {
             const int col = tn + TN * c;
-            if (col < HEAD_DIM)
+            if (col < HEAD_DIM) {
+#if SPLIT
+                part[split_part(split, b, h, row, rows_grid) + (ulong)col] = acc[r][c] * inv_l;
+#else
                 STORE(o, o_base + (ulong)row * o_ss + col, acc[r][c] * inv_l);
+#endif
+            }
         }
-        if (has_lse && tn == 0) {
-            const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
+        const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
+#if SPLIT
+        if (tn == 0)
+            part[split_part(split, b, h, row, rows_grid) + HEAD_DIM] = lse_row;
+#else
+        if (has_lse && tn == 0)
             lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
-        }
+#endif
     }
 }
+
+#include "split_combine.h"

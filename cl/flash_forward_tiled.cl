@@ -57,6 +57,7 @@
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 #include "varlen.h"    /* VARLEN: packed sequences of different lengths */
+#include "split.h"     /* SPLIT: split-KV partials, merged by flash_forward_combine */
 #include "block_order.h"
 
 /* rows x HEAD_DIM of a [seq, d] slice into a tile of pitch PITCH (times
@@ -77,7 +78,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
                          __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
                          __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                          __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                         int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS)
+                         int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local float q_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
     __local float k_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
@@ -91,7 +92,13 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
     const int tx = (warp & 1) * 8 + (lane & 7);     /* 0..15 */
     const int row0 = ty * RM;                       /* first of this work-item's rows in the block */
     int qb, h, b;
+#if SPLIT
+    int split;
+    split_coordinates(WINDOW_RIGHT >= 0, n_splits, &qb, &split, &h, &b);
+#else
     block_coordinates(WINDOW_RIGHT >= 0, 0, &qb, &h, &b);  /* heaviest query blocks first when causal */
+#endif
+    const int rows_grid = seq_q;  /* the grid's rows (the longest sequence's, varlen) */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
 #if VARLEN
@@ -122,8 +129,11 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
 
     /* A group past its sequence's rows (varlen) streams no keys and stores nothing; it still reaches
      * every barrier, as the whole group must. */
-    const int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
-    const int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+    int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
+    int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+#if SPLIT
+    split_keys(split, n_splits, &kv_begin, &kv_end);
+#endif
 
     for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's K, V and P are no longer read */
@@ -258,14 +268,25 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
             const int c4 = tx + 16 * c;
             if (D4 % 16 == 0 || c4 < D4) {
                 const float4 out = acc[i][c] * inv_l;
+#if SPLIT
+                vstore4(out, 0, part + split_part(split, b, h, row, rows_grid) + 4 * c4);
+#else
                 STORE(o, dst + 4 * c4, out.x);
                 STORE(o, dst + 4 * c4 + 1, out.y);
                 STORE(o, dst + 4 * c4 + 2, out.z);
                 STORE(o, dst + 4 * c4 + 3, out.w);
+#endif
             }
         }
+        const float lse_row = l_row > 0.0f ? (m[i] + log2(l_row)) * M_LN2_F : -INFINITY;
+#if SPLIT
+        if (tx == 0)
+            part[split_part(split, b, h, row, rows_grid) + HEAD_DIM] = lse_row;
+#else
         if (has_lse && tx == 0)
-            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] =
-                l_row > 0.0f ? (m[i] + log2(l_row)) * M_LN2_F : -INFINITY;
+            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
+#endif
     }
 }
+
+#include "split_combine.h"

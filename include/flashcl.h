@@ -566,7 +566,8 @@ struct flashcl_tile {
     int block_n;        /* keys per streamed K/V block */
     int workgroup_size; /* work-items per work-group */
     size_t local_bytes; /* local memory the kernel declares */
-    unsigned char reserved[32];  /* written as zero; room for later fields */
+    int splits;         /* split-KV: work-groups sharing a query block's keys, merged after (1: none) */
+    unsigned char reserved[28];  /* written as zero; room for later fields */
 };
 
 /* The FMA kernel (register-tiled or portable) and its tile for this

@@ -116,8 +116,10 @@ static flashcl_status query_device(flashcl_context *ctx)
                            &ctx->global_mem_size, NULL);
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(dev->max_workgroup),
                            &dev->max_workgroup, NULL);
-    cl_uint align_bits = 0;
+    cl_uint align_bits = 0, units = 0;
     err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(align_bits), &align_bits, NULL);
+    err |= clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(units), &units, NULL);
+    dev->compute_units = (int)units;
     if (err != CL_SUCCESS)
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "cannot query the device (is it a valid cl_device_id?)");
     dev->reported_local = (size_t)local;

@@ -64,6 +64,12 @@ void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *
     const enum flashcl_mask mask = fcl_attention_mask(attn);
     *left = mask == FLASHCL_MASK_WINDOW ? attn->window_left : -1;
     *right = mask == FLASHCL_MASK_WINDOW ? attn->window_right : mask == FLASHCL_MASK_CAUSAL ? 0 : -1;
+    /* A window no row can reach past is no limit: unlimited, so the kernels' int sums cannot wrap (and a
+     * huge window builds the program of none). Row i's diagonal lies in [seq_kv - seq_q, seq_kv - 1]. */
+    if (*left >= attn->seq_kv)
+        *left = -1;
+    if (*right >= attn->seq_q)
+        *right = -1;
 }
 
 cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize)
@@ -76,9 +82,43 @@ cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t
     return err;
 }
 
-/* Builds (once) and enqueues the planned kernel. Every forward kernel takes
- * the same arguments; they differ in source and shape. Caller has validated
- * the call. */
+/* cl/varlen.h's eight trailing arguments, from *arg on. */
+static cl_int set_varlen_args(cl_kernel kernel, cl_uint *arg, const struct fcl_varlen_args *v)
+{
+    cl_int err = clSetKernelArg(kernel, (*arg)++, sizeof(cl_mem), &v->cu_q);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_mem), &v->cu_k);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &v->total_q);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &v->total_k);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_mem), v->pages ? &v->pages : NULL);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &v->page_size);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &v->pages_per_seq);
+    return err | clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &v->num_pages);
+}
+
+/* flash_forward_combine's arguments (cl/split_combine.h). */
+static cl_int set_combine_args(cl_kernel kernel, const struct flashcl_attention *attn, cl_mem part, cl_int splits,
+                               const struct fcl_varlen_args *varlen)
+{
+    const cl_int has_lse = attn->lse.mem != NULL, rows = attn->seq_q, heads = attn->heads_q, batch = attn->batch;
+    const cl_int seq_kv = attn->seq_kv;
+    cl_uint arg = 0;
+    cl_int err = clSetKernelArg(kernel, arg++, sizeof(cl_mem), &part);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &splits);
+    err |= fcl_set_view_args(kernel, &arg, &attn->o, flashcl_dtype_size(attn->o.dtype));
+    err |= fcl_set_view_args(kernel, &arg, &attn->lse, sizeof(float));
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &has_lse);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &rows);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &heads);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &batch);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
+    if (varlen)
+        err |= set_varlen_args(kernel, &arg, varlen);
+    return err;
+}
+
+/* Builds (once) and enqueues the planned kernel (and, split-KV, the step
+ * that merges its partials). Every forward kernel takes the same arguments;
+ * they differ in source and shape. Caller has validated the call. */
 static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                       const struct plan *plan, const struct fcl_varlen_args *varlen,
                                       cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
@@ -90,15 +130,34 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const cl_int seq_q = attn->seq_q, seq_kv = attn->seq_kv;
     const cl_int group = attn->heads_q / attn->heads_kv;
     const size_t esize = flashcl_dtype_size(attn->q.dtype);
+    const bool split = plan->splits > 1;
+    const cl_int splits = plan->splits;
 
     const size_t n_qblocks = ((size_t)attn->seq_q + (size_t)plan->block_m - 1) / (size_t)plan->block_m;
     const size_t local[3] = {(size_t)plan->workgroup, 1, 1};
-    const size_t global[3] = {n_qblocks * local[0], (size_t)attn->heads_q, (size_t)attn->batch};
+    const size_t global[3] = {n_qblocks * local[0] * (size_t)plan->splits, (size_t)attn->heads_q,
+                              (size_t)attn->batch};
+    const size_t combine_global[3] = {((size_t)attn->seq_q + 63) / 64 * 64, (size_t)attn->heads_q,
+                                      (size_t)attn->batch};
+
+    /* The partials: d + 1 floats per (split, sequence, head, row); the call's own, released once enqueued. */
+    cl_mem part = NULL;
+    if (split) {
+        const size_t floats = (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q * (size_t)attn->seq_q *
+                              ((size_t)attn->head_dim + 1);
+        cl_int err;
+        part = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
+        if (!part)
+            return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte split-KV workspace "
+                            "failed (%d)", floats * sizeof(float), err);
+    }
 
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
-    cl_kernel kernel;
+    cl_kernel kernel, combine = NULL;
     flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->entry, plan->options, &kernel);
+    if (st == FLASHCL_SUCCESS && split)
+        st = fcl_program_get_kernel(ctx, k->source, k->combine, plan->options, &combine);
     if (st == FLASHCL_SUCCESS) {
         cl_uint arg = 0;
         cl_int err = fcl_set_view_args(kernel, &arg, &attn->q, esize);
@@ -111,33 +170,45 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &group);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_float), &scale_log2);
-        if (varlen) {  /* cl/varlen.h's trailing arguments */
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &varlen->cu_q);
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &varlen->cu_k);
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->total_q);
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->total_k);
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), varlen->pages ? &varlen->pages : NULL);
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->page_size);
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->pages_per_seq);
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &varlen->num_pages);
+        if (varlen)
+            err |= set_varlen_args(kernel, &arg, varlen);
+        if (split) {  /* cl/split.h's trailing arguments */
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &part);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &splits);
+            err |= set_combine_args(combine, attn, part, splits, varlen);
         }
+        cl_event partials = NULL;
         if (err != CL_SUCCESS) {
             st = fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of %s failed", k->entry);
         } else {
-            err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait_events, wait_list, event);
+            err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait_events, wait_list,
+                                         split ? &partials : event);
             if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err,
                               "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, %zu bytes local) failed (%d)",
                               k->entry, global[0], global[1], global[2], plan->block_m, plan->block_n,
                               plan->local_bytes, err);
         }
+        if (st == FLASHCL_SUCCESS && split) {
+            /* Ordered by the partials' event, so out-of-order queues hold too. */
+            err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &partials, event);
+            if (err != CL_SUCCESS)
+                st = fcl_fail(ctx, (flashcl_status)err, "enqueueing %s failed (%d)", k->combine, err);
+        }
+        if (partials)
+            clReleaseEvent(partials);
     }
     pthread_mutex_unlock(&ctx->lock);
+    /* Released now: OpenCL keeps it until the kernels that use it are done. */
+    if (part)
+        clReleaseMemObject(part);
     if (st == FLASHCL_SUCCESS)
-        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s %s", k->name, plan->options);
+        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s, %d split(s), %s", k->name, plan->splits, plan->options);
     return st;
 }
 
+/* Failures of a kernel itself (it did not build, or the device cannot
+ * launch it), after which another kernel of the table may run the call. */
 bool fcl_kernel_failure(flashcl_status st)
 {
     return st == FLASHCL_BUILD_PROGRAM_FAILURE || st == FLASHCL_OUT_OF_RESOURCES ||

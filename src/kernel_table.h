@@ -43,6 +43,7 @@ struct device_desc {
     size_t usable_local;      /* what a work-group may really declare (flashcl_context_local_mem_bytes) */
     size_t max_workgroup;
     bool tensor_cores;        /* NVIDIA sm_80+ with the inline-PTX probe built */
+    int compute_units;        /* CL_DEVICE_MAX_COMPUTE_UNITS */
     int nv_major, nv_minor;   /* NVIDIA compute capability; 0 elsewhere */
 };
 
@@ -56,6 +57,7 @@ struct problem {
     int window_left, window_right;     /* the mask as a window (-1: unlimited), whatever its kind */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
     int varlen;     /* cl/varlen.h: 0 dense, 1 packed sequences with offsets, 2 a KV cache's lengths */
+    int batch, heads_q, seq_q, seq_kv;  /* the grid's (the longest sequence's for varlen): split-KV's rule */
 };
 
 /* One valid range of an axis, and the values flashcl-probe --tune tries. */
@@ -100,7 +102,9 @@ struct kernel_info {
     unsigned f32_precisions;         /* PRECISION_BIT(...) an f32 call may ask for and get here */
     int head_dim_step, head_dim_max;
     unsigned needs;                  /* NEEDS_... */
-    bool varlen;                     /* takes packed varlen batches (-DVARLEN=1 and the extra arguments) */
+    bool varlen;                     /* takes batches of different lengths (cl/varlen.h) */
+    /* Takes split-KV (cl/split.h): the entry point that merges the partials; NULL if not. */
+    const char *combine;
     struct axis_spec axes[AXIS_COUNT];
     /* Built-in shapes, preferred first; the first that applies and fits wins. */
     const struct builtin_shape *builtin;
@@ -130,6 +134,8 @@ struct kernel_info {
  * shape is planned only where its footprint plus this fits. */
 #define FCL_LOCAL_SLACK 64
 
+#define FCL_MAX_SPLITS 64  /* split-KV work-groups per query block at most */
+
 extern const struct kernel_info fcl_kernels[];
 extern const int fcl_kernel_count;
 
@@ -155,6 +161,7 @@ struct plan {
     enum flashcl_tile_source source;
     int block_m, block_n, workgroup;
     size_t local_bytes;
+    int splits;          /* split-KV: work-groups sharing a query block's keys (1: none) */
     char options[1024];  /* build options, including the caller's extra ones */
 };
 

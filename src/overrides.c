@@ -46,6 +46,20 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
             const char *eq = memchr(s, '=', len);
             if (len == 3 && strncmp(s, "off", 3) == 0) {
                 ov->off = true;
+            } else if (eq && eq - s == 6 && strncmp(s, "splits", 6) == 0) {
+                char *num_end;
+                const bool digits = eq + 1 < s_end && eq[1] >= '0' && eq[1] <= '9';
+                const long v = digits ? strtol(eq + 1, &num_end, 10) : 0;
+                if (!k->combine) {
+                    snprintf(why, why_size, "%s does not take split-KV (splits)", k->name);
+                    return why;
+                }
+                if (!digits || num_end != s_end || v < 1 || v > FCL_MAX_SPLITS) {
+                    snprintf(why, why_size, "%s:splits=%.*s; must be 1..%d", k->name, (int)(s_end - eq - 1), eq + 1,
+                             FCL_MAX_SPLITS);
+                    return why;
+                }
+                ov->splits = (int)v;
             } else if (eq) {
                 const int a = fcl_axis_by_name(s, (size_t)(eq - s));
                 char *num_end;

@@ -109,6 +109,29 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
     return false;
 }
 
+/* Split-KV where the grid cannot fill the device: about four work-groups per
+ * compute unit, each split at least two key blocks; forced by kernel_options'
+ * "splits". Only forward calls; 1 where the problem is unknown (tiles). */
+static int choose_splits(const struct device_desc *dev, const struct kernel_override *ov, const struct problem *p,
+                         int block_m, int block_n)
+{
+    if (p->op != OP_FORWARD || p->batch < 1)
+        return 1;
+    const long long key_blocks = ((long long)p->seq_kv + block_n - 1) / block_n;
+    if (ov->splits)
+        return (int)(ov->splits < key_blocks ? ov->splits : key_blocks > 0 ? key_blocks : 1);
+    const long long groups = (long long)p->batch * p->heads_q * (((long long)p->seq_q + block_m - 1) / block_m);
+    const long long target = 4LL * (dev->compute_units > 0 ? dev->compute_units : 1);
+    if (groups >= target)
+        return 1;
+    long long splits = (target + groups - 1) / groups;
+    if (splits > key_blocks / 2)
+        splits = key_blocks / 2;
+    if (splits > FCL_MAX_SPLITS)
+        splits = FCL_MAX_SPLITS;
+    return splits > 1 ? (int)splits : 1;
+}
+
 /* Plans `k` for `p`; false with the reason in why when it cannot run it here. */
 static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k, const struct problem *p,
                         float scale_log2, struct plan *out, char *why, size_t why_size)
@@ -134,8 +157,13 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->block_n = out->shape.axis[AXIS_BLOCK_N];
     k->geometry(&ctx->dev, &out->shape, &out->block_m, &out->workgroup);
     out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p->head_dim);
+    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, out->block_m, out->block_n) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
+    if (k->combine) {
+        const size_t used = strlen(out->options);
+        snprintf(out->options + used, sizeof(out->options) - used, " -DSPLIT=%d", out->splits > 1);
+    }
     if (!fcl_append_build_options(ctx, out->options, sizeof(out->options))) {
         snprintf(why, why_size, "FLASHCL_BUILD_OPTIONS is too long (%zu characters)", strlen(ctx->env.build_options));
         return false;
@@ -184,6 +212,10 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     out->head_dim = a->head_dim;
     out->mask = fcl_attention_mask(a);
     fcl_attention_window(a, &out->window_left, &out->window_right);
+    out->batch = a->batch;
+    out->heads_q = a->heads_q;
+    out->seq_q = a->seq_q;
+    out->seq_kv = a->seq_kv;
     out->rows_16b = rows_16b(&a->q) && rows_16b(&a->k) && rows_16b(&a->v) && rows_16b(&a->o);
 }
 
@@ -198,6 +230,7 @@ void fcl_plan_to_tile(const struct plan *plan, struct flashcl_tile *out)
     out->block_n = plan->block_n;
     out->workgroup_size = plan->workgroup;
     out->local_bytes = plan->local_bytes;
+    out->splits = plan->splits;
 }
 
 flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,

@@ -215,6 +215,9 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
     if (a->mask == FLASHCL_MASK_WINDOW && (a->window_left < -1 || a->window_right < -1))
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.window_left = %d, attn.window_right = %d; each must be "
                         ">= 0, or -1 for no limit", a->window_left, a->window_right);
+    if (a->mask == FLASHCL_MASK_WINDOW && (long long)a->seq_q + a->seq_kv >= (1LL << 30))
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "a window needs seq_q + seq_kv below 2^30 (%d + %d)",
+                        a->seq_q, a->seq_kv);
     if (a->mask != FLASHCL_MASK_WINDOW && (a->window_left || a->window_right))
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.window_left = %d, attn.window_right = %d need attn.mask = "
                         "FLASHCL_MASK_WINDOW", a->window_left, a->window_right);

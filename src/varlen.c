@@ -199,6 +199,12 @@ static flashcl_status validate_pages(const flashcl_context *ctx, const struct fl
     if (pg->page_size < 16 || pg->page_size % 16 != 0 || pg->pages_per_seq < 1 || pg->num_pages < 1)
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.page_size = %d (a multiple of 16), pages_per_seq = "
                         "%d and num_pages = %d (each >= 1)", pg->page_size, pg->pages_per_seq, pg->num_pages);
+    /* The pool is read as Q's storage type: K and V must be of it. */
+    const flashcl_tensor *pool_views[2] = {&attn->k, &attn->v};
+    for (int i = 0; i < 2; i++)
+        if (pool_views[i]->dtype != attn->q.dtype)
+            return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.%s.dtype = %d differs from attn.q.dtype = %d",
+                            i ? "v" : "k", (int)pool_views[i]->dtype, (int)attn->q.dtype);
     if (attn->heads_kv < 1 || attn->heads_q % attn->heads_kv != 0)
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.heads_q = %d is not a multiple of attn.heads_kv = %d",
                         attn->heads_q, attn->heads_kv);

@@ -57,6 +57,7 @@ static const struct bwd_case window_cases[] = {
     {1, 40, 75, 4, 2, 24, F32, 0, 0, LAYOUT_BHND, 1, 0, WINDOW(12, 4)},
     {2, 70, 30, 2, 1, 16, F16, 0, 0, LAYOUT_PADDED, 0, 0, WINDOW(-1, 2)},
     {1, 50, 90, 2, 2, 33, BF16, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(6, -1)},
+    {1, 40, 30, 2, 2, 16, F32, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(2147483647, 2147483647)},  /* past int's sums */
 };
 
 START_TEST(windows)

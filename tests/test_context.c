@@ -199,6 +199,8 @@ START_TEST(kernel_options)
         {"tf32:fast", "neither axis=value nor off"},
         {"portable:block_m=+8", "portable:block_m=+8"},
         {"portable:block_m= 8", "portable:block_m= 8"},
+        {"portable:splits=0", "portable:splits=0; must be 1..64"},
+        {"tensor-core:splits=2", "tensor-core does not take split-KV"},
     };
     struct flashcl_context_params p = {0};
     p.context = e->cl;

@@ -109,6 +109,8 @@ static const struct test_case window_cases[] = {
     {1, 64, 200, 2, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(10, -1)},
     {1, 50, 50, 2, 2, 12, F32, 0, 0.5f, LAYOUT_FUSED_QKV, 1, WINDOW(500, 500)},
     {1, 200, 40, 2, 2, 32, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(7, 2)},
+    {1, 60, 90, 2, 2, 16, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(2147483647, 0)},            /* windows past any */
+    {1, 90, 60, 2, 2, 16, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(2147483647, 2147483627)},  /* int's range */
 };
 
 /* On the default kernels, on the portable kernel with small odd tiles (the
@@ -161,6 +163,51 @@ START_TEST(window_skips_tensor_core_kernels)
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
     clReleaseMemObject(buf);
     flashcl_context_destroy(&ctx);
+}
+END_TEST
+
+/* Split-KV forced on both FMA kernels (and off): decode-like, causal, GQA,
+ * a window, rows with no key; the partials merge to the same function, and
+ * the config query reports the splits (at most one per key block). */
+static const struct test_case split_cases[] = {
+    {2, 1, 300, 4, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1},
+    {1, 64, 200, 2, 1, 32, F16, 1, 0, LAYOUT_BHND, 1},
+    {1, 100, 40, 2, 2, 24, BF16, 1, 0, LAYOUT_PADDED, 1},
+    {1, 50, 120, 2, 2, 16, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(20, 3)},
+};
+static const struct { const char *options; int splits; } split_contexts[] = {
+    {"tensor-core:off;tf32:off;register-tiled:splits=3", 3},
+    {"tensor-core:off;tf32:off;register-tiled:off;portable:splits=5,block_m=5,block_n=3", 5},
+    {"tensor-core:off;tf32:off;register-tiled:splits=1;portable:splits=1", 1},
+};
+
+START_TEST(split_kv_forced)
+{
+    for (int i = 0; i < 3; i++) {
+        flashcl_context *ctx = test_context_with_options(split_contexts[i].options);
+        char what[32];
+        snprintf(what, sizeof(what), "%d split(s)", split_contexts[i].splits);
+        run_and_report(ctx, what, &split_cases[_i]);
+    }
+    /* The config query says how many (a 300-key decode has enough key blocks for 3). */
+    if (_i == 0) {
+        struct test_env *e = test_env_get();
+        cl_mem buf = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 300 * 4 * 64 * 4, NULL, NULL);
+        ck_assert_ptr_nonnull(buf);
+        struct flashcl_attention a = {0};
+        a.batch = 1;
+        a.seq_q = 1;
+        a.seq_kv = 300;
+        a.heads_q = a.heads_kv = 2;
+        a.head_dim = 64;
+        a.q = a.k = a.v = flashcl_tensor_bnhd(buf, F32, 300, 2, 64);
+        a.o = flashcl_tensor_bnhd(buf, F32, 1, 2, 64);
+        a.o.offset = 300 * 2 * 64 * 4;
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options(split_contexts[0].options), &a, &t));
+        ck_assert_int_eq(t.splits, 3);
+        clReleaseMemObject(buf);
+    }
 }
 END_TEST
 
@@ -459,6 +506,7 @@ int main(void)
     tcase_add_test(tc, build_failure_falls_back_or_reports);
     tcase_add_loop_test(tc, windows, 0, COUNT(window_cases));
     tcase_add_test(tc, window_skips_tensor_core_kernels);
+    tcase_add_loop_test(tc, split_kv_forced, 0, COUNT(split_cases));
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -588,6 +588,13 @@ START_TEST(kv_cache_bad_host_lengths)
     ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
                      FLASHCL_INVALID_VALUE);
     ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "block_table[7] = 9"));
+    a.k.dtype = a.v.dtype = F16;  /* the pool is read as Q's type: refused, not read past */
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_INVALID_DTYPE);
+    a.k.dtype = a.v.dtype = F32;
+    pages.block_table = NULL;
+    const int good_table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    pages.block_table = good_table;
     pages.page_size = 24;
     ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
                      FLASHCL_ERROR_INVALID_SHAPE);

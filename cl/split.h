@@ -1,0 +1,58 @@
+/*
+ * split.h: split-KV (flash-decoding) for the kernels that take it.
+ *
+ * With SPLIT, grid dimension 0 holds query blocks x n_splits work-groups:
+ * each takes an even share of its rows' key blocks and writes, instead of O
+ * and the LSE, its partial result normalised over its own keys and that
+ * share's LSE (natural log; -inf where it saw no key) to an f32 workspace,
+ * [split][batch][head][row][d + 1]. flash_forward_combine then merges the
+ * partials of a row by their LSE — exactly the same function:
+ *     lse = log sum_s exp(lse_s),  O = sum_s exp(lse_s - lse) O_s.
+ * That fills the device when batch x heads x query blocks cannot (decode).
+ */
+#ifndef FLASHCL_SPLIT_H
+#define FLASHCL_SPLIT_H
+
+#ifndef SPLIT
+#define SPLIT 0
+#endif
+
+#if SPLIT
+#define SPLIT_ARGS , __global float *part, int n_splits
+
+/* Query block, split, head and batch of this work-group (heaviest query
+ * blocks first when causal, as block_coordinates orders them). */
+static inline void split_coordinates(int causal, int n_splits, int *qb, int *split, int *h, int *b)
+{
+    const int n_q = (int)get_num_groups(0) / n_splits;
+    const int id = (int)get_group_id(0);
+    *split = id / n_q;
+    *qb = causal ? n_q - 1 - id % n_q : id % n_q;
+    *h = (int)get_group_id(1);
+    *b = (int)get_group_id(2);
+}
+
+/* Narrows [*begin, *end) to this split's share of its BLOCK_N key blocks.
+ * The share starts on a block boundary (keys before *begin are hidden by
+ * the mask) so no tile reaches into the next split's keys, which would
+ * count them twice. */
+static inline void split_keys(int split, int n_splits, int *begin, int *end)
+{
+    const int first = *begin / BLOCK_N, last = (*end + BLOCK_N - 1) / BLOCK_N;
+    const int per = (last - first + n_splits - 1) / n_splits;
+    const int lo = (first + split * per) * BLOCK_N, hi = (first + (split + 1) * per) * BLOCK_N;
+    *begin = lo;
+    *end = max(lo, min(*end, hi));
+}
+
+/* Element offset of (split, b, h, row) in the workspace: d + 1 floats a row. */
+static inline ulong split_part(int split, int b, int h, int row, int rows)
+{
+    const ulong heads = get_num_groups(1), batch = get_num_groups(2);
+    return ((((ulong)split * batch + (ulong)b) * heads + (ulong)h) * (ulong)rows + (ulong)row) * (HEAD_DIM + 1);
+}
+#else
+#define SPLIT_ARGS
+#endif
+
+#endif

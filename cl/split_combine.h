@@ -1,0 +1,46 @@
+/*
+ * split_combine.h: flash_forward_combine, the second step of a split-KV
+ * call (cl/split.h): one work-item per (row, head, sequence) merges the
+ * n_splits partials by their LSE and writes O and the LSE. Included by the
+ * kernels that take SPLIT, after storage.h, varlen.h and split.h.
+ */
+#if SPLIT
+__kernel void flash_forward_combine(__global const float *part, int n_splits,
+                                    __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
+                                    __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                                    int has_lse, int rows, int heads, int batch, int seq_kv VARLEN_ARGS)
+{
+    const int row = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
+    if (row >= rows)
+        return;  /* no barrier in this kernel: work-items may leave alone */
+    int start_q = 0, start_k = 0, seq_q = rows;
+#if VARLEN
+    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
+#endif
+    if (row >= seq_q)
+        return;
+    const ulong stride = (ulong)batch * (ulong)heads * (ulong)rows * (HEAD_DIM + 1);
+    const ulong first = (((ulong)b * (ulong)heads + (ulong)h) * (ulong)rows + (ulong)row) * (HEAD_DIM + 1);
+    float m = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        m = fmax(m, part[first + (ulong)s * stride + HEAD_DIM]);
+    float weight_sum = 0.0f;
+    for (int s = 0; s < n_splits; s++) {
+        const float l_s = part[first + (ulong)s * stride + HEAD_DIM];
+        weight_sum += l_s > -INFINITY ? exp(l_s - m) : 0.0f;
+    }
+    const ulong o_base = o_off + (ulong)b * o_sb + (ulong)(start_q + row) * o_ss + (ulong)h * o_sh;
+    for (int c = 0; c < HEAD_DIM; c++) {
+        float acc = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            const float l_s = part[first + (ulong)s * stride + HEAD_DIM];
+            if (l_s > -INFINITY)
+                acc = fma(exp(l_s - m), part[first + (ulong)s * stride + (ulong)c], acc);
+        }
+        STORE(o, o_base + (ulong)c, weight_sum > 0.0f ? acc / weight_sum : 0.0f);
+    }
+    if (has_lse)
+        lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] =
+            weight_sum > 0.0f ? m + log(weight_sum) : -INFINITY;
+}
+#endif
