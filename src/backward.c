@@ -243,6 +243,27 @@ flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashc
     return st;
 }
 
+/* One backward call's arguments, for fcl_run_planned. */
+struct backward_call {
+    const struct flashcl_attention *attn;
+    const struct flashcl_attention_grad *grad;
+    cl_mem ws;
+    cl_command_queue queue;
+    cl_uint num_wait_events;
+    const cl_event *wait_list;
+    cl_event *event;
+};
+
+static flashcl_status enqueue_backward_call(flashcl_context *ctx, const struct plan *plan, void *call)
+{
+    const struct backward_call *c = call;
+    pthread_mutex_lock(&ctx->lock);
+    const flashcl_status st = enqueue_backward(ctx, c->attn, c->grad, plan, c->ws, c->queue, c->num_wait_events,
+                                               c->wait_list, c->event);
+    pthread_mutex_unlock(&ctx->lock);
+    return st;
+}
+
 flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                 const struct flashcl_attention_grad *grad, cl_mem workspace,
                                 cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
@@ -266,30 +287,9 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
             return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
                         "allocating the backward pass's %zu-byte workspace failed (%d)", elements * sizeof(float), err);
     }
-    /* As the forward does: a kernel that fails here is set aside (with these
-     * options) and the call planned again; with none left, the first failure
-     * is the call's. A retry enqueues every step anew (D is rewritten whole). */
-    flashcl_status first = FLASHCL_SUCCESS;
-    char first_message[1024] = "";
-    for (int attempt = 0; attempt < fcl_kernel_count; attempt++) {
-        struct plan plan;
-        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
-        if (st != FLASHCL_SUCCESS)
-            break;
-        pthread_mutex_lock(&ctx->lock);
-        st = enqueue_backward(ctx, attn, grad, &plan, ws, queue, num_wait_events, wait_list, event);
-        pthread_mutex_unlock(&ctx->lock);
-        if (st == FLASHCL_SUCCESS || !fcl_kernel_failure(st))
-            break;
-        if (first == FLASHCL_SUCCESS) {
-            first = st;
-            snprintf(first_message, sizeof(first_message), "%s", flashcl_last_error());
-        }
-        fcl_program_mark_failed(ctx, plan.kernel, plan.options, flashcl_status_name(st));
-        fcl_clear_error();
-    }
-    if (st != FLASHCL_SUCCESS && first != FLASHCL_SUCCESS)
-        st = fcl_fail(ctx, first, "%s", first_message);
+    /* A retry after a kernel failure enqueues every step anew (D is rewritten whole). */
+    struct backward_call call = {attn, grad, ws, queue, num_wait_events, wait_list, event};
+    st = fcl_run_planned(ctx, &p, fcl_scale_log2(attn), enqueue_backward_call, &call);
     /* Released now: OpenCL frees it once the enqueued kernels that use it have completed. */
     if (!workspace)
         clReleaseMemObject(ws);

@@ -216,23 +216,21 @@ bool fcl_kernel_failure(flashcl_status st)
            st == (flashcl_status)CL_INVALID_PROGRAM_EXECUTABLE;
 }
 
-flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_attention *attn, const struct problem *pr,
-                                   const struct fcl_varlen_args *varlen, cl_command_queue queue,
-                                   cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
+flashcl_status fcl_run_planned(flashcl_context *ctx, const struct problem *p, float scale_log2,
+                               flashcl_status (*enqueue)(flashcl_context *ctx, const struct plan *plan, void *call),
+                               void *call)
 {
-    const struct problem p = *pr;
-    flashcl_status st = FLASHCL_SUCCESS;
     /* A kernel that fails here is set aside (with these options, for this
      * context) and the call planned again: at most once per kernel. Where
      * no kernel is left, the first failure is the call's. */
-    flashcl_status first = FLASHCL_SUCCESS;
+    flashcl_status st = FLASHCL_SUCCESS, first = FLASHCL_SUCCESS;
     char first_message[1024] = "";
     for (int attempt = 0; attempt < fcl_kernel_count; attempt++) {
         struct plan plan;
-        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+        st = fcl_plan(ctx, p, scale_log2, &plan);
         if (st != FLASHCL_SUCCESS)
             break;
-        st = enqueue_forward(ctx, attn, &plan, varlen, queue, num_wait_events, wait_list, event);
+        st = enqueue(ctx, &plan, call);
         if (st == FLASHCL_SUCCESS || !fcl_kernel_failure(st))
             return st;
         if (first == FLASHCL_SUCCESS) {
@@ -245,6 +243,30 @@ flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_at
     if (first != FLASHCL_SUCCESS)
         return fcl_fail(ctx, first, "%s", first_message);
     return st;
+}
+
+/* One forward call's arguments, for fcl_run_planned. */
+struct forward_call {
+    const struct flashcl_attention *attn;
+    const struct fcl_varlen_args *varlen;
+    cl_command_queue queue;
+    cl_uint num_wait_events;
+    const cl_event *wait_list;
+    cl_event *event;
+};
+
+static flashcl_status enqueue_forward_call(flashcl_context *ctx, const struct plan *plan, void *call)
+{
+    const struct forward_call *c = call;
+    return enqueue_forward(ctx, c->attn, plan, c->varlen, c->queue, c->num_wait_events, c->wait_list, c->event);
+}
+
+flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_attention *attn, const struct problem *p,
+                                   const struct fcl_varlen_args *varlen, cl_command_queue queue,
+                                   cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
+{
+    struct forward_call call = {attn, varlen, queue, num_wait_events, wait_list, event};
+    return fcl_run_planned(ctx, p, fcl_scale_log2(attn), enqueue_forward_call, &call);
 }
 
 flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,

@@ -122,8 +122,14 @@ struct fcl_varlen_args {
     cl_int page_size, pages_per_seq, num_pages;
 };
 
-/* Plans and enqueues a validated forward (varlen NULL: dense), setting a
- * failing kernel aside and planning again as flashcl_forward does. */
+/* Plans p and calls enqueue(ctx, plan, call); a kernel that fails to build
+ * or launch is set aside (with those options, for this context) and the
+ * call planned again; with no kernel left, the first failure is returned
+ * with its message. The one retry loop of every operation. */
+flashcl_status fcl_run_planned(flashcl_context *ctx, const struct problem *p, float scale_log2,
+                               flashcl_status (*enqueue)(flashcl_context *ctx, const struct plan *plan, void *call),
+                               void *call);
+/* Plans and enqueues a validated forward (varlen NULL: dense) through fcl_run_planned. */
 flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_attention *attn, const struct problem *p,
                                    const struct fcl_varlen_args *varlen, cl_command_queue queue,
                                    cl_uint num_wait_events, const cl_event *wait_list, cl_event *event);
