@@ -13,9 +13,34 @@ def key(row):
     return (row.get("pass", "forward"), int(row["N"]), int(row["d"]), row["dtype"], int(row["causal"]))
 
 
+def decode_table(flashcl_rows, torch_rows):
+    """flashcl-bench --decode against torch_sdpa.py --decode: ms and K+V GB/s."""
+    def dkey(r):
+        return tuple(int(r[c]) for c in ("batch", "heads_q", "heads_kv", "Nq", "Nk", "d")) + (r["dtype"],)
+    torch = {}
+    for r in torch_rows:
+        if r.get("status") == "ok":
+            torch.setdefault(dkey(r), {})[r["backend"]] = float(r["median_ms"])
+    cols = ["batch", "Hq", "Hkv", "Nq", "Nk", "d", "dtype", "kernel", "splits", "flashcl ms", "K+V GB/s",
+            "FA2 ms", "cuDNN ms", "flashcl/FA2 (speed)"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in flashcl_rows:
+        k, t = dkey(r), torch.get(dkey(r), {})
+        ok = r["status"] == "FLASHCL_SUCCESS"
+        ms = float(r["median_ms"]) if ok else None
+        fa2 = t.get("fa2")
+        print("| " + " | ".join([*(str(x) for x in k), r["kernel"], r["splits"],
+                                 f"{ms:.4f}" if ms else r["status"], r["kv_gb_s"] if ok else "—",
+                                 f"{fa2:.4f}" if fa2 else "—", f"{t['cudnn']:.4f}" if "cudnn" in t else "—",
+                                 f"{fa2 / ms:.2f}×" if ms and fa2 else "—"]) + " |")
+
+
 def main():
     flashcl_rows = list(csv.DictReader(open(sys.argv[1])))
     torch_rows = list(csv.DictReader(open(sys.argv[2]))) if len(sys.argv) > 2 else []
+    if flashcl_rows and flashcl_rows[0].get("mode") == "decode":
+        return decode_table(flashcl_rows, torch_rows)
     ours, torch = {}, {}
     for r in flashcl_rows:
         if r["status"] == "FLASHCL_SUCCESS":

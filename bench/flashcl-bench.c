@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_decode.h"
 #include "bench_paths.h"
 #include "hostref.h"
 
@@ -32,6 +33,8 @@ struct options {
     int dtype_count;
     int causal[2], causal_count;
     int paths;   /* bit set of enum bench_path */
+    struct decode_shape decode[MAX_LIST];
+    int decode_count;  /* > 0: the decode mode instead of the sweep */
     int passes;  /* bit set of enum bench_pass */
     long tokens, hidden;
     int warmup, reps;
@@ -49,6 +52,8 @@ static void usage(FILE *f)
             "                  f32 data with that precision allowed (attn.precision)\n"
             "  --causal LIST   0,1 (default 0,1)\n"
             "  --paths LIST    %s (default %s)\n"
+            "  --decode LIST   B:Hq:Hkv:Nq:Nk,... decode / chunked-prefill shapes (causal when\n"
+            "                  Nq > 1) instead of the sweep, with --d and --dtype; reports K+V GB/s\n"
             "  --pass LIST     forward,backward,both (default forward): the backward alone\n"
             "                  (after one untimed forward), or forward then backward;\n"
             "                  FLOPs 2.5x (backward) and 3.5x (both) the forward's\n"
@@ -139,6 +144,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"reps", required_argument, 0, 'r'},   {"csv", required_argument, 0, 'C'},
         {"json", required_argument, 0, 'J'},   {"quick", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},       {"pass", required_argument, 0, 'P'},
+        {"decode", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -151,6 +157,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'c': bad = (o->causal_count = parse_int_list(optarg, o->causal, 2)) <= 0; break;
         case 'p': bad = (o->paths = bench_parse_paths(optarg)) <= 0; break;
         case 'P': bad = (o->passes = bench_parse_passes(optarg)) <= 0; break;
+        case 'D': bad = (o->decode_count = bench_parse_decode(optarg, o->decode, MAX_LIST)) <= 0; break;
         case 'T': bad = (o->tokens = atol(optarg)) <= 0; break;
         case 'H': bad = (o->hidden = atol(optarg)) <= 0; break;
         case 'w': bad = (o->warmup = atoi(optarg)) < 0; break;
@@ -349,6 +356,52 @@ static void write_json(const char *path, const struct result *r, int n, const ch
     fclose(f);
 }
 
+/* The decode mode: each shape, head dim and dtype; a table, and CSV rows. */
+static int run_decode(struct bench_env *env, const struct options *opt)
+{
+    FILE *csv = opt->csv ? fopen(opt->csv, "w") : NULL;
+    if (opt->csv && !csv) {
+        perror(opt->csv);
+        return EXIT_FAILURE;
+    }
+    if (csv)
+        fprintf(csv, "device,mode,batch,heads_q,heads_kv,Nq,Nk,d,dtype,status,kernel,splits,median_ms,kv_gb_s,err_ref\n");
+    printf("\nflashcl-bench --decode on %s (median of the timed runs, OpenCL profiling events; K+V GB/s: the\n"
+           "cache's K and V read once per call)\n", env->device_name);
+    printf("%5s %4s %4s %5s %7s %4s %5s %-15s %6s %10s %9s %10s\n", "batch", "Hq", "Hkv", "Nq", "Nk", "d", "dtype",
+           "kernel", "splits", "ms", "K+V GB/s", "err(ref)");
+    int failures = 0;
+    for (int i = 0; i < opt->decode_count; i++)
+        for (int a = 0; a < opt->d_count; a++)
+            for (int t = 0; t < opt->dtype_count; t++) {
+                struct decode_result r;
+                const flashcl_dtype dtype = opt->dtype[t];
+                bench_decode(env, &opt->decode[i], opt->d[a], dtype, opt->warmup, opt->reps, &r);
+                const struct decode_shape *s = &r.shape;
+                const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
+                printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
+                       flashcl_dtype_name(dtype));
+                if (r.status != FLASHCL_SUCCESS) {
+                    printf("%s: %s\n", flashcl_status_name(r.status), flashcl_last_error());
+                    failures++;
+                } else {
+                    printf("%-15s %6d %10.4f %9.1f %10.2e\n", r.kernel, r.splits, r.median_ms, r.kv_gb_s, r.err_ref);
+                    failures += !(r.err_ref <= bench_tolerance(&c));
+                }
+                if (csv)
+                    fprintf(csv, "\"%s\",decode,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d,%.6f,%.2f,%.3e\n", env->device_name,
+                            s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d, flashcl_dtype_name(dtype),
+                            flashcl_status_name(r.status), r.kernel ? r.kernel : "", r.splits, r.median_ms,
+                            r.kv_gb_s, r.err_ref);
+            }
+    if (csv)
+        fclose(csv);
+    if (failures)
+        printf("%d decode result(s) failed or exceed the error tolerance of their dtype\n", failures);
+    return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 static bool pass_wanted(const struct options *o, int pass)
 {
     return (o->passes >> pass) & 1;
@@ -363,6 +416,11 @@ int main(int argc, char **argv)
     if (bench_env_create(&env, opt.verbose) != FLASHCL_SUCCESS) {
         fprintf(stderr, "flashcl-bench: %s\n", flashcl_last_error());
         return EXIT_FAILURE;
+    }
+    if (opt.decode_count > 0) {
+        const int status = run_decode(&env, &opt);
+        bench_env_release(&env);
+        return status;
     }
     int n_passes = 0;
     for (int p = 0; p < BENCH_PASS_COUNT; p++)

@@ -6,6 +6,8 @@
 # CLBlast and Check in .devdeb/ (carried with the tree).
 #
 #   bench/gpu-run.sh [tests|bench|all] [flashcl-bench options...]
+#   bench/gpu-run.sh decode ["B:Hq:Hkv:Nq:Nk,..."]   (decode / chunked prefill, flashcl-bench --decode
+#                    and PyTorch's SDPA with enable_gqa on the same shapes; DECODE_D picks d)
 #   bench/gpu-run.sh probe     (flashcl-probe report and --tune --quick; flashcl-bench on the perf
 #                    table's N=16k shapes without and with the tuning file; then the tests)
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n,
@@ -68,6 +70,15 @@ PY
 )
   python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$OUT/torch.csv" 2>>"$OUT/bench.log" || status=1
   python3 bench/compare.py "$OUT/flashcl.csv" "$OUT/torch.csv" | tee "$OUT/compare.md"
+fi
+if [ "$MODE" = decode ]; then
+  # Decode and chunked prefill (the inference issue's shapes), flashcl and PyTorch in the same call.
+  SHAPES=${1:-8:32:8:1:32768,1:32:8:1:131072,64:32:8:1:4096,16:16:16:1:16384,1:32:8:512:16384}
+  "$BUILD/bench/flashcl-bench" --decode "$SHAPES" --d "${DECODE_D:-128}" --dtype f16 --csv "$OUT/decode-flashcl.csv" \
+    > "$OUT/decode.log" 2>&1 || status=1
+  python3 bench/torch_sdpa.py --decode "$SHAPES" --d "${DECODE_D:-128}" --dtype f16 --csv "$OUT/decode-torch.csv" \
+    2>>"$OUT/decode.log" || status=1
+  python3 bench/compare.py "$OUT/decode-flashcl.csv" "$OUT/decode-torch.csv" | tee "$OUT/decode-compare.md"
 fi
 if [ "$MODE" = probe ]; then
   "$BUILD/bench/flashcl-probe" > "$OUT/probe.txt" 2>&1 || status=1

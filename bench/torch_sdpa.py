@@ -5,6 +5,8 @@ compared in the same device run. CUDA events, warm-up, median of --reps.
 
     python3 bench/torch_sdpa.py --n 1024,4096 --d 64,128 --dtype f16,f32 --csv out.csv
     python3 bench/torch_sdpa.py --pass backward ...   (autograd's backward alone; FLOPs 2.5x forward)
+    python3 bench/torch_sdpa.py --decode 8:32:8:1:32768 --d 128 --dtype f16 --csv out.csv
+                                      (flashcl-bench --decode's shapes: SDPA with enable_gqa, K+V GB/s)
 """
 import argparse
 import csv
@@ -62,6 +64,42 @@ def time_backend(backend, q, k, v, causal, warmup, reps, pass_name="forward", d_
     return statistics.median(times)
 
 
+def decode(args, dev, name):
+    """Few queries per sequence against a long cache, GQA through enable_gqa;
+    causal when more than one query (chunked prefill), as flashcl-bench does."""
+    with open(args.csv, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["device", "torch", "backend", "mode", "batch", "heads_q", "heads_kv", "Nq", "Nk", "d", "dtype",
+                      "median_ms", "kv_gb_s", "status"])
+        for item, d, dtype_name in itertools.product(args.decode.split(","), args.d, args.dtype.split(",")):
+            b, hq, hkv, nq, nk = (int(x) for x in item.split(":"))
+            gen = torch.Generator(device=dev).manual_seed(nk * 131 + d)
+            dtype = DTYPES[dtype_name]
+            q = torch.rand((b, hq, nq, d), device=dev, generator=gen).mul_(2).sub_(1).to(dtype)
+            k, v = (torch.rand((b, hkv, nk, d), device=dev, generator=gen).mul_(2).sub_(1).to(dtype) for _ in range(2))
+            kv_bytes = 2 * k.numel() * k.element_size()
+            for bname, backend in BACKENDS.items():
+                try:
+                    with sdpa_kernel([backend]):
+                        times = []
+                        for i in range(args.warmup + args.reps):
+                            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            start.record()
+                            F.scaled_dot_product_attention(q, k, v, is_causal=nq > 1, enable_gqa=True)
+                            end.record()
+                            end.synchronize()
+                            if i >= args.warmup:
+                                times.append(start.elapsed_time(end))
+                    ms = statistics.median(times)
+                    row = [f"{ms:.6f}", f"{kv_bytes / (ms * 1e-3) / 1e9:.2f}", "ok"]
+                except Exception as e:  # a backend that refuses this shape
+                    row = ["", "", type(e).__name__]
+                out.writerow([name, torch.__version__, bname, "decode", b, hq, hkv, nq, nk, d, dtype_name] + row)
+                f.flush()
+            del q, k, v
+            torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
@@ -75,11 +113,14 @@ def main():
     ap.add_argument("--math-max-n", type=int, default=8192,
                     help="skip the math backend above this N (it materialises N*N per head)")
     ap.add_argument("--pass", dest="passes", default="forward", help="forward,backward,both")
+    ap.add_argument("--decode", default="", help="B:Hq:Hkv:Nq:Nk,... (instead of the sweep)")
     ap.add_argument("--csv", required=True)
     args = ap.parse_args()
 
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(dev)
+    if args.decode:
+        return decode(args, dev, name)
     with open(args.csv, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["device", "torch", "backend", "pass", "N", "d", "dtype", "causal", "batch", "heads",
