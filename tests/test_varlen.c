@@ -313,17 +313,42 @@ START_TEST(bad_device_offsets_stay_inside)
     const int garbage_q[] = {-100, 1000, 3, -7, 2147483647}, garbage_k[] = {5, 2, 99999, -1, 50};
     ck_assert_cl(clEnqueueWriteBuffer(e->queue, p.cu_q_mem, CL_TRUE, 0, sizeof(garbage_q), garbage_q, 0, NULL, NULL));
     ck_assert_cl(clEnqueueWriteBuffer(e->queue, p.cu_k_mem, CL_TRUE, 0, sizeof(garbage_k), garbage_k, 0, NULL, NULL));
-    cl_event done = NULL;
-    ck_assert_flashcl_ok(flashcl_forward_varlen(e->ctx, &p.attn, &p.vl, e->queue, 0, NULL, &done));
-    ck_assert_cl(clWaitForEvents(1, &done));
-    clReleaseEvent(done);
-    size_t o_bytes;
-    unsigned char *o = read_all(p.o_mem, &o_bytes);
-    for (size_t x = 0; x < p.row_q * p.esize; x++) {
-        ck_assert_msg(o[x] == 0xff, "a garbage offset wrote before the packed rows");
-        ck_assert_msg(o[o_bytes - 1 - x] == 0xff, "a garbage offset wrote after the packed rows");
+    /* O and the LSE inside wide poisoned margins (16 rows of O, 4096 floats of LSE on each side). */
+    const size_t o_row = p.row_q * p.esize, o_margin = 16 * o_row, o_bytes = (size_t)p.total_q * o_row + 2 * o_margin;
+    const size_t l_margin = 4096 * sizeof(float);
+    const size_t l_bytes = (size_t)c.heads_q * (size_t)p.total_q * sizeof(float) + 2 * l_margin;
+    unsigned char *poison = malloc(o_bytes > l_bytes ? o_bytes : l_bytes);
+    memset(poison, 0xff, o_bytes > l_bytes ? o_bytes : l_bytes);
+    cl_mem o_wide = upload(poison, o_bytes), l_wide = upload(poison, l_bytes);
+    free(poison);
+    struct flashcl_attention a = p.attn;
+    a.o.mem = o_wide;
+    a.o.offset = o_margin;
+    a.lse.mem = l_wide;
+    a.lse.offset = l_margin;
+    for (int layout = 0; layout < 2; layout++) {  /* the register-tiled kernel, then the portable one */
+        flashcl_context *ctx = layout ? test_context_with_options("tensor-core:off;tf32:off;register-tiled:off;"
+                                                                  "portable:block_m=3,block_n=5")
+                                      : e->ctx;
+        cl_event done = NULL;
+        ck_assert_flashcl_ok(flashcl_forward_varlen(ctx, &a, &p.vl, e->queue, 0, NULL, &done));
+        ck_assert_cl(clWaitForEvents(1, &done));
+        clReleaseEvent(done);
+        size_t got;
+        unsigned char *o = read_all(o_wide, &got), *l = read_all(l_wide, &got);
+        for (size_t x = 0; x < o_margin; x++) {
+            ck_assert_msg(o[x] == 0xff, "a garbage offset wrote %zu bytes before the packed rows", o_margin - x);
+            ck_assert_msg(o[o_bytes - 1 - x] == 0xff, "a garbage offset wrote after the packed rows");
+        }
+        for (size_t x = 0; x < l_margin; x++) {
+            ck_assert_msg(l[x] == 0xff, "a garbage offset wrote before the LSE");
+            ck_assert_msg(l[l_bytes - 1 - x] == 0xff, "a garbage offset wrote after the LSE");
+        }
+        free(o);
+        free(l);
     }
-    free(o);
+    clReleaseMemObject(o_wide);
+    clReleaseMemObject(l_wide);
     packed_free(&p);
 }
 END_TEST
