@@ -176,6 +176,11 @@ bool fcl_add_overflows(size_t a, size_t b, size_t *out);
  * (validation of the views is the caller's). */
 flashcl_status fcl_standard_workspace_bytes(const flashcl_context *ctx, const struct flashcl_attention *a,
                                            size_t *bytes);
+/* Sets cl/standard_attention.cl's row_softmax arguments for S at (s_off,
+ * s_entry) of ws (the call's mask; its LSE written when write_lse and
+ * attn.lse is given) and enqueues it, in queue order. */
+cl_int fcl_enqueue_row_softmax(cl_command_queue queue, cl_kernel softmax, cl_mem ws, cl_ulong s_off, cl_ulong s_entry,
+                               const struct flashcl_attention *a, bool write_lse);
 
 /* One tensor view to check: its full argument name ("grad.d_q"), dims
  * (batch, seq, head) and contiguous last dimension. */

@@ -282,30 +282,7 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     if (st != FLASHCL_SUCCESS)
         return st;
 
-    const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, heads_q = a->heads_q, grp = (cl_int)group;
-    cl_int window_left, window_right;
-    fcl_attention_window(a, &window_left, &window_right);
-    const cl_int has_lse = a->lse.mem != NULL;
-    const cl_ulong s_off = plan->s, s_entry = plan->s_entry;
-    const cl_ulong lse_v[4] = {a->lse.offset / sizeof(float), a->lse.stride_batch, a->lse.stride_seq,
-                               a->lse.stride_head};
-    cl_uint arg = 0;
-    err = clSetKernelArg(softmax, arg++, sizeof(cl_mem), &ws);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_off);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_entry);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_q);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_kv);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &heads_q);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &grp);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_left);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_right);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_mem), has_lse ? &a->lse.mem : NULL);
-    for (int i = 0; i < 4; i++)
-        err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &lse_v[i]);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &has_lse);
-    const size_t softmax_local = 256, softmax_global = b * hq * nq * softmax_local;
-    if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(queue, softmax, 1, NULL, &softmax_global, &softmax_local, 0, NULL, NULL);
+    err = fcl_enqueue_row_softmax(queue, softmax, ws, plan->s, plan->s_entry, a, true);
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, (flashcl_status)err, "enqueueing the row softmax failed (%d)", err);
 
@@ -326,6 +303,34 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, (flashcl_status)err, "enqueueing the standard path's output failed (%d)", err);
     return FLASHCL_SUCCESS;
+}
+
+cl_int fcl_enqueue_row_softmax(cl_command_queue queue, cl_kernel softmax, cl_mem ws, cl_ulong s_off, cl_ulong s_entry,
+                               const struct flashcl_attention *a, bool write_lse)
+{
+    const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, heads_q = a->heads_q, group = a->heads_q / a->heads_kv;
+    cl_int window_left, window_right;
+    fcl_attention_window(a, &window_left, &window_right);
+    const flashcl_tensor none = {0};
+    const flashcl_tensor *lse = write_lse && a->lse.mem ? &a->lse : &none;
+    const cl_int has_lse = lse->mem != NULL;
+    cl_uint arg = 0;
+    cl_int err = clSetKernelArg(softmax, arg++, sizeof(cl_mem), &ws);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_off);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_entry);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_q);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_kv);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &heads_q);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &group);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_left);
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_right);
+    err |= fcl_set_view_args(softmax, &arg, lse, sizeof(float));
+    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &has_lse);
+    /* One work-group of 256 per row of S. */
+    const size_t local = 256, global = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q * local;
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(queue, softmax, 1, NULL, &global, &local, 0, NULL, NULL);
+    return err;
 }
 
 flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flashcl_attention *attn, cl_mem workspace,

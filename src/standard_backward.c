@@ -182,28 +182,8 @@ static flashcl_status enqueue_standard_backward(flashcl_context *ctx, const stru
         return st;
 
     /* P = softmax(S) in place (row_softmax's LSE output off). */
-    const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, heads_q = a->heads_q, grp = group;
-    cl_int window_left, window_right;
-    fcl_attention_window(a, &window_left, &window_right);
-    const cl_int no_lse = 0;
-    const cl_ulong s_off = p->s, s_entry = p->s_entry, dp_off = p->dp, zero = 0;
-    cl_uint arg = 0;
-    err = clSetKernelArg(softmax, arg++, sizeof(cl_mem), &ws);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_off);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &s_entry);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_q);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &seq_kv);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &heads_q);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &grp);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_left);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &window_right);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_mem), NULL);
-    for (int i = 0; i < 4; i++)
-        err |= clSetKernelArg(softmax, arg++, sizeof(cl_ulong), &zero);
-    err |= clSetKernelArg(softmax, arg++, sizeof(cl_int), &no_lse);
-    const size_t row_local = 256, row_global = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q * row_local;
-    if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(queue, softmax, 1, NULL, &row_global, &row_local, 0, NULL, NULL);
+    const cl_ulong dp_off = p->dp;
+    err = fcl_enqueue_row_softmax(queue, softmax, ws, p->s, p->s_entry, a, false);
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, (flashcl_status)err, "enqueueing the standard backward's softmax failed (%d)", err);
 
@@ -218,8 +198,11 @@ static flashcl_status enqueue_standard_backward(flashcl_context *ctx, const stru
     if (st != FLASHCL_SUCCESS)
         return st;
 
-    /* dS = P ∘ (dP − rowsum(P ∘ dP)) in place over dP. */
-    arg = 0;
+    /* dS = P ∘ (dP − rowsum(P ∘ dP)) in place over dP: one work-group of 256 per row, as the softmax. */
+    const cl_ulong s_off = p->s, s_entry = p->s_entry;
+    const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, grp = group;
+    const size_t row_local = 256, row_global = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q * row_local;
+    cl_uint arg = 0;
     err = clSetKernelArg(softmax_grad, arg++, sizeof(cl_mem), &ws);
     err |= clSetKernelArg(softmax_grad, arg++, sizeof(cl_ulong), &s_off);
     err |= clSetKernelArg(softmax_grad, arg++, sizeof(cl_ulong), &dp_off);
