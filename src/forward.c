@@ -29,18 +29,24 @@ static flashcl_status check_queue(const flashcl_context *ctx, cl_command_queue q
     return FLASHCL_SUCCESS;
 }
 
+flashcl_status fcl_check_queue(const flashcl_context *ctx, cl_command_queue queue, cl_uint num_wait_events,
+                               const cl_event *wait_list)
+{
+    if ((num_wait_events == 0) != (wait_list == NULL))
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "num_wait_events = %u with wait_list %s", num_wait_events,
+                        wait_list ? "non-NULL" : "NULL");
+    return check_queue(ctx, queue);
+}
+
 flashcl_status fcl_check_call(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,
                               cl_uint num_wait_events, const cl_event *wait_list)
 {
     fcl_clear_error();
     if (!ctx || !attn || !queue)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "queue");
-    if ((num_wait_events == 0) != (wait_list == NULL))
-        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "num_wait_events = %u with wait_list %s", num_wait_events,
-                        wait_list ? "non-NULL" : "NULL");
-    flashcl_status st = fcl_validate_attention(ctx, attn);
+    flashcl_status st = fcl_check_queue(ctx, queue, num_wait_events, wait_list);
     if (st == FLASHCL_SUCCESS)
-        st = check_queue(ctx, queue);
+        st = fcl_validate_attention(ctx, attn);
     return st;
 }
 

@@ -135,7 +135,10 @@ flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_at
                                    cl_uint num_wait_events, const cl_event *wait_list, cl_event *event);
 
 int fcl_dtype_define(flashcl_dtype dtype);
-/* Checks what every attention call checks: pointers, the problem, the queue. */
+/* The wait list's shape and that the queue runs on the context's device. */
+flashcl_status fcl_check_queue(const flashcl_context *ctx, cl_command_queue queue, cl_uint num_wait_events,
+                               const cl_event *wait_list);
+/* Checks what every attention call checks: pointers, the queue, the problem. */
 flashcl_status fcl_check_call(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,
                               cl_uint num_wait_events, const cl_event *wait_list);
 /* 1/sqrt(d) unless the caller set a scale; times log2(e) for the kernels' base-2 scores. */

@@ -156,9 +156,9 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
                         !ctx ? "ctx" : !attn ? "attn" : !varlen ? "varlen" : "queue");
     struct flashcl_attention packed;
-    flashcl_status st = validate_varlen(ctx, attn, varlen, &packed);
+    flashcl_status st = validate_varlen(ctx, attn, varlen, &packed);  /* the views, once */
     if (st == FLASHCL_SUCCESS)
-        st = fcl_check_call(ctx, &packed, queue, num_wait_events, wait_list);
+        st = fcl_check_queue(ctx, queue, num_wait_events, wait_list);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -296,17 +296,9 @@ flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flash
     if (!ctx || !attn || !lengths || !queue)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
                         !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "queue");
-    flashcl_status st = validate_kv_lengths(ctx, attn, lengths, pages);
-    if (st == FLASHCL_SUCCESS) {
-        /* fcl_check_call validates attn as dense: for a paged cache, its checks of K and V are the pool's, done. */
-        struct flashcl_attention dense = *attn;
-        if (pages) {
-            dense.k = dense.v = attn->q;
-            dense.seq_kv = attn->seq_q;
-            dense.heads_kv = attn->heads_q;
-        }
-        st = fcl_check_call(ctx, &dense, queue, num_wait_events, wait_list);
-    }
+    flashcl_status st = validate_kv_lengths(ctx, attn, lengths, pages);  /* the views, once */
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_check_queue(ctx, queue, num_wait_events, wait_list);
     if (st != FLASHCL_SUCCESS)
         return st;
     const bool own_lengths = lengths->cache_seqlens != NULL, own_table = pages && pages->block_table;
