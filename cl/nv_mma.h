@@ -11,23 +11,7 @@
 #ifndef FLASHCL_NV_MMA_H
 #define FLASHCL_NV_MMA_H
 
-static inline uint local_address(__local const void *p)
-{
-    return (uint)(size_t)p;
-}
-
-static inline void copy_async_16(uint address, __global const void *src)
-{
-    __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(src) : "memory");
-}
-
-static inline void copy_async_commit(void)
-{
-    __asm__ volatile("cp.async.commit_group;" ::: "memory");
-}
-
-/* Waits until at most `n` committed groups are still in flight. */
-#define COPY_ASYNC_WAIT(n) __asm__ volatile("cp.async.wait_group " #n ";" ::: "memory")
+#include "nv_async.h"  /* local_address, cp.async */
 
 static inline float quad_xor(float v, int mask)
 {

@@ -117,8 +117,12 @@ enum flashcl_variant {
                                            precision TF32 or TF32X3, mma.sync m16n8k8 */
     FLASHCL_VARIANT_BACKWARD = 5,       /* cl/flash_backward.cl: the backward pass, any OpenCL 1.2
                                            device, any d and tile */
-    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE = 6 /* cl/flash_backward_mma.cl: the backward pass on NVIDIA
+    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE = 6, /* cl/flash_backward_mma.cl: the backward pass on NVIDIA
                                            sm_80+, f16/bf16, d % 16 == 0 up to 128, mma.sync */
+    FLASHCL_VARIANT_DECODE = 7          /* cl/flash_decode.cl: few query rows against many keys (decode),
+                                           any OpenCL 1.2 device, FMA units, d % 4 == 0; one work-group
+                                           per KV head holds its group's query rows (group x seq_q <= 16),
+                                           keys split across work-groups */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
@@ -141,7 +145,8 @@ struct flashcl_context_params {
     /* Deprecated (use kernel_options; kept working through 0.x): force the
      * FMA kernels' tile, 1..256 each, as "register-tiled:block_m=..,block_n=..;
      * portable:block_m=..,block_n=..". A size the register-tiled kernel does
-     * not run (not a multiple of 16, or over 128) turns that kernel off. */
+     * not run (not a multiple of 16, or over 128) turns that kernel off; the
+     * decode kernel is off with either set. */
     int block_m;
     int block_n;
 
@@ -163,8 +168,8 @@ struct flashcl_context_params {
     size_t local_mem_bytes;
 
     /* Deprecated (use kernel_options): FLASHCL_VARIANT_PORTABLE is
-     * "register-tiled:off"; FLASHCL_VARIANT_REGISTER_TILED and 0 change
-     * nothing. Other values are refused. */
+     * "register-tiled:off;decode:off"; FLASHCL_VARIANT_REGISTER_TILED and 0
+     * change nothing. Other values are refused. */
     enum flashcl_variant fma_variant;
 
     /* Deprecated (use kernel_options): the tensor-core and TF32 kernels'

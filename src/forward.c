@@ -139,10 +139,13 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const bool split = plan->splits > 1;
     const cl_int splits = plan->splits;
 
-    const size_t n_qblocks = ((size_t)attn->seq_q + (size_t)plan->block_m - 1) / (size_t)plan->block_m;
+    /* (query blocks x splits, query heads, sequences), or (splits, KV heads, sequences) for a kernel
+     * whose work-group holds a KV head's query rows. */
+    const size_t n_qblocks =
+        k->packs_group ? 1 : ((size_t)attn->seq_q + (size_t)plan->block_m - 1) / (size_t)plan->block_m;
     const size_t local[3] = {(size_t)plan->workgroup, 1, 1};
-    const size_t global[3] = {n_qblocks * local[0] * (size_t)plan->splits, (size_t)attn->heads_q,
-                              (size_t)attn->batch};
+    const size_t global[3] = {n_qblocks * local[0] * (size_t)plan->splits,
+                              (size_t)(k->packs_group ? attn->heads_kv : attn->heads_q), (size_t)attn->batch};
     const size_t combine_global[3] = {((size_t)attn->seq_q + 63) / 64 * 64, (size_t)attn->heads_q,
                                       (size_t)attn->batch};
 

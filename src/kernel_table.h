@@ -57,7 +57,8 @@ struct problem {
     int window_left, window_right;     /* the mask as a window (-1: unlimited), whatever its kind */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
     int varlen;     /* cl/varlen.h: 0 dense, 1 packed sequences with offsets, 2 a KV cache's lengths */
-    int batch, heads_q, seq_q, seq_kv;  /* the grid's (the longest sequence's for varlen): split-KV's rule */
+    int batch, heads_q, heads_kv, seq_q, seq_kv;  /* the grid's (the longest sequence's for varlen): split-KV's
+                                                     rule and the decode kernel's rows */
 };
 
 /* One valid range of an axis, and the values flashcl-probe --tune tries. */
@@ -105,6 +106,10 @@ struct kernel_info {
     bool varlen;                     /* takes batches of different lengths (cl/varlen.h) */
     /* Takes split-KV (cl/split.h): the entry point that merges the partials; NULL if not. */
     const char *combine;
+    /* One work-group per (split, KV head, sequence) holding every query row of
+     * the KV head's group (group x seq_q of at most FCL_DECODE_MAX_ROWS); the
+     * grid is (splits, heads_kv, batch). false: (query blocks x splits, heads_q, batch). */
+    bool packs_group;
     struct axis_spec axes[AXIS_COUNT];
     /* Built-in shapes, preferred first; the first that applies and fits wins. */
     const struct builtin_shape *builtin;
@@ -120,8 +125,9 @@ struct kernel_info {
     bool (*shrink)(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed);
     /* Beyond the axes' ranges: whether the device can launch the shape. */
     bool (*launchable)(const struct device_desc *dev, const struct kernel_shape *s);
-    /* Bytes of the __local arrays the kernel declares for this shape. */
-    size_t (*local_bytes)(const struct device_desc *dev, const struct kernel_shape *s, int head_dim);
+    /* Bytes of the __local arrays the kernel declares for this shape and problem
+     * (its head_dim; the decode kernel also its rows, at most where unknown). */
+    size_t (*local_bytes)(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p);
     /* Query rows per work-group and work-items per work-group. */
     void (*geometry)(const struct device_desc *dev, const struct kernel_shape *s, int *block_m, int *workgroup);
     /* The -D options that select the shape and the problem. */
@@ -135,6 +141,7 @@ struct kernel_info {
 #define FCL_LOCAL_SLACK 64
 
 #define FCL_MAX_SPLITS 64  /* split-KV work-groups per query block at most */
+#define FCL_DECODE_MAX_ROWS 16  /* query rows (group x seq_q) a decode work-group holds at most */
 
 extern const struct kernel_info fcl_kernels[];
 extern const int fcl_kernel_count;

@@ -30,8 +30,10 @@ static int portable_side(const struct device_desc *dev)
     return dev->max_workgroup >= 256 ? 16 : 8;
 }
 
-static size_t portable_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+static size_t portable_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                   const struct problem *p)
 {
+    const int head_dim = p->head_dim;
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
     const size_t ldqk = d | 1;
     const size_t floats = m * ldqk + n * ldqk + n * d + m * n + m * (size_t)portable_side(dev);
@@ -91,8 +93,10 @@ static void portable_options(const struct device_desc *dev, const struct problem
 
 /* ---- register-tiled: cl/flash_forward_tiled.cl, 4 query rows a work-item ---- */
 
-static size_t tiled_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+static size_t tiled_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                const struct problem *p)
 {
+    const int head_dim = p->head_dim;
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
     const size_t floats = m * (d + 4) + 2 * n * (d + 4) + n * (m + 4) + 16 * m;
     return floats * sizeof(float);
@@ -159,8 +163,10 @@ static bool mma_launchable(const struct device_desc *dev, const struct kernel_sh
 }
 
 /* Q, and K and V twice (double-buffered), in 2-byte elements. */
-static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                              const struct problem *p)
 {
+    const int head_dim = p->head_dim;
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N];
     return (m + 4 * n) * (size_t)head_dim * 2;
 }
@@ -174,8 +180,10 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
              fcl_dtype_define(p->dtype));
 }
 
-static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                               const struct problem *p)
 {
+    const int head_dim = p->head_dim;
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N], d = (size_t)head_dim;
     return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float);
 }
@@ -193,8 +201,10 @@ static void tf32_options(const struct device_desc *dev, const struct problem *p,
 #define BACKWARD_MAX_AUTO_BLOCK 64  /* larger blocks only grow the per-work-item accumulators */
 
 /* The dK/dV kernel's arrays; the dQ kernel declares the same but one P tile. */
-static size_t backward_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+static size_t backward_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                   const struct problem *p)
 {
+    const int head_dim = p->head_dim;
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], ld = (size_t)head_dim | 1;
     const size_t tiles = 2 * m * ld + 2 * n * ld;     /* Q, dO, K, V */
     const size_t scores = 2 * m * n;                  /* P, dS */
@@ -239,8 +249,10 @@ static bool backward_mma_launchable(const struct device_desc *dev, const struct 
 /* The larger of the two kernels' arrays, in 2-byte elements and floats:
  * dK/dV: K, V once, Q and dO twice (double-buffered), the rows' LSE and D twice;
  * dQ: Q, dO once, K and V twice. */
-static size_t backward_mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s, int head_dim)
+static size_t backward_mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                       const struct problem *p)
 {
+    const int head_dim = p->head_dim;
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
     const size_t dkdv = (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float);
     const size_t dq = (2 * m + 4 * n) * d * 2;
@@ -260,6 +272,73 @@ static void backward_mma_options(const struct device_desc *dev, const struct pro
     snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DDTYPE=%d -DCAUSAL=%d",
              p->head_dim, s->axis[M], s->axis[N], s->axis[W], 32 * s->axis[W], fcl_dtype_define(p->dtype),
              p->mask == FLASHCL_MASK_CAUSAL);
+}
+
+/* ---- decode: cl/flash_decode.cl, a KV head's query rows against its keys, split-KV ---- */
+
+/* The rows a work-group holds: group x seq_q rounded up to a power of two
+ * (the kernel's ROWS); the most where the problem is not known. */
+static int decode_rows(const struct problem *p)
+{
+    if (p->heads_kv < 1 || p->seq_q < 1)
+        return FCL_DECODE_MAX_ROWS;
+    const long long rows = (long long)(p->heads_q / p->heads_kv) * p->seq_q;
+    int r = 1;
+    while (r < rows && r < FCL_DECODE_MAX_ROWS)
+        r *= 2;
+    return r;
+}
+
+/* cp.async (NVIDIA sm_80+, where the inline-PTX probe passed) needs rows on 16 bytes. */
+static bool decode_async(const struct device_desc *dev, const struct problem *p)
+{
+    return dev->tensor_cores && p->rows_16b;
+}
+
+/* K and V staged as stored, pitch d + 4 elements (twice with cp.async); Q,
+ * the scores / P and the row max's partials in floats. */
+static size_t decode_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                 const struct problem *p)
+{
+    const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, rows = (size_t)decode_rows(p);
+    const size_t esize = p->dtype == FLASHCL_F32 ? 4 : 2, stages = decode_async(dev, p) ? 2 : 1;
+    return 2 * stages * n * (d + 4) * esize + (rows * d + n * rows + rows * 8) * sizeof(float);
+}
+
+/* 64 keys a block (two warps): small enough that several work-groups share a
+ * compute unit and keep its loads in flight; 32 where that does not fit. */
+static void decode_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
+{
+    out->axis[N] = 64;
+}
+
+static bool decode_shrink(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed)
+{
+    if ((fixed & (1u << N)) || s->axis[N] <= 32)
+        return false;
+    s->axis[N] = s->axis[N] / 2 / 32 * 32 > 32 ? s->axis[N] / 2 / 32 * 32 : 32;
+    return true;
+}
+
+static bool decode_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+{
+    return (size_t)s->axis[N] <= dev->max_workgroup;
+}
+
+/* One key a work-item; the query rows per group are the problem's (the planner sets block_m). */
+static void decode_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m, int *workgroup)
+{
+    *block_m = 1;
+    *workgroup = s->axis[N];
+}
+
+static void decode_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                           float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DROWS=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DVARLEN=%d -DVEC_ROWS=%d -DNV_ASYNC=%d",
+             p->head_dim, decode_rows(p), s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right,
+             p->varlen, p->rows_16b, decode_async(dev, p));
 }
 
 #define BSHAPE(w, m, n) {.axis = {[W] = (w), [M] = (m), [N] = (n)}}
@@ -310,6 +389,21 @@ static const struct builtin_shape tf32_builtin[] = {
 
 /* In order of preference: the planner takes the first that runs a call. */
 const struct kernel_info fcl_kernels[] = {
+    {
+        .name = "decode", .variant = FLASHCL_VARIANT_DECODE, .op = OP_FORWARD,
+        .source = flashcl_source_flash_decode, .entry = "flash_decode",
+        .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = ALL_MASKS,
+        .varlen = true,
+        .combine = "flash_forward_combine",
+        .packs_group = true,
+        .f32_precisions = ~0u,
+        .head_dim_step = 4, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
+        .axes = {[N] = {32, 256, 32, {32, 64, 128, 256}}},
+        .rule = decode_rule, .shrink = decode_shrink,
+        .launchable = decode_launchable, .local_bytes = decode_local_bytes, .geometry = decode_geometry,
+        .options = decode_options,
+    },
     {
         .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
@@ -451,6 +545,10 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "mask";
     if (p->varlen && !k->varlen)
         return "packed varlen batch";
+    if (k->packs_group && (p->heads_kv < 1 || p->seq_q < 1))
+        return "problem of unknown rows (it takes a KV head's query rows)";
+    if (k->packs_group && (long long)(p->heads_q / p->heads_kv) * p->seq_q > FCL_DECODE_MAX_ROWS)
+        return "many query rows (it holds group x seq_q of at most 16)";
     if (p->dtype == FLASHCL_F32 && !(k->f32_precisions & PRECISION_BIT(p->precision)))
         return "precision";
     if (p->head_dim % k->head_dim_step != 0 || p->head_dim > k->head_dim_max)

@@ -29,9 +29,9 @@ static bool launchable(const struct device_desc *dev, const struct kernel_info *
 
 /* The shape's local memory, with the compiler's slack, within limit. */
 static bool fits(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
-                 int head_dim, size_t limit)
+                 const struct problem *p, size_t limit)
 {
-    return k->local_bytes(dev, s, head_dim) + FCL_LOCAL_SLACK <= limit;
+    return k->local_bytes(dev, s, p) + FCL_LOCAL_SLACK <= limit;
 }
 
 /* The kernel's first shape for a problem before any fitting: its first
@@ -63,7 +63,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
             if (ov->fixed & (1u << a))
                 shape->axis[a] = ov->shape.axis[a];
         *source = FLASHCL_TILE_FORCED;
-        while (!fits(dev, k, shape, p->head_dim, usable) || !launchable(dev, k, shape))
+        while (!fits(dev, k, shape, p, usable) || !launchable(dev, k, shape))
             if (!k->shrink || !k->shrink(dev, shape, ov->fixed)) {
                 int block_m = 0, workgroup = 0;
                 k->geometry(dev, shape, &block_m, &workgroup);
@@ -73,21 +73,21 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
                 else
                     snprintf(why, why_size, "a %dx%d tile for head_dim %d needs %zu bytes of local memory (and %d "
                              "of slack); \"%s\" has %zu", block_m, shape->axis[AXIS_BLOCK_N], p->head_dim,
-                             k->local_bytes(dev, shape, p->head_dim), FCL_LOCAL_SLACK, dev->name, usable);
+                             k->local_bytes(dev, shape, p), FCL_LOCAL_SLACK, dev->name, usable);
                 return false;
             }
         return true;
     }
 
     const struct tuned_entry *tuned = fcl_tuning_find(ctx, k, p);
-    if (tuned && launchable(dev, k, &tuned->shape) && fits(dev, k, &tuned->shape, p->head_dim, usable)) {
+    if (tuned && launchable(dev, k, &tuned->shape) && fits(dev, k, &tuned->shape, p, usable)) {
         *shape = tuned->shape;
         *source = FLASHCL_TILE_TUNED;
         return true;
     }
     for (int i = 0; i < k->n_builtin; i++) {
         const struct builtin_shape *b = &k->builtin[i];
-        if (builtin_applies(dev, b, p) && launchable(dev, k, &b->shape) && fits(dev, k, &b->shape, p->head_dim, usable)) {
+        if (builtin_applies(dev, b, p) && launchable(dev, k, &b->shape) && fits(dev, k, &b->shape, p, usable)) {
             *shape = b->shape;
             *source = FLASHCL_TILE_DEFAULT;
             return true;
@@ -97,7 +97,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
         memset(shape, 0, sizeof(*shape));
         k->rule(dev, p, shape);
         const size_t limit = k->rule_reported ? dev->reported_local : usable;
-        while (!fits(dev, k, shape, p->head_dim, limit) || !launchable(dev, k, shape))
+        while (!fits(dev, k, shape, p, limit) || !launchable(dev, k, shape))
             if (!k->shrink || !k->shrink(dev, shape, 0)) {
                 snprintf(why, why_size, "no tile for head_dim %d fits %zu bytes of local memory", p->head_dim, limit);
                 return false;
@@ -113,14 +113,15 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
  * compute unit, each split at least two key blocks; forced by kernel_options'
  * "splits". Only forward calls; 1 where the problem is unknown (tiles). */
 static int choose_splits(const struct device_desc *dev, const struct kernel_override *ov, const struct problem *p,
-                         int block_m, int block_n)
+                         bool k_packs_group, int block_m, int block_n)
 {
     if (p->op != OP_FORWARD || p->batch < 1)
         return 1;
     const long long key_blocks = ((long long)p->seq_kv + block_n - 1) / block_n;
     if (ov->splits)
         return (int)(ov->splits < key_blocks ? ov->splits : key_blocks > 0 ? key_blocks : 1);
-    const long long groups = (long long)p->batch * p->heads_q * (((long long)p->seq_q + block_m - 1) / block_m);
+    const long long groups = k_packs_group ? (long long)p->batch * p->heads_kv
+                                           : (long long)p->batch * p->heads_q * (((long long)p->seq_q + block_m - 1) / block_m);
     const long long target = 4LL * (dev->compute_units > 0 ? dev->compute_units : 1);
     if (groups >= target)
         return 1;
@@ -156,8 +157,11 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->kernel = k;
     out->block_n = out->shape.axis[AXIS_BLOCK_N];
     k->geometry(&ctx->dev, &out->shape, &out->block_m, &out->workgroup);
-    out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p->head_dim);
-    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, out->block_m, out->block_n) : 1;
+    out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p);
+    if (k->packs_group)
+        out->block_m = p->seq_q;  /* every query position of the KV head's group */
+    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, k->packs_group, out->block_m,
+                                             out->block_n) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
     if (k->combine) {
@@ -214,6 +218,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     fcl_attention_window(a, &out->window_left, &out->window_right);
     out->batch = a->batch;
     out->heads_q = a->heads_q;
+    out->heads_kv = a->heads_kv;
     out->seq_q = a->seq_q;
     out->seq_kv = a->seq_kv;
     out->rows_16b = rows_16b(&a->q) && rows_16b(&a->k) && rows_16b(&a->v) && rows_16b(&a->o);
@@ -335,7 +340,7 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
         for (int a = 0; a < AXIS_COUNT; a++)
             if (k->axes[a].lo)
                 s.axis[a] = k->axes[a].candidates[digit[a]];
-        if (launchable(&ctx->dev, k, &s) && fits(&ctx->dev, k, &s, head_dim, local)) {
+        if (launchable(&ctx->dev, k, &s) && fits(&ctx->dev, k, &s, &p, local)) {
             struct flashcl_tuned_config c;
             memset(&c, 0, sizeof(c));
             fcl_shape_to_config(&ctx->dev, k, &s, &c);

@@ -108,11 +108,17 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
     return fcl_validate_attention(ctx, packed);
 }
 
-static void varlen_problem(const struct flashcl_attention *packed, int mode, struct problem *p)
+/* The problem of the views (packed or a cache's) on the grid of `grid`: its
+ * sequences and the longest one's rows, which split-KV and the decode
+ * kernel's rows are chosen from. */
+static void varlen_problem(const struct flashcl_attention *views, const struct flashcl_attention *grid, int mode,
+                           struct problem *p)
 {
-    fcl_forward_problem(packed, p);
+    fcl_forward_problem(views, p);
     p->varlen = mode;
-    p->rows_16b = false;  /* no varlen kernel needs it */
+    p->batch = grid->batch;
+    p->seq_q = grid->seq_q;
+    p->seq_kv = grid->seq_kv;
 }
 
 flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct flashcl_attention *attn,
@@ -127,7 +133,7 @@ flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct 
     if (st != FLASHCL_SUCCESS)
         return st;
     struct problem p;
-    varlen_problem(&packed, 1, &p);
+    varlen_problem(&packed, attn, 1, &p);
     struct plan plan;
     st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
     if (st == FLASHCL_SUCCESS)
@@ -176,7 +182,7 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
         grid.seq_q = attn->seq_q;
         grid.seq_kv = attn->seq_kv;
         struct problem p;
-        varlen_problem(&packed, 1, &p);
+        varlen_problem(&packed, attn, 1, &p);
         st = fcl_forward_planned(ctx, &grid, &p, &args, queue, num_wait_events, wait_list, event);
     }
     /* Released now: OpenCL keeps them until the kernel that reads them is done. */
@@ -278,7 +284,7 @@ flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struc
                         !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "out");
     flashcl_status st = validate_kv_lengths(ctx, attn, lengths, pages);
     struct problem p;
-    varlen_problem(attn, pages ? 3 : 2, &p);
+    varlen_problem(attn, attn, pages ? 3 : 2, &p);
     struct plan plan;
     if (st == FLASHCL_SUCCESS)
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
@@ -313,7 +319,7 @@ flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flash
         const struct fcl_varlen_args args = {len_mem, len_mem, 0, 0, table, pages ? pages->page_size : 0,
                                              pages ? pages->pages_per_seq : 0, pages ? pages->num_pages : 0};
         struct problem p;
-        varlen_problem(attn, pages ? 3 : 2, &p);
+        varlen_problem(attn, attn, pages ? 3 : 2, &p);
         st = fcl_forward_planned(ctx, attn, &p, &args, queue, num_wait_events, wait_list, event);
     }
     if (own_lengths && len_mem)

@@ -241,8 +241,10 @@ START_TEST(against_reference)
 {
     run(NULL, &cases[_i], 500 + (uint64_t)_i, "default kernel");
     /* The portable kernel with small odd tiles: blocks cross sequence ends. */
-    run(test_context_with_options("tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
+    run(test_context_with_options("decode:off;tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
         &cases[_i], 520 + (uint64_t)_i, "portable 3x5");
+    /* The decode kernel with splits where its rows fit (a KV head's query rows in one group). */
+    run(test_context_with_options("decode:block_n=32,splits=3"), &cases[_i], 540 + (uint64_t)_i, "decode split 3");
 }
 END_TEST
 
@@ -326,10 +328,11 @@ START_TEST(bad_device_offsets_stay_inside)
     a.o.offset = o_margin;
     a.lse.mem = l_wide;
     a.lse.offset = l_margin;
-    for (int layout = 0; layout < 2; layout++) {  /* the register-tiled kernel, then the portable one */
-        flashcl_context *ctx = layout ? test_context_with_options("tensor-core:off;tf32:off;register-tiled:off;"
-                                                                  "portable:block_m=3,block_n=5")
-                                      : e->ctx;
+    for (int layout = 0; layout < 3; layout++) {  /* the default kernel, the portable one, decode with splits */
+        flashcl_context *ctx = layout == 1 ? test_context_with_options("decode:off;tensor-core:off;tf32:off;"
+                                                                       "register-tiled:off;portable:block_m=3,block_n=5")
+                             : layout == 2 ? test_context_with_options("decode:block_n=32,splits=3")
+                                           : e->ctx;
         cl_event done = NULL;
         ck_assert_flashcl_ok(flashcl_forward_varlen(ctx, &a, &p.vl, e->queue, 0, NULL, &done));
         ck_assert_cl(clWaitForEvents(1, &done));
@@ -557,8 +560,9 @@ static void run_kv(flashcl_context *ctx, const struct kv_case *c, uint64_t seed,
 START_TEST(kv_cache)
 {
     run_kv(NULL, &kv_cases[_i], 600 + (uint64_t)_i, false);
-    run_kv(test_context_with_options("tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
+    run_kv(test_context_with_options("decode:off;tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
            &kv_cases[_i], 610 + (uint64_t)_i, false);
+    run_kv(test_context_with_options("decode:block_n=32,splits=3"), &kv_cases[_i], 620 + (uint64_t)_i, false);
 }
 END_TEST
 

@@ -1,0 +1,388 @@
+/*
+ * flash_decode.cl: exact attention forward for few query rows against many
+ * keys (decode, speculative decode, short chunks), portable OpenCL C 1.2.
+ *
+ * One work-group per (split, KV head, sequence). Its rows are every query
+ * row of the KV head's group: the `group` query heads that share the KV
+ * head times the seq_q query positions, ROWS_USED = group * seq_q of at
+ * most ROWS. So each K/V block is read once per KV head, not once per
+ * query head (packed GQA), and the bytes read are K and V once per call.
+ * Where batch x KV heads cannot fill the device the keys are split across
+ * work-groups (cl/split.h's partials, merged by flash_forward_combine).
+ *
+ * Per block of BLOCK_N keys (BLOCK_N == WG: one key a work-item):
+ *   stage   K and V rows are copied to local memory as stored (f16/bf16
+ *           stay 2 bytes), in 4-element chunks where the rows allow; with
+ *           NV_ASYNC (NVIDIA sm_80+) by cp.async into the other of two
+ *           buffers while this block computes, so loads stay in flight;
+ *   S       work-item t computes the scores of key t for all rows, Q read
+ *           from local memory (every work-item the same address);
+ *   max     the block's row max in two steps through local memory;
+ *   P       work-item t turns its scores into p = exp2(s - m) (base 2, Q
+ *           pre-multiplied by scale·log2 e) and keeps its share of l;
+ *   PV      teams of TEAM work-items (TEAM 4-column chunks cover a row)
+ *           take every NTEAMS-th key: acc[row] += p * V[key].
+ * All work-items rescale by the same row max, so the teams' accumulators
+ * and the work-items' l partials add up at the end in a fixed order:
+ * no atomics, the same bits every run.
+ *
+ * Rows that see no key give O = 0 and LSE = -inf, as the other kernels.
+ * Keep decode_local_bytes in src/kernels.c in step with the arrays below.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128        /* a multiple of 4, at most 256 */
+#endif
+#ifndef ROWS
+#define ROWS 4              /* rows a work-group holds: 1, 2, 4, 8 or 16 */
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64          /* keys per block = work-items per work-group */
+#endif
+#ifndef VEC_ROWS
+#define VEC_ROWS 0          /* 1: every K/V row starts on 16 bytes (4-element chunk copies) */
+#endif
+#ifndef NV_ASYNC
+#define NV_ASYNC 0          /* 1: NVIDIA sm_80+ (inline PTX): cp.async, K and V double-buffered */
+#endif
+
+#define WG BLOCK_N
+#define D4 (HEAD_DIM / 4)                              /* 4-element chunks of a row */
+#define TEAM (D4 >= 32 ? 32 : D4 > 8 ? 16 : D4 > 4 ? 8 : D4 > 2 ? 4 : D4 > 1 ? 2 : 1)
+#define NTEAMS (WG / TEAM)
+#define CPL ((D4 + TEAM - 1) / TEAM)                   /* chunks a work-item owns in P·V */
+#define PITCH (HEAD_DIM + 4)                           /* staged rows: consecutive rows on other banks */
+#define MAX_PARTS 8                                    /* the row max's first step: 8 partials a row */
+#define STAGES (NV_ASYNC ? 2 : 1)                      /* K/V buffers */
+
+#if HEAD_DIM % 4 != 0 || HEAD_DIM > 256
+#error "HEAD_DIM must be a multiple of 4, at most 256"
+#endif
+#if ROWS != 1 && ROWS != 2 && ROWS != 4 && ROWS != 8 && ROWS != 16
+#error "ROWS must be 1, 2, 4, 8 or 16"
+#endif
+#if BLOCK_N % 32 != 0 || BLOCK_N > 256 || BLOCK_N % TEAM != 0
+#error "BLOCK_N must be 32, 64, ... 256"
+#endif
+#if NV_ASYNC && !VEC_ROWS
+#error "NV_ASYNC copies 4-element chunks: it needs VEC_ROWS"
+#endif
+
+#include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "varlen.h"    /* VARLEN: packed sequences, KV caches, pages */
+#include "split.h"     /* SPLIT: split-KV partials, merged by flash_forward_combine */
+#if NV_ASYNC
+#include "nv_async.h"  /* cp.async */
+#endif
+
+#if VARLEN == 3  /* what KV_ROW reads of a paged cache */
+#define VARLEN_PAGES_PARAMS , __global const int *pages, int page_size, int pages_per_seq, int num_pages
+#define VARLEN_PAGES , pages, page_size, pages_per_seq, num_pages
+#else
+#define VARLEN_PAGES_PARAMS
+#define VARLEN_PAGES
+#endif
+
+#if SPLIT
+/* Element offset of (split, b, query head h, position) in cl/split.h's workspace
+ * [split][batch][heads_q][rows][d + 1]; this grid's dimension 1 holds KV heads. */
+static inline ulong split_row(int split, int b, int h, int pos, int rows, int group)
+{
+    const ulong heads_q = get_num_groups(1) * (ulong)group, batch = get_num_groups(2);
+    return ((((ulong)split * batch + (ulong)b) * heads_q + (ulong)h) * (ulong)rows + (ulong)pos) * (HEAD_DIM + 1);
+}
+#endif
+
+/* Staged rows keep the storage's bits: floats, or the 16-bit halves of f16 / bf16. */
+#if DTYPE == 0
+typedef float raw_t;
+typedef float4 raw4_t;
+#else
+typedef ushort raw_t;
+typedef ushort4 raw4_t;
+#endif
+
+/* Four staged elements as floats. */
+static inline float4 staged4(__local const raw_t *p)
+{
+#if DTYPE == 0
+    return vload4(0, p);
+#elif DTYPE == 1
+    return vload_half4(0, (__local const half *)p);
+#else
+    const ushort4 u = vload4(0, p);
+    return as_float4(convert_uint4(u) << 16);
+#endif
+}
+
+/* Copies rows [key0, key0 + BLOCK_N) of K or V as stored into `tile`;
+ * zeros past the sequence's end. */
+static inline void stage_rows(__local raw_t *tile, __global const storage_t *src, ulong base, ulong sb, ulong ss,
+                              int key0, int seq_kv, int b VARLEN_PAGES_PARAMS, int lid)
+{
+    __global const raw_t *raw = (__global const raw_t *)src;
+#if VEC_ROWS
+    for (int idx = lid; idx < BLOCK_N * D4; idx += WG) {
+        const int r = idx / D4, c4 = idx % D4, key = key0 + r;
+        raw4_t chunk = (raw4_t)(0);
+        if (key < seq_kv)
+            chunk = *(__global const raw4_t *)(raw + base + KV_ROW(key, sb, ss) + 4 * c4);
+        *(__local raw4_t *)(tile + r * PITCH + 4 * c4) = chunk;
+    }
+#else
+    for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
+        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM, key = key0 + r;
+        tile[r * PITCH + c] = key < seq_kv ? raw[base + KV_ROW(key, sb, ss) + c] : (raw_t)0;
+    }
+#endif
+}
+
+#if NV_ASYNC
+/* stage_rows by cp.async: starts the copies (zeros past the end), the caller commits and waits. */
+static inline void stage_rows_async(__local raw_t *tile, __global const storage_t *src, ulong base, ulong sb,
+                                    ulong ss, int key0, int seq_kv, int b VARLEN_PAGES_PARAMS, int lid)
+{
+    __global const raw_t *raw = (__global const raw_t *)src;
+    for (int idx = lid; idx < BLOCK_N * D4; idx += WG) {
+        const int r = idx / D4, c4 = idx % D4, key = key0 + r;
+        const bool inside = key < seq_kv;
+        __global const raw_t *from = inside ? raw + base + KV_ROW(key, sb, ss) + 4 * c4 : raw;
+        const uint address = local_address(tile + r * PITCH + 4 * c4);
+#if DTYPE == 0
+        copy_async_zfill_16(address, from, inside ? 16u : 0u);
+#else
+        copy_async_zfill_8(address, from, inside ? 8u : 0u);
+#endif
+    }
+}
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                  __global const storage_t *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                  __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                  __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
+                  __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                  int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
+{
+    __local raw_t k_tiles[STAGES * BLOCK_N * PITCH] __attribute__((aligned(16)));
+    __local raw_t v_tiles[STAGES * BLOCK_N * PITCH] __attribute__((aligned(16)));
+    __local float q_tile[ROWS * HEAD_DIM] __attribute__((aligned(16)));
+    __local float p_tile[BLOCK_N * ROWS] __attribute__((aligned(16)));     /* [key][row]: scores, then P */
+    __local float row_part[ROWS * MAX_PARTS] __attribute__((aligned(16))); /* the max's partials; l's sums */
+    /* After the last block, k_tile holds the teams' accumulators, added (BLOCK_N * PITCH raw
+     * elements are at least ROWS * HEAD_DIM floats for BLOCK_N >= 32). */
+    __local float *acc_sum = (__local float *)k_tiles;
+
+    const int lid = (int)get_local_id(0);
+    const int team = lid / TEAM, lane = lid % TEAM;
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+#if SPLIT
+    const int split = (int)get_group_id(0);
+#endif
+    const int rows_grid = seq_q;  /* the grid's query positions (the longest sequence's, varlen) */
+#if VARLEN
+    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
+    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
+#else
+    const int start_q = 0, start_k = 0;
+#endif
+    const int diag = seq_kv - seq_q;
+    const int rows_used = group * seq_q;  /* row r: query head hk * group + r % group, position r / group */
+
+    const ulong k_base = k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    const ulong v_base = v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+
+    for (int idx = lid; idx < ROWS * HEAD_DIM; idx += WG) {
+        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const int h = hk * group + r % group, pos = r / group;
+        q_tile[idx] = r < rows_used
+                          ? LOAD(q, q_off + (ulong)b * q_sb + (ulong)(start_q + pos) * q_ss + (ulong)h * q_sh + c) *
+                                scale_log2
+                          : 0.0f;
+    }
+
+    float m[ROWS], l[ROWS];
+    float4 acc[ROWS][CPL];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CPL; c++)
+            acc[r][c] = (float4)(0.0f);
+    }
+
+    /* The keys any row sees (a group past its sequence, varlen, streams none but reaches every barrier). */
+    int kv_end = seq_q > 0 ? mask_key_end(0, seq_q, seq_q, seq_kv) : 0;
+    int kv_begin = mask_key_begin(0, seq_q, seq_kv);
+#if SPLIT
+    split_keys(split, n_splits, &kv_begin, &kv_end);
+#endif
+
+#if NV_ASYNC
+    if (kv_begin < kv_end) {  /* the first block into buffer 0 */
+        stage_rows_async(k_tiles, k, k_base, k_sb, k_ss, kv_begin, seq_kv, b VARLEN_PAGES, lid);
+        stage_rows_async(v_tiles, v, v_base, v_sb, v_ss, kv_begin, seq_kv, b VARLEN_PAGES, lid);
+    }
+    copy_async_commit();
+#endif
+    int stage = 0;
+    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N, stage = STAGES - 1 - stage) {
+        barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
+        __local const raw_t *k_tile = k_tiles + stage * BLOCK_N * PITCH;
+        __local const raw_t *v_tile = v_tiles + stage * BLOCK_N * PITCH;
+#if NV_ASYNC
+        /* The next block into the other buffer (read by the previous block, done with now). */
+        if (kb + BLOCK_N < kv_end) {
+            __local raw_t *next = k_tiles + (1 - stage) * BLOCK_N * PITCH;
+            stage_rows_async(next, k, k_base, k_sb, k_ss, kb + BLOCK_N, seq_kv, b VARLEN_PAGES, lid);
+            next = v_tiles + (1 - stage) * BLOCK_N * PITCH;
+            stage_rows_async(next, v, v_base, v_sb, v_ss, kb + BLOCK_N, seq_kv, b VARLEN_PAGES, lid);
+        }
+        copy_async_commit();  /* a group every block, empty or not, so the count below holds */
+        COPY_ASYNC_WAIT(1);   /* this work-item's copies of this block are done */
+#else
+        stage_rows(k_tiles, k, k_base, k_sb, k_ss, kb, seq_kv, b VARLEN_PAGES, lid);
+        stage_rows(v_tiles, v, v_base, v_sb, v_ss, kb, seq_kv, b VARLEN_PAGES, lid);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);  /* everyone's */
+
+        /* S: key kb + lid against every row. */
+        const int key = kb + lid;
+        float s[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++)
+            s[r] = 0.0f;
+#pragma unroll 4
+        for (int c4 = 0; c4 < D4; c4++) {
+            const float4 kv = staged4(k_tile + lid * PITCH + 4 * c4);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                const float4 qv = vload4(0, q_tile + r * HEAD_DIM + 4 * c4);
+                s[r] = fma(qv.w, kv.w, fma(qv.z, kv.z, fma(qv.y, kv.y, fma(qv.x, kv.x, s[r]))));
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            bool visible = key < seq_kv && r < rows_used;
+#if MASKED
+            visible = visible && mask_visible(r / group, key, diag);
+#endif
+            s[r] = visible ? s[r] : -INFINITY;
+            p_tile[lid * ROWS + r] = s[r];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* The block's row max: MAX_PARTS partials a row, then each work-item reads them all. */
+        for (int idx = lid; idx < ROWS * MAX_PARTS; idx += WG) {
+            const int r = idx / MAX_PARTS, part = idx % MAX_PARTS;
+            float mx = -INFINITY;
+            for (int j = part; j < BLOCK_N; j += MAX_PARTS)
+                mx = fmax(mx, p_tile[j * ROWS + r]);
+            row_part[idx] = mx;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        float alpha[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            float m_new = m[r];
+#pragma unroll
+            for (int part = 0; part < MAX_PARTS; part++)
+                m_new = fmax(m_new, row_part[r * MAX_PARTS + part]);
+            /* A row that has seen no visible key keeps m = -inf: nothing to rescale, every p is 0. */
+            const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+            alpha[r] = exp2(m[r] - m_ref);
+            m[r] = m_new;
+            const float p = exp2(s[r] - m_ref);
+            l[r] = l[r] * alpha[r] + p;
+            p_tile[lid * ROWS + r] = p;  /* this work-item's own element: no barrier before the write */
+#pragma unroll
+            for (int c = 0; c < CPL; c++)
+                acc[r][c] *= alpha[r];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* acc += P·V: this team's keys, this work-item's columns. Keys past the end have p = 0, V = 0. */
+        for (int j = team; j < BLOCK_N; j += NTEAMS) {
+            float p[ROWS];
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                p[r] = p_tile[j * ROWS + r];
+#pragma unroll
+            for (int c = 0; c < CPL; c++) {
+                const int c4 = lane + TEAM * c;
+                if (D4 % TEAM == 0 || c4 < D4) {
+                    const float4 vv = staged4(v_tile + j * PITCH + 4 * c4);
+#pragma unroll
+                    for (int r = 0; r < ROWS; r++)
+                        acc[r][c] = fma((float4)(p[r]), vv, acc[r][c]);
+                }
+            }
+        }
+    }
+
+    /* The teams' accumulators, added team by team (a fixed order), and the work-items' l. */
+    for (int t = 0; t < NTEAMS; t++) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (team == t) {
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+#pragma unroll
+                for (int c = 0; c < CPL; c++) {
+                    const int c4 = lane + TEAM * c;
+                    if (D4 % TEAM == 0 || c4 < D4) {
+                        float4 sum = acc[r][c];
+                        if (t > 0)
+                            sum += vload4(0, acc_sum + r * HEAD_DIM + 4 * c4);
+                        vstore4(sum, 0, acc_sum + r * HEAD_DIM + 4 * c4);
+                    }
+                }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+        p_tile[lid * ROWS + r] = l[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < ROWS) {
+        float l_row = 0.0f;
+        for (int j = 0; j < BLOCK_N; j++)
+            l_row += p_tile[j * ROWS + lid];
+        row_part[lid * MAX_PARTS] = l_row;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int idx = lid; idx < rows_used * HEAD_DIM; idx += WG) {
+        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const int h = hk * group + r % group, pos = r / group;
+        const float l_row = row_part[r * MAX_PARTS];
+        const float out = l_row > 0.0f ? acc_sum[idx] / l_row : 0.0f;
+#if SPLIT
+        part[split_row(split, b, h, pos, rows_grid, group) + c] = out;
+#else
+        STORE(o, o_off + (ulong)b * o_sb + (ulong)(start_q + pos) * o_ss + (ulong)h * o_sh + c, out);
+#endif
+    }
+    /* m of row r is the same in every work-item: the first writes the row's LSE. */
+    if (lid == 0) {
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            if (r >= rows_used)
+                continue;
+            const int h = hk * group + r % group, pos = r / group;
+            const float l_row = row_part[r * MAX_PARTS];
+            const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
+#if SPLIT
+            part[split_row(split, b, h, pos, rows_grid, group) + HEAD_DIM] = lse_row;
+#else
+            if (has_lse)
+                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + pos) * l_ss] = lse_row;
+#endif
+        }
+    }
+}
+
+#include "split_combine.h"

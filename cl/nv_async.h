@@ -1,0 +1,43 @@
+/*
+ * nv_async.h: cp.async, NVIDIA's asynchronous copies from global to shared
+ * (local) memory (sm_80+, inline PTX). A work-item starts copies, commits
+ * them as a group, and waits for all but the newest n groups; the copies
+ * need no registers, so the next block streams in while this one computes.
+ * Shared by the tensor-core kernels (nv_mma.h) and the decode kernel. The
+ * local arrays they write must be __attribute__((aligned(16))).
+ */
+#ifndef FLASHCL_NV_ASYNC_H
+#define FLASHCL_NV_ASYNC_H
+
+static inline uint local_address(__local const void *p)
+{
+    return (uint)(size_t)p;
+}
+
+static inline void copy_async_16(uint address, __global const void *src)
+{
+    __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(src) : "memory");
+}
+
+/* 8 or 16 bytes of which the first `valid` come from src and the rest are
+ * zeros (valid 0: zeros only, src not read). .cg takes 16 bytes only, .ca
+ * (through L1) also 4 and 8. */
+static inline void copy_async_zfill_8(uint address, __global const void *src, uint valid)
+{
+    __asm__ volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(address), "l"(src), "r"(valid) : "memory");
+}
+
+static inline void copy_async_zfill_16(uint address, __global const void *src, uint valid)
+{
+    __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(address), "l"(src), "r"(valid) : "memory");
+}
+
+static inline void copy_async_commit(void)
+{
+    __asm__ volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Waits until at most `n` committed groups are still in flight. */
+#define COPY_ASYNC_WAIT(n) __asm__ volatile("cp.async.wait_group " #n ";" ::: "memory")
+
+#endif

@@ -1,0 +1,156 @@
+/* The decode kernel (cl/flash_decode.cl: a KV head's query rows in one
+ * work-group, keys split across work-groups) against the double reference
+ * on random inputs with poisoned outputs: GQA/MQA/MHA, 1..16 rows, causal
+ * and windows with several query positions, head dims that leave work-items
+ * idle, every dtype, views whose rows do and do not start on 16 bytes,
+ * forced split counts from 1 to more than there are key blocks, and block
+ * sizes 32..256; which calls the planner gives it; repeatability by bytes.
+ * Packed batches and KV caches (contiguous and paged) run it in test_varlen. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "test_hooks.h"
+
+#define F32 FLASHCL_F32
+#define F16 FLASHCL_F16
+#define BF16 FLASHCL_BF16
+#define WINDOW(l, r) .windowed = 1, .window_left = (l), .window_right = (r)
+
+/* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, lse */
+static const struct test_case cases[] = {
+    {2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1},       /* GQA 4:1, one query: 4 rows */
+    {1, 1, 1, 4, 4, 4, F32, 0, 0, LAYOUT_BNHD, 1},          /* one key, MHA, the smallest head dim */
+    {3, 2, 257, 6, 2, 128, BF16, 1, 0, LAYOUT_PADDED, 1},   /* 6 rows (ROWS 8), rows off 16 bytes */
+    {1, 4, 129, 4, 1, 80, F32, 1, 0, LAYOUT_BHND, 1},       /* MQA, 16 rows, d = 80: 20 chunks a row */
+    {2, 3, 200, 2, 2, 256, F16, 0, 0, LAYOUT_BNHD, 1, WINDOW(50, 0)},
+    {1, 8, 5, 2, 1, 32, F32, 1, 0, LAYOUT_BNHD, 1},         /* Nq > Nk causal: rows that see no key */
+    {2, 2, 100, 2, 1, 12, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(17, 3)},  /* d = 12: 3 chunks, teams of 4 */
+    {1, 1, 700, 2, 1, 36, BF16, 0, -0.4f, LAYOUT_BNHD, 1},  /* negative scale; d = 36 leaves lanes idle */
+    {1, 5, 64, 3, 1, 64, F16, 1, 0, LAYOUT_BNHD, 0},        /* 15 rows, no LSE */
+};
+
+/* Decode forced with a block size and a split count (or none: the default context's choice). */
+static const char *const contexts[] = {
+    NULL,
+    "decode:block_n=32,splits=1",
+    "decode:block_n=64,splits=7",
+    "decode:block_n=256,splits=64",  /* more splits than key blocks: one a block */
+    "decode:block_n=128,splits=2",
+};
+
+/* Each case on the default context and on one forced context (in turn, so
+ * every forced shape meets several cases; fewer programs to build). */
+START_TEST(against_reference)
+{
+    const size_t n_forced = sizeof(contexts) / sizeof(contexts[0]) - 1;
+    for (size_t i = 0; i < sizeof(contexts) / sizeof(contexts[0]); i++) {
+        if (i > 0 && i != 1 + (size_t)_i % n_forced)
+            continue;
+        flashcl_context *ctx = contexts[i] ? test_context_with_options(contexts[i]) : NULL;
+        struct case_result r;
+        rng_seed(4000 + 31 * (uint64_t)_i + (uint64_t)i);
+        test_run_case(ctx, &cases[_i], &r);
+        ck_assert_msg(r.variant == FLASHCL_VARIANT_DECODE, "case %d ran %s, not decode", _i,
+                      flashcl_variant_name(r.variant));
+        const struct test_case *c = &cases[_i];
+        printf("decode %-30s B=%d Nq=%d Nk=%-4d Hq=%d Hkv=%d d=%-3d dtype=%d: max|err| %.2e, LSE %.2e\n",
+               contexts[i] ? contexts[i] : "(default)", c->batch, c->seq_q, c->seq_kv, c->heads_q, c->heads_kv,
+               c->head_dim, (int)c->dtype, r.max_abs_err, r.max_lse_err);
+    }
+}
+END_TEST
+
+/* Bit-identical results run to run, with and without splits (the partials merge in a fixed order). */
+START_TEST(repeatable)
+{
+    const struct test_case c = {2, 1, 1000, 8, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1};
+    for (int split = 0; split < 2; split++) {
+        flashcl_context *ctx = test_context_with_options(split ? "decode:splits=9" : "decode:splits=1");
+        struct case_result a, b;
+        rng_seed(77);
+        test_run_case(ctx, &c, &a);
+        rng_seed(77);
+        test_run_case(ctx, &c, &b);
+        ck_assert_int_eq(a.variant, FLASHCL_VARIANT_DECODE);
+        ck_assert_msg(a.output_hash == b.output_hash, "two runs gave different bytes (splits %s)",
+                      split ? "9" : "1");
+    }
+}
+END_TEST
+
+static struct flashcl_attention problem(cl_mem buf, int seq_q, int heads_q, int heads_kv, int head_dim)
+{
+    struct flashcl_attention a = {0};
+    a.batch = 2;
+    a.seq_q = seq_q;
+    a.seq_kv = 4096;
+    a.heads_q = heads_q;
+    a.heads_kv = heads_kv;
+    a.head_dim = head_dim;
+    a.q = flashcl_tensor_bnhd(buf, F16, (size_t)seq_q, (size_t)heads_q, (size_t)head_dim);
+    a.k = a.v = flashcl_tensor_bnhd(buf, F16, 4096, (size_t)heads_kv, (size_t)head_dim);
+    a.o = a.q;
+    a.o.mem = NULL;  /* set by the caller */
+    return a;
+}
+
+/* The planner gives decode the calls whose KV head's rows fit a work-group
+ * (group x seq_q <= 16) and a head dim of 4s; the rest go to the other
+ * kernels. Its split count grows as the grid shrinks, within the key blocks. */
+START_TEST(planned_where_rows_fit)
+{
+    struct test_env *e = test_env_get();
+    cl_mem buf = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 4096 * 32 * 128 * 2, NULL, NULL);
+    cl_mem out = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 32 * 128 * 2, NULL, NULL);
+    ck_assert(buf && out);
+    static const struct { int seq_q, heads_q, heads_kv, head_dim; int decode; } calls[] = {
+        {1, 32, 8, 128, 1}, {4, 32, 8, 128, 1}, {5, 32, 8, 128, 0}, {1, 16, 1, 64, 1}, {1, 32, 1, 64, 0},
+        {16, 4, 4, 64, 1}, {17, 4, 4, 64, 0}, {1, 8, 8, 30, 0},
+    };
+    for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+        struct flashcl_attention a = problem(buf, calls[i].seq_q, calls[i].heads_q, calls[i].heads_kv,
+                                             calls[i].head_dim);
+        a.o.mem = out;
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_forward_config(e->ctx, &a, &t));
+        ck_assert_msg((t.variant == FLASHCL_VARIANT_DECODE) == calls[i].decode, "call %zu: planned %s", i,
+                      flashcl_variant_name(t.variant));
+        if (t.variant == FLASHCL_VARIANT_DECODE) {
+            ck_assert_int_eq(t.block_m, calls[i].seq_q);
+            ck_assert_int_ge(t.splits, 1);
+            ck_assert_int_le(t.splits, (4096 + t.block_n - 1) / t.block_n);
+        }
+    }
+    /* Forced splits are reported, capped at one a key block. */
+    struct flashcl_attention a = problem(buf, 1, 32, 8, 128);
+    a.o.mem = out;
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:block_n=128,splits=5"), &a, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_DECODE);
+    ck_assert_int_eq(t.splits, 5);
+    ck_assert_int_eq(t.block_n, 128);
+    a.seq_kv = 200;
+    a.k = a.v = flashcl_tensor_bnhd(buf, F16, 200, 8, 128);
+    ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:block_n=128,splits=5"), &a, &t));
+    ck_assert_int_eq(t.splits, 2);
+    /* Turned off, the same call runs elsewhere. */
+    ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:off"), &a, &t));
+    ck_assert_int_ne(t.variant, FLASHCL_VARIANT_DECODE);
+    clReleaseMemObject(buf);
+    clReleaseMemObject(out);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("decode");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, against_reference, 0, (int)(sizeof(cases) / sizeof(cases[0])));
+    tcase_add_test(tc, repeatable);
+    tcase_add_test(tc, planned_where_rows_fit);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
