@@ -64,64 +64,174 @@ static double sampled_error(const struct decode_shape *s, int d, flashcl_dtype d
     return max_err;
 }
 
+/* A block table of `pages` pages in no order (Fisher-Yates). */
+static void shuffled_table(int *table, int pages)
+{
+    for (int i = 0; i < pages; i++)
+        table[i] = i;
+    for (int i = pages - 1; i > 0; i--) {
+        int j = (int)rng_uniform(0.0, (double)(i + 1));
+        j = j > i ? i : j;
+        const int t = table[i];
+        table[i] = table[j];
+        table[j] = t;
+    }
+}
+
+/* A pool of pages of page_size keys holding each sequence's keys in the
+ * pages the block table names: the paged layout of [B, Nk, Hkv, d]. */
+static void *page_pool(const void *dense, flashcl_dtype dtype, const struct decode_shape *s, int d, int page_size,
+                       const int *table)
+{
+    const size_t esize = flashcl_dtype_size(dtype), row = (size_t)s->heads_kv * (size_t)d * esize;
+    const int pps = (s->seq_kv + page_size - 1) / page_size, pages = s->batch * pps;
+    unsigned char *pool = calloc((size_t)pages * (size_t)page_size, row);
+    if (!pool)
+        return NULL;
+    for (int b = 0; b < s->batch; b++)
+        for (int j = 0; j < s->seq_kv; j++) {
+            const size_t page = (size_t)table[b * pps + j / page_size];
+            memcpy(pool + (page * (size_t)page_size + (size_t)(j % page_size)) * row,
+                   (const unsigned char *)dense + ((size_t)b * (size_t)s->seq_kv + (size_t)j) * row, row);
+        }
+    return pool;
+}
+
+/* Device lengths and block table for a paged call, as a serving loop keeps them. */
+struct paged_call {
+    cl_mem lengths, table;
+    struct flashcl_kv_lengths kv;
+    struct flashcl_kv_pages pages;
+};
+
+static flashcl_status time_paged(struct bench_env *env, struct bench_buffers *b, struct paged_call *pc, int warmup,
+                                 int reps, double *median_ms, double *min_ms)
+{
+    double *ms = calloc((size_t)reps, sizeof(double));
+    if (!ms)
+        return FLASHCL_OUT_OF_HOST_MEMORY;
+    flashcl_status st = FLASHCL_SUCCESS;
+    for (int i = 0; st == FLASHCL_SUCCESS && i < warmup + reps; i++) {
+        cl_event marker = NULL, last = NULL;
+        st = (flashcl_status)clEnqueueMarkerWithWaitList(env->queue, 0, NULL, &marker);
+        if (st == FLASHCL_SUCCESS)
+            st = flashcl_forward_kv_cache(env->ctx, &b->attn, &pc->kv, &pc->pages, env->queue, 0, NULL, &last);
+        if (st == FLASHCL_SUCCESS)
+            st = (flashcl_status)clWaitForEvents(1, &last);
+        cl_ulong start = 0, end = 0;
+        if (st == FLASHCL_SUCCESS) {
+            clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof(start), &start, NULL);
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL);
+            if (i >= warmup)
+                ms[i - warmup] = (double)(end - start) * 1e-6;
+        }
+        if (marker)
+            clReleaseEvent(marker);
+        if (last)
+            clReleaseEvent(last);
+    }
+    if (st == FLASHCL_SUCCESS) {
+        for (int i = 1; i < reps; i++)  /* insertion sort: a few runs */
+            for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+                const double t = ms[j];
+                ms[j] = ms[j - 1];
+                ms[j - 1] = t;
+            }
+        *median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+        *min_ms = ms[0];
+    }
+    free(ms);
+    return st;
+}
+
 flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
-                            int warmup, int reps, struct decode_result *r)
+                            int page_size, int warmup, int reps, struct decode_result *r)
 {
     memset(r, 0, sizeof(*r));
     r->shape = *s;
     r->d = d;
     r->dtype = dtype;
+    r->page_size = page_size;
     const size_t esize = flashcl_dtype_size(dtype);
     const size_t q_elems = (size_t)s->batch * (size_t)s->seq_q * (size_t)s->heads_q * (size_t)d;
     const size_t kv_elems = (size_t)s->batch * (size_t)s->seq_kv * (size_t)s->heads_kv * (size_t)d;
+    const int pps = page_size > 0 ? (s->seq_kv + page_size - 1) / page_size : 0, n_pages = s->batch * pps;
+    const size_t pool_elems = (size_t)n_pages * (size_t)page_size * (size_t)s->heads_kv * (size_t)d;
     void *q = malloc(q_elems * esize), *k = malloc(kv_elems * esize), *v = malloc(kv_elems * esize);
-    void *o = malloc(q_elems * esize);
-    if (!q || !k || !v || !o) {
-        free(q);
-        free(k);
-        free(v);
-        free(o);
-        return FLASHCL_OUT_OF_HOST_MEMORY;
+    void *o = malloc(q_elems * esize), *k_pool = NULL, *v_pool = NULL;
+    int *table = page_size > 0 ? malloc((size_t)n_pages * sizeof(int)) : NULL, *lengths = NULL;
+    flashcl_status st = q && k && v && o && (!page_size || table) ? FLASHCL_SUCCESS : FLASHCL_OUT_OF_HOST_MEMORY;
+    if (st == FLASHCL_SUCCESS) {
+        rng_seed((uint64_t)s->seq_kv * 131 + (uint64_t)d);
+        bench_fill_random(q, dtype, q_elems);
+        bench_fill_random(k, dtype, kv_elems);
+        bench_fill_random(v, dtype, kv_elems);
     }
-    rng_seed((uint64_t)s->seq_kv * 131 + (uint64_t)d);
-    bench_fill_random(q, dtype, q_elems);
-    bench_fill_random(k, dtype, kv_elems);
-    bench_fill_random(v, dtype, kv_elems);
+    if (st == FLASHCL_SUCCESS && page_size > 0) {
+        shuffled_table(table, n_pages);
+        k_pool = page_pool(k, dtype, s, d, page_size, table);
+        v_pool = page_pool(v, dtype, s, d, page_size, table);
+        lengths = malloc((size_t)s->batch * sizeof(int));
+        if (!k_pool || !v_pool || !lengths)
+            st = FLASHCL_OUT_OF_HOST_MEMORY;
+        for (int b = 0; lengths && b < s->batch; b++)
+            lengths[b] = s->seq_kv;
+    }
 
     cl_context cl = flashcl_context_cl_context(env->ctx);
     cl_int err = CL_SUCCESS;
     struct bench_buffers b;
     memset(&b, 0, sizeof(b));
-    b.q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, q_elems * esize, q, &err);
-    if (err == CL_SUCCESS)
-        b.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, kv_elems * esize, k, &err);
-    if (err == CL_SUCCESS)
-        b.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, kv_elems * esize, v, &err);
-    if (err == CL_SUCCESS)
+    struct paged_call pc;
+    memset(&pc, 0, sizeof(pc));
+    const size_t k_bytes = (page_size ? pool_elems : kv_elems) * esize;
+    if (st == FLASHCL_SUCCESS)
+        b.q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, q_elems * esize, q, &err);
+    if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
+        b.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, k_bytes, page_size ? k_pool : k, &err);
+    if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
+        b.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, k_bytes, page_size ? v_pool : v, &err);
+    if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
         b.o = clCreateBuffer(cl, CL_MEM_READ_WRITE, q_elems * esize, NULL, &err);
-    flashcl_status st = (flashcl_status)err;
+    if (st == FLASHCL_SUCCESS && err == CL_SUCCESS && page_size) {
+        pc.lengths = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)s->batch * sizeof(int),
+                                    lengths, &err);
+        if (err == CL_SUCCESS)
+            pc.table = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n_pages * sizeof(int),
+                                      table, &err);
+        pc.kv.cache_seqlens_mem = pc.lengths;
+        pc.pages.page_size = page_size;
+        pc.pages.pages_per_seq = pps;
+        pc.pages.num_pages = n_pages;
+        pc.pages.block_table_mem = pc.table;
+    }
+    if (st == FLASHCL_SUCCESS)
+        st = (flashcl_status)err;
     if (st == FLASHCL_SUCCESS) {
         struct flashcl_attention *a = &b.attn;
         a->batch = s->batch;
         a->seq_q = s->seq_q;
-        a->seq_kv = s->seq_kv;
+        a->seq_kv = page_size ? pps * page_size : s->seq_kv;  /* a paged cache's capacity */
         a->heads_q = s->heads_q;
         a->heads_kv = s->heads_kv;
         a->head_dim = d;
         a->q = flashcl_tensor_bnhd(b.q, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
-        a->k = flashcl_tensor_bnhd(b.k, dtype, (size_t)s->seq_kv, (size_t)s->heads_kv, (size_t)d);
-        a->v = flashcl_tensor_bnhd(b.v, dtype, (size_t)s->seq_kv, (size_t)s->heads_kv, (size_t)d);
+        const size_t rows = page_size ? (size_t)page_size : (size_t)s->seq_kv;  /* a page is a "batch" of the pool */
+        a->k = flashcl_tensor_bnhd(b.k, dtype, rows, (size_t)s->heads_kv, (size_t)d);
+        a->v = flashcl_tensor_bnhd(b.v, dtype, rows, (size_t)s->heads_kv, (size_t)d);
         a->o = flashcl_tensor_bnhd(b.o, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
         a->mask = s->seq_q > 1 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
         struct flashcl_tile t;
-        st = flashcl_forward_config(env->ctx, a, &t);
+        st = page_size ? flashcl_forward_kv_cache_config(env->ctx, a, &pc.kv, &pc.pages, &t)
+                       : flashcl_forward_config(env->ctx, a, &t);
         if (st == FLASHCL_SUCCESS) {
             r->kernel = flashcl_variant_name(t.variant);
             r->splits = t.splits;
             /* bench_time runs flashcl_forward on b.attn for the flash path's forward pass. */
             const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, dtype,
                                          FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
-            st = bench_time(env, BENCH_FLASH, &b, &c, warmup, reps, &r->median_ms, &r->min_ms);
+            st = page_size ? time_paged(env, &b, &pc, warmup, reps, &r->median_ms, &r->min_ms)
+                           : bench_time(env, BENCH_FLASH, &b, &c, warmup, reps, &r->median_ms, &r->min_ms);
         }
         if (st == FLASHCL_SUCCESS)
             st = (flashcl_status)clEnqueueReadBuffer(env->queue, b.o, CL_TRUE, 0, q_elems * esize, o, 0, NULL, NULL);
@@ -132,9 +242,17 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
     }
     r->status = st;
     bench_buffers_release(&b);
+    if (pc.lengths)
+        clReleaseMemObject(pc.lengths);
+    if (pc.table)
+        clReleaseMemObject(pc.table);
     free(q);
     free(k);
     free(v);
     free(o);
+    free(k_pool);
+    free(v_pool);
+    free(table);
+    free(lengths);
     return st;
 }

@@ -39,7 +39,7 @@ def decode_table(flashcl_rows, torch_rows):
 def main():
     flashcl_rows = list(csv.DictReader(open(sys.argv[1])))
     torch_rows = list(csv.DictReader(open(sys.argv[2]))) if len(sys.argv) > 2 else []
-    if flashcl_rows and flashcl_rows[0].get("mode") == "decode":
+    if flashcl_rows and flashcl_rows[0].get("mode", "").startswith("decode"):
         return decode_table(flashcl_rows, torch_rows)
     ours, torch = {}, {}
     for r in flashcl_rows:

@@ -35,6 +35,7 @@ struct options {
     int paths;   /* bit set of enum bench_path */
     struct decode_shape decode[MAX_LIST];
     int decode_count;  /* > 0: the decode mode instead of the sweep */
+    int page_size;     /* > 0: the decode mode also on a paged cache of such pages */
     int passes;  /* bit set of enum bench_pass */
     long tokens, hidden;
     int warmup, reps;
@@ -52,6 +53,8 @@ static void usage(FILE *f)
             "                  f32 data with that precision allowed (attn.precision)\n"
             "  --causal LIST   0,1 (default 0,1)\n"
             "  --paths LIST    %s (default %s)\n"
+            "  --page-size P   with --decode: each shape also on a paged cache of P-key pages (P a\n"
+            "                  multiple of 16; shuffled pages, device lengths and block table)\n"
             "  --decode LIST   B:Hq:Hkv:Nq:Nk,... decode / chunked-prefill shapes (causal when\n"
             "                  Nq > 1) instead of the sweep, with --d and --dtype; reports K+V GB/s\n"
             "  --pass LIST     forward,backward,both (default forward): the backward alone\n"
@@ -144,7 +147,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"reps", required_argument, 0, 'r'},   {"csv", required_argument, 0, 'C'},
         {"json", required_argument, 0, 'J'},   {"quick", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},       {"pass", required_argument, 0, 'P'},
-        {"decode", required_argument, 0, 'D'},
+        {"decode", required_argument, 0, 'D'}, {"page-size", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -158,6 +161,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'p': bad = (o->paths = bench_parse_paths(optarg)) <= 0; break;
         case 'P': bad = (o->passes = bench_parse_passes(optarg)) <= 0; break;
         case 'D': bad = (o->decode_count = bench_parse_decode(optarg, o->decode, MAX_LIST)) <= 0; break;
+        case 'S': bad = (o->page_size = atoi(optarg)) < 16 || o->page_size % 16; break;
         case 'T': bad = (o->tokens = atol(optarg)) <= 0; break;
         case 'H': bad = (o->hidden = atol(optarg)) <= 0; break;
         case 'w': bad = (o->warmup = atoi(optarg)) < 0; break;
@@ -373,10 +377,14 @@ static int run_decode(struct bench_env *env, const struct options *opt)
     int failures = 0;
     for (int i = 0; i < opt->decode_count; i++)
         for (int a = 0; a < opt->d_count; a++)
-            for (int t = 0; t < opt->dtype_count; t++) {
+            for (int t = 0; t < opt->dtype_count; t++)
+              for (int paged = 0; paged <= (opt->page_size > 0); paged++) {
                 struct decode_result r;
                 const flashcl_dtype dtype = opt->dtype[t];
-                bench_decode(env, &opt->decode[i], opt->d[a], dtype, opt->warmup, opt->reps, &r);
+                bench_decode(env, &opt->decode[i], opt->d[a], dtype, paged ? opt->page_size : 0, opt->warmup,
+                             opt->reps, &r);
+                char kernel[48];
+                snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
                                              FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
@@ -386,15 +394,15 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                     printf("%s: %s\n", flashcl_status_name(r.status), flashcl_last_error());
                     failures++;
                 } else {
-                    printf("%-15s %6d %10.4f %9.1f %10.2e\n", r.kernel, r.splits, r.median_ms, r.kv_gb_s, r.err_ref);
+                    printf("%-15s %6d %10.4f %9.1f %10.2e\n", kernel, r.splits, r.median_ms, r.kv_gb_s, r.err_ref);
                     failures += !(r.err_ref <= bench_tolerance(&c));
                 }
                 if (csv)
-                    fprintf(csv, "\"%s\",decode,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d,%.6f,%.2f,%.3e\n", env->device_name,
-                            s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d, flashcl_dtype_name(dtype),
-                            flashcl_status_name(r.status), r.kernel ? r.kernel : "", r.splits, r.median_ms,
-                            r.kv_gb_s, r.err_ref);
-            }
+                    fprintf(csv, "\"%s\",%s,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d,%.6f,%.2f,%.3e\n", env->device_name,
+                            paged ? "decode-paged" : "decode", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv,
+                            r.d, flashcl_dtype_name(dtype), flashcl_status_name(r.status), kernel, r.splits,
+                            r.median_ms, r.kv_gb_s, r.err_ref);
+              }
     if (csv)
         fclose(csv);
     if (failures)

@@ -7,7 +7,8 @@
 #
 #   bench/gpu-run.sh [tests|bench|all] [flashcl-bench options...]
 #   bench/gpu-run.sh decode ["B:Hq:Hkv:Nq:Nk,..."]   (decode / chunked prefill, flashcl-bench --decode
-#                    and PyTorch's SDPA with enable_gqa on the same shapes; DECODE_D picks d)
+#                    dense and paged (PAGE_SIZE), and with the decode kernel off on OFF_SHAPES; PyTorch's
+#                    SDPA with enable_gqa on the same shapes; DECODE_D picks d)
 #   bench/gpu-run.sh probe     (flashcl-probe report and --tune --quick; flashcl-bench on the perf
 #                    table's N=16k shapes without and with the tuning file; then the tests)
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n,
@@ -72,11 +73,21 @@ PY
   python3 bench/compare.py "$OUT/flashcl.csv" "$OUT/torch.csv" | tee "$OUT/compare.md"
 fi
 if [ "$MODE" = decode ]; then
-  # Decode and chunked prefill (the inference issue's shapes), flashcl and PyTorch in the same call.
-  SHAPES=${1:-8:32:8:1:32768,1:32:8:1:131072,64:32:8:1:4096,16:16:16:1:16384,1:32:8:512:16384}
-  "$BUILD/bench/flashcl-bench" --decode "$SHAPES" --d "${DECODE_D:-128}" --dtype f16 --csv "$OUT/decode-flashcl.csv" \
-    > "$OUT/decode.log" 2>&1 || status=1
-  python3 bench/torch_sdpa.py --decode "$SHAPES" --d "${DECODE_D:-128}" --dtype f16 --csv "$OUT/decode-torch.csv" \
+  # Decode and chunked prefill (the inference issue's shapes), flashcl and PyTorch in the same call:
+  # flashcl's default plan (dense, and paged with PAGE_SIZE-key pages), then the same dense calls with
+  # the decode kernel off (the kernels that ran them before it), the decode kernel's ptxas report.
+  SHAPES=${1:-8:32:8:1:32768,1:32:8:1:131072,64:32:8:1:4096,1:32:8:512:16384,1:32:8:2048:16384,1:32:8:512:65536,1:32:8:2048:65536}
+  D=${DECODE_D:-128}
+  "$BUILD/bench/flashcl-bench" --decode "$SHAPES" --d "$D" --dtype f16 --page-size "${PAGE_SIZE:-256}" \
+    --csv "$OUT/decode-flashcl.csv" > "$OUT/decode.log" 2>&1 || status=1
+  cat "$OUT/decode.log"
+  FLASHCL_KERNELS=decode:off "$BUILD/bench/flashcl-bench" --decode "${OFF_SHAPES:-8:32:8:1:32768,64:32:8:1:4096}" \
+    --d "$D" --dtype f16 > "$OUT/decode-off.log" 2>&1 || status=1
+  echo "decode kernel off:"; grep -E "^ +[0-9]" "$OUT/decode-off.log"
+  FLASHCL_CACHE_DIR=off FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose \
+    --decode 8:32:8:1:4096 --d "$D" --dtype f16,bf16,f32 --warmup 0 --reps 1 2>&1 \
+    | grep -E "ptxas info    : Used|spill|bytes stack|flash_decode" | head -20 | tee "$OUT/decode-ptxas.log"
+  python3 bench/torch_sdpa.py --decode "$SHAPES" --d "$D" --dtype f16 --csv "$OUT/decode-torch.csv" \
     2>>"$OUT/decode.log" || status=1
   python3 bench/compare.py "$OUT/decode-flashcl.csv" "$OUT/decode-torch.csv" | tee "$OUT/decode-compare.md"
 fi

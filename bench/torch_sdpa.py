@@ -66,7 +66,9 @@ def time_backend(backend, q, k, v, causal, warmup, reps, pass_name="forward", d_
 
 def decode(args, dev, name):
     """Few queries per sequence against a long cache, GQA through enable_gqa;
-    causal when more than one query (chunked prefill), as flashcl-bench does."""
+    causal when more than one query (chunked prefill), aligned bottom-right as
+    flashcl-bench's is (torch.nn.attention.bias.causal_lower_right)."""
+    from torch.nn.attention.bias import causal_lower_right
     with open(args.csv, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["device", "torch", "backend", "mode", "batch", "heads_q", "heads_kv", "Nq", "Nk", "d", "dtype",
@@ -85,7 +87,11 @@ def decode(args, dev, name):
                         for i in range(args.warmup + args.reps):
                             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                             start.record()
-                            F.scaled_dot_product_attention(q, k, v, is_causal=nq > 1, enable_gqa=True)
+                            if nq > 1:  # flashcl's causal mask: bottom-right aligned (is_causal aligns top-left)
+                                F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(nq, nk),
+                                                               enable_gqa=True)
+                            else:
+                                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                             end.record()
                             end.synchronize()
                             if i >= args.warmup:
