@@ -10,23 +10,27 @@
  * Where batch x KV heads cannot fill the device the keys are split across
  * work-groups (cl/split.h's partials, merged by flash_forward_combine).
  *
- * Per block of BLOCK_N keys (BLOCK_N == WG: one key a work-item):
+ * Per block of BLOCK_N keys (WG = SPK * BLOCK_N work-items, SPK a key):
  *   stage   K and V rows are copied to local memory as stored (f16/bf16
  *           stay 2 bytes), in 4-element chunks where the rows allow; with
  *           NV_ASYNC (NVIDIA sm_80+) by cp.async into the other of two
  *           buffers while this block computes, so loads stay in flight;
- *   S       work-item t computes the scores of key t for all rows, Q read
- *           from local memory (every work-item the same address);
+ *   S       the SPK work-items of a key each take every SPK-th chunk of
+ *           its row and compute partial scores for all rows, Q read from
+ *           local memory (every work-item the same address); the partials
+ *           are added in a fixed order where they are read;
  *   max     the block's row max in two steps through local memory;
- *   P       work-item t turns its scores into p = exp2(s - m) (base 2, Q
- *           pre-multiplied by scale·log2 e) and keeps its share of l;
+ *   P       the key's first work-item turns its scores into p = exp2(s - m)
+ *           (base 2, Q pre-multiplied by scale·log2 e), keeps its share of l;
  *   PV      teams of TEAM work-items (TEAM 4-column chunks cover a row)
  *           take every NTEAMS-th key: acc[row] += p * V[key].
  * All work-items rescale by the same row max, so the teams' accumulators
  * and the work-items' l partials add up at the end in a fixed order:
  * no atomics, the same bits every run.
  *
- * Rows that see no key give O = 0 and LSE = -inf, as the other kernels.
+ * A paged cache's block table is read once per key row (into local
+ * memory), not once per chunk. Rows that see no key give O = 0 and
+ * LSE = -inf, as the other kernels.
  * Keep decode_local_bytes in src/kernels.c in step with the arrays below.
  */
 
@@ -37,7 +41,7 @@
 #define ROWS 4              /* rows a work-group holds: 1, 2, 4, 8 or 16 */
 #endif
 #ifndef BLOCK_N
-#define BLOCK_N 64          /* keys per block = work-items per work-group */
+#define BLOCK_N 64          /* keys per block */
 #endif
 #ifndef VEC_ROWS
 #define VEC_ROWS 0          /* 1: every K/V row starts on 16 bytes (4-element chunk copies) */
@@ -46,8 +50,9 @@
 #define NV_ASYNC 0          /* 1: NVIDIA sm_80+ (inline PTX): cp.async, K and V double-buffered */
 #endif
 
-#define WG BLOCK_N
 #define D4 (HEAD_DIM / 4)                              /* 4-element chunks of a row */
+#define SPK 2                                          /* work-items a key in S (the host's workgroup: 2 x BLOCK_N) */
+#define WG (SPK * BLOCK_N)
 #define TEAM (D4 >= 32 ? 32 : D4 > 8 ? 16 : D4 > 4 ? 8 : D4 > 2 ? 4 : D4 > 1 ? 2 : 1)
 #define NTEAMS (WG / TEAM)
 #define CPL ((D4 + TEAM - 1) / TEAM)                   /* chunks a work-item owns in P·V */
@@ -63,6 +68,11 @@
 #endif
 #if BLOCK_N % 32 != 0 || BLOCK_N > 256 || BLOCK_N % TEAM != 0
 #error "BLOCK_N must be 32, 64, ... 256"
+#endif
+#if VARLEN == 3
+#define PAGED 1             /* rows scattered over pages: their offsets looked up once a block */
+#else
+#define PAGED 0
 #endif
 #if NV_ASYNC && !VEC_ROWS
 #error "NV_ASYNC copies 4-element chunks: it needs VEC_ROWS"
@@ -116,10 +126,32 @@ static inline float4 staged4(__local const raw_t *p)
 #endif
 }
 
+/* Element offset of a block's row r (key `key`) from the view's base: from
+ * the block's row table when paged (page_rows), else key * ss. */
+#if PAGED
+#define ROW_AT(rows, r, key, ss) ((rows)[r])
+#else
+#define ROW_AT(rows, r, key, ss) ((ulong)(key) * (ss))
+#endif
+
+#if PAGED
+/* The offsets of K's and V's rows key0 .. key0 + BLOCK_N - 1, one work-item a row: the block table
+ * and its clamp read once per row (cl/varlen.h's KV_ROW). The caller puts a barrier after. */
+static inline void page_rows(__local ulong *k_rows, __local ulong *v_rows, int key0, int seq_kv, ulong k_sb,
+                             ulong k_ss, ulong v_sb, ulong v_ss, int b VARLEN_PAGES_PARAMS, int lid)
+{
+    if (lid < BLOCK_N) {
+        const int key = clamp(key0 + lid, 0, max(seq_kv - 1, 0));  /* rows past the end are not read */
+        k_rows[lid] = KV_ROW(key, k_sb, k_ss);
+        v_rows[lid] = KV_ROW(key, v_sb, v_ss);
+    }
+}
+#endif
+
 /* Copies rows [key0, key0 + BLOCK_N) of K or V as stored into `tile`;
  * zeros past the sequence's end. */
-static inline void stage_rows(__local raw_t *tile, __global const storage_t *src, ulong base, ulong sb, ulong ss,
-                              int key0, int seq_kv, int b VARLEN_PAGES_PARAMS, int lid)
+static inline void stage_rows(__local raw_t *tile, __global const storage_t *src, ulong base,
+                              __local const ulong *rows, ulong ss, int key0, int seq_kv, int lid)
 {
     __global const raw_t *raw = (__global const raw_t *)src;
 #if VEC_ROWS
@@ -127,27 +159,44 @@ static inline void stage_rows(__local raw_t *tile, __global const storage_t *src
         const int r = idx / D4, c4 = idx % D4, key = key0 + r;
         raw4_t chunk = (raw4_t)(0);
         if (key < seq_kv)
-            chunk = *(__global const raw4_t *)(raw + base + KV_ROW(key, sb, ss) + 4 * c4);
+            chunk = *(__global const raw4_t *)(raw + base + ROW_AT(rows, r, key, ss) + 4 * c4);
         *(__local raw4_t *)(tile + r * PITCH + 4 * c4) = chunk;
     }
 #else
     for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
         const int r = idx / HEAD_DIM, c = idx % HEAD_DIM, key = key0 + r;
-        tile[r * PITCH + c] = key < seq_kv ? raw[base + KV_ROW(key, sb, ss) + c] : (raw_t)0;
+        tile[r * PITCH + c] = key < seq_kv ? raw[base + ROW_AT(rows, r, key, ss) + c] : (raw_t)0;
     }
 #endif
 }
 
+/* Key j's (kb + j = key) score against row r: its SPK partials added in a
+ * fixed order, or -inf where the key is past the end or hidden from the row
+ * (row r: position r / group). */
+static inline float block_score(__local const float *p_tile, int j, int r, int key, int seq_kv, int rows_used,
+                                int group, int diag)
+{
+    float s = p_tile[j * ROWS + r];
+#pragma unroll
+    for (int part = 1; part < SPK; part++)
+        s += p_tile[(part * BLOCK_N + j) * ROWS + r];
+    bool visible = key < seq_kv && r < rows_used;
+#if MASKED
+    visible = visible && mask_visible(r / group, key, diag);
+#endif
+    return visible ? s : -INFINITY;
+}
+
 #if NV_ASYNC
 /* stage_rows by cp.async: starts the copies (zeros past the end), the caller commits and waits. */
-static inline void stage_rows_async(__local raw_t *tile, __global const storage_t *src, ulong base, ulong sb,
-                                    ulong ss, int key0, int seq_kv, int b VARLEN_PAGES_PARAMS, int lid)
+static inline void stage_rows_async(__local raw_t *tile, __global const storage_t *src, ulong base,
+                                    __local const ulong *rows, ulong ss, int key0, int seq_kv, int lid)
 {
     __global const raw_t *raw = (__global const raw_t *)src;
     for (int idx = lid; idx < BLOCK_N * D4; idx += WG) {
         const int r = idx / D4, c4 = idx % D4, key = key0 + r;
         const bool inside = key < seq_kv;
-        __global const raw_t *from = inside ? raw + base + KV_ROW(key, sb, ss) + 4 * c4 : raw;
+        __global const raw_t *from = inside ? raw + base + ROW_AT(rows, r, key, ss) + 4 * c4 : raw;
         const uint address = local_address(tile + r * PITCH + 4 * c4);
 #if DTYPE == 0
         copy_async_zfill_16(address, from, inside ? 16u : 0u);
@@ -169,11 +218,17 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
     __local raw_t k_tiles[STAGES * BLOCK_N * PITCH] __attribute__((aligned(16)));
     __local raw_t v_tiles[STAGES * BLOCK_N * PITCH] __attribute__((aligned(16)));
     __local float q_tile[ROWS * HEAD_DIM] __attribute__((aligned(16)));
-    __local float p_tile[BLOCK_N * ROWS] __attribute__((aligned(16)));     /* [key][row]: scores, then P */
+    __local float p_tile[SPK * BLOCK_N * ROWS] __attribute__((aligned(16))); /* [part][key][row]: partial
+                                                                                  scores, then P, then l */
     __local float row_part[ROWS * MAX_PARTS] __attribute__((aligned(16))); /* the max's partials; l's sums */
     /* After the last block, k_tile holds the teams' accumulators, added (BLOCK_N * PITCH raw
      * elements are at least ROWS * HEAD_DIM floats for BLOCK_N >= 32). */
     __local float *acc_sum = (__local float *)k_tiles;
+#if PAGED
+    __local ulong k_rows[BLOCK_N], v_rows[BLOCK_N];  /* the block's row offsets */
+#else
+    __local const ulong *const k_rows = 0, *const v_rows = 0;  /* not read: rows are key * stride */
+#endif
 
     const int lid = (int)get_local_id(0);
     const int team = lid / TEAM, lane = lid % TEAM;
@@ -222,9 +277,13 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
 #endif
 
 #if NV_ASYNC
+#if PAGED
+    page_rows(k_rows, v_rows, kv_begin, seq_kv, k_sb, k_ss, v_sb, v_ss, b VARLEN_PAGES, lid);
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     if (kv_begin < kv_end) {  /* the first block into buffer 0 */
-        stage_rows_async(k_tiles, k, k_base, k_sb, k_ss, kv_begin, seq_kv, b VARLEN_PAGES, lid);
-        stage_rows_async(v_tiles, v, v_base, v_sb, v_ss, kv_begin, seq_kv, b VARLEN_PAGES, lid);
+        stage_rows_async(k_tiles, k, k_base, k_rows, k_ss, kv_begin, seq_kv, lid);
+        stage_rows_async(v_tiles, v, v_base, v_rows, v_ss, kv_begin, seq_kv, lid);
     }
     copy_async_commit();
 #endif
@@ -236,28 +295,40 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
 #if NV_ASYNC
         /* The next block into the other buffer (read by the previous block, done with now). */
         if (kb + BLOCK_N < kv_end) {
+#if PAGED
+            page_rows(k_rows, v_rows, kb + BLOCK_N, seq_kv, k_sb, k_ss, v_sb, v_ss, b VARLEN_PAGES, lid);
+#endif
+        }
+#if PAGED
+        barrier(CLK_LOCAL_MEM_FENCE);  /* the row offsets */
+#endif
+        if (kb + BLOCK_N < kv_end) {
             __local raw_t *next = k_tiles + (1 - stage) * BLOCK_N * PITCH;
-            stage_rows_async(next, k, k_base, k_sb, k_ss, kb + BLOCK_N, seq_kv, b VARLEN_PAGES, lid);
+            stage_rows_async(next, k, k_base, k_rows, k_ss, kb + BLOCK_N, seq_kv, lid);
             next = v_tiles + (1 - stage) * BLOCK_N * PITCH;
-            stage_rows_async(next, v, v_base, v_sb, v_ss, kb + BLOCK_N, seq_kv, b VARLEN_PAGES, lid);
+            stage_rows_async(next, v, v_base, v_rows, v_ss, kb + BLOCK_N, seq_kv, lid);
         }
         copy_async_commit();  /* a group every block, empty or not, so the count below holds */
         COPY_ASYNC_WAIT(1);   /* this work-item's copies of this block are done */
 #else
-        stage_rows(k_tiles, k, k_base, k_sb, k_ss, kb, seq_kv, b VARLEN_PAGES, lid);
-        stage_rows(v_tiles, v, v_base, v_sb, v_ss, kb, seq_kv, b VARLEN_PAGES, lid);
+#if PAGED
+        page_rows(k_rows, v_rows, kb, seq_kv, k_sb, k_ss, v_sb, v_ss, b VARLEN_PAGES, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);  /* the row offsets */
+#endif
+        stage_rows(k_tiles, k, k_base, k_rows, k_ss, kb, seq_kv, lid);
+        stage_rows(v_tiles, v, v_base, v_rows, v_ss, kb, seq_kv, lid);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);  /* everyone's */
 
-        /* S: key kb + lid against every row. */
-        const int key = kb + lid;
+        /* S: this work-item's part (every SPK-th chunk) of key kb + j's scores against every row. */
+        const int j = lid % BLOCK_N, part = lid / BLOCK_N, key = kb + j;
         float s[ROWS];
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
             s[r] = 0.0f;
 #pragma unroll 4
-        for (int c4 = 0; c4 < D4; c4++) {
-            const float4 kv = staged4(k_tile + lid * PITCH + 4 * c4);
+        for (int c4 = part; c4 < D4; c4 += SPK) {
+            const float4 kv = staged4(k_tile + j * PITCH + 4 * c4);
 #pragma unroll
             for (int r = 0; r < ROWS; r++) {
                 const float4 qv = vload4(0, q_tile + r * HEAD_DIM + 4 * c4);
@@ -265,24 +336,23 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
             }
         }
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            bool visible = key < seq_kv && r < rows_used;
-#if MASKED
-            visible = visible && mask_visible(r / group, key, diag);
-#endif
-            s[r] = visible ? s[r] : -INFINITY;
-            p_tile[lid * ROWS + r] = s[r];
-        }
+        for (int r = 0; r < ROWS; r++)
+            p_tile[lid * ROWS + r] = s[r];  /* [part][key][row] */
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* The block's row max: MAX_PARTS partials a row, then each work-item reads them all. */
         for (int idx = lid; idx < ROWS * MAX_PARTS; idx += WG) {
-            const int r = idx / MAX_PARTS, part = idx % MAX_PARTS;
+            const int r = idx / MAX_PARTS, mp = idx % MAX_PARTS;
             float mx = -INFINITY;
-            for (int j = part; j < BLOCK_N; j += MAX_PARTS)
-                mx = fmax(mx, p_tile[j * ROWS + r]);
+            for (int jj = mp; jj < BLOCK_N; jj += MAX_PARTS)
+                mx = fmax(mx, block_score(p_tile, jj, r, kb + jj, seq_kv, rows_used, group, diag));
             row_part[idx] = mx;
         }
+        /* The key's first work-item: its whole scores, the partials added in order. */
+        if (part == 0)
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                s[r] = block_score(p_tile, j, r, key, seq_kv, rows_used, group, diag);
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float alpha[ROWS];
@@ -296,9 +366,10 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
             const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
             alpha[r] = exp2(m[r] - m_ref);
             m[r] = m_new;
-            const float p = exp2(s[r] - m_ref);
+            const float p = part == 0 ? exp2(s[r] - m_ref) : 0.0f;
             l[r] = l[r] * alpha[r] + p;
-            p_tile[lid * ROWS + r] = p;  /* this work-item's own element: no barrier before the write */
+            if (part == 0)
+                p_tile[j * ROWS + r] = p;  /* the row max's reads are behind the barrier above */
 #pragma unroll
             for (int c = 0; c < CPL; c++)
                 acc[r][c] *= alpha[r];
@@ -306,16 +377,16 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* acc += P·V: this team's keys, this work-item's columns. Keys past the end have p = 0, V = 0. */
-        for (int j = team; j < BLOCK_N; j += NTEAMS) {
+        for (int kj = team; kj < BLOCK_N; kj += NTEAMS) {
             float p[ROWS];
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
-                p[r] = p_tile[j * ROWS + r];
+                p[r] = p_tile[kj * ROWS + r];
 #pragma unroll
             for (int c = 0; c < CPL; c++) {
                 const int c4 = lane + TEAM * c;
                 if (D4 % TEAM == 0 || c4 < D4) {
-                    const float4 vv = staged4(v_tile + j * PITCH + 4 * c4);
+                    const float4 vv = staged4(v_tile + kj * PITCH + 4 * c4);
 #pragma unroll
                     for (int r = 0; r < ROWS; r++)
                         acc[r][c] = fma((float4)(p[r]), vv, acc[r][c]);
@@ -349,8 +420,8 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < ROWS) {
         float l_row = 0.0f;
-        for (int j = 0; j < BLOCK_N; j++)
-            l_row += p_tile[j * ROWS + lid];
+        for (int t = 0; t < WG; t++)  /* only a key's first work-item has a share; the rest add 0 */
+            l_row += p_tile[t * ROWS + lid];
         row_part[lid * MAX_PARTS] = l_row;
     }
     barrier(CLK_LOCAL_MEM_FENCE);

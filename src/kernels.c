@@ -295,18 +295,22 @@ static bool decode_async(const struct device_desc *dev, const struct problem *p)
     return dev->tensor_cores && p->rows_16b;
 }
 
+#define DECODE_ITEMS_PER_KEY 2  /* cl/flash_decode.cl's SPK: the work-group is 2 x block_n */
+
 /* K and V staged as stored, pitch d + 4 elements (twice with cp.async); Q,
- * the scores / P and the row max's partials in floats. */
+ * the partial scores / P and the row max's partials in floats; a paged
+ * cache's row offsets (K's and V's, 8 bytes each a key). */
 static size_t decode_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                  const struct problem *p)
 {
     const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, rows = (size_t)decode_rows(p);
     const size_t esize = p->dtype == FLASHCL_F32 ? 4 : 2, stages = decode_async(dev, p) ? 2 : 1;
-    return 2 * stages * n * (d + 4) * esize + (rows * d + n * rows + rows * 8) * sizeof(float);
+    const size_t floats = rows * d + DECODE_ITEMS_PER_KEY * n * rows + rows * 8;
+    return 2 * stages * n * (d + 4) * esize + floats * sizeof(float) + (p->varlen == 3 ? 2 * n * 8 : 0);
 }
 
-/* 64 keys a block (two warps): small enough that several work-groups share a
- * compute unit and keep its loads in flight; 32 where that does not fit. */
+/* 64 keys a block (four warps): small enough that several work-groups share
+ * a compute unit and keep its loads in flight; 32 where that does not fit. */
 static void decode_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
 {
     out->axis[N] = 64;
@@ -322,14 +326,14 @@ static bool decode_shrink(const struct device_desc *dev, struct kernel_shape *s,
 
 static bool decode_launchable(const struct device_desc *dev, const struct kernel_shape *s)
 {
-    return (size_t)s->axis[N] <= dev->max_workgroup;
+    return (size_t)(DECODE_ITEMS_PER_KEY * s->axis[N]) <= dev->max_workgroup;
 }
 
-/* One key a work-item; the query rows per group are the problem's (the planner sets block_m). */
+/* Two work-items a key; the query rows per group are the problem's (the planner sets block_m). */
 static void decode_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m, int *workgroup)
 {
     *block_m = 1;
-    *workgroup = s->axis[N];
+    *workgroup = DECODE_ITEMS_PER_KEY * s->axis[N];
 }
 
 static void decode_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,

@@ -55,13 +55,14 @@ static const struct test_case tf32_cases[] = {
     {1, 150, 200, 2, 2, 64, F32, 1, -0.2f, LAYOUT_BNHD, 1, 0, TF32X3},  /* negative scale */
 };
 
-/* Runs a case that qualifies for a tensor-core kernel: `expected` must run. */
+/* Runs a case that qualifies for a tensor-core kernel: `expected` must run
+ * (the decode kernel, which would take the one-query cases first, off). */
 static void run_tensor_core_case(const struct test_case *c, uint64_t seed, const char *label,
                                  enum flashcl_variant expected)
 {
     struct case_result r;
     rng_seed(seed);
-    test_run_case(NULL, c, &r);
+    test_run_case(test_context_with_options("decode:off"), c, &r);
     printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), label,
            r.max_abs_err, r.rel_l2_err, r.max_lse_err);
     ck_assert_int_eq(r.variant, expected);
