@@ -114,8 +114,8 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
  * "splits". Only forward calls; 1 where the problem is unknown (tiles).
  * Kernels whose work-group holds a KV head's rows (decode) count the
  * work-groups a compute unit holds at once (by local memory) and take the
- * split count that best fills whole waves of them: 8 sequences x 8 KV heads
- * on 132 units of 3 work-groups run 6 splits (384 of 396), not 9 (576: a
+ * fewest splits that fill whole waves of them: 8 sequences x 8 KV heads on
+ * 132 units of 3 work-groups run 6 splits (384 of 396), not 9 (576: a
  * second wave a third full). */
 static int choose_splits(const struct device_desc *dev, const struct kernel_override *ov, const struct problem *p,
                          bool k_packs_group, int block_m, int block_n, size_t local_bytes)
@@ -134,15 +134,19 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
         const long long slots = units * per_unit;
         if (groups >= 4 * slots)
             return 1;
+        /* The fewest splits that fill 90% of the waves they make (each split's first block and its
+         * merge cost the same however few keys it has); else the best filling. */
         long long best = 1;
         double best_fill = 0.0;
         for (long long s = 1; s <= (most > 1 ? most : 1); s++) {
             const long long waves = (groups * s + slots - 1) / slots;
             const double fill = (double)(groups * s) / (double)(waves * slots);
-            if (fill > best_fill + 0.02) {
+            if (fill > best_fill) {
                 best = s;
                 best_fill = fill;
             }
+            if (fill >= 0.9)
+                break;
         }
         return (int)best;
     }
