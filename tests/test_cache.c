@@ -1,6 +1,7 @@
 /* The on-disk program cache: a second process loads instead of compiling;
- * damaged or foreign entries are rejected and rebuilt; an unusable folder
- * only turns the cache off. Each "process start" is a real child process
+ * damaged, forged or foreign entries are rejected and rebuilt before the
+ * driver sees them; the folder's key must be this user's alone; an unusable
+ * folder only turns the cache off. Each "process start" is a real child process
  * (this executable run with --child DIR), since OpenCL does not survive fork. */
 #include <dirent.h>
 #include <math.h>
@@ -13,12 +14,13 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "internal.h"
 
 extern char **environ;
 static const char *self_path;
 
 struct build_counts {
-    int built, loaded;
+    int built, loaded, driver_refused;
 };
 
 static void count_builds(void *user, enum flashcl_log_level level, const char *message)
@@ -29,14 +31,20 @@ static void count_builds(void *user, enum flashcl_log_level level, const char *m
         c->built++;
     if (strstr(message, "loaded a program from the cache"))
         c->loaded++;
+    if (strstr(message, "the driver refused the binary"))
+        c->driver_refused++;  /* a cache entry reached the driver: only ever one flashcl wrote */
 }
 
 /* Child: one forward call on a fresh context with the cache in dir; checks
- * the output against the reference itself. Exit: 1 built, 2 loaded, 3 wrong. */
+ * the output against the reference itself. Exit: 1 built, 2 loaded, 3 wrong,
+ * 6 built after the driver was handed an entry and refused it; killed by
+ * SIGALRM if anything blocks for a minute (a FIFO read, say). */
 static int child_main(const char *dir)
 {
+    alarm(60);
     struct build_counts counts = {0};
     struct flashcl_context_params p = {0};
+    p.log_level = FLASHCL_LOG_DEBUG;
     p.cache_dir = dir;
     p.log = count_builds;
     p.log_user = &counts;
@@ -85,7 +93,7 @@ static int child_main(const char *dir)
                 max_err = fmax(max_err, fabs(o[row * D + e] - ref[e]) + (isnan(o[row * D + e]) ? 1 : 0));
         }
         if (max_err < 1e-5)
-            result = counts.loaded && !counts.built ? 2 : counts.built && !counts.loaded ? 1 : 5;
+            result = counts.driver_refused ? 6 : counts.loaded && !counts.built ? 2 : counts.built && !counts.loaded ? 1 : 5;
     }
     clReleaseMemObject(mq);
     clReleaseMemObject(mk);
@@ -205,6 +213,177 @@ START_TEST(damaged_entries_rebuild)
 }
 END_TEST
 
+/* ---- entries and keys written by someone else ---- */
+
+/* SipHash-2-4 against the reference implementation's vectors (veorq/SipHash,
+ * vectors.h): key bytes 0..15, message i the bytes 0..i-1. */
+START_TEST(siphash_reference_vectors)
+{
+    static const uint64_t expected[16] = {
+        0x726fdb47dd0e0e31ull, 0x74f839c593dc67fdull, 0x0d6c8009d9a94f5aull, 0x85676696d7fb7e2dull,
+        0xcf2794e0277187b7ull, 0x18765564cd99a68dull, 0xcbc9466e58fee3ceull, 0xab0200f58b01d137ull,
+        0x93f5f5799a932462ull, 0x9e0082df0ba9e4b0ull, 0x7a5dbbc594ddb9f3ull, 0xf4b32f46226bada7ull,
+        0x751e8fbc860ee5fbull, 0x14ea5627c0843d90ull, 0xf723ca908e7af2eeull, 0xa129ca6149be45e5ull,
+    };
+    unsigned char key[16], msg[16];
+    for (int i = 0; i < 16; i++)
+        key[i] = msg[i] = (unsigned char)i;
+    for (int n = 0; n < 16; n++)
+        ck_assert_msg(fcl_siphash24(key, msg, (size_t)n) == expected[n], "SipHash-2-4 of %d bytes: %016llx", n,
+                      (unsigned long long)fcl_siphash24(key, msg, (size_t)n));
+}
+END_TEST
+
+/* An entry's parts as cache.c lays them out: magic, key length, key text,
+ * binary length, binary, MAC. */
+struct entry {
+    unsigned char *bytes;
+    size_t size, key_len_at, bin_len_at, bin_at, bin_len;
+};
+
+static void entry_read(const char *path, struct entry *e)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    e->size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    e->bytes = malloc(e->size);
+    ck_assert_uint_eq(fread(e->bytes, 1, e->size, f), e->size);
+    fclose(f);
+    e->key_len_at = strlen("FLASHCL-PROGRAM-CACHE 2\n");
+    ck_assert_int_eq(memcmp(e->bytes, "FLASHCL-PROGRAM-CACHE 2\n", e->key_len_at), 0);
+    uint64_t key_len, bin_len;
+    memcpy(&key_len, e->bytes + e->key_len_at, 8);
+    e->bin_len_at = e->key_len_at + 8 + (size_t)key_len;
+    memcpy(&bin_len, e->bytes + e->bin_len_at, 8);
+    e->bin_at = e->bin_len_at + 8;
+    e->bin_len = (size_t)bin_len;
+    ck_assert_uint_eq(e->bin_at + e->bin_len + 8, e->size);
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* Rewrites e with its binary cut to bin_len bytes (byte `flip` of it
+ * inverted when >= 0), the length field fixed up and the trailing 8 bytes
+ * recomputed: mac_key NULL the old way (FNV-1a of everything before), else
+ * SipHash-2-4 under mac_key. Consistent for any reader without the key. */
+static void write_forged(const char *path, const struct entry *e, size_t bin_len, long flip,
+                         const unsigned char *mac_key)
+{
+    const size_t size = e->bin_at + bin_len + 8;
+    unsigned char *f = malloc(size);
+    memcpy(f, e->bytes, e->bin_at + bin_len);
+    const uint64_t len = bin_len;
+    memcpy(f + e->bin_len_at, &len, 8);
+    if (flip >= 0)
+        f[e->bin_at + (size_t)flip] ^= 0xff;
+    uint64_t sum = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < size - 8; i++)
+        sum = (sum ^ f[i]) * 0x100000001b3ull;
+    if (mac_key)
+        sum = fcl_siphash24(mac_key, f, size - 8);
+    memcpy(f + size - 8, &sum, 8);
+    write_file(path, f, size);
+    free(f);
+}
+
+/* The probe's finding: a checksum-consistent entry with a truncated binary
+ * made PoCL abort. Forged entries (truncated or altered binaries with their
+ * header fixed up and the old checksum, or a MAC under a guessed key) must be
+ * rejected before the driver sees them and the program rebuilt; an entry
+ * under another key (the key file replaced) likewise. */
+START_TEST(forged_entries_never_reach_the_driver)
+{
+    char dir[512], path[1024], key_path[600];
+    fresh_dir(dir, sizeof(dir), "forged");
+    ck_assert_int_eq(run_child(dir), 1);
+    entry_path(dir, path, sizeof(path));
+    struct entry e;
+    entry_read(path, &e);
+    unsigned char guessed[16] = {0};
+    const struct {
+        const char *what;
+        size_t bin_len;
+        long flip;
+        const unsigned char *mac_key;
+    } forgeries[] = {
+        {"binary cut to half, old checksum", e.bin_len / 2, -1, NULL},
+        {"binary cut to 16 bytes, old checksum", 16, -1, NULL},
+        {"binary cut by one byte, old checksum", e.bin_len - 1, -1, NULL},
+        {"a byte of the binary inverted, old checksum", e.bin_len, (long)e.bin_len / 3, NULL},
+        {"binary cut to half, MAC under an all-zero key", e.bin_len / 2, -1, guessed},
+    };
+    for (size_t i = 0; i < sizeof(forgeries) / sizeof(forgeries[0]); i++) {
+        write_forged(path, &e, forgeries[i].bin_len, forgeries[i].flip, forgeries[i].mac_key);
+        const int r = run_child(dir);
+        ck_assert_msg(r == 1, "%s: child result %d (1: rejected before the driver and rebuilt)", forgeries[i].what, r);
+        ck_assert_int_eq(run_child(dir), 2);  /* the rebuilt entry loads */
+    }
+    /* The valid entry, but the folder's key replaced: rejected and rebuilt under the new key. */
+    write_file(path, e.bytes, e.size);
+    ck_assert_int_eq(run_child(dir), 2);
+    snprintf(key_path, sizeof(key_path), "%s/secret.key", dir);
+    unsigned char other_key[16];
+    for (int i = 0; i < 16; i++)
+        other_key[i] = (unsigned char)(i * 37 + 11);
+    ck_assert_int_eq(unlink(key_path), 0);
+    write_file(key_path, other_key, sizeof(other_key));
+    ck_assert_int_eq(chmod(key_path, 0600), 0);
+    ck_assert_int_eq(run_child(dir), 1);
+    ck_assert_int_eq(run_child(dir), 2);
+    free(e.bytes);
+    remove_dir(dir);
+}
+END_TEST
+
+/* The key file is created once, mode 0600; one readable by others, a link
+ * or a FIFO, or one of the wrong size turns the cache off (no entry is read
+ * or written) without blocking. */
+START_TEST(key_file_must_be_private)
+{
+    char dir[512], key_path[600], cmd[3000];
+    fresh_dir(dir, sizeof(dir), "key");
+    ck_assert_int_eq(run_child(dir), 1);
+    snprintf(key_path, sizeof(key_path), "%s/secret.key", dir);
+    struct stat st;
+    ck_assert_int_eq(lstat(key_path, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    ck_assert_int_eq(st.st_size, 16);
+    ck_assert_int_eq(run_child(dir), 2);
+    for (int how = 0; how < 4; how++) {
+        snprintf(cmd, sizeof(cmd), "rm -f '%s'/*.bin '%s.copy'; cp -p '%s' '%s.copy'", dir, key_path, key_path, key_path);
+        ck_assert_int_eq(system(cmd), 0);
+        if (how == 0) {
+            ck_assert_int_eq(chmod(key_path, 0644), 0);
+        } else if (how == 1) {
+            ck_assert_int_eq(unlink(key_path), 0);
+            ck_assert_int_eq(symlink("secret.key.copy", key_path), 0);
+        } else if (how == 2) {
+            ck_assert_int_eq(unlink(key_path), 0);
+            ck_assert_int_eq(mkfifo(key_path, 0600), 0);
+        } else {
+            ck_assert_int_eq(truncate(key_path, 8), 0);
+        }
+        ck_assert_msg(run_child(dir) == 1, "key damage %d: the cache was used", how);
+        ck_assert_msg(run_child(dir) == 1, "key damage %d: an entry was written and loaded", how);
+        /* Restored, the cache works again. */
+        snprintf(cmd, sizeof(cmd), "rm -f '%s' && mv '%s.copy' '%s'", key_path, key_path, key_path);
+        ck_assert_int_eq(system(cmd), 0);
+        ck_assert_int_eq(run_child(dir), 1);
+        ck_assert_int_eq(run_child(dir), 2);
+    }
+    remove_dir(dir);
+}
+END_TEST
+
 START_TEST(unusable_folder)
 {
     /* A path below a regular file can never be a folder. */
@@ -232,6 +411,9 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, second_process_loads);
     tcase_add_test(tc, damaged_entries_rebuild);
+    tcase_add_test(tc, siphash_reference_vectors);
+    tcase_add_test(tc, forged_entries_never_reach_the_driver);
+    tcase_add_test(tc, key_file_must_be_private);
     tcase_add_test(tc, unusable_folder);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
