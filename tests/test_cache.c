@@ -401,6 +401,158 @@ START_TEST(unusable_folder)
 }
 END_TEST
 
+/* ---- the entry fuzzer ---- */
+
+/* One forward call on a fresh context (in this process) with the cache in
+ * dir: O's bytes into o, and whether the program was loaded or built. */
+static void fuzz_forward(const char *dir, unsigned char *o, size_t o_bytes, struct build_counts *counts)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.cache_dir = dir;
+    p.tuning_file = "";
+    p.portable_only = 1;
+    p.log = count_builds;
+    p.log_user = counts;
+    p.log_level = FLASHCL_LOG_DEBUG;
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+    enum { N = 33, D = 16 };
+    float q[N * D];
+    rng_seed(77);
+    for (int i = 0; i < N * D; i++)
+        q[i] = (float)rng_uniform(-1, 1);
+    cl_int err;
+    cl_mem mq = clCreateBuffer(e->cl, CL_MEM_COPY_HOST_PTR, sizeof(q), q, &err);
+    cl_mem mo = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, o_bytes, NULL, &err);
+    ck_assert(mq && mo);
+    struct flashcl_attention a = {0};
+    a.batch = a.heads_q = a.heads_kv = 1;
+    a.seq_q = a.seq_kv = N;
+    a.head_dim = D;
+    a.q = a.k = a.v = flashcl_tensor_bnhd(mq, FLASHCL_F32, N, 1, D);
+    a.o = flashcl_tensor_bnhd(mo, FLASHCL_F32, N, 1, D);
+    a.causal = 1;
+    ck_assert_uint_eq(o_bytes, sizeof(q));
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 0, NULL, NULL));
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, mo, CL_TRUE, 0, o_bytes, o, 0, NULL, NULL));
+    clReleaseMemObject(mq);
+    clReleaseMemObject(mo);
+    flashcl_context_destroy(&ctx);
+}
+
+static int fuzz_pick(int lo, int hi)
+{
+    return lo + (int)rng_uniform(0, hi - lo + 1 - 1e-9);
+}
+
+/* Mutates a copy of entry e into out (at most e->size + 64 bytes); returns its size. */
+static size_t mutate(const struct entry *e, unsigned char *out, const char **how)
+{
+    memcpy(out, e->bytes, e->size);
+    size_t size = e->size;
+    const uint64_t lengths[] = {0, 1, 7, 8, e->bin_len - 1, e->bin_len + 1, e->bin_len / 2, UINT64_MAX,
+                                (uint64_t)1 << 32, e->size};
+    switch (fuzz_pick(0, 6)) {
+    case 0:
+        *how = "bits flipped";
+        for (int n = fuzz_pick(1, 8); n > 0; n--) {
+            const size_t at = (size_t)fuzz_pick(0, (int)size - 1);
+            out[at] ^= (unsigned char)(1u << fuzz_pick(0, 7));
+        }
+        break;
+    case 1:
+        *how = "truncated";
+        size = (size_t)fuzz_pick(0, (int)size - 1);
+        break;
+    case 2: {
+        *how = "a length field changed";
+        const uint64_t v = lengths[fuzz_pick(0, (int)(sizeof(lengths) / sizeof(lengths[0])) - 1)];
+        memcpy(out + (fuzz_pick(0, 1) ? e->bin_len_at : e->key_len_at), &v, 8);
+        break;
+    }
+    case 3:
+        *how = "extended";
+        for (int n = fuzz_pick(1, 64); n > 0; n--)
+            out[size++] = (unsigned char)fuzz_pick(0, 255);
+        break;
+    case 4: {
+        *how = "a run of random bytes";
+        const size_t at = (size_t)fuzz_pick(0, (int)size - 1);
+        for (size_t x = at; x < size && x < at + (size_t)fuzz_pick(1, 32); x++)
+            out[x] = (unsigned char)fuzz_pick(0, 255);
+        break;
+    }
+    case 5:
+        *how = "the binary cut, its length fixed up";
+        {
+            const size_t keep = (size_t)fuzz_pick(0, (int)e->bin_len - 1);
+            const uint64_t v = keep;
+            memcpy(out + e->bin_len_at, &v, 8);
+            memmove(out + e->bin_at + keep, e->bytes + e->bin_at + e->bin_len, 8);
+            size = e->bin_at + keep + 8;
+        }
+        break;
+    default:
+        *how = "unchanged";
+        break;
+    }
+    return size;
+}
+
+/* Real entries mutated N times (bit flips, truncation, length fields,
+ * extension, random runs, a cut binary; sometimes left alone): every load
+ * either rebuilds (any change) or uses the entry (no change), never crashes
+ * or hangs, and O is the same bytes as without a cache every time.
+ * Standalone: FLASHCL_FUZZ_ITERATIONS=N FLASHCL_FUZZ_SEED=S CK_RUN_CASE="entry fuzzer" build/tests/test_cache */
+START_TEST(mutated_entries_rebuild_or_load)
+{
+    const char *n_env = getenv("FLASHCL_FUZZ_ITERATIONS"), *seed_env = getenv("FLASHCL_FUZZ_SEED");
+    const long iterations = n_env && *n_env ? atol(n_env) : 60;
+    const unsigned long long seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10) : 1;
+    char dir[512], path[1024];
+    fresh_dir(dir, sizeof(dir), "fuzz");
+    enum { O_BYTES = 33 * 16 * 4 };
+    unsigned char want[O_BYTES], got[O_BYTES];
+    struct build_counts counts = {0};
+    fuzz_forward("", want, sizeof(want), &counts);  /* no cache: the reference bytes */
+    fuzz_forward(dir, got, sizeof(got), &counts);   /* stores the entry */
+    ck_assert_int_eq(memcmp(want, got, sizeof(want)), 0);
+    entry_path(dir, path, sizeof(path));
+    struct entry e;
+    entry_read(path, &e);
+    unsigned char *m = malloc(e.size + 64);
+    ck_assert_ptr_nonnull(m);
+    long rebuilt = 0, loaded = 0;
+    for (long it = 0; it < iterations; it++) {
+        rng_seed(seed * 1000003ull + (unsigned long long)it);
+        const char *how = NULL;
+        const size_t size = mutate(&e, m, &how);
+        const bool changed = size != e.size || memcmp(m, e.bytes, size) != 0;
+        write_file(path, m, size);
+        memset(&counts, 0, sizeof(counts));
+        memset(got, 0, sizeof(got));
+        fuzz_forward(dir, got, sizeof(got), &counts);
+        ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "iteration %ld (%s): O differs", it, how);
+        ck_assert_msg(counts.driver_refused == 0, "iteration %ld (%s): the driver was handed the entry", it, how);
+        if (changed)
+            ck_assert_msg(counts.built == 1 && counts.loaded == 0, "iteration %ld (%s): a changed entry was used", it,
+                          how);
+        else
+            ck_assert_msg(counts.loaded == 1 && counts.built == 0, "iteration %ld: an intact entry was not used", it);
+        rebuilt += counts.built;
+        loaded += counts.loaded;
+    }
+    printf("cache entry fuzz: %ld mutated entries (seed %llu): %ld rebuilt, %ld loaded (unchanged), O the same bytes "
+           "every time\n", iterations, seed, rebuilt, loaded);
+    free(m);
+    free(e.bytes);
+    remove_dir(dir);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -416,5 +568,9 @@ int main(int argc, char **argv)
     tcase_add_test(tc, key_file_must_be_private);
     tcase_add_test(tc, unusable_folder);
     suite_add_tcase(s, tc);
+    TCase *fuzz = tcase_create("entry fuzzer");
+    tcase_set_timeout(fuzz, 86400);  /* long runs; meson's timeout bounds the default one */
+    tcase_add_test(fuzz, mutated_entries_rebuild_or_load);
+    suite_add_tcase(s, fuzz);
     return test_run_suite(s);
 }
