@@ -346,6 +346,56 @@ START_TEST(attention_calls)
 }
 END_TEST
 
+/* ---- a failing query never lets an unsafe call through ---- */
+
+/* O a sub-buffer over Q's bytes: refused as aliasing. With any one call of
+ * the validation failing, the call must still be refused (whatever the
+ * status), and Q never written. */
+START_TEST(unsafe_call_never_accepted)
+{
+    struct test_env *e = test_env_get();
+    enum { N = 16, DIM = 8 };
+    const size_t bytes = N * DIM * sizeof(float);
+    float host[N * DIM];
+    for (int i = 0; i < N * DIM; i++)
+        host[i] = (float)i;
+    cl_int err;
+    cl_mem big = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
+    cl_mem kv = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
+    const cl_buffer_region region = {0, bytes};
+    cl_mem sub = clCreateSubBuffer(big, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+    ck_assert(big && kv && sub);
+    struct flashcl_attention a = {0};
+    a.batch = a.heads_q = a.heads_kv = 1;
+    a.seq_q = a.seq_kv = N;
+    a.head_dim = DIM;
+    a.q = flashcl_tensor_bnhd(big, FLASHCL_F32, N, 1, DIM);
+    a.k = a.v = flashcl_tensor_bnhd(kv, FLASHCL_F32, N, 1, DIM);
+    a.o = flashcl_tensor_bnhd(sub, FLASHCL_F32, N, 1, DIM);
+    ck_assert_status(flashcl_forward(e->ctx, &a, e->queue, 0, NULL, NULL), FLASHCL_ERROR_ALIASING);
+    long total = 0;
+    for (long k = 0; k <= total; k++) {
+        fault_arm(k);
+        const flashcl_status st = flashcl_forward(e->ctx, &a, e->queue, 0, NULL, NULL);
+        const struct fault_report r = fault_disarm();
+        if (k == 0)
+            total = r.calls;
+        ck_assert_msg(st != FLASHCL_SUCCESS, "call %ld (%s) failing: an output aliasing an input was accepted", k,
+                      r.failed);
+        ck_assert_int_eq(r.enqueued_before, 0);
+    }
+    ck_assert_cl(clFinish(e->queue));
+    float now[N * DIM];
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, big, CL_TRUE, 0, bytes, now, 0, NULL, NULL));
+    ck_assert_int_eq(memcmp(now, host, bytes), 0);
+    printf("aliasing sub-buffer: %ld calls of the validation, each failed in turn: refused every time\n", total);
+    clReleaseMemObject(sub);
+    clReleaseMemObject(big);
+    clReleaseMemObject(kv);
+    fault_reset_objects();
+}
+END_TEST
+
 int main(void)
 {
     snprintf(cache_dir, sizeof(cache_dir), "/tmp/flashcl-faults-%ld-cache", (long)getpid());
@@ -353,6 +403,7 @@ int main(void)
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, context_creation, 0, 2);
+    tcase_add_test(tc, unsafe_call_never_accepted);
     tcase_add_loop_test(tc, attention_calls, 0, (int)(sizeof(scenarios) / sizeof(scenarios[0])));
     suite_add_tcase(s, tc);
     const int rc = test_run_suite(s);
