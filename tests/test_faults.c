@@ -396,6 +396,49 @@ START_TEST(unsafe_call_never_accepted)
 }
 END_TEST
 
+/* The standard paths need an in-order queue: on an out-of-order one they are
+ * refused, with any one call of the check failing too. */
+START_TEST(out_of_order_queue_never_accepted)
+{
+    struct test_env *e = test_env_get();
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    if (!(supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
+        printf("out-of-order queue: not run, the device has none\n");
+        return;
+    }
+    cl_int err;
+    cl_command_queue ooo = clCreateCommandQueue(e->cl, e->device, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert_ptr_nonnull(ooo);
+    const struct scenario forward = {"standard forward", CALL_STANDARD, FLASHCL_F32, ""};
+    const struct scenario backward = {"standard backward", CALL_BACKWARD, FLASHCL_F32, ""};
+    for (int which = 0; which < 2; which++) {
+        const struct scenario *s = which ? &backward : &forward;
+        struct fixture f;
+        fixture_create(&f, s);
+        long total = 0;
+        for (long k = 0; k <= total; k++) {
+            fault_arm(k);
+            const flashcl_status st = which ? flashcl_standard_backward(f.ctx, &f.a, &f.g, NULL, ooo, 0, NULL, NULL)
+                                            : flashcl_standard_forward(f.ctx, &f.a, NULL, ooo, 0, NULL, NULL);
+            const struct fault_report r = fault_disarm();
+            if (k == 0) {
+                ck_assert_status(st, FLASHCL_INVALID_COMMAND_QUEUE);
+                total = r.calls;
+            }
+            ck_assert_msg(st != FLASHCL_SUCCESS, "%s, call %ld (%s) failing: an out-of-order queue was accepted",
+                          s->name, k, r.failed);
+            ck_assert_int_eq(r.enqueued_before, 0);
+        }
+        printf("%s on an out-of-order queue: %ld calls of the checks, each failed in turn: refused every time\n",
+               s->name, total);
+        fixture_destroy(&f);
+    }
+    clReleaseCommandQueue(ooo);
+    fault_reset_objects();
+}
+END_TEST
+
 int main(void)
 {
     snprintf(cache_dir, sizeof(cache_dir), "/tmp/flashcl-faults-%ld-cache", (long)getpid());
@@ -404,6 +447,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, context_creation, 0, 2);
     tcase_add_test(tc, unsafe_call_never_accepted);
+    tcase_add_test(tc, out_of_order_queue_never_accepted);
     tcase_add_loop_test(tc, attention_calls, 0, (int)(sizeof(scenarios) / sizeof(scenarios[0])));
     suite_add_tcase(s, tc);
     const int rc = test_run_suite(s);
