@@ -186,6 +186,9 @@ bool fcl_add_overflows(size_t a, size_t b, size_t *out);
  * (validation of the views is the caller's). */
 flashcl_status fcl_standard_workspace_bytes(const flashcl_context *ctx, const struct flashcl_attention *a,
                                            size_t *bytes);
+/* The standard paths' queue must be in-order (CLBlast's GEMMs rely on its
+ * order); a queue whose properties cannot be read is refused too. */
+flashcl_status fcl_check_in_order(const flashcl_context *ctx, cl_command_queue queue);
 /* Sets cl/standard_attention.cl's row_softmax arguments for S at (s_off,
  * s_entry) of ws (the call's mask; its LSE written when write_lse and
  * attn.lse is given) and enqueues it, in queue order. */
