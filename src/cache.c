@@ -1,9 +1,18 @@
 /* The on-disk program cache: compiled binaries keyed by everything that
  * decides them (source, options, device, driver, platform, flashcl version),
- * so a second process start does not recompile. Entries are written to a
- * temporary file and renamed; an entry that is truncated, corrupted or for
- * another key is rejected and rebuilt; an unusable folder turns the cache
- * off without a word above DEBUG. */
+ * so a second process start does not recompile.
+ *
+ * What reaches the driver: only bytes this user's flashcl wrote. The folder
+ * holds a secret key (CACHE_KEY_FILE: 16 random bytes, mode 0600, owned by
+ * the user, created once); every entry ends with the SipHash-2-4 MAC of all
+ * its other bytes under that key, and nothing in an entry is parsed before
+ * the MAC and the file's length agree. An entry that is truncated, corrupted,
+ * forged without the key, or for another key text is rejected, removed and
+ * rebuilt. Entries and the key are written under unpredictable temporary
+ * names (mkstemp) and moved into place atomically; nothing is opened through
+ * a link or with a blocking open. A folder or key that cannot be used turns
+ * the cache off without a word above DEBUG. docs/reliability.md says what
+ * this trusts. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -15,8 +24,10 @@
 
 #include "internal.h"
 
-#define CACHE_MAGIC "FLASHCL-PROGRAM-CACHE 1\n"
+#define CACHE_MAGIC "FLASHCL-PROGRAM-CACHE 2\n"
 #define CACHE_MAX_FILE ((size_t)256 << 20)
+#define CACHE_KEY_FILE "secret.key"
+#define CACHE_MAC_BYTES 8
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 {
@@ -47,6 +58,104 @@ static bool make_dirs(const char *path)
     return access(buf, W_OK | X_OK) == 0;
 }
 
+/* Writes all of n bytes to fd; false on any error. */
+static bool write_all(int fd, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    while (n > 0) {
+        const ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Reads exactly n bytes from fd; false on a short read or an error. */
+static bool read_all(int fd, void *data, size_t n)
+{
+    unsigned char *p = data;
+    while (n > 0) {
+        const ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+/* Puts data at path atomically: written under an unpredictable name created
+ * here (mkstemp: O_EXCL, mode 0600), then moved in. replace false: an
+ * existing file at path is kept (link(2) never replaces), true: replaced
+ * (rename(2)). False if nothing was put there by this call. */
+static bool write_atomically(const char *path, const void *data, size_t n, bool replace)
+{
+    char tmp[1300];
+    if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+        return false;
+    const int fd = mkstemp(tmp);
+    if (fd < 0)
+        return false;
+    bool ok = write_all(fd, data, n);
+    ok = close(fd) == 0 && ok;
+    ok = ok && (replace ? rename(tmp, path) == 0 : link(tmp, path) == 0);
+    if (!ok || !replace)
+        unlink(tmp);
+    return ok;
+}
+
+/* The folder's key: read from CACHE_KEY_FILE, which must be a regular file
+ * of exactly the key's size, owned by this user and readable by nobody else
+ * (else anyone who can read it could forge entries); created from
+ * /dev/urandom when absent. Two processes creating it at once agree: the
+ * first link wins and both read what it linked. */
+static bool cache_key_load(const char *dir, unsigned char key[FCL_SIPHASH_KEY_BYTES], const char **why)
+{
+    char path[1100];
+    if (snprintf(path, sizeof(path), "%s/" CACHE_KEY_FILE, dir) >= (int)sizeof(path)) {
+        *why = "path too long";
+        return false;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        unsigned char fresh[FCL_SIPHASH_KEY_BYTES];
+        const int random = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        const bool got = random >= 0 && read_all(random, fresh, sizeof(fresh));
+        if (random >= 0)
+            close(random);
+        if (!got) {
+            *why = "no random bytes from /dev/urandom";
+            return false;
+        }
+        write_atomically(path, fresh, sizeof(fresh), false);  /* fails harmlessly when another process won */
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) {
+        *why = "the key cannot be opened (a link?)";
+        return false;
+    }
+    struct stat st;
+    bool ok = fstat(fd, &st) == 0;
+    *why = "the key is not a regular file of 16 bytes";
+    ok = ok && S_ISREG(st.st_mode) && st.st_size == FCL_SIPHASH_KEY_BYTES;
+    if (ok && (st.st_uid != geteuid() || (st.st_mode & 077))) {
+        *why = "the key is another user's or readable by others";
+        ok = false;
+    }
+    if (ok && !read_all(fd, key, FCL_SIPHASH_KEY_BYTES)) {
+        *why = "the key cannot be read";
+        ok = false;
+    }
+    close(fd);
+    return ok;
+}
+
 void fcl_cache_init(flashcl_context *ctx, const char *param_dir)
 {
     ctx->cache_dir[0] = '\0';
@@ -55,6 +164,11 @@ void fcl_cache_init(flashcl_context *ctx, const char *param_dir)
         return;
     if (!make_dirs(dir)) {
         fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache off: cannot use folder %s", dir);
+        return;
+    }
+    const char *why = NULL;
+    if (!cache_key_load(dir, ctx->cache_key, &why)) {
+        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache off in %s: %s", dir, why);
         return;
     }
     snprintf(ctx->cache_dir, sizeof(ctx->cache_dir), "%s", dir);
@@ -88,13 +202,11 @@ static void cache_path(const flashcl_context *ctx, const char *key, char *path, 
     snprintf(path, size, "%s/%016llx.bin", ctx->cache_dir, (unsigned long long)fnv1a(FNV_START, key, strlen(key)));
 }
 
-static bool read_u64(const unsigned char **p, const unsigned char *end, uint64_t *v)
+static uint64_t read_u64(const unsigned char *p)
 {
-    if ((size_t)(end - *p) < 8)
-        return false;
-    memcpy(v, *p, 8);
-    *p += 8;
-    return true;
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
 }
 
 FILE *fcl_open_regular(const char *path, const char **why)
@@ -121,7 +233,7 @@ FILE *fcl_open_regular(const char *path, const char **why)
 /* Reads all of a regular file that fits the cap: opened without following
  * a link and without blocking (a FIFO or device there is refused, not
  * waited on). NULL with a reason otherwise. */
-static unsigned char *read_regular_file(const char *path, size_t cap, long *size, const char **why)
+static unsigned char *read_regular_file(const char *path, size_t cap, size_t *size, const char **why)
 {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
@@ -133,20 +245,15 @@ static unsigned char *read_regular_file(const char *path, size_t cap, long *size
     *why = "not a regular file";
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         *why = "empty or too large";
-        if (st.st_size > 0 && (uintmax_t)st.st_size <= cap && (data = malloc((size_t)st.st_size))) {
-            size_t got = 0;
-            while (got < (size_t)st.st_size) {
-                const ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
-                if (n <= 0)
-                    break;
-                got += (size_t)n;
-            }
-            if (got != (size_t)st.st_size) {
-                free(data);
-                data = NULL;
-                *why = "unreadable";
-            } else {
-                *size = (long)st.st_size;
+        if (st.st_size > 0 && (uintmax_t)st.st_size <= cap) {
+            *why = "out of host memory";
+            if ((data = malloc((size_t)st.st_size))) {
+                *size = (size_t)st.st_size;
+                if (!read_all(fd, data, *size)) {
+                    free(data);
+                    data = NULL;
+                    *why = "unreadable";
+                }
             }
         }
     }
@@ -154,33 +261,44 @@ static unsigned char *read_regular_file(const char *path, size_t cap, long *size
     return data;
 }
 
-/* Loads and checks an entry: the binary (malloc'd) or NULL with a reason. */
-static unsigned char *read_entry(const char *path, const char *key, size_t *bin_size, const char **why)
+/* The layout of an entry: magic, key length, key text, binary length,
+ * binary, MAC (lengths little-endian u64 as this host stores them). */
+static size_t entry_size(size_t key_len, size_t bin_len)
 {
-    unsigned char *bin = NULL;
-    long size = 0;
+    return strlen(CACHE_MAGIC) + 8 + key_len + 8 + bin_len + CACHE_MAC_BYTES;
+}
+
+/* Loads and checks an entry: the binary (malloc'd) or NULL with a reason.
+ * The MAC is checked first, over every byte but its own: nothing an
+ * outsider wrote is parsed, let alone handed to the driver. */
+static unsigned char *read_entry(const flashcl_context *ctx, const char *path, const char *key, size_t *bin_size,
+                                 const char **why)
+{
+    size_t size = 0;
     unsigned char *data = read_regular_file(path, CACHE_MAX_FILE, &size, why);
-    if (data) {
-        const unsigned char *p = data, *end = data + size;
-        const size_t magic_len = strlen(CACHE_MAGIC), key_len = strlen(key);
-        uint64_t stored_key_len = 0, stored_bin_len = 0, checksum = 0;
-        *why = "bad header";
-        if ((size_t)size > magic_len + 24 && memcmp(p, CACHE_MAGIC, magic_len) == 0) {
-            p += magic_len;
-            *why = "another key";
-            if (read_u64(&p, end, &stored_key_len) && stored_key_len == key_len &&
-                (size_t)(end - p) >= key_len && memcmp(p, key, key_len) == 0) {
-                p += key_len;
-                *why = "truncated";
-                if (read_u64(&p, end, &stored_bin_len) && stored_bin_len > 0 &&
-                    (uint64_t)(end - p) == stored_bin_len + 8) {
-                    memcpy(&checksum, p + stored_bin_len, 8);
-                    *why = "checksum mismatch";
-                    if (fnv1a(FNV_START, data, (size_t)(p + stored_bin_len - data)) == checksum &&
-                        (bin = malloc((size_t)stored_bin_len))) {
-                        memcpy(bin, p, (size_t)stored_bin_len);
-                        *bin_size = (size_t)stored_bin_len;
-                        *why = NULL;
+    if (!data)
+        return NULL;
+    unsigned char *bin = NULL;
+    const size_t magic_len = strlen(CACHE_MAGIC), key_len = strlen(key);
+    *why = "too short";
+    if (size >= entry_size(0, 0)) {
+        const size_t body = size - CACHE_MAC_BYTES;
+        *why = "MAC mismatch (not written by this user's flashcl with this folder's key)";
+        if (fcl_siphash24(ctx->cache_key, data, body) == read_u64(data + body)) {
+            const unsigned char *p = data + magic_len;
+            *why = "another format";
+            if (memcmp(data, CACHE_MAGIC, magic_len) == 0) {
+                *why = "another key";
+                if (read_u64(p) == key_len && size >= entry_size(key_len, 0) && memcmp(p + 8, key, key_len) == 0) {
+                    const uint64_t bin_len = read_u64(p + 8 + key_len);
+                    *why = "wrong length";
+                    if (bin_len > 0 && bin_len < CACHE_MAX_FILE && size == entry_size(key_len, (size_t)bin_len)) {
+                        *why = "out of host memory";
+                        if ((bin = malloc((size_t)bin_len))) {
+                            memcpy(bin, p + 16 + key_len, (size_t)bin_len);
+                            *bin_size = (size_t)bin_len;
+                            *why = NULL;
+                        }
                     }
                 }
             }
@@ -201,7 +319,7 @@ cl_program fcl_cache_load(flashcl_context *ctx, const char *source, const char *
     cache_path(ctx, key, path, sizeof(path));
     size_t size = 0;
     const char *why = NULL;
-    unsigned char *bin = read_entry(path, key, &size, &why);
+    unsigned char *bin = read_entry(ctx, path, key, &size, &why);
     free(key);
     cl_program program = NULL;
     if (bin) {
@@ -232,40 +350,27 @@ void fcl_cache_store(flashcl_context *ctx, const char *source, const char *optio
     if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) != CL_SUCCESS || size == 0 ||
         size > CACHE_MAX_FILE / 2)
         return;
-    unsigned char *bin = malloc(size);
     char *key = cache_key(ctx, source, options);
-    unsigned char *bins[1] = {bin};
-    if (!bin || !key || clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(bins), bins, NULL) != CL_SUCCESS) {
-        free(bin);
+    const uint64_t key_len = key ? strlen(key) : 0, bin_len = size;
+    const size_t magic_len = strlen(CACHE_MAGIC), total = entry_size((size_t)key_len, size);
+    unsigned char *entry = key ? malloc(total) : NULL;
+    unsigned char *bins[1] = {entry ? entry + magic_len + 16 + key_len : NULL};
+    if (!entry || clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(bins), bins, NULL) != CL_SUCCESS) {
+        free(entry);
         free(key);
         return;
     }
-    char path[1200], tmp[1300];
+    memcpy(entry, CACHE_MAGIC, magic_len);
+    memcpy(entry + magic_len, &key_len, 8);
+    memcpy(entry + magic_len + 8, key, (size_t)key_len);
+    memcpy(entry + magic_len + 8 + key_len, &bin_len, 8);
+    const uint64_t mac = fcl_siphash24(ctx->cache_key, entry, total - CACHE_MAC_BYTES);
+    memcpy(entry + total - CACHE_MAC_BYTES, &mac, CACHE_MAC_BYTES);
+    char path[1200];
     cache_path(ctx, key, path, sizeof(path));
-    /* An unpredictable name, created here (O_EXCL, mode 0600): nothing else writes what is renamed in. */
-    snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
-    const int fd = mkstemp(tmp);
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (fd >= 0 && !f)
-        close(fd);
-    bool ok = f != NULL;
-    if (ok) {
-        const uint64_t key_len = strlen(key), bin_len = size;
-        uint64_t sum = fnv1a(FNV_START, CACHE_MAGIC, strlen(CACHE_MAGIC));
-        sum = fnv1a(sum, &key_len, 8);
-        sum = fnv1a(sum, key, key_len);
-        sum = fnv1a(sum, &bin_len, 8);
-        sum = fnv1a(sum, bin, size);
-        ok = fwrite(CACHE_MAGIC, 1, strlen(CACHE_MAGIC), f) == strlen(CACHE_MAGIC) &&
-             fwrite(&key_len, 8, 1, f) == 1 && fwrite(key, 1, key_len, f) == key_len &&
-             fwrite(&bin_len, 8, 1, f) == 1 && fwrite(bin, 1, size, f) == size && fwrite(&sum, 8, 1, f) == 1;
-        ok = fclose(f) == 0 && ok;
-    }
     /* rename() replaces atomically: a reader sees the old entry or the new one. */
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
+    if (!write_atomically(path, entry, total, true))
         fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache: could not write %s", path);
-    }
-    free(bin);
+    free(entry);
     free(key);
 }

@@ -303,10 +303,16 @@ flashcl_status fcl_context_create(const struct flashcl_context_params *params, c
         st = check_device_in_context(params->context, params->device);
         if (st != FLASHCL_SUCCESS)
             goto error;
-        clRetainContext(params->context);
-        clRetainDevice(params->device);
-        ctx->cl_ctx = params->context;
-        ctx->device = params->device;
+        /* Each reference is the context's only once taken: destroy releases what is set. */
+        cl_int err = clRetainContext(params->context);
+        if (err == CL_SUCCESS)
+            ctx->cl_ctx = params->context;
+        if (err == CL_SUCCESS && (err = clRetainDevice(params->device)) == CL_SUCCESS)
+            ctx->device = params->device;
+        if (err != CL_SUCCESS) {
+            st = fcl_fail(NULL, (flashcl_status)err, "cannot retain params.context or params.device (%d)", err);
+            goto error;
+        }
     } else {
         const char *select = params->device_select ? params->device_select : ctx->env.device;
         if (select && !*select)
@@ -314,8 +320,12 @@ flashcl_status fcl_context_create(const struct flashcl_context_params *params, c
         st = choose_device(select, &ctx->device);
         if (st != FLASHCL_SUCCESS)
             goto error;
-        clRetainDevice(ctx->device);  /* a no-op for root devices; keeps destroy uniform */
-        cl_int err;
+        cl_int err = clRetainDevice(ctx->device);  /* a no-op for root devices; keeps destroy uniform */
+        if (err != CL_SUCCESS) {
+            ctx->device = NULL;
+            st = fcl_fail(NULL, (flashcl_status)err, "clRetainDevice failed (%d)", err);
+            goto error;
+        }
         ctx->cl_ctx = clCreateContext(NULL, 1, &ctx->device, NULL, NULL, &err);
         if (!ctx->cl_ctx) {
             st = fcl_fail(NULL, (flashcl_status)err, "clCreateContext failed (%d)", err);

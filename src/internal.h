@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "flashcl.h"
@@ -61,6 +62,12 @@ void fcl_tuning_free(flashcl_context *ctx);
  * one of another driver or flashcl version of the same device; NULL if none. */
 const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const struct kernel_info *k,
                                           const struct problem *p);
+
+/* ---- siphash.c: the cache entries' MAC ---- */
+
+#define FCL_SIPHASH_KEY_BYTES 16
+/* SipHash-2-4 of data under a 128-bit key. */
+uint64_t fcl_siphash24(const unsigned char key[FCL_SIPHASH_KEY_BYTES], const void *data, size_t n);
 
 /* ---- cache.c: compiled programs on disk ---- */
 
@@ -180,6 +187,9 @@ bool fcl_add_overflows(size_t a, size_t b, size_t *out);
  * (validation of the views is the caller's). */
 flashcl_status fcl_standard_workspace_bytes(const flashcl_context *ctx, const struct flashcl_attention *a,
                                            size_t *bytes);
+/* The standard paths' queue must be in-order (CLBlast's GEMMs rely on its
+ * order); a queue whose properties cannot be read is refused too. */
+flashcl_status fcl_check_in_order(const flashcl_context *ctx, cl_command_queue queue);
 /* Sets cl/standard_attention.cl's row_softmax arguments for S at (s_off,
  * s_entry) of ws (the call's mask; its LSE written when write_lse and
  * attn.lse is given) and enqueues it, in queue order. */
@@ -262,6 +272,7 @@ struct flashcl_context {
 
     char cache_dir[1024];        /* "" when the disk cache is off */
     char cache_identity[640];    /* flashcl version, platform, device, driver */
+    unsigned char cache_key[FCL_SIPHASH_KEY_BYTES];  /* the folder's secret: entries carry its MAC */
 
     pthread_mutex_t lock;  /* guards the program cache and kernel arguments */
     struct program_entry *programs;

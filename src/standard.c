@@ -127,10 +127,12 @@ static flashcl_status check_workspace(const flashcl_context *ctx, cl_mem ws, siz
     return FLASHCL_SUCCESS;
 }
 
-static flashcl_status check_in_order(const flashcl_context *ctx, cl_command_queue queue)
+flashcl_status fcl_check_in_order(const flashcl_context *ctx, cl_command_queue queue)
 {
     cl_command_queue_properties props = 0;
-    clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof(props), &props, NULL);
+    const cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof(props), &props, NULL);
+    if (err != CL_SUCCESS)  /* unknown order: refused, never assumed in-order */
+        return fcl_fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE, "cannot query the queue's properties (%d)", err);
     if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
         return fcl_fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE,
                     "the standard path needs an in-order queue (CLBlast's GEMMs rely on queue order)");
@@ -339,7 +341,7 @@ flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flash
 {
     flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
     if (st == FLASHCL_SUCCESS)
-        st = check_in_order(ctx, queue);
+        st = fcl_check_in_order(ctx, queue);
     struct workspace_plan plan;
     if (st == FLASHCL_SUCCESS)
         st = plan_workspace(ctx, attn, &plan);

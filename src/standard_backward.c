@@ -252,11 +252,9 @@ flashcl_status flashcl_standard_backward(flashcl_context *ctx, const struct flas
         st = fcl_backward_validate(ctx, attn, grad, false, workspace, plan.elements * sizeof(float));
     if (st != FLASHCL_SUCCESS)
         return st;
-    cl_command_queue_properties props = 0;
-    clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof(props), &props, NULL);
-    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-        return fcl_fail(ctx, FLASHCL_INVALID_COMMAND_QUEUE,
-                    "the standard backward needs an in-order queue (CLBlast's GEMMs rely on queue order)");
+    st = fcl_check_in_order(ctx, queue);
+    if (st != FLASHCL_SUCCESS)
+        return st;
     const size_t bytes = plan.elements * sizeof(float);
     if (plan.elements >= CLBLAST_MAX_ELEMENTS)
         return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,

@@ -130,9 +130,12 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v, boo
     /* Overlap is judged in the root buffer, so sub-buffers compare too. */
     cl_mem parent = NULL;
     size_t sub_offset = 0;
-    clGetMemObjectInfo(t->mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent, NULL);
-    if (parent)
-        clGetMemObjectInfo(t->mem, CL_MEM_OFFSET, sizeof(sub_offset), &sub_offset, NULL);
+    err = clGetMemObjectInfo(t->mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent, NULL);
+    if (err == CL_SUCCESS && parent)
+        err = clGetMemObjectInfo(t->mem, CL_MEM_OFFSET, sizeof(sub_offset), &sub_offset, NULL);
+    if (err != CL_SUCCESS)  /* not knowing the root buffer, overlap cannot be judged: refuse, never guess */
+        return fcl_fail(ctx, FLASHCL_INVALID_MEM_OBJECT, "cannot query whether %s.mem is a sub-buffer (%d)",
+                        v->name, err);
     v->root = parent ? parent : t->mem;
     v->begin = sub_offset + t->offset;
     v->end = sub_offset + end;

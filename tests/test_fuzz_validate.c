@@ -7,12 +7,16 @@
  * (its overlap rule is a sufficient test) but must never accept an unsafe
  * one. The kernel_options parser and the tuning-file reader: random and
  * mutated text must give a status (or a WARN), never a crash or a hang; CI
- * runs them under ASan too. FLASHCL_FUZZ_ITERATIONS sets the validator's
- * count (CI runs the default). */
+ * runs them under ASan too.
+ *
+ * Standalone, for N calls from seed S (CI runs the defaults, 3000 and
+ * 20261129): FLASHCL_FUZZ_ITERATIONS=N FLASHCL_FUZZ_SEED=S CK_RUN_CASE=validator
+ * build/tests/test_fuzz_validate (docs/reliability.md has the long run). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -62,8 +66,9 @@ static bool brute_force_view(const struct fuzz_view *v, bool output, size_t buff
 START_TEST(validator_never_accepts_an_unsafe_call)
 {
     struct test_env *e = test_env_get();
-    const char *env = getenv("FLASHCL_FUZZ_ITERATIONS");
-    const long iterations = env ? atol(env) : 3000;
+    const char *env = getenv("FLASHCL_FUZZ_ITERATIONS"), *seed_env = getenv("FLASHCL_FUZZ_SEED");
+    const long iterations = env && *env ? atol(env) : 3000;
+    const unsigned long long seed = seed_env && *seed_env ? strtoull(seed_env, NULL, 10) : 20261129;
     cl_int err;
     cl_mem buffers[MAX_BUFFERS];
     size_t sizes[MAX_BUFFERS];
@@ -72,7 +77,8 @@ START_TEST(validator_never_accepts_an_unsafe_call)
         buffers[i] = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, sizes[i], NULL, &err);
         ck_assert_ptr_nonnull(buffers[i]);
     }
-    rng_seed(20261129);
+    rng_seed(seed);
+    const time_t start = time(NULL);
     long accepted = 0, refused_safe = 0, unsafe = 0;
     unsigned char *owner = malloc(MAX_BYTES);
     for (long it = 0; it < iterations; it++) {
@@ -138,8 +144,9 @@ START_TEST(validator_never_accepts_an_unsafe_call)
         accepted += library_accepts;
         refused_safe += !library_accepts && safe;
     }
-    printf("validator fuzz: %ld calls, %ld accepted (all safe), %ld safe calls refused (the conservative overlap rule "
-           "or other checks), %ld unsafe accepted\n", iterations, accepted, refused_safe, unsafe);
+    printf("validator fuzz: %ld calls (seed %llu) in %ld s, %ld accepted (all safe), %ld safe calls refused (the "
+           "conservative overlap rule or other checks), %ld unsafe accepted\n", iterations, seed,
+           (long)(time(NULL) - start), accepted, refused_safe, unsafe);
     ck_assert_int_gt(accepted, iterations / 20);  /* the generator does produce valid calls */
     free(owner);
     for (int i = 0; i < MAX_BUFFERS; i++)
@@ -219,9 +226,12 @@ int main(void)
 {
     Suite *s = suite_create("fuzz_validate");
     TCase *tc = tcase_create("validator");
-    tcase_set_timeout(tc, 600);
+    tcase_set_timeout(tc, 86400);  /* long runs; meson's timeout bounds the default one */
     tcase_add_test(tc, validator_never_accepts_an_unsafe_call);
-    tcase_add_test(tc, parsers_take_any_text);
     suite_add_tcase(s, tc);
+    TCase *parsers = tcase_create("parsers");
+    tcase_set_timeout(parsers, 600);
+    tcase_add_test(parsers, parsers_take_any_text);
+    suite_add_tcase(s, parsers);
     return test_run_suite(s);
 }
