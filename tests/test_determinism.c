@@ -4,7 +4,7 @@
  * its kernels there) gives outputs equal byte for byte (memcmp), the
  * outputs poisoned before each run. Forward: the portable and register-tiled
  * kernels, split-KV forced on each, a packed varlen batch, a KV cache
- * contiguous and paged; the backward; the standard forward and backward
+ * contiguous and paged (on those and on the decode kernel, split too); the backward; the standard forward and backward
  * (in-order queues only: CLBlast's GEMMs are ordered by the queue). Every
  * forward case is causal with the LSE, GQA, and runs in f32, f16 and bf16.
  * (The tensor-core and TF32 kernels' determinism is test_tensor_cores',
@@ -33,9 +33,11 @@ static const struct {
      FLASHCL_VARIANT_REGISTER_TILED, 3},
     {"varlen, portable", OP_VARLEN, "tensor-core:off;tf32:off;register-tiled:off", FLASHCL_VARIANT_PORTABLE, 1},
     {"varlen, register-tiled", OP_VARLEN, "tensor-core:off;tf32:off", FLASHCL_VARIANT_REGISTER_TILED, 1},
-    {"KV cache, register-tiled", OP_KV_CACHE, "tensor-core:off;tf32:off", FLASHCL_VARIANT_REGISTER_TILED, 1},
-    {"paged KV cache, portable", OP_KV_PAGED, "tensor-core:off;tf32:off;register-tiled:off",
+    {"KV cache, register-tiled", OP_KV_CACHE, "decode:off;tensor-core:off;tf32:off", FLASHCL_VARIANT_REGISTER_TILED, 1},
+    {"paged KV cache, portable", OP_KV_PAGED, "decode:off;tensor-core:off;tf32:off;register-tiled:off",
      FLASHCL_VARIANT_PORTABLE, 1},
+    {"KV cache, decode", OP_KV_CACHE, "decode:block_n=32,splits=1", FLASHCL_VARIANT_DECODE, 1},
+    {"paged KV cache, decode, 3 splits", OP_KV_PAGED, "decode:block_n=32,splits=3", FLASHCL_VARIANT_DECODE, 3},
     {"backward", OP_BACKWARD, "tensor-core:off;tf32:off", FLASHCL_VARIANT_BACKWARD, 1},
     {"standard forward", OP_STANDARD, "", 0, 1},
     {"standard backward", OP_STANDARD_BACKWARD, "", 0, 1},
