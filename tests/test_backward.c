@@ -68,7 +68,8 @@ START_TEST(windows)
     standard.own_workspace = 0;
     run_case(NULL, "window, standard", &standard, 700 + (uint64_t)_i, NULL);
     struct bwd_case tiny = window_cases[_i];
-    run_case(test_context_with_options("backward-tensor-core:off;backward:block_m=3,block_n=5"), "window, 3x5 tile",
+    run_case(test_context_with_options("backward-tensor-core:off;backward-tiled:off;backward:block_m=3,block_n=5"),
+             "window, 3x5 tile",
              &tiny, 710 + (uint64_t)_i, NULL);
 }
 END_TEST
@@ -192,9 +193,10 @@ START_TEST(forced_tiles)
     char tile[64], expect[64];
     snprintf(tile, sizeof(tile), "backward:block_m=%d,block_n=%d", tiles[_i][0], tiles[_i][1]);
     snprintf(expect, sizeof(expect), "-DBLOCK_M=%d -DBLOCK_N=%d ", tiles[_i][0], tiles[_i][1]);
-    /* The tile of the portable kernel: the tensor-core one (f16/bf16 where the device has it) is off. */
-    char options[96];
-    snprintf(options, sizeof(options), "backward-tensor-core:off;%s", tile);
+    /* The tile of the portable kernel: the tensor-core one (f16/bf16 where the device has it) and the
+     * register-tiled one (head dims that are multiples of 4) are off. */
+    char options[128];
+    snprintf(options, sizeof(options), "backward-tensor-core:off;backward-tiled:off;%s", tile);
     params.kernel_options = options;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
