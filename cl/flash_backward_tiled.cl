@@ -403,18 +403,21 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
                     dp[i][j] = dot4(dov[i], vv[j], dp[i][j]);
         }
 
-        /* dS = P (dP - D), into local memory as [key][row]. */
+        /* dS = P (dP - D), into local memory as [key][row]: a float4 of 4 rows per key. */
         const bool edge = block_has_edge(q0, k0, seq_kv, diag);
 #pragma unroll
-        for (int i = 0; i < R; i++)
+        for (int j = 0; j < CN; j++) {
+            const int key = tx + 16 * j;
+            float ds[R];
 #pragma unroll
-            for (int j = 0; j < CN; j++) {
-                const int key = tx + 16 * j;
+            for (int i = 0; i < R; i++) {
                 float p = exp2(fma(s[i][j], scale_log2, -lse2[i]));
                 if (edge && !pair_visible(q0 + row0 + i, k0 + key, seq_kv, diag))
                     p = 0.0f;
-                ds_tile[key * PITCH_M + row0 + i] = p * (dp[i][j] - d_row[i]);
+                ds[i] = p * (dp[i][j] - d_row[i]);
             }
+            vstore4((float4)(ds[0], ds[1], ds[2], ds[3]), 0, ds_tile + key * PITCH_M + row0);
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* dQ += dS K (scaled once at the end). Hidden keys have dS = 0 and keys past seq_kv K = 0. */
