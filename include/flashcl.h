@@ -119,10 +119,12 @@ enum flashcl_variant {
                                            device, any d and tile */
     FLASHCL_VARIANT_BACKWARD_TENSOR_CORE = 6, /* cl/flash_backward_mma.cl: the backward pass on NVIDIA
                                            sm_80+, f16/bf16, d % 16 == 0 up to 128, mma.sync */
-    FLASHCL_VARIANT_DECODE = 7          /* cl/flash_decode.cl: few query rows against many keys (decode),
+    FLASHCL_VARIANT_DECODE = 7,         /* cl/flash_decode.cl: few query rows against many keys (decode),
                                            any OpenCL 1.2 device, FMA units, d % 4 == 0; one work-group
                                            per KV head holds its group's query rows (group x seq_q <= 16),
                                            keys split across work-groups */
+    FLASHCL_VARIANT_BACKWARD_TILED = 8  /* cl/flash_backward_tiled.cl: the backward pass, any OpenCL 1.2
+                                           device, FMA units, d % 4 == 0, blocks of 16..128 in steps of 16 */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
@@ -484,8 +486,10 @@ FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
 struct flashcl_tile;  /* below, with the kernels */
 
 /* The kernel and tile flashcl_backward would use for this call (variant
- * FLASHCL_VARIANT_BACKWARD; block_m query rows and block_n keys per block,
- * forced with kernel_options "backward:block_m=..,block_n=.."). */
+ * FLASHCL_VARIANT_BACKWARD_TILED where the head dim is a multiple of 4, else
+ * FLASHCL_VARIANT_BACKWARD, or FLASHCL_VARIANT_BACKWARD_TENSOR_CORE; block_m
+ * query rows and block_n keys per block, forced with kernel_options
+ * "backward-tiled:block_m=..,block_n=.." or "backward:block_m=..,block_n=.."). */
 FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                    const struct flashcl_attention_grad *grad,
                                                    struct flashcl_tile *out);
@@ -569,7 +573,7 @@ struct flashcl_tile {
     int warps, m_tiles;  /* tensor-core and TF32 kernels only (0 otherwise) */
     int block_m;        /* query rows per work-group */
     int block_n;        /* keys per streamed K/V block */
-    int workgroup_size; /* work-items per work-group */
+    int workgroup_size; /* work-items per work-group (backward-tiled: its dK/dV step's; dQ's is 4·block_m) */
     size_t local_bytes; /* local memory the kernel declares */
     int splits;         /* split-KV: work-groups sharing a query block's keys, merged after (1: none) */
     unsigned char reserved[28];  /* written as zero; room for later fields */

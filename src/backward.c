@@ -1,5 +1,5 @@
-/* flashcl_backward: validate, plan (the kernel table's backward entries: "backward-tensor-core", then "backward"),
- * build (once), enqueue its three steps (D, then dK/dV, then dQ). */
+/* flashcl_backward: validate, plan (the kernel table's backward entries: "backward-tensor-core",
+ * "backward-tiled", then "backward"), build (once), enqueue its three steps (D, then dK/dV, then dQ). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,25 +172,28 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the backward kernels' arguments failed");
 
-    const size_t wg = (size_t)plan->workgroup;
-    const size_t local[3] = {wg, 1, 1};
+    /* Each step's work-group: the plan's, unless the kernel's steps differ (backward-tiled). */
+    size_t wg[3];
+    for (int step = 0; step < 3; step++)
+        wg[step] = (size_t)(k->step_workgroup ? k->step_workgroup(&ctx->dev, &plan->shape, step) : plan->workgroup);
+    const size_t dot_local[3] = {wg[0], 1, 1}, dkdv_local[3] = {wg[1], 1, 1}, dq_local[3] = {wg[2], 1, 1};
     const size_t b = (size_t)a->batch, hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv;
     const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t bm = (size_t)plan->block_m, bn = (size_t)plan->block_n;
-    const size_t dot_global[3] = {(nq + wg - 1) / wg * wg, hq, b};
-    const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg, hk, b};
-    const size_t dq_global[3] = {(nq + bm - 1) / bm * wg, hq, b};
+    const size_t dot_global[3] = {(nq + wg[0] - 1) / wg[0] * wg[0], hq, b};
+    const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg[1], hk, b};
+    const size_t dq_global[3] = {(nq + bm - 1) / bm * wg[2], hq, b};
 
     cl_event dot_done = NULL, dkdv_done = NULL;
-    const char *stage = "flash_backward_dot";
-    err = clEnqueueNDRangeKernel(queue, dot, 3, NULL, dot_global, local, n_wait, wait, &dot_done);
+    int stage = 0;
+    err = clEnqueueNDRangeKernel(queue, dot, 3, NULL, dot_global, dot_local, n_wait, wait, &dot_done);
     if (err == CL_SUCCESS) {
-        stage = "flash_backward_dkdv";
-        err = clEnqueueNDRangeKernel(queue, dkdv, 3, NULL, dkdv_global, local, 1, &dot_done, &dkdv_done);
+        stage = 1;
+        err = clEnqueueNDRangeKernel(queue, dkdv, 3, NULL, dkdv_global, dkdv_local, 1, &dot_done, &dkdv_done);
     }
     if (err == CL_SUCCESS) {
-        stage = "flash_backward_dq";
-        err = clEnqueueNDRangeKernel(queue, dq, 3, NULL, dq_global, local, 1, &dkdv_done, event);
+        stage = 2;
+        err = clEnqueueNDRangeKernel(queue, dq, 3, NULL, dq_global, dq_local, 1, &dkdv_done, event);
     }
     if (dot_done)
         clReleaseEvent(dot_done);
@@ -198,7 +201,8 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
         clReleaseEvent(dkdv_done);
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, (flashcl_status)err, "enqueueing %s (tile %dx%d, %zu work-items per group, %zu bytes "
-                    "local) failed (%d)", stage, plan->block_m, plan->block_n, wg, plan->local_bytes, err);
+                    "local) failed (%d)", k->steps[stage], plan->block_m, plan->block_n, wg[stage], plan->local_bytes,
+                    err);
     fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "backward: %s %s", k->name, plan->options);
     return FLASHCL_SUCCESS;
 }

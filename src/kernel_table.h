@@ -130,6 +130,9 @@ struct kernel_info {
     size_t (*local_bytes)(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p);
     /* Query rows per work-group and work-items per work-group. */
     void (*geometry)(const struct device_desc *dev, const struct kernel_shape *s, int *block_m, int *workgroup);
+    /* Operations of several kernels whose work-groups differ: step i's work-items per work-group. NULL:
+     * every step's is geometry's. */
+    int (*step_workgroup)(const struct device_desc *dev, const struct kernel_shape *s, int step);
     /* The -D options that select the shape and the problem. */
     void (*options)(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                     float scale_log2, char *buf, size_t size);

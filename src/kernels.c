@@ -237,6 +237,69 @@ static void backward_options(const struct device_desc *dev, const struct problem
              s->axis[M], s->axis[N], side * side, fcl_dtype_define(p->dtype), p->window_left, p->window_right);
 }
 
+/* ---- backward, register-tiled: cl/flash_backward_tiled.cl, 4 keys (dK/dV) or 4 query rows (dQ) a work-item ---- */
+
+/* The larger of the two kernels' arrays, in floats:
+ * dK/dV: K, V, Q, dO tiles of pitch d + 4, P and dS [row][key] of pitch n + 4, the rows' LSE and D;
+ * dQ: the same four tiles, dSᵀ [key][row] of pitch m + 4, the rows' LSE and D. */
+static size_t backward_tiled_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                         const struct problem *p)
+{
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)p->head_dim;
+    const size_t tiles = 2 * (m + n) * (d + 4);
+    const size_t dkdv = tiles + 2 * m * (n + 4) + 2 * m;
+    const size_t dq = tiles + n * (m + 4) + 2 * m;
+    return (dkdv > dq ? dkdv : dq) * sizeof(float);
+}
+
+/* 64 query rows x 64 keys (dK/dV: 105 KB at d = 64, 170 KB at d = 128), shrunk until it fits the usable
+ * local memory. Not measured on any GPU yet: a starting point for a sweep (docs/backward.md). */
+static void backward_tiled_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
+{
+    out->axis[M] = out->axis[N] = 64;
+}
+
+/* The larger free side by 16; on a tie the streamed query block, which keeps dK/dV's work-group. */
+static bool backward_tiled_shrink(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed)
+{
+    const bool can_m = !(fixed & (1u << M)) && s->axis[M] > 16;
+    const bool can_n = !(fixed & (1u << N)) && s->axis[N] > 16;
+    if (can_m && (s->axis[M] >= s->axis[N] || !can_n))
+        s->axis[M] -= 16;
+    else if (can_n)
+        s->axis[N] -= 16;
+    else
+        return false;
+    return true;
+}
+
+/* dK/dV's work-group is 4 work-items per key of its block, dQ's 4 per query row. */
+static bool backward_tiled_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+{
+    const int larger = s->axis[M] > s->axis[N] ? s->axis[M] : s->axis[N];
+    return (size_t)(4 * larger) <= dev->max_workgroup;
+}
+
+static void backward_tiled_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
+                                    int *workgroup)
+{
+    *block_m = s->axis[M];
+    *workgroup = 4 * s->axis[N];
+}
+
+/* Steps 0 (D) and 1 (dK/dV): 4 work-items per key of a block; step 2 (dQ): 4 per query row. */
+static int backward_tiled_step_workgroup(const struct device_desc *dev, const struct kernel_shape *s, int step)
+{
+    return 4 * (step == 2 ? s->axis[M] : s->axis[N]);
+}
+
+static void backward_tiled_options(const struct device_desc *dev, const struct problem *p,
+                                   const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS, p->head_dim,
+             s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right);
+}
+
 /* ---- backward on tensor cores: cl/flash_backward_mma.cl (f16/bf16) ---- */
 
 /* Each warp owns whole 16-row tiles of both kernels: its keys in dK/dV, its rows in dQ. */
@@ -474,6 +537,20 @@ const struct kernel_info fcl_kernels[] = {
         .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
         .launchable = backward_mma_launchable, .local_bytes = backward_mma_local_bytes,
         .geometry = backward_mma_geometry, .options = backward_mma_options,
+    },
+    {
+        .name = "backward-tiled", .variant = FLASHCL_VARIANT_BACKWARD_TILED, .op = OP_BACKWARD,
+        .source = flashcl_source_flash_backward_tiled, .entry = "flash_backward_dot",
+        .steps = {"flash_backward_dot", "flash_backward_tiled_dkdv", "flash_backward_tiled_dq"},
+        .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = ALL_MASKS,
+        .f32_precisions = ~0u,
+        .head_dim_step = 4, .head_dim_max = FLASHCL_MAX_HEAD_DIM,
+        .axes = {[M] = {16, 128, 16, {16, 32, 48, 64, 96, 128}}, [N] = {16, 128, 16, {16, 32, 48, 64, 96, 128}}},
+        .rule = backward_tiled_rule, .shrink = backward_tiled_shrink,
+        .launchable = backward_tiled_launchable, .local_bytes = backward_tiled_local_bytes,
+        .geometry = backward_tiled_geometry, .step_workgroup = backward_tiled_step_workgroup,
+        .options = backward_tiled_options,
     },
     {
         .name = "backward", .variant = FLASHCL_VARIANT_BACKWARD, .op = OP_BACKWARD,

@@ -49,6 +49,108 @@ START_TEST(shapes)
 }
 END_TEST
 
+/* ---- the register-tiled kernel (backward-tiled), forced ---- */
+
+/* A context whose backward calls run on backward-tiled with this tile (the tensor-core kernel off, so f16 and
+ * bf16 take it too). */
+static flashcl_context *tiled_context(int block_m, int block_n)
+{
+    char options[96];
+    snprintf(options, sizeof(options), "backward-tensor-core:off;backward-tiled:block_m=%d,block_n=%d", block_m,
+             block_n);
+    return test_context_with_options(options);
+}
+
+/* run_case on backward-tiled with this tile; flashcl_backward_config must report that kernel and tile, and the
+ * dK/dV step's work-group (4 work-items per key). */
+static void run_tiled(const char *what, const struct bwd_case *c, int block_m, int block_n, uint64_t seed)
+{
+    flashcl_context *ctx = tiled_context(block_m, block_n);
+    struct problem p;
+    problem_create(&p, c, seed);
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p.a, &p.g, &t));
+    problem_free(&p);
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
+    ck_assert_int_eq(t.block_m, block_m);
+    ck_assert_int_eq(t.block_n, block_n);
+    ck_assert_int_eq(t.workgroup_size, 4 * block_n);
+    char label[64];
+    snprintf(label, sizeof(label), "%s, tiled %dx%d", what, block_m, block_n);
+    struct bwd_result r;
+    run_case(ctx, label, c, seed, &r);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+}
+
+/* Every head dim class of the kernel (one float4 column, columns shared unevenly by the 16 work-items of a row
+ * at d = 80, four per work-item at d = 256), each with another tile, lengths past one block on both sides. */
+static const struct { int head_dim, block_m, block_n; } tiled_dims[] = {
+    {4, 16, 16}, {32, 32, 48}, {64, 64, 64}, {80, 48, 32}, {128, 32, 64}, {256, 16, 32},
+};
+
+START_TEST(tiled_head_dim)
+{
+    const struct bwd_case c = {1, 70, 85, 2, 1, tiled_dims[_i].head_dim, F32, _i % 2, 0, LAYOUT_BNHD, 0};
+    run_tiled("head_dim", &c, tiled_dims[_i].block_m, tiled_dims[_i].block_n, 1100 + (uint64_t)_i);
+}
+END_TEST
+
+/* GQA, MQA, both causal alignments, layouts, lengths no multiple of any block, f16/bf16, on the smallest tile
+ * and non-square ones. batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout,
+ * own_workspace. */
+static const struct { struct bwd_case c; int block_m, block_n; } tiled_cases[] = {
+    {{2, 40, 40, 4, 2, 16, F32, 0, 0, LAYOUT_BNHD, 0}, 16, 16},       /* GQA 2:1 */
+    {{1, 30, 50, 4, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1}, 16, 16},       /* GQA, causal Nq < Nk, caller's workspace */
+    {{2, 33, 29, 3, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0}, 16, 48},       /* MQA */
+    {{1, 50, 20, 3, 1, 32, F32, 1, 0, LAYOUT_BNHD, 0}, 16, 16},       /* MQA, causal Nq > Nk: 30 rows see no key */
+    {{1, 130, 150, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 0}, 48, 16},     /* blocks skipped and cut by the diagonal */
+    {{1, 150, 77, 2, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0}, 16, 48},
+    {{2, 40, 60, 2, 2, 32, F32, 1, 0, LAYOUT_BHND, 0}, 16, 16},
+    {{2, 45, 35, 4, 2, 32, F32, 1, 0, LAYOUT_PADDED, 1}, 16, 16},     /* strides with gaps and an offset */
+    {{1, 1, 1, 1, 1, 16, F32, 0, 0, LAYOUT_BNHD, 0}, 16, 16},         /* one key: P = 1, dS = 0 */
+    {{1, 77, 1, 2, 2, 16, F32, 1, 0, LAYOUT_BNHD, 0}, 16, 16},        /* one key, causal: 76 rows see none */
+    {{1, 64, 64, 2, 2, 32, F32, 1, -0.3f, LAYOUT_BNHD, 0}, 16, 16},   /* negative scale */
+    {{1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0}, 16, 16},
+    {{2, 50, 50, 2, 1, 48, F16, 0, 0, LAYOUT_BHND, 0}, 32, 16},
+    {{1, 40, 56, 4, 2, 64, BF16, 1, 0, LAYOUT_PADDED, 0}, 16, 16},
+    {{2, 50, 50, 2, 1, 48, BF16, 0, 0, LAYOUT_BHND, 1}, 32, 16},
+    /* Windows whose left edge leaves keys 0..33 (and 0..34) unseen: dK = dV = 0, whole key blocks skipped. */
+    {{1, 50, 90, 2, 2, 32, BF16, 0, 0, LAYOUT_BNHD, 0, 0, .windowed = 1, .window_left = 6, .window_right = -1}, 16, 16},
+    {{1, 60, 100, 2, 1, 32, F32, 0, 0, LAYOUT_BHND, 0, 0, .windowed = 1, .window_left = 5, .window_right = 3}, 16, 32},
+};
+
+START_TEST(tiled_shapes)
+{
+    run_tiled("shape", &tiled_cases[_i].c, tiled_cases[_i].block_m, tiled_cases[_i].block_n, 1200 + (uint64_t)_i);
+}
+END_TEST
+
+/* Head dims that are no multiple of 4 are planned on the portable kernel, even with backward-tiled forced; the
+ * others on backward-tiled by default, and on the portable kernel once it is off. */
+START_TEST(tiled_fallback)
+{
+    struct test_env *e = test_env_get();
+    flashcl_context *off = test_context_with_options("backward-tensor-core:off;backward-tiled:off");
+    static const int dims[] = {1, 6, 30, 33, 255, 4, 64, 256};
+    for (int i = 0; i < (int)(sizeof(dims) / sizeof(dims[0])); i++) {
+        const struct bwd_case c = {1, 20, 24, 2, 1, dims[i], F32, 1, 0, LAYOUT_BNHD, 0};
+        struct problem p;
+        problem_create(&p, &c, 1);
+        struct flashcl_tile t;
+        const bool tiled = dims[i] % 4 == 0;
+        ck_assert_flashcl_ok(flashcl_backward_config(tiled_context(16, 16), &p.a, &p.g, &t));
+        ck_assert_int_eq(t.variant, tiled ? FLASHCL_VARIANT_BACKWARD_TILED : FLASHCL_VARIANT_BACKWARD);
+        ck_assert_int_eq(t.source, tiled ? FLASHCL_TILE_FORCED : FLASHCL_TILE_RULE);
+        ck_assert_flashcl_ok(flashcl_backward_config(e->ctx, &p.a, &p.g, &t));
+        ck_assert_int_eq(t.variant, tiled ? FLASHCL_VARIANT_BACKWARD_TILED : FLASHCL_VARIANT_BACKWARD);
+        ck_assert_flashcl_ok(flashcl_backward_config(off, &p.a, &p.g, &t));
+        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD);
+        problem_free(&p);
+    }
+}
+END_TEST
+
 /* Sliding windows: both sides, causal-local, one side, rows with no key;
  * on the default backward kernels and the standard path. */
 #define WINDOW(l, r) .windowed = 1, .window_left = (l), .window_right = (r)
@@ -68,8 +170,11 @@ START_TEST(windows)
     standard.own_workspace = 0;
     run_case(NULL, "window, standard", &standard, 700 + (uint64_t)_i, NULL);
     struct bwd_case tiny = window_cases[_i];
-    run_case(test_context_with_options("backward-tensor-core:off;backward:block_m=3,block_n=5"), "window, 3x5 tile",
+    run_case(test_context_with_options("backward-tensor-core:off;backward-tiled:off;backward:block_m=3,block_n=5"),
+             "window, 3x5 tile",
              &tiny, 710 + (uint64_t)_i, NULL);
+    if (window_cases[_i].head_dim % 4 == 0)  /* many 16-row and 16-key blocks: skipped, partly and wholly visible */
+        run_tiled("window", &window_cases[_i], 16, 16, 720 + (uint64_t)_i);
 }
 END_TEST
 
@@ -192,9 +297,10 @@ START_TEST(forced_tiles)
     char tile[64], expect[64];
     snprintf(tile, sizeof(tile), "backward:block_m=%d,block_n=%d", tiles[_i][0], tiles[_i][1]);
     snprintf(expect, sizeof(expect), "-DBLOCK_M=%d -DBLOCK_N=%d ", tiles[_i][0], tiles[_i][1]);
-    /* The tile of the portable kernel: the tensor-core one (f16/bf16 where the device has it) is off. */
-    char options[96];
-    snprintf(options, sizeof(options), "backward-tensor-core:off;%s", tile);
+    /* The tile of the portable kernel: the tensor-core one (f16/bf16 where the device has it) and the
+     * register-tiled one (head dims that are multiples of 4) are off. */
+    char options[128];
+    snprintf(options, sizeof(options), "backward-tensor-core:off;backward-tiled:off;%s", tile);
     params.kernel_options = options;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
@@ -272,15 +378,23 @@ END_TEST
 
 /* ---- determinism ---- */
 
+/* The register-tiled kernel with many blocks, then the portable one. */
+static const char *const deterministic_options[] = {"backward-tensor-core:off;backward-tiled:block_m=32,block_n=16",
+                                                    "backward-tensor-core:off;backward-tiled:off"};
+static const enum flashcl_variant deterministic_variants[] = {FLASHCL_VARIANT_BACKWARD_TILED,
+                                                              FLASHCL_VARIANT_BACKWARD};
+
 START_TEST(deterministic)
 {
     struct test_env *e = test_env_get();
+    flashcl_context *ctx = test_context_with_options(deterministic_options[_i]);
     /* GQA (dK, dV summed over 4 heads) with several key and query blocks. */
     const struct bwd_case c = {1, 150, 140, 4, 1, 32, F32, 1, 0, LAYOUT_BNHD, 0};
     struct problem p;
     problem_create(&p, &c, 500);
-    problem_forward(&p, e->ctx);
-    problem_backward(&p, e->ctx, e->queue);
+    problem_forward(&p, ctx);
+    problem_backward(&p, ctx, e->queue);
+    ck_assert_int_eq(p.variant, deterministic_variants[_i]);
     unsigned char *first[3];
     for (int o = 0; o < 3; o++)
         first[o] = read_back(&p, T_DQ + o);
@@ -293,7 +407,7 @@ START_TEST(deterministic)
                                                    supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
     ck_assert_ptr_nonnull(second);
     for (int run = 0; run < 3; run++) {
-        problem_backward(&p, e->ctx, run == 2 ? second : e->queue);
+        problem_backward(&p, ctx, run == 2 ? second : e->queue);
         for (int o = 0; o < 3; o++) {
             unsigned char *again = read_back(&p, T_DQ + o);
             ck_assert_msg(memcmp(again, first[o], p.count[T_DQ + o] * p.esize) == 0,
@@ -302,7 +416,7 @@ START_TEST(deterministic)
             free(again);
         }
     }
-    printf("deterministic: 4 runs bit-identical (second queue %s)\n",
+    printf("deterministic, %s: 4 runs bit-identical (second queue %s)\n", flashcl_variant_name(p.variant),
            supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE ? "out-of-order" : "in-order");
     struct bwd_result r;
     problem_check(&p, &r);
@@ -470,7 +584,10 @@ int main(void)
     tcase_add_test(tc, standard_rejected);
     tcase_add_loop_test(tc, forced_tiles, 0, COUNT(tiles));
     tcase_add_loop_test(tc, windows, 0, COUNT(window_cases));
-    tcase_add_test(tc, deterministic);
+    tcase_add_loop_test(tc, tiled_head_dim, 0, COUNT(tiled_dims));
+    tcase_add_loop_test(tc, tiled_shapes, 0, COUNT(tiled_cases));
+    tcase_add_test(tc, tiled_fallback);
+    tcase_add_loop_test(tc, deterministic, 0, COUNT(deterministic_options));
     tcase_add_test(tc, event_chain);
     suite_add_tcase(s, tc);
     return test_run_suite(s);

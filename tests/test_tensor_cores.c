@@ -89,7 +89,7 @@ END_TEST
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace.
  * Lengths that are no multiple of any block, both causal alignments, GQA and
  * MQA, a query or a key alone, several key and query blocks. The padded view
- * (rows not on 16 bytes) must take the portable backward instead. */
+ * (rows not on 16 bytes) must take the register-tiled FMA backward instead. */
 static const struct bwd_case backward_cases[] = {
     {2, 200, 200, 4, 4, 64, F16, 0, 0, LAYOUT_BNHD, 0},
     {2, 200, 200, 4, 4, 64, F16, 1, 0, LAYOUT_BNHD, 1},
@@ -105,7 +105,7 @@ static const struct bwd_case backward_cases[] = {
     {1, 77, 1, 2, 2, 128, BF16, 1, 0, LAYOUT_BNHD, 0},      /* one key: 76 rows see none */
     {1, 70, 90, 2, 1, 32, BF16, 0, 0, LAYOUT_BNHD, 0},
     {1, 333, 333, 2, 2, 96, F16, 1, 0, LAYOUT_BHND, 0},
-    {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},     /* not 16-byte rows: portable */
+    {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},     /* not 16-byte rows: FMA units */
 };
 
 START_TEST(backward)
@@ -115,7 +115,7 @@ START_TEST(backward)
     snprintf(label, sizeof(label), "backward %2d", _i);
     struct bwd_result r;
     run_case(NULL, label, c, 1000 + (uint64_t)_i, &r);
-    ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD
+    ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
                                                            : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
 }
 END_TEST

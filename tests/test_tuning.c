@@ -520,6 +520,60 @@ START_TEST(candidates_match_built_kernels)
 }
 END_TEST
 
+/* The register-tiled backward's footprint is that of the larger of its two block kernels (dK/dV, dQ): the
+ * table's number against CL_KERNEL_LOCAL_MEM_SIZE of both, built through the plan a backward call makes, for
+ * the first, a middle and the last candidate at d = 64 and 128 (square and non-square tiles). */
+START_TEST(backward_tiled_matches_built_kernels)
+{
+    struct test_env *e = test_env_get();
+    const cl_ulong usable = flashcl_context_local_mem_bytes(e->ctx);
+    static const int dims[] = {64, 128};
+    struct flashcl_tuned_config c[256];
+    for (int i = 0; i < 2; i++) {
+        const int n = flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_BACKWARD_TILED, FLASHCL_F32, dims[i], usable,
+                                                c, 256);
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_le(n, 256);
+        const int picks[3] = {0, n / 2, n - 1};
+        for (int j = 0; j < 3; j++) {
+            const struct flashcl_tuned_config *t = &c[picks[j]];
+            char options[128];
+            ck_assert_flashcl_ok(flashcl_tuning_override(t, options, sizeof(options)));
+            flashcl_context *ctx = test_context_with_options(options);
+            cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * (size_t)dims[i] * 4, NULL, NULL);
+            ck_assert_ptr_nonnull(mem);
+            struct flashcl_attention a = shape(dims[i], FLASHCL_F32, 0, mem);
+            struct problem p;
+            fcl_forward_problem(&a, &p);
+            p.op = OP_BACKWARD;
+            struct plan plan;
+            ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
+            ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_BACKWARD_TILED);
+            ck_assert_int_eq(plan.source, FLASHCL_TILE_FORCED);
+            cl_ulong largest = 0;
+            for (int step = 1; step <= 2; step++) {
+                cl_kernel kernel;
+                pthread_mutex_lock(&ctx->lock);
+                const flashcl_status st = fcl_program_get_kernel(ctx, plan.kernel->source, plan.kernel->steps[step],
+                                                                 plan.options, &kernel);
+                pthread_mutex_unlock(&ctx->lock);
+                ck_assert_flashcl_ok(st);
+                cl_ulong declared = 0;
+                ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
+                                                      &declared, NULL));
+                printf("%s d=%d %s: declared %llu\n", options, dims[i], plan.kernel->steps[step],
+                       (unsigned long long)declared);
+                largest = declared > largest ? declared : largest;
+            }
+            ck_assert_msg(largest + FCL_LOCAL_SLACK >= plan.local_bytes && largest <= plan.local_bytes + FCL_LOCAL_SLACK,
+                          "%s at d = %d: the kernels declare at most %llu bytes, the table says %zu", options,
+                          dims[i], (unsigned long long)largest, plan.local_bytes);
+            clReleaseMemObject(mem);
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tuning");
@@ -534,6 +588,7 @@ int main(void)
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, candidates_match_built_kernels);
+    tcase_add_test(tc, backward_tiled_matches_built_kernels);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
