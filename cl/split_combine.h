@@ -1,7 +1,8 @@
 /*
  * split_combine.h: flash_forward_combine, the second step of a split-KV
- * call (cl/split.h): one work-item per (row, head, sequence) merges the
- * n_splits partials by their LSE and writes O and the LSE. Included by the
+ * call (cl/split.h): one work-item per (row, column, head, sequence)
+ * merges its element's n_splits partials by their LSE and writes O (column
+ * 0 also the row's LSE). Included by the
  * kernels that take SPLIT, after storage.h, varlen.h and split.h.
  */
 #if SPLIT
@@ -10,7 +11,10 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
                                     __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                                     int has_lse, int rows, int heads, int batch, int seq_kv VARLEN_ARGS)
 {
-    const int row = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
+    /* One work-item per (row, column): a row's splits are merged by HEAD_DIM work-items side by side
+     * (each reads the splits' LSE, cached), so many splits of few rows (decode) stay parallel. */
+    const int gid = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
+    const int row = gid / HEAD_DIM, c = gid % HEAD_DIM;
     if (row >= rows)
         return;  /* no barrier in this kernel: work-items may leave alone */
     int start_q = 0, start_k = 0, seq_q = rows;
@@ -24,22 +28,18 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
     float m = -INFINITY;
     for (int s = 0; s < n_splits; s++)
         m = fmax(m, part[first + (ulong)s * stride + HEAD_DIM]);
-    float weight_sum = 0.0f;
+    float weight_sum = 0.0f, acc = 0.0f;
     for (int s = 0; s < n_splits; s++) {
         const float l_s = part[first + (ulong)s * stride + HEAD_DIM];
-        weight_sum += l_s > -INFINITY ? exp(l_s - m) : 0.0f;
+        if (l_s > -INFINITY) {
+            const float w = exp(l_s - m);
+            weight_sum += w;
+            acc = fma(w, part[first + (ulong)s * stride + (ulong)c], acc);
+        }
     }
     const ulong o_base = o_off + (ulong)b * o_sb + (ulong)(start_q + row) * o_ss + (ulong)h * o_sh;
-    for (int c = 0; c < HEAD_DIM; c++) {
-        float acc = 0.0f;
-        for (int s = 0; s < n_splits; s++) {
-            const float l_s = part[first + (ulong)s * stride + HEAD_DIM];
-            if (l_s > -INFINITY)
-                acc = fma(exp(l_s - m), part[first + (ulong)s * stride + (ulong)c], acc);
-        }
-        STORE(o, o_base + (ulong)c, weight_sum > 0.0f ? acc / weight_sum : 0.0f);
-    }
-    if (has_lse)
+    STORE(o, o_base + (ulong)c, weight_sum > 0.0f ? acc / weight_sum : 0.0f);
+    if (has_lse && c == 0)
         lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] =
             weight_sum > 0.0f ? m + log(weight_sum) : -INFINITY;
 }

@@ -169,8 +169,8 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const size_t local[3] = {(size_t)plan->workgroup, 1, 1};
     const size_t global[3] = {n_qblocks * local[0] * (size_t)plan->splits,
                               (size_t)(k->packs_group ? attn->heads_kv : attn->heads_q), (size_t)attn->batch};
-    const size_t combine_global[3] = {((size_t)attn->seq_q + 63) / 64 * 64, (size_t)attn->heads_q,
-                                      (size_t)attn->batch};
+    const size_t combine_items = (size_t)attn->seq_q * (size_t)attn->head_dim;  /* one a (row, column) */
+    const size_t combine_global[3] = {(combine_items + 63) / 64 * 64, (size_t)attn->heads_q, (size_t)attn->batch};
 
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
