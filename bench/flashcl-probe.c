@@ -10,8 +10,9 @@
  *       tensor-core kernel runs, the ridge points, and where standard
  *       attention and flashcl sit on the roofline for N and d.
  *   flashcl-probe --tune [--quick] [--out FILE] [--n N] [--tokens T] [--hidden C]
- *       Also tunes: for each dtype, head dim and mask it tries the candidate
- *       tiles under the sizing rule's bound (on the probed local memory),
+ *       Also tunes: for each pass (forward, backward), dtype, head dim and
+ *       mask it tries the candidate tiles under the sizing rule's bound (on
+ *       the probed local memory),
  *       discards any that disagree with the double reference, times the rest
  *       on a realistic size, compares the winner with the untuned choice, and
  *       writes the winners to the tuning file the library reads.
@@ -338,6 +339,7 @@ static void measure_mma(cl_context cl, cl_device_id dev, cl_command_queue q, str
 struct tune_key {
     flashcl_dtype dtype;
     int d, causal;
+    enum bench_pass pass;  /* forward or backward: which kernels the key tunes */
 };
 
 /* A context over the shared cl_context with one candidate forced (NULL: the
@@ -360,60 +362,146 @@ static flashcl_context *candidate_context(cl_context cl, cl_device_id dev, const
     return flashcl_context_create(&params, &ctx) == FLASHCL_SUCCESS ? ctx : NULL;
 }
 
-/* Checks a context on a small problem, then times it on the realistic one.
- * Returns the median ms, or a negative value if it failed or disagreed. */
-static double evaluate(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key,
-                       enum flashcl_variant expected, const struct bench_buffers *check_bufs,
-                       const struct bench_case *check_case, const void *cq, const void *ck, const void *cv,
-                       struct bench_buffers *time_bufs, const struct bench_case *time_case, int reps)
+/* One problem of a key: host inputs (dO too for the backward, whose check is
+ * on dQ) and their device buffers, made once and shared by every candidate. */
+struct tune_problem {
+    struct bench_case c;
+    void *q, *k, *v, *d_o;
+    struct bench_buffers bufs;
+};
+
+static void problem_release(struct tune_problem *t)
 {
-    struct bench_env env = {0};
-    env.ctx = ctx;
-    env.queue = queue;
-    struct bench_buffers b = *check_bufs;
-    struct flashcl_tile t;
-    if (flashcl_forward_config(ctx, &b.attn, &t) != FLASHCL_SUCCESS || t.variant != expected)
-        return -1;
-    const size_t bytes = (size_t)check_case->batch * check_case->n * check_case->heads * check_case->d *
-                         flashcl_dtype_size(key->dtype);
-    void *o = malloc(bytes);
+    bench_buffers_release(&t->bufs);
+    free(t->q);
+    free(t->k);
+    free(t->v);
+    free(t->d_o);
+    t->q = t->k = t->v = t->d_o = NULL;
+}
+
+/* Random inputs for case c, on the host and in buffers of ctx; false (and
+ * nothing held) if they cannot be allocated. */
+static bool problem_create(flashcl_context *ctx, cl_command_queue queue, const struct bench_case *c, uint64_t seed,
+                           struct tune_problem *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->c = *c;
+    const size_t elems = (size_t)c->batch * c->n * c->heads * c->d, bytes = elems * flashcl_dtype_size(c->dtype);
+    const bool backward = c->pass != BENCH_PASS_FORWARD;
+    t->q = malloc(bytes);
+    t->k = malloc(bytes);
+    t->v = malloc(bytes);
+    t->d_o = backward ? malloc(bytes) : NULL;
+    if (!t->q || !t->k || !t->v || (backward && !t->d_o)) {
+        problem_release(t);
+        return false;
+    }
+    rng_seed(seed);
+    bench_fill_random(t->q, c->dtype, elems);
+    bench_fill_random(t->k, c->dtype, elems);
+    bench_fill_random(t->v, c->dtype, elems);
+    if (backward)
+        bench_fill_random(t->d_o, c->dtype, elems);
+    struct bench_env env = {ctx, queue, ""};
+    flashcl_status st = bench_buffers_create(&env, c, t->q, t->k, t->v, &t->bufs);
+    if (st == FLASHCL_SUCCESS && backward)
+        st = bench_buffers_add_grads(&env, c, t->d_o, &t->bufs);
+    if (st != FLASHCL_SUCCESS) {
+        problem_release(t);
+        return false;
+    }
+    return true;
+}
+
+/* The small problem every candidate is checked on. */
+static struct bench_case check_case(const struct tune_key *key)
+{
+    const struct bench_case c = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, FLASHCL_PRECISION_EXACT, key->pass};
+    return c;
+}
+
+/* The realistic problem the candidates are timed on: N = --n, batch*N = --tokens, heads*d = --hidden. */
+static struct bench_case timed_case(const struct tune_key *key, const struct options *opt)
+{
+    const struct bench_case c = {opt->n, key->d, opt->tokens / opt->n > 0 ? (int)(opt->tokens / opt->n) : 1,
+                                 opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal,
+                                 key->dtype, FLASHCL_PRECISION_EXACT, key->pass};
+    return c;
+}
+
+/* The kernel and tile ctx plans for the pass on these buffers. */
+static flashcl_status pass_config(flashcl_context *ctx, const struct bench_buffers *b, enum bench_pass pass,
+                                  struct flashcl_tile *t)
+{
+    return pass == BENCH_PASS_FORWARD ? flashcl_forward_config(ctx, &b->attn, t)
+                                      : flashcl_backward_config(ctx, &b->attn, &b->grad, t);
+}
+
+/* Runs the pass once; its sampled error against the double reference (O
+ * for the forward, dQ relative to max|dQ| for the backward), INFINITY if it
+ * failed. */
+static double check_error(struct bench_env *env, const struct tune_problem *t)
+{
+    struct bench_buffers b = t->bufs;
+    const size_t bytes = (size_t)t->c.batch * t->c.n * t->c.heads * t->c.d * flashcl_dtype_size(t->c.dtype);
+    void *out = malloc(bytes);
+    size_t device_bytes;
     double err = INFINITY;
-    if (o && flashcl_forward(ctx, &b.attn, queue, 0, NULL, NULL) == FLASHCL_SUCCESS &&
-        bench_read_output(&env, check_case, &b, o, bytes) == FLASHCL_SUCCESS)
-        err = bench_sampled_error(check_case, cq, ck, cv, o);
-    free(o);
-    if (!(err <= bench_tolerance(check_case)))
+    /* prepare runs the backward's forward (O, LSE) and allocates its workspace */
+    if (out && bench_prepare_path(env, BENCH_FLASH, &b, &t->c, &device_bytes) == FLASHCL_SUCCESS &&
+        bench_run_path(env, BENCH_FLASH, &b, &t->c, NULL) == FLASHCL_SUCCESS &&
+        bench_read_output(env, &t->c, &b, out, bytes) == FLASHCL_SUCCESS)
+        err = t->d_o ? bench_sampled_dq_error(&t->c, t->q, t->k, t->v, t->d_o, out)
+                     : bench_sampled_error(&t->c, t->q, t->k, t->v, out);
+    bench_release_path(env, BENCH_FLASH, &b);
+    free(out);
+    return err;
+}
+
+/* Median ms of the pass, its workspace allocated outside the timed runs. */
+static flashcl_status time_pass(struct bench_env *env, const struct tune_problem *t, int reps, double *median)
+{
+    struct bench_buffers b = t->bufs;
+    size_t device_bytes;
+    double min;
+    flashcl_status st = bench_prepare_path(env, BENCH_FLASH, &b, &t->c, &device_bytes);
+    if (st == FLASHCL_SUCCESS)
+        st = bench_time(env, BENCH_FLASH, &b, &t->c, 1, reps, median, &min);
+    bench_release_path(env, BENCH_FLASH, &b);
+    return st;
+}
+
+/* Checks a context on the small problem, then times it on the realistic one.
+ * Returns the median ms; -1 if it does not plan `expected`, -2 if it
+ * disagreed with the reference, -3 if the timing failed. */
+static double evaluate(flashcl_context *ctx, cl_command_queue queue, enum flashcl_variant expected,
+                       const struct tune_problem *check, const struct tune_problem *timed, int reps)
+{
+    struct bench_env env = {ctx, queue, ""};
+    struct flashcl_tile t;
+    if (pass_config(ctx, &check->bufs, check->c.pass, &t) != FLASHCL_SUCCESS || t.variant != expected)
+        return -1;
+    if (!(check_error(&env, check) <= bench_tolerance(&check->c)))
         return -2;
-    double median = 0, min = 0;
-    if (bench_time(&env, BENCH_FLASH, time_bufs, time_case, 1, reps, &median, &min) != FLASHCL_SUCCESS)
+    double median = 0;
+    if (time_pass(&env, timed, reps, &median) != FLASHCL_SUCCESS)
         return -3;
     return median;
 }
 
-/* The kernel the library plans for a key on aligned [B, N, H, d] views. */
-static enum flashcl_variant planned_variant(flashcl_context *ctx, const struct tune_key *key)
+/* The kernel the library plans for a key on aligned [B, N, H, d] views
+ * (the backward's with the LSE and gradients it needs). */
+static enum flashcl_variant planned_variant(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key)
 {
-    const size_t bytes = (size_t)CHECK_N * 2 * (size_t)key->d * flashcl_dtype_size(key->dtype);
-    cl_context cl = flashcl_context_cl_context(ctx);
-    cl_int err;
-    cl_mem in = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    struct flashcl_attention a = {0};
-    a.batch = 1;
-    a.seq_q = a.seq_kv = CHECK_N;
-    a.heads_q = a.heads_kv = 2;
-    a.head_dim = key->d;
-    a.q = a.k = a.v = flashcl_tensor_bnhd(in, key->dtype, CHECK_N, 2, (size_t)key->d);
-    a.o = flashcl_tensor_bnhd(out, key->dtype, CHECK_N, 2, (size_t)key->d);
-    a.mask = key->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
-    struct flashcl_tile t = {0};
-    const enum flashcl_variant v =
-        in && out && flashcl_forward_config(ctx, &a, &t) == FLASHCL_SUCCESS ? t.variant : FLASHCL_VARIANT_PORTABLE;
-    if (in)
-        clReleaseMemObject(in);
-    if (out)
-        clReleaseMemObject(out);
-    return v;
+    const struct bench_case c = check_case(key);
+    struct tune_problem t;
+    struct flashcl_tile tile = {0};
+    const bool ok = problem_create(ctx, queue, &c, 1, &t) && pass_config(ctx, &t.bufs, c.pass, &tile) == FLASHCL_SUCCESS;
+    problem_release(&t);
+    if (ok)
+        return tile.variant;
+    return key->pass == BENCH_PASS_FORWARD ? FLASHCL_VARIANT_PORTABLE : FLASHCL_VARIANT_BACKWARD;
 }
 
 /* mkdir -p of the folder that holds path. */
@@ -446,17 +534,23 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
                 const struct options *opt)
 {
     static const struct tune_key full[] = {
-        {FLASHCL_F32, 64, 0}, {FLASHCL_F32, 64, 1}, {FLASHCL_F32, 128, 0}, {FLASHCL_F32, 128, 1},
-        {FLASHCL_F16, 64, 0}, {FLASHCL_F16, 64, 1}, {FLASHCL_F16, 128, 0}, {FLASHCL_F16, 128, 1},
-        {FLASHCL_BF16, 64, 0}, {FLASHCL_BF16, 128, 0},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD},   {FLASHCL_F32, 64, 1, BENCH_PASS_FORWARD},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD},  {FLASHCL_F32, 128, 1, BENCH_PASS_FORWARD},
+        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD},   {FLASHCL_F16, 64, 1, BENCH_PASS_FORWARD},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD},  {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD},
+        {FLASHCL_BF16, 64, 0, BENCH_PASS_FORWARD},  {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD},  {FLASHCL_F32, 64, 1, BENCH_PASS_BACKWARD},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD}, {FLASHCL_F16, 64, 0, BENCH_PASS_BACKWARD},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_BACKWARD}, {FLASHCL_F16, 128, 1, BENCH_PASS_BACKWARD},
     };
     static const struct tune_key quick[] = {
-        {FLASHCL_F32, 64, 0}, {FLASHCL_F16, 64, 0}, {FLASHCL_F16, 128, 0}, {FLASHCL_F16, 128, 1},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD},  {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD}, {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD},
     };
     const struct tune_key *keys = opt->quick ? quick : full;
-    const int n_keys = opt->quick ? 4 : 10;
+    const int n_keys = opt->quick ? (int)(sizeof(quick) / sizeof(quick[0])) : (int)(sizeof(full) / sizeof(full[0]));
     const int reps = opt->quick ? 3 : 7;
-    const int n_time = opt->n;
     const int max_candidates = opt->quick ? 6 : 32;  /* an evenly spaced subset where a kernel has more */
 
     flashcl_context *base = candidate_context(cl, dev, NULL, 0);
@@ -473,7 +567,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     int n_cand[32], total = 0, done = 0;
     enum flashcl_variant variant_of[32];
     for (int i = 0; i < n_keys; i++) {
-        variant_of[i] = planned_variant(base, &keys[i]);
+        variant_of[i] = planned_variant(base, queue, &keys[i]);
         n_cand[i] = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
         if (n_cand[i] > 128)
             n_cand[i] = 128;
@@ -483,41 +577,26 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     }
 
     printf("\nTuning \"%s\" (%s): timed at N=%d, batch*N=%ld, heads*d=%ld; median of %d; each candidate\n"
-           "first checked against the double reference on N=%d\n", p->name, opt->quick ? "quick" : "full", n_time,
+           "first checked against the double reference on N=%d\n", p->name, opt->quick ? "quick" : "full", opt->n,
            opt->tokens, opt->hidden, reps, CHECK_N);
-    printf("%-5s %4s %6s  %-40s %10s %10s %8s\n", "dtype", "d", "causal", "winner (kernel:shape)", "tuned ms",
-           "untuned ms", "speedup");
+    printf("%-8s %-5s %4s %6s  %-40s %10s %10s %8s\n", "pass", "dtype", "d", "causal", "winner (kernel:shape)",
+           "tuned ms", "untuned ms", "speedup");
     for (int i = 0; i < n_keys; i++) {
         const struct tune_key *key = &keys[i];
+        const char *pass = bench_pass_name(key->pass);
         /* Inputs: a small problem to check, a realistic one to time. */
-        struct bench_case cc = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, FLASHCL_PRECISION_EXACT,
-                                BENCH_PASS_FORWARD};
-        struct bench_case timed = {n_time, key->d, opt->tokens / n_time > 0 ? (int)(opt->tokens / n_time) : 1,
-                                opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal, key->dtype,
-                                FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
-        const size_t esz = flashcl_dtype_size(key->dtype);
-        const size_t celems = (size_t)cc.batch * cc.n * cc.heads * cc.d, telems = (size_t)timed.batch * timed.n * timed.heads * timed.d;
-        void *cq = malloc(celems * esz), *ck = malloc(celems * esz), *cv = malloc(celems * esz);
-        void *tq = malloc(telems * esz), *tk = malloc(telems * esz), *tv = malloc(telems * esz);
-        rng_seed((uint64_t)i + 1);
-        bench_fill_random(cq, key->dtype, celems);
-        bench_fill_random(ck, key->dtype, celems);
-        bench_fill_random(cv, key->dtype, celems);
-        bench_fill_random(tq, key->dtype, telems);
-        bench_fill_random(tk, key->dtype, telems);
-        bench_fill_random(tv, key->dtype, telems);
-        struct bench_env base_env = {0};
-        base_env.ctx = base;
-        base_env.queue = queue;
-        struct bench_buffers cb, tb;
-        if (bench_buffers_create(&base_env, &cc, cq, ck, cv, &cb) != FLASHCL_SUCCESS ||
-            bench_buffers_create(&base_env, &timed, tq, tk, tv, &tb) != FLASHCL_SUCCESS) {
+        const struct bench_case cc = check_case(key), tc = timed_case(key, opt);
+        struct tune_problem check, timed;
+        if (!problem_create(base, queue, &cc, 2 * (uint64_t)i + 1, &check) ||
+            !problem_create(base, queue, &tc, 2 * (uint64_t)i + 2, &timed)) {
             fprintf(stderr, "flashcl-probe: cannot allocate the tuning inputs\n");
+            problem_release(&check);
+            flashcl_context_destroy(&base);
             return 1;
         }
         struct flashcl_tile base_tile;
-        flashcl_forward_config(base, &tb.attn, &base_tile);
-        const double untuned = evaluate(base, queue, key, base_tile.variant, &cb, &cc, cq, ck, cv, &tb, &timed, reps);
+        pass_config(base, &timed.bufs, key->pass, &base_tile);
+        const double untuned = evaluate(base, queue, base_tile.variant, &check, &timed, reps);
 
         const enum flashcl_variant var = variant_of[i];
         struct flashcl_tuned_config all[128];
@@ -545,11 +624,11 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             char what[64];
             char shape[96] = "";
             flashcl_tuning_override(&cand[j], shape, sizeof(shape));
-            snprintf(what, sizeof(what), "%s d=%d %s %s", flashcl_dtype_name(key->dtype), key->d,
+            snprintf(what, sizeof(what), "%s %s d=%d %s %s", pass, flashcl_dtype_name(key->dtype), key->d,
                      key->causal ? "causal" : "full", shape);
             progress(done++, total, what);
             flashcl_context *ctx = candidate_context(cl, dev, &cand[j], p->usable_local);
-            const double ms = ctx ? evaluate(ctx, queue, key, var, &cb, &cc, cq, ck, cv, &tb, &timed, reps) : -1;
+            const double ms = ctx ? evaluate(ctx, queue, var, &check, &timed, reps) : -1;
             flashcl_context_destroy(&ctx);
             if (ms == -2)
                 rejected++;  /* wrong results: never stored */
@@ -565,10 +644,10 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
              * again in alternation; the untuned one stays unless beaten. */
             flashcl_context *wctx = candidate_context(cl, dev, &cand[best_j], p->usable_local);
             struct bench_env we = {wctx, queue, ""}, be = {base, queue, ""};
-            double tw[3] = {0}, tb3[3] = {0}, unused;
+            double tw[3] = {0}, tb3[3] = {0};
             for (int r = 0; wctx && r < 3; r++) {
-                bench_time(&we, BENCH_FLASH, &tb, &timed, 1, reps, &tw[r], &unused);
-                bench_time(&be, BENCH_FLASH, &tb, &timed, 1, reps, &tb3[r], &unused);
+                time_pass(&we, &timed, reps, &tw[r]);
+                time_pass(&be, &timed, reps, &tb3[r]);
             }
             flashcl_context_destroy(&wctx);
             qsort(tw, 3, sizeof(double), compare_doubles);
@@ -589,21 +668,15 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             winners[n_winners++] = w;
             char shape[96] = "";
             flashcl_tuning_override(&w, shape, sizeof(shape));
-            printf("%-5s %4d %6d  %-40s %10.3f %10.3f %7.2fx%s\n", flashcl_dtype_name(key->dtype), key->d,
-                   key->causal, shape, final_tuned,
-                   final_untuned, final_untuned / final_tuned, rejected ? "  (wrong candidates dropped)" : "");
+            printf("%-8s %-5s %4d %6d  %-40s %10.3f %10.3f %7.2fx%s\n", pass, flashcl_dtype_name(key->dtype), key->d,
+                   key->causal, shape, final_tuned, final_untuned, final_untuned / final_tuned,
+                   rejected ? "  (wrong candidates dropped)" : "");
         } else {
-            printf("%-5s %4d %6d  no candidate ran correctly (%d disagreed with the reference)\n",
+            printf("%-8s %-5s %4d %6d  no candidate ran correctly (%d disagreed with the reference)\n", pass,
                    flashcl_dtype_name(key->dtype), key->d, key->causal, rejected);
         }
-        bench_buffers_release(&cb);
-        bench_buffers_release(&tb);
-        free(cq);
-        free(ck);
-        free(cv);
-        free(tq);
-        free(tk);
-        free(tv);
+        problem_release(&check);
+        problem_release(&timed);
     }
     progress(total, total, "done");
     fprintf(stderr, "\n");

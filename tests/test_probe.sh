@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # flashcl-probe end to end: its JSON report parses, --tune writes a tuning
-# file, and the library (through flashcl-bench) loads that file's entries
-# for this device and runs them correctly.
+# file with forward and backward entries, and the library (through
+# flashcl-bench) loads that file's entries for this device and runs them
+# correctly.
 set -euo pipefail
 probe=$1 bench=$2 dir=$3
 mkdir -p "$dir"
@@ -17,10 +18,15 @@ print("probe: usable local memory", p["usable_local_mem"], "bytes; copy", p["cop
 PY
 "$probe" --tune --quick --n 128 --tokens 128 --hidden 64 --out "$dir/tuning.txt" 2>/dev/null
 head -1 "$dir/tuning.txt" | grep -qx "flashcl-tuning 2"
-configs=$(grep -c "kind=forward" "$dir/tuning.txt")
-[ "$configs" -ge 1 ]
-# The library reads them for this device, and the bench (which checks its
-# results against the double reference) passes with them.
-FLASHCL_TUNING="$dir/tuning.txt" "$bench" --quick --verbose --paths flash > "$dir/bench.log" 2>&1
+forward=$(grep -c "|kind=forward|" "$dir/tuning.txt" || true)
+backward=$(grep -c "|kind=backward|" "$dir/tuning.txt" || true)
+[ "$forward" -ge 1 ] || { echo "probe: no kind=forward line"; exit 1; }
+[ "$backward" -ge 1 ] || { echo "probe: no kind=backward line (the backward key was not tuned)"; exit 1; }
+configs=$((forward + backward))
+# The library reads them for this device, and the bench (which checks O and
+# dQ against the double reference) passes with them, both passes. That a
+# backward line is what flashcl_backward_config then uses: test_tuning's
+# backward_entry_used.
+FLASHCL_TUNING="$dir/tuning.txt" "$bench" --quick --verbose --paths flash --pass forward,backward > "$dir/bench.log" 2>&1
 grep -q "tuning file $dir/tuning.txt: $configs configuration(s) for this device" "$dir/bench.log"
-echo "probe: $configs tuned configuration(s) written, loaded and used"
+echo "probe: $configs tuned configuration(s) ($backward backward) written, loaded and used"

@@ -574,6 +574,57 @@ START_TEST(backward_tiled_matches_built_kernels)
 }
 END_TEST
 
+/* Asks which backward kernel and tile a call of this shape would use under ctx (aligned views, LSE,
+ * gradients in a buffer of their own). */
+static struct flashcl_tile backward_config_of(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal)
+{
+    struct test_env *e = test_env_get();
+    const size_t rows = 64 * (size_t)d * flashcl_dtype_size(dtype);
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * rows, NULL, NULL);
+    cl_mem lse = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 64 * sizeof(float), NULL, NULL);
+    cl_mem grads = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 4 * rows, NULL, NULL);
+    ck_assert(mem && lse && grads);
+    struct flashcl_attention a = shape(d, dtype, causal, mem);
+    a.lse = flashcl_tensor_lse(lse, 64, 1);
+    struct flashcl_attention_grad g = {0};
+    flashcl_tensor *views[] = {&g.d_o, &g.d_q, &g.d_k, &g.d_v};
+    for (int i = 0; i < 4; i++) {
+        *views[i] = flashcl_tensor_bnhd(grads, dtype, 64, 1, (size_t)d);
+        views[i]->offset = (size_t)i * rows;
+    }
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_backward_config(ctx, &a, &g, &t));
+    clReleaseMemObject(mem);
+    clReleaseMemObject(lse);
+    clReleaseMemObject(grads);
+    return t;
+}
+
+/* A kind=backward line (what flashcl-probe --tune writes for a backward key) is read by a fresh context and
+ * used by the backward planner for its key only. 32 x 16 is not the rule's 64 x 64 tile. */
+START_TEST(backward_entry_used)
+{
+    const struct flashcl_tuned_config c = {FLASHCL_VARIANT_BACKWARD_TILED, FLASHCL_F32, 64, 0, 32, 16, 0, 0, 1.0};
+    char line[512];
+    line_for(&c, line, sizeof(line));
+    ck_assert_ptr_nonnull(strstr(line, "|kind=backward|kernel=backward-tiled|"));
+    write_one_entry(&c);
+    struct test_warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, 0);
+    ck_assert_int_eq(w.warnings, 0);
+    struct flashcl_tile t = backward_config_of(ctx, 64, FLASHCL_F32, 0);
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+    ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
+    ck_assert_int_eq(t.block_m, 32);
+    ck_assert_int_eq(t.block_n, 16);
+    /* Another mask keeps the rule; the forward of the same key is not affected. */
+    ck_assert_int_ne(backward_config_of(ctx, 64, FLASHCL_F32, 1).source, FLASHCL_TILE_TUNED);
+    ck_assert_int_ne(config_of(ctx, 64, FLASHCL_F32, 0).source, FLASHCL_TILE_TUNED);
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tuning");
@@ -589,6 +640,7 @@ int main(void)
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, backward_tiled_matches_built_kernels);
+    tcase_add_test(tc, backward_entry_used);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
