@@ -10,7 +10,7 @@
  * input buffers is unchanged.
  *
  * Standalone: FLASHCL_FUZZ_ITERATIONS=N FLASHCL_FUZZ_SEED=S build/tests/test_fuzz_runs
- * (defaults: 24 runs, seed 1; docs/reliability.md has the long run). */
+ * (defaults: 8 runs, seed 1; docs/reliability.md has the long run). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -284,7 +284,7 @@ static void one_run(long it, struct run_counts *counts)
 
 START_TEST(random_calls_exact_and_contained)
 {
-    const long iterations = env_long("FLASHCL_FUZZ_ITERATIONS", 24);
+    const long iterations = env_long("FLASHCL_FUZZ_ITERATIONS", 8);
     const long seed = env_long("FLASHCL_FUZZ_SEED", 1);
     rng_seed((uint64_t)seed);
     struct run_counts counts = {0};
