@@ -122,24 +122,6 @@ static cl_int set_combine_args(cl_kernel kernel, const struct flashcl_attention 
     return err;
 }
 
-/* The event the next call on the split workspace waits for (a reference the context now holds). */
-static void keep_split_event(flashcl_context *ctx, cl_event done)
-{
-    if (ctx->split_ws_done)
-        clReleaseEvent(ctx->split_ws_done);
-    ctx->split_ws_done = done;
-}
-
-/* Lets go of the split workspace (OpenCL keeps it while kernels use it): the next call allocates anew. */
-static void drop_split_workspace(flashcl_context *ctx)
-{
-    if (ctx->split_ws)
-        clReleaseMemObject(ctx->split_ws);
-    keep_split_event(ctx, NULL);
-    ctx->split_ws = NULL;
-    ctx->split_ws_bytes = 0;
-}
-
 /* The context's split-KV workspace, at least `bytes` large (grown, never
  * shrunk; a grown one drops the old, which OpenCL keeps until the kernels
  * that use it are done). Caller holds ctx->lock. */
@@ -151,9 +133,13 @@ flashcl_status fcl_split_workspace(flashcl_context *ctx, size_t bytes, cl_mem *o
         if (!fresh)
             return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte split-KV workspace "
                             "failed (%d)", bytes, err);
-        drop_split_workspace(ctx);  /* nothing reads the new buffer yet */
+        if (ctx->split_ws)
+            clReleaseMemObject(ctx->split_ws);
+        if (ctx->split_ws_done)  /* nothing reads the new buffer yet */
+            clReleaseEvent(ctx->split_ws_done);
         ctx->split_ws = fresh;
         ctx->split_ws_bytes = bytes;
+        ctx->split_ws_done = NULL;
     }
     *out = ctx->split_ws;
     return FLASHCL_SUCCESS;
@@ -255,19 +241,19 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
             err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &partials, &merged);
             if (err != CL_SUCCESS) {
                 st = fcl_fail(ctx, (flashcl_status)err, "enqueueing %s failed (%d)", k->combine, err);
-                /* The partials kernel still writes the workspace: the next call waits for it, or, if
-                 * its event cannot be kept, gets a workspace of its own. */
-                if (clRetainEvent(partials) == CL_SUCCESS)
-                    keep_split_event(ctx, partials);
-                else
-                    drop_split_workspace(ctx);
+                /* The partials kernel still writes the workspace: the next call waits for it. */
+                if (ctx->split_ws_done)
+                    clReleaseEvent(ctx->split_ws_done);
+                clRetainEvent(partials);
+                ctx->split_ws_done = partials;
             } else {
-                keep_split_event(ctx, merged);  /* the call's own reference, now the context's */
-                if (event && clRetainEvent(merged) != CL_SUCCESS)
-                    st = fcl_fail(ctx, FLASHCL_OUT_OF_RESOURCES, "retaining the event of %s failed (the call "
-                                  "is enqueued; wait on the queue instead)", k->combine);
-                else if (event)
+                if (ctx->split_ws_done)
+                    clReleaseEvent(ctx->split_ws_done);
+                ctx->split_ws_done = merged;
+                if (event) {
+                    clRetainEvent(merged);
                     *event = merged;
+                }
             }
         }
         if (partials)
