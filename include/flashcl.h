@@ -12,13 +12,6 @@
  * Thread safety: a flashcl_context may be used from several threads at once;
  * the library serialises what must be serialised. flashcl_last_error() is
  * per thread.
- *
- * Device memory a context keeps: its built programs, and the split-KV
- * workspace of forward calls that split their keys (decode): grown to the
- * largest such call, reused by the next (so a decode step allocates
- * nothing), freed by flashcl_context_destroy. Calls that split run one after
- * another on the device (each waits, by event, for the last one's merge),
- * whatever queues they are enqueued on.
  */
 #ifndef FLASHCL_H
 #define FLASHCL_H

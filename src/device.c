@@ -359,10 +359,6 @@ void flashcl_context_destroy(flashcl_context **pctx)
     if (!pctx || !*pctx)
         return;
     flashcl_context *ctx = *pctx;
-    if (ctx->split_ws_done)
-        clReleaseEvent(ctx->split_ws_done);
-    if (ctx->split_ws)
-        clReleaseMemObject(ctx->split_ws);
     fcl_program_cache_free(ctx);
     fcl_tuning_free(ctx);
     if (ctx->cl_ctx)

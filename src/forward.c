@@ -122,29 +122,6 @@ static cl_int set_combine_args(cl_kernel kernel, const struct flashcl_attention 
     return err;
 }
 
-/* The context's split-KV workspace, at least `bytes` large (grown, never
- * shrunk; a grown one drops the old, which OpenCL keeps until the kernels
- * that use it are done). Caller holds ctx->lock. */
-flashcl_status fcl_split_workspace(flashcl_context *ctx, size_t bytes, cl_mem *out)
-{
-    if (ctx->split_ws_bytes < bytes) {
-        cl_int err;
-        cl_mem fresh = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-        if (!fresh)
-            return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte split-KV workspace "
-                            "failed (%d)", bytes, err);
-        if (ctx->split_ws)
-            clReleaseMemObject(ctx->split_ws);
-        if (ctx->split_ws_done)  /* nothing reads the new buffer yet */
-            clReleaseEvent(ctx->split_ws_done);
-        ctx->split_ws = fresh;
-        ctx->split_ws_bytes = bytes;
-        ctx->split_ws_done = NULL;
-    }
-    *out = ctx->split_ws;
-    return FLASHCL_SUCCESS;
-}
-
 /* Builds (once) and enqueues the planned kernel (and, split-KV, the step
  * that merges its partials). Every forward kernel takes the same arguments;
  * they differ in source and shape. Caller has validated the call. */
@@ -172,35 +149,22 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const size_t combine_items = (size_t)attn->seq_q * (size_t)attn->head_dim;  /* one a (row, column) */
     const size_t combine_global[3] = {(combine_items + 63) / 64 * 64, (size_t)attn->heads_q, (size_t)attn->batch};
 
-    /* Arguments live in the cl_kernel, shared by all threads of this context. */
-    pthread_mutex_lock(&ctx->lock);
-    /* The partials: d + 1 floats per (split, sequence, head, row), in the context's split workspace
-     * (kept between calls: a decode step allocates nothing); this call's kernel waits for the last
-     * call's merge that read it, on whatever queue. */
+    /* The partials: d + 1 floats per (split, sequence, head, row); the call's own, released once enqueued. */
     cl_mem part = NULL;
-    cl_event *waits = (cl_event *)wait_list;
-    cl_uint n_waits = num_wait_events;
-    flashcl_status st = FLASHCL_SUCCESS;
     if (split) {
         const size_t floats = (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q * (size_t)attn->seq_q *
                               ((size_t)attn->head_dim + 1);
-        st = fcl_split_workspace(ctx, floats * sizeof(float), &part);
-        if (st == FLASHCL_SUCCESS && ctx->split_ws_done) {
-            waits = malloc(((size_t)num_wait_events + 1) * sizeof(cl_event));
-            if (!waits)
-                st = fcl_fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "allocating a wait list of %u events failed",
-                              num_wait_events + 1);
-            else {
-                if (num_wait_events)
-                    memcpy(waits, wait_list, num_wait_events * sizeof(cl_event));
-                waits[num_wait_events] = ctx->split_ws_done;
-                n_waits = num_wait_events + 1;
-            }
-        }
+        cl_int err;
+        part = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
+        if (!part)
+            return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte split-KV workspace "
+                            "failed (%d)", floats * sizeof(float), err);
     }
-    cl_kernel kernel = NULL, combine = NULL;
-    if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, k->source, k->entry, plan->options, &kernel);
+
+    /* Arguments live in the cl_kernel, shared by all threads of this context. */
+    pthread_mutex_lock(&ctx->lock);
+    cl_kernel kernel, combine = NULL;
+    flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->entry, plan->options, &kernel);
     if (st == FLASHCL_SUCCESS && split)
         st = fcl_program_get_kernel(ctx, k->source, k->combine, plan->options, &combine);
     if (st == FLASHCL_SUCCESS) {
@@ -226,7 +190,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         if (err != CL_SUCCESS) {
             st = fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of %s failed", k->entry);
         } else {
-            err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, n_waits, n_waits ? waits : NULL,
+            err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait_events, wait_list,
                                          split ? &partials : event);
             if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err,
@@ -235,33 +199,18 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
                               plan->local_bytes, err);
         }
         if (st == FLASHCL_SUCCESS && split) {
-            /* Ordered by the partials' event, so out-of-order queues hold too; its own event is what
-             * the next call on the workspace waits for. */
-            cl_event merged = NULL;
-            err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &partials, &merged);
-            if (err != CL_SUCCESS) {
+            /* Ordered by the partials' event, so out-of-order queues hold too. */
+            err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &partials, event);
+            if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err, "enqueueing %s failed (%d)", k->combine, err);
-                /* The partials kernel still writes the workspace: the next call waits for it. */
-                if (ctx->split_ws_done)
-                    clReleaseEvent(ctx->split_ws_done);
-                clRetainEvent(partials);
-                ctx->split_ws_done = partials;
-            } else {
-                if (ctx->split_ws_done)
-                    clReleaseEvent(ctx->split_ws_done);
-                ctx->split_ws_done = merged;
-                if (event) {
-                    clRetainEvent(merged);
-                    *event = merged;
-                }
-            }
         }
         if (partials)
             clReleaseEvent(partials);
     }
     pthread_mutex_unlock(&ctx->lock);
-    if (waits != wait_list)
-        free(waits);
+    /* Released now: OpenCL keeps it until the kernels that use it are done. */
+    if (part)
+        clReleaseMemObject(part);
     if (st == FLASHCL_SUCCESS)
         fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s, %d split(s), %s", k->name, plan->splits, plan->options);
     return st;

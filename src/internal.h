@@ -144,8 +144,6 @@ flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_at
                                    cl_uint num_wait_events, const cl_event *wait_list, cl_event *event);
 
 int fcl_dtype_define(flashcl_dtype dtype);
-/* The context's split-KV workspace of at least `bytes` (grown as needed); caller holds ctx->lock. */
-flashcl_status fcl_split_workspace(flashcl_context *ctx, size_t bytes, cl_mem *out);
 /* The wait list's shape and that the queue runs on the context's device. */
 flashcl_status fcl_check_queue(const flashcl_context *ctx, cl_command_queue queue, cl_uint num_wait_events,
                                const cl_event *wait_list);
@@ -277,15 +275,8 @@ struct flashcl_context {
     char cache_identity[640];    /* flashcl version, platform, device, driver */
     unsigned char cache_key[FCL_SIPHASH_KEY_BYTES];  /* the folder's secret: entries carry its MAC */
 
-    pthread_mutex_t lock;  /* guards the program cache, kernel arguments and the split workspace */
+    pthread_mutex_t lock;  /* guards the program cache and kernel arguments */
     struct program_entry *programs;
-
-    /* Split-KV partials (cl/split.h), kept between calls so a decode step
-     * allocates nothing; the next call that writes them waits for the last
-     * merge that read them (split_ws_done). Guarded by lock. */
-    cl_mem split_ws;
-    size_t split_ws_bytes;
-    cl_event split_ws_done;
 };
 
 #endif /* FLASHCL_INTERNAL_H */
