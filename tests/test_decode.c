@@ -6,9 +6,11 @@
  * forced split counts from 1 to more than there are key blocks, and block
  * sizes 32..256; which calls the planner gives it; repeatability by bytes.
  * Packed batches and KV caches (contiguous and paged) run it in test_varlen. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "test_hooks.h"
@@ -143,6 +145,80 @@ START_TEST(planned_where_rows_fit)
 }
 END_TEST
 
+/* Split calls share nothing between them: one whose wait list fails (a user
+ * event set to an error) leaves a later one, on another queue with no wait
+ * list, to complete and be right. (A workspace kept between calls and ordered
+ * by events once made it fail or hang.) */
+START_TEST(split_calls_independent)
+{
+    enum { NK = 1024, D = 64 };
+    struct test_env *e = test_env_get();
+    flashcl_context *ctx = test_context_with_options("decode:splits=4");
+    cl_int err;
+    cl_command_queue other = clCreateCommandQueue(e->cl, e->device, 0, &err);
+    ck_assert_cl(err);
+    float q[D], *k = malloc(NK * D * sizeof(float)), *v = malloc(NK * D * sizeof(float)), o[D];
+    double qd[D], *kd = malloc(NK * D * sizeof(double)), *vd = malloc(NK * D * sizeof(double));
+    double ref[D], lse, *scratch = malloc(NK * sizeof(double));
+    ck_assert(k && v && kd && vd && scratch);
+    rng_seed(99);
+    for (int i = 0; i < D; i++)
+        qd[i] = q[i] = (float)rng_uniform(-1.0, 1.0);
+    for (int i = 0; i < NK * D; i++) {
+        kd[i] = k[i] = (float)rng_uniform(-1.0, 1.0);
+        vd[i] = v[i] = (float)rng_uniform(-1.0, 1.0);
+    }
+    hostref_attention_row(qd, kd, vd, NK, D, 0.125, NK - 1, ref, &lse, scratch);
+    cl_mem bufs[4] = {
+        clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(q), q, &err),
+        clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), k, &err),
+        clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), v, &err),
+        clCreateBuffer(e->cl, CL_MEM_READ_WRITE, sizeof(o), NULL, &err)};
+    ck_assert(bufs[0] && bufs[1] && bufs[2] && bufs[3]);
+    struct flashcl_attention a = {0};
+    a.batch = a.seq_q = a.heads_q = a.heads_kv = 1;
+    a.seq_kv = NK;
+    a.head_dim = D;
+    a.q = flashcl_tensor_bnhd(bufs[0], F32, 1, 1, D);
+    a.k = flashcl_tensor_bnhd(bufs[1], F32, NK, 1, D);
+    a.v = flashcl_tensor_bnhd(bufs[2], F32, NK, 1, D);
+    a.o = flashcl_tensor_bnhd(bufs[3], F32, 1, 1, D);
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_int_eq(t.splits, 4);
+
+    cl_event gate = clCreateUserEvent(e->cl, &err), first = NULL, second = NULL;
+    ck_assert_cl(err);
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 1, &gate, &first));
+    clFlush(e->queue);
+    ck_assert_cl(clSetUserEventStatus(gate, -1));  /* the first call's wait list fails */
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &a, other, 0, NULL, &second));
+    clFlush(other);
+    cl_int status = 1;
+    for (int tries = 0; tries < 3000 && status != CL_COMPLETE && status >= 0; tries++) {  /* 30 s at most */
+        ck_assert_cl(clGetEventInfo(second, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL));
+        if (status != CL_COMPLETE)
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    ck_assert_msg(status == CL_COMPLETE, "the second split call did not complete (status %d)", status);
+    ck_assert_cl(clEnqueueReadBuffer(other, bufs[3], CL_TRUE, 0, sizeof(o), o, 0, NULL, NULL));
+    for (int c = 0; c < D; c++)
+        ck_assert_msg(fabs(o[c] - ref[c]) <= 1e-5 + 1e-5 * fabs(ref[c]), "O[%d] = %g, reference %g", c, o[c], ref[c]);
+    clWaitForEvents(1, &first);  /* completes with an error status: its wait list failed */
+    clReleaseEvent(first);
+    clReleaseEvent(second);
+    clReleaseEvent(gate);
+    for (int i = 0; i < 4; i++)
+        clReleaseMemObject(bufs[i]);
+    clReleaseCommandQueue(other);
+    free(k);
+    free(v);
+    free(kd);
+    free(vd);
+    free(scratch);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode");
@@ -151,6 +227,7 @@ int main(void)
     tcase_add_loop_test(tc, against_reference, 0, (int)(sizeof(cases) / sizeof(cases[0])));
     tcase_add_test(tc, repeatable);
     tcase_add_test(tc, planned_where_rows_fit);
+    tcase_add_test(tc, split_calls_independent);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
