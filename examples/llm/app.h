@@ -19,9 +19,10 @@ struct app {
 
 /* Checks against reference data from make-reference.py (tokenizer ids,
  * teacher-forced top-k logits, greedy generations); at most max_positions
- * teacher-forced positions (0: all). Prints a summary; returns 0 when every
- * check passes, 1 otherwise, -1 on an error. */
-int run_reference_checks(struct app *app, const char *ref_path, int max_positions, const char *dump_path);
+ * teacher-forced positions and max_generations generations (0: all). Prints
+ * a summary; returns 0 when every check passes, 1 otherwise, -1 on an error. */
+int run_reference_checks(struct app *app, const char *ref_path, int max_positions, int max_generations,
+                         const char *dump_path);
 
 double now_seconds(void);
 

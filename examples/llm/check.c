@@ -120,7 +120,8 @@ static void compare_row(const float *ours, int n_vocab, const struct top *ref, s
                ref->logit[0] - ref->logit[1], mine, ours[mine], ours[ref->id[0]]);
 }
 
-int run_reference_checks(struct app *app, const char *ref_path, int max_positions, const char *dump_path)
+int run_reference_checks(struct app *app, const char *ref_path, int max_positions, int max_generations,
+                         const char *dump_path)
 {
     struct reader r = {fopen(ref_path, "r"), NULL, 0, 0, ref_path};
     if (!r.f) {
@@ -269,7 +270,7 @@ int run_reference_checks(struct app *app, const char *ref_path, int max_position
                     free(tops);
                     goto bad;
                 }
-            if (!tops || n + m > capacity) {
+            if (!tops || n + m > capacity || (max_generations > 0 && gen_cases >= max_generations)) {
                 free(tops);
                 continue;
             }

@@ -15,6 +15,7 @@
  *                     compare the last position's logits and the next -n greedy tokens
  *   --check REF       compare with llama.cpp's reference data (tests/data/llm-reference.txt)
  *   --max-positions N with --check: at most N teacher-forced positions
+ *   --max-generations N  with --check: at most N greedy generations
  *   --dump-logits F   with --check: write our logits of every forced position (f32)
  *
  * Text goes to stdout as it is generated; statistics to stderr.
@@ -39,7 +40,7 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--chat] [-n N] [--temp T] [--top-p P] [--seed S] [--chunk C] MODEL.gguf \"prompt\" | -f FILE\n"
-            "       %s [--max-positions N] [--dump-logits FILE] --check REFERENCE MODEL.gguf\n"
+            "       %s [--max-positions N] [--max-generations N] [--dump-logits FILE] --check REFERENCE MODEL.gguf\n"
             "       %s --compare-chunked C [-n N] MODEL.gguf \"prompt\" | -f FILE\n",
             argv0, argv0, argv0);
 }
@@ -180,7 +181,7 @@ static void emit_token(const struct tokenizer *tok, int id)
 
 int main(int argc, char **argv)
 {
-    int chat = 0, n_generate = 64, chunk = 0, compare_chunk = 0, max_positions = 0;
+    int chat = 0, n_generate = 64, chunk = 0, compare_chunk = 0, max_positions = 0, max_generations = 0;
     float temperature = 0, top_p = 1;
     int seed = 1;
     const char *model_path = NULL, *prompt_arg = NULL, *prompt_file = NULL, *check_path = NULL, *dump_path = NULL;
@@ -210,6 +211,9 @@ int main(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--max-positions")) {
             if (parse_int(VALUE(), 1, 1 << 30, "--max-positions", &max_positions))
+                return 2;
+        } else if (!strcmp(a, "--max-generations")) {
+            if (parse_int(VALUE(), 1, 1 << 30, "--max-generations", &max_generations))
                 return 2;
         } else if (!strcmp(a, "--check"))
             check_path = VALUE();
@@ -313,7 +317,7 @@ int main(int argc, char **argv)
             app.cfg.head_dim, app.cfg.n_vocab, now_seconds() - t_load);
 
     if (check_path) {
-        rc = run_reference_checks(&app, check_path, max_positions, dump_path);
+        rc = run_reference_checks(&app, check_path, max_positions, max_generations, dump_path);
         rc = rc < 0 ? 1 : rc;
         goto done;
     }

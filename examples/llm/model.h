@@ -11,13 +11,8 @@
 
 #include <flashcl.h>
 
+#include "config.h"
 #include "gguf.h"
-
-struct llm_config {
-    int n_layers, n_embd, n_ff, n_heads, n_heads_kv, head_dim, n_vocab, n_ctx;
-    float norm_eps, rope_base;
-    int tied_output;  /* logits use token_embd (no output.weight) */
-};
 
 struct llm_layer {
     cl_mem attn_norm, qkv, attn_output, ffn_norm, gate_up, ffn_down;
@@ -31,11 +26,6 @@ struct llm_model {
     struct llm_layer *layers;
     size_t device_bytes;  /* weights on the device */
 };
-
-/* Reads the config from the file's metadata and checks every tensor the
- * forward pass needs (name, shape, a type dequant_supported knows). 0, or -1
- * with a sentence in err. */
-int llm_config_read(const struct gguf_file *file, struct llm_config *cfg, char *err, size_t err_size);
 
 /* Dequantises the weights and uploads them to cl. 0, or -1 with a sentence in err. */
 int llm_model_load(const struct gguf_file *file, cl_context cl, struct llm_model *model, char *err,
