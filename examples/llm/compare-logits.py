@@ -101,16 +101,16 @@ def main():
     vocab = llama[seqs[0][0]].shape[1]
     at = 0
     ours = {}
-    for name, ids in seqs:
-        rows = ours_all[at:at + len(ids) * vocab]
-        if rows.size < len(ids) * vocab:
+    for name, ids in seqs:  # a dump cut by --max-positions holds the first rows only
+        n = min(len(ids), (ours_all.size - at) // vocab)
+        if n <= 0:
             break
-        ours[name] = rows.reshape(len(ids), vocab)
-        at += len(ids) * vocab
+        ours[name] = ours_all[at:at + n * vocab].reshape(n, vocab)
+        at += n * vocab
     total = 0
     agree = 0
     for name, o in ours.items():
-        l = llama[name]
+        l = llama[name][:len(o)]
         a = int((o.argmax(1) == l.argmax(1)).sum())
         agree += a
         total += len(o)
@@ -119,7 +119,7 @@ def main():
     print("all: %d positions, top-1 agreement %.2f%%" % (total, 100.0 * agree / total))
     if args.f64_positions > 0:
         name, ids = seqs[0]
-        k = args.f64_positions
+        k = min(args.f64_positions, len(ours[name]))
         w, meta = load_weights(args.model)
         ref = forward_f64(w, meta, ids[:k])
         print("float64 NumPy forward of the first %d positions of %s:" % (k, name))

@@ -9,6 +9,7 @@
  *   --temp T          sampling temperature (default 0: greedy)
  *   --top-p P         nucleus sampling mass (default 1)
  *   --seed S          the sampler's seed (default 1)
+ *   --no-profile      no OpenCL profiling events (times per phase not shown)
  *   --chunk C         prefill in chunks of C tokens over the KV cache
  *                     (default: the whole prompt in one dense causal pass)
  *   --compare-chunked C   prefill once in one pass and once in chunks of C;
@@ -39,7 +40,7 @@ double now_seconds(void)
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--chat] [-n N] [--temp T] [--top-p P] [--seed S] [--chunk C] MODEL.gguf \"prompt\" | -f FILE\n"
+            "usage: %s [--chat] [-n N] [--temp T] [--top-p P] [--seed S] [--chunk C] [--no-profile] MODEL.gguf \"prompt\" | -f FILE\n"
             "       %s [--max-positions N] [--max-generations N] [--dump-logits FILE] --check REFERENCE MODEL.gguf\n"
             "       %s --compare-chunked C [-n N] MODEL.gguf \"prompt\" | -f FILE\n",
             argv0, argv0, argv0);
@@ -133,10 +134,12 @@ static void print_profile(const char *what, const struct llm_profile *p, double 
         total += p->seconds[i];
         launches += p->launches[i];
     }
-    fprintf(stderr, "  %s device time %.3f s of %.3f s wall:", what, total, wall);
-    for (int i = 0; i < LLM_PHASES; i++)
-        fprintf(stderr, " %s %.1f%%", llm_phase_name((enum llm_phase)i), total > 0 ? 100 * p->seconds[i] / total : 0);
-    fprintf(stderr, "\n");
+    if (total > 0) {
+        fprintf(stderr, "  %s device time %.3f s of %.3f s wall:", what, total, wall);
+        for (int i = 0; i < LLM_PHASES; i++)
+            fprintf(stderr, " %s %.1f%%", llm_phase_name((enum llm_phase)i), 100 * p->seconds[i] / total);
+        fprintf(stderr, "\n");
+    }
     if (p->tokens)
         fprintf(stderr, "  %s launches: %ld (%.1f per token: %.1f CLBlast, %.1f flashcl, %.1f own kernels)\n", what,
                 launches, (double)launches / p->tokens, (double)p->launches[LLM_PROJECTION] / p->tokens,
@@ -181,7 +184,7 @@ static void emit_token(const struct tokenizer *tok, int id)
 
 int main(int argc, char **argv)
 {
-    int chat = 0, n_generate = 64, chunk = 0, compare_chunk = 0, max_positions = 0, max_generations = 0;
+    int chat = 0, profiling = 1, n_generate = 64, chunk = 0, compare_chunk = 0, max_positions = 0, max_generations = 0;
     float temperature = 0, top_p = 1;
     int seed = 1;
     const char *model_path = NULL, *prompt_arg = NULL, *prompt_file = NULL, *check_path = NULL, *dump_path = NULL;
@@ -191,6 +194,8 @@ int main(int argc, char **argv)
 #define VALUE() (has_value ? argv[++i] : (usage(argv[0]), exit(2), ""))
         if (!strcmp(a, "--chat"))
             chat = 1;
+        else if (!strcmp(a, "--no-profile"))
+            profiling = 0;
         else if (!strcmp(a, "-n")) {
             if (parse_int(VALUE(), 0, 1 << 20, "-n", &n_generate))
                 return 2;
@@ -335,7 +340,7 @@ int main(int argc, char **argv)
         max_tokens = 2;  /* the warm-up's two tokens */
     if (max_tokens > capacity)
         capacity = (max_tokens + 15) / 16 * 16;
-    struct llm_session_params sp = {capacity, max_tokens, 1, 1};
+    struct llm_session_params sp = {capacity, max_tokens, 1, profiling};
     if (llm_session_create(&app.model, app.fa, &sp, &session, err, sizeof err)) {
         fprintf(stderr, "flashcl-llm: %s\n", err);
         goto done;

@@ -16,8 +16,23 @@ import argparse
 import os
 import sys
 
+import llama_cpp.llama_cpp as llama_c
 import numpy as np
 from llama_cpp import Llama
+
+# No repacked weight buffers: ggml's AMX path (chosen where the CPU reports
+# AMX) raised SIGILL on a VM that reports AMX without enabling it; the plain
+# CPU matmuls are the reference anyway.
+_default_model_params = llama_c.llama_model_default_params
+
+
+def _model_params_without_repack():
+    params = _default_model_params()
+    params.use_extra_bufts = False
+    return params
+
+
+llama_c.llama_model_default_params = _model_params_without_repack
 
 TOP_K = 4
 GEN_TOKENS = 32
