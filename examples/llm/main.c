@@ -15,8 +15,9 @@
  *   --compare-chunked C   prefill once in one pass and once in chunks of C;
  *                     compare the last position's logits and the next -n greedy tokens
  *   --check REF       compare with llama.cpp's reference data (tests/data/llm-reference.txt)
- *   --max-positions N with --check: at most N teacher-forced positions
- *   --max-generations N  with --check: at most N greedy generations
+ *   --max-positions N with --check: at most N teacher-forced positions (default all)
+ *   --max-generations N  with --check: at most N greedy generations (default all)
+ *   --min-agreement P with --check: the top-1 agreement (%) that passes (default 99)
  *   --dump-logits F   with --check: write our logits of every forced position (f32)
  *
  * Text goes to stdout as it is generated; statistics to stderr.
@@ -41,7 +42,7 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [--chat] [-n N] [--temp T] [--top-p P] [--seed S] [--chunk C] [--no-profile] MODEL.gguf \"prompt\" | -f FILE\n"
-            "       %s [--max-positions N] [--max-generations N] [--dump-logits FILE] --check REFERENCE MODEL.gguf\n"
+            "       %s [--max-positions N] [--max-generations N] [--min-agreement P] [--dump-logits FILE] --check REFERENCE MODEL.gguf\n"
             "       %s --compare-chunked C [-n N] MODEL.gguf \"prompt\" | -f FILE\n",
             argv0, argv0, argv0);
 }
@@ -184,7 +185,8 @@ static void emit_token(const struct tokenizer *tok, int id)
 
 int main(int argc, char **argv)
 {
-    int chat = 0, profiling = 1, n_generate = 64, chunk = 0, compare_chunk = 0, max_positions = 0, max_generations = 0;
+    int chat = 0, profiling = 1, n_generate = 64, chunk = 0, compare_chunk = 0, max_positions = -1, max_generations = -1;
+    float min_agreement = 99;
     float temperature = 0, top_p = 1;
     int seed = 1;
     const char *model_path = NULL, *prompt_arg = NULL, *prompt_file = NULL, *check_path = NULL, *dump_path = NULL;
@@ -215,10 +217,13 @@ int main(int argc, char **argv)
             if (parse_int(VALUE(), 1, 1 << 20, "--compare-chunked", &compare_chunk))
                 return 2;
         } else if (!strcmp(a, "--max-positions")) {
-            if (parse_int(VALUE(), 1, 1 << 30, "--max-positions", &max_positions))
+            if (parse_int(VALUE(), 0, 1 << 30, "--max-positions", &max_positions))
                 return 2;
         } else if (!strcmp(a, "--max-generations")) {
-            if (parse_int(VALUE(), 1, 1 << 30, "--max-generations", &max_generations))
+            if (parse_int(VALUE(), 0, 1 << 30, "--max-generations", &max_generations))
+                return 2;
+        } else if (!strcmp(a, "--min-agreement")) {
+            if (parse_float(VALUE(), 0, 100, "--min-agreement", &min_agreement))
                 return 2;
         } else if (!strcmp(a, "--check"))
             check_path = VALUE();
@@ -322,7 +327,7 @@ int main(int argc, char **argv)
             app.cfg.head_dim, app.cfg.n_vocab, now_seconds() - t_load);
 
     if (check_path) {
-        rc = run_reference_checks(&app, check_path, max_positions, max_generations, dump_path);
+        rc = run_reference_checks(&app, check_path, max_positions, max_generations, min_agreement, dump_path);
         rc = rc < 0 ? 1 : rc;
         goto done;
     }
@@ -357,6 +362,18 @@ int main(int argc, char **argv)
         goto done;
     }
     fprintf(stderr, "flashcl-llm: kernels built and warmed up in %.2f s\n", now_seconds() - t_warm);
+    {
+        /* Which flashcl kernels the prompt and the decode steps run. */
+        struct flashcl_tile prefill_tile, decode_tile;
+        const int first = prefill_chunk && prefill_chunk < (int)n_prompt ? prefill_chunk : (int)n_prompt;
+        if (!llm_session_attention_config(session, first, 0, !prefill_chunk, &prefill_tile) &&
+            !llm_session_attention_config(session, 1, (int)n_prompt, 0, &decode_tile))
+            fprintf(stderr, "flashcl-llm: attention: prefill (%d queries) %s %dx%d, %d split(s); decode after the "
+                    "prompt %s %dx%d, %d split(s)\n", first, flashcl_variant_name(prefill_tile.variant),
+                    prefill_tile.block_m, prefill_tile.block_n, prefill_tile.splits,
+                    flashcl_variant_name(decode_tile.variant), decode_tile.block_m, decode_tile.block_n,
+                    decode_tile.splits);
+    }
 
     if (compare_chunk) {
         /* The same prompt through flashcl_forward in one pass, then through

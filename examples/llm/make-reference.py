@@ -3,6 +3,9 @@
 
     pip install llama-cpp-python numpy
     make-reference.py MODEL.gguf tests/data/llm-text OUT.txt [--full-logits FULL.npz]
+    (tests/data/llm-reference.txt: the Q4_1 file as published;
+     tests/data/llm-reference-f32.txt: make-f32-gguf.py's F32 copy, with
+     --kv-f32 --top-k 2 --no-tokenizer)
 
 Writes OUT.txt in the format examples/llm/check.c reads:
   - tokenizer: llama.cpp's ids for each text below (with and without special tokens);
@@ -98,7 +101,7 @@ GENERATE = [
 ]
 
 
-def top_k(row, k=TOP_K):
+def top_k(row, k):
     ids = np.argsort(-row, kind="stable")[:k]
     return "top %d %s" % (k, " ".join("%d %.4f" % (int(i), float(row[i])) for i in ids))
 
@@ -110,13 +113,18 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--full-logits")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--top-k", type=int, default=TOP_K, help="logits kept per position")
+    ap.add_argument("--kv-f32", action="store_true", help="an f32 KV cache (llama.cpp's default is f16)")
+    ap.add_argument("--no-tokenizer", action="store_true", help="leave out the tokenizer texts")
     args = ap.parse_args()
 
+    kv = {"type_k": 0, "type_v": 0} if args.kv_f32 else {}  # GGML_TYPE_F32
     llm = Llama(model_path=args.model, n_ctx=4096, n_batch=512, logits_all=True, n_threads=args.threads,
-                verbose=False)
-    lines = ["# llama.cpp (llama-cpp-python %s) on %s" % (__import__("llama_cpp").__version__,
-                                                          os.path.basename(args.model))]
-    for special, texts in ((0, TOKENIZER_TEXTS), (1, TOKENIZER_SPECIAL)):
+                verbose=False, **kv)
+    lines = ["# llama.cpp (llama-cpp-python %s) on %s%s" % (__import__("llama_cpp").__version__,
+                                                            os.path.basename(args.model),
+                                                            ", f32 KV cache" if args.kv_f32 else "")]
+    for special, texts in () if args.no_tokenizer else ((0, TOKENIZER_TEXTS), (1, TOKENIZER_SPECIAL)):
         for text in texts:
             ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=bool(special))
             lines.append("tokenize %d %s %d %s" % (special, text.encode("utf-8").hex() or "-", len(ids),
@@ -130,7 +138,7 @@ def main():
         scores = np.array(llm.scores[:len(ids)], dtype=np.float32)
         full[name] = scores
         lines.append("forced %s %d %s" % (os.path.splitext(name)[0], len(ids), " ".join(map(str, ids))))
-        lines.extend(top_k(row) for row in scores)
+        lines.extend(top_k(row, args.top_k) for row in scores)
         print("forced %s: %d positions" % (name, len(ids)), file=sys.stderr)
     for prompt in GENERATE:
         ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
@@ -141,7 +149,7 @@ def main():
             row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
             tok = int(np.argmax(row))
             out.append(tok)
-            tops.append(top_k(row))
+            tops.append(top_k(row, args.top_k))
             llm.eval([tok])
         lines.append("generate %d %s %d %s" % (len(ids), " ".join(map(str, ids)), len(out), " ".join(map(str, out))))
         lines.extend(tops)

@@ -218,42 +218,43 @@ fail:
     return -1;
 }
 
-/* Attention of the n new queries of one layer against its cache. */
-static int attention(struct llm_session *s, int layer, int n, int dense_prefill, char *err, size_t err_size)
+/* The attention problem of n new queries of one layer against its cache:
+ * dense (the prompt alone, the first n rows of the cache) or over the cache
+ * of n_past + n keys (the queries being the last n). */
+static void attention_problem(const struct llm_session *s, int layer, int n, int n_past, int dense,
+                              struct flashcl_attention *attn, struct flashcl_kv_lengths *lengths, int *length)
 {
     const struct llm_config *c = &s->cfg;
+    const size_t rows = dense ? (size_t)n : (size_t)s->params.capacity;
+    memset(attn, 0, sizeof *attn);
+    memset(lengths, 0, sizeof *lengths);
+    attn->batch = 1;
+    attn->seq_q = n;
+    attn->seq_kv = (int)rows;
+    attn->heads_q = c->n_heads;
+    attn->heads_kv = c->n_heads_kv;
+    attn->head_dim = c->head_dim;
+    attn->mask = FLASHCL_MASK_CAUSAL;  /* bottom-right aligned: the queries are the last n keys */
+    attn->q = flashcl_tensor_bnhd(s->q, FLASHCL_F32, (size_t)n, (size_t)c->n_heads, (size_t)c->head_dim);
+    attn->o = flashcl_tensor_bnhd(s->attn, FLASHCL_F32, (size_t)n, (size_t)c->n_heads, (size_t)c->head_dim);
+    attn->k = flashcl_tensor_bnhd(s->k_cache[layer], FLASHCL_F32, rows, (size_t)c->n_heads_kv, (size_t)c->head_dim);
+    attn->v = flashcl_tensor_bnhd(s->v_cache[layer], FLASHCL_F32, rows, (size_t)c->n_heads_kv, (size_t)c->head_dim);
+    *length = n_past + n;
+    lengths->cache_seqlens = length;
+}
+
+/* Attention of the n new queries of one layer: flashcl_forward for a dense
+ * prefill, flashcl_forward_kv_cache (contiguous cache, one sequence) else. */
+static int attention(struct llm_session *s, int layer, int n, int dense_prefill, char *err, size_t err_size)
+{
     cl_event ev = NULL;
     struct flashcl_attention attn;
-    memset(&attn, 0, sizeof attn);
-    attn.batch = 1;
-    attn.seq_q = n;
-    attn.heads_q = c->n_heads;
-    attn.heads_kv = c->n_heads_kv;
-    attn.head_dim = c->head_dim;
-    attn.mask = FLASHCL_MASK_CAUSAL;
-    attn.q = flashcl_tensor_bnhd(s->q, FLASHCL_F32, (size_t)n, (size_t)c->n_heads, (size_t)c->head_dim);
-    attn.o = flashcl_tensor_bnhd(s->attn, FLASHCL_F32, (size_t)n, (size_t)c->n_heads, (size_t)c->head_dim);
-    flashcl_status st;
-    if (dense_prefill) {
-        /* The prompt alone: causal GQA over its own keys, the first n rows of the cache. */
-        attn.seq_kv = n;
-        attn.k = flashcl_tensor_bnhd(s->k_cache[layer], FLASHCL_F32, (size_t)n, (size_t)c->n_heads_kv, (size_t)c->head_dim);
-        attn.v = flashcl_tensor_bnhd(s->v_cache[layer], FLASHCL_F32, (size_t)n, (size_t)c->n_heads_kv, (size_t)c->head_dim);
-        st = flashcl_forward(s->fa, &attn, s->queue, 0, NULL, EVENT_OUT);
-    } else {
-        /* Decode or a prefill chunk: the n queries are the last n of the
-         * cache's n_past + n keys; the causal mask aligns to that end. */
-        const int length = s->n_past + n;
-        attn.seq_kv = s->params.capacity;
-        attn.k = flashcl_tensor_bnhd(s->k_cache[layer], FLASHCL_F32, (size_t)s->params.capacity, (size_t)c->n_heads_kv,
-                                     (size_t)c->head_dim);
-        attn.v = flashcl_tensor_bnhd(s->v_cache[layer], FLASHCL_F32, (size_t)s->params.capacity, (size_t)c->n_heads_kv,
-                                     (size_t)c->head_dim);
-        struct flashcl_kv_lengths lengths;
-        memset(&lengths, 0, sizeof lengths);
-        lengths.cache_seqlens = &length;
-        st = flashcl_forward_kv_cache(s->fa, &attn, &lengths, NULL, s->queue, 0, NULL, EVENT_OUT);
-    }
+    struct flashcl_kv_lengths lengths;
+    int length;
+    attention_problem(s, layer, n, s->n_past, dense_prefill, &attn, &lengths, &length);
+    const flashcl_status st = dense_prefill ? flashcl_forward(s->fa, &attn, s->queue, 0, NULL, EVENT_OUT)
+                                            : flashcl_forward_kv_cache(s->fa, &attn, &lengths, NULL, s->queue, 0, NULL,
+                                                                       EVENT_OUT);
     if (st != FLASHCL_SUCCESS)
         FAIL("flashcl (layer %d, %d queries, %d cached keys): %s: %s", layer, n, s->n_past, flashcl_status_name(st),
              flashcl_last_error());
@@ -261,6 +262,18 @@ static int attention(struct llm_session *s, int layer, int n, int dense_prefill,
     return 0;
 fail:
     return -1;
+}
+
+int llm_session_attention_config(struct llm_session *s, int n, int n_past, int dense, struct flashcl_tile *tile)
+{
+    struct flashcl_attention attn;
+    struct flashcl_kv_lengths lengths;
+    int length;
+    if (n < 1 || n > s->params.max_tokens || n_past < 0 || n_past + n > s->params.capacity || (dense && n_past))
+        return -1;
+    attention_problem(s, 0, n, n_past, dense, &attn, &lengths, &length);
+    return (dense ? flashcl_forward_config(s->fa, &attn, tile)
+                  : flashcl_forward_kv_cache_config(s->fa, &attn, &lengths, NULL, tile)) == FLASHCL_SUCCESS ? 0 : -1;
 }
 
 int llm_forward(struct llm_session *s, const int *tokens, int n, int logit_rows, float *logits, int dense_prefill,

@@ -38,6 +38,11 @@ void llm_session_free(struct llm_session **s);
 int llm_forward(struct llm_session *s, const int *tokens, int n, int logit_rows, float *logits, int dense_prefill,
                 char *err, size_t err_size);
 
+/* The flashcl kernel and tile a layer's attention of n queries after
+ * n_past cached keys runs (dense: flashcl_forward's, else
+ * flashcl_forward_kv_cache's, split-KV count included). 0, or -1. */
+int llm_session_attention_config(struct llm_session *s, int n, int n_past, int dense, struct flashcl_tile *tile);
+
 /* Empties the KV cache (a new sequence). */
 void llm_session_reset(struct llm_session *s);
 int llm_session_n_past(const struct llm_session *s);
