@@ -92,13 +92,14 @@ def main():
     ap.add_argument("model")
     ap.add_argument("reference")
     ap.add_argument("ours")
-    ap.add_argument("llama")
+    ap.add_argument("llama", nargs="+", help="full logits from make-reference.py --full-logits (one or more runs)")
     ap.add_argument("--f64-positions", type=int, default=24)
+    ap.add_argument("--f64-text", help="the forced text the f64 forward runs (default: the first)")
     args = ap.parse_args()
     seqs = forced_sequences(args.reference)
-    llama = np.load(args.llama)
+    runs = [(path, np.load(path)) for path in args.llama]
     ours_all = np.fromfile(args.ours, dtype=np.float32)
-    vocab = llama[seqs[0][0]].shape[1]
+    vocab = runs[0][1][seqs[0][0]].shape[1]
     at = 0
     ours = {}
     for name, ids in seqs:  # a dump cut by --max-positions holds the first rows only
@@ -107,27 +108,29 @@ def main():
             break
         ours[name] = ours_all[at:at + n * vocab].reshape(n, vocab)
         at += n * vocab
-    total = 0
-    agree = 0
-    for name, o in ours.items():
-        l = llama[name][:len(o)]
-        a = int((o.argmax(1) == l.argmax(1)).sum())
-        agree += a
-        total += len(o)
-        print("%s: %d positions, top-1 agreement %d; |ours - llama.cpp| over all %d logits: %s"
-              % (name, len(o), a, vocab, stats(o, l)))
-    print("all: %d positions, top-1 agreement %.2f%%" % (total, 100.0 * agree / total))
+    for path, llama in runs:
+        total = agree = 0
+        print("flashcl-llm against %s:" % path)
+        for name, o in ours.items():
+            l = llama[name][:len(o)]
+            a = int((o.argmax(1) == l.argmax(1)).sum())
+            agree += a
+            total += len(o)
+            print("  %s: %d positions, top-1 agreement %d; |ours - llama.cpp| over all %d logits: %s"
+                  % (name, len(o), a, vocab, stats(o, l)))
+        print("  all: %d positions, top-1 agreement %.2f%%" % (total, 100.0 * agree / total))
     if args.f64_positions > 0:
-        name, ids = seqs[0]
+        name, ids = next((n, i) for n, i in seqs if args.f64_text in (None, n))
         k = min(args.f64_positions, len(ours[name]))
         w, meta = load_weights(args.model)
         ref = forward_f64(w, meta, ids[:k])
-        print("float64 NumPy forward of the first %d positions of %s:" % (k, name))
-        print("  |flashcl-llm f32 - f64|: %s" % stats(ours[name][:k], ref))
-        print("  |llama.cpp - f64|:       %s" % stats(llama[name][:k], ref))
-        print("  top-1 vs f64: flashcl-llm %d/%d, llama.cpp %d/%d" % (
-            int((ours[name][:k].argmax(1) == ref.argmax(1)).sum()), k,
-            int((llama[name][:k].argmax(1) == ref.argmax(1)).sum()), k))
+        print("float64 NumPy forward of the first %d positions of %s, |logits - f64| over all %d, top-1 equal to f64's:"
+              % (k, name, vocab))
+        print("  flashcl-llm (f32): %s; top-1 %d/%d" % (stats(ours[name][:k], ref),
+                                                        int((ours[name][:k].argmax(1) == ref.argmax(1)).sum()), k))
+        for path, llama in runs:
+            print("  %s: %s; top-1 %d/%d" % (path, stats(llama[name][:k], ref),
+                                             int((llama[name][:k].argmax(1) == ref.argmax(1)).sum()), k))
 
 
 if __name__ == "__main__":
