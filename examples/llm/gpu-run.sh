@@ -4,13 +4,14 @@
 # calls: the 98 MB file exceeds one call's 64 MiB), builds, runs the full
 # reference check, times prefill and decode, compares one-pass and chunked
 # prefill of a ~7,500-token prompt, then times transformers' LlamaForCausalLM
-# (f16, SDPA) on the same GGUF weights. Logs go to $OUT (or /tmp/llm-gpu).
+# (f16, SDPA) on the same GGUF weights. Logs go to /tmp/llm-gpu, and as one
+# llm-gpu-logs.tgz into $OUT when it is set (the device tool returns 8 files at most).
 #
 #   examples/llm/gpu-run.sh stage                  copy the .model-parts/ parts present to /tmp
 #   examples/llm/gpu-run.sh [all|check|speed|long|torch]
 set -uo pipefail
 step="${1:-all}"
-out="${OUT:-/tmp/llm-gpu}"
+out=/tmp/llm-gpu
 mkdir -p "$out"
 model="${FLASHCL_LLM_MODEL:-/tmp/SmolLM2-135M-Instruct.Q4_1.gguf}"
 if [ "$step" = stage ]; then
@@ -68,3 +69,5 @@ if [ "$step" = all ] || [ "$step" = torch ]; then
     PYTHONUNBUFFERED=1 python3 examples/llm/bench-transformers.py "$model" --prompt "$short" --tokens 256 2>&1 | tee "$out/torch-short.txt"
     PYTHONUNBUFFERED=1 python3 examples/llm/bench-transformers.py "$model" --prompt-file "$long" --tokens 64 2>&1 | tee "$out/torch-long.txt"
 fi
+[ -n "${OUT:-}" ] && tar -czf "$OUT/llm-gpu-logs.tgz" -C /tmp llm-gpu
+exit 0
