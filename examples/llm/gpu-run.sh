@@ -4,16 +4,31 @@
 # calls: the 98 MB file exceeds one call's 64 MiB), builds, runs the full
 # reference check, times prefill and decode, compares one-pass and chunked
 # prefill of a ~7,500-token prompt, then times transformers' LlamaForCausalLM
-# (f16, SDPA) on the same GGUF weights. Logs go to $OUT (or /tmp/llm-gpu).
+# (f16, SDPA) on the same GGUF weights. Logs go to /tmp/llm-gpu, and as one
+# llm-gpu-logs.tgz into $OUT when it is set (the device tool returns 8 files at most).
 #
+#   examples/llm/gpu-run.sh stage                  copy the .model-parts/ parts present to /tmp
 #   examples/llm/gpu-run.sh [all|check|speed|long|torch]
 set -uo pipefail
 step="${1:-all}"
-out="${OUT:-/tmp/llm-gpu}"
+out=/tmp/llm-gpu
 mkdir -p "$out"
 model="${FLASHCL_LLM_MODEL:-/tmp/SmolLM2-135M-Instruct.Q4_1.gguf}"
+if [ "$step" = stage ]; then
+    cp -v .model-parts/SmolLM2.gguf.part-* .model-parts/SHA256 /tmp/ 2>/dev/null
+    ls -l /tmp/SmolLM2.gguf.part-* 2>/dev/null
+    exit 0
+fi
 if [ ! -f "$model" ]; then
-    cat .model-parts/SmolLM2.gguf.part-* > "$model" || exit 1
+    # Each part from .model-parts/ or, staged by an earlier call, from /tmp.
+    rm -f "$model.tmp"
+    for part in 00 01; do
+        f=.model-parts/SmolLM2.gguf.part-$part
+        [ -f "$f" ] || f=/tmp/SmolLM2.gguf.part-$part
+        [ -f "$f" ] || { echo "gpu-run.sh: part $part of the GGUF is neither in .model-parts/ nor in /tmp"; exit 1; }
+        cat "$f" >> "$model.tmp" || exit 1
+    done
+    mv "$model.tmp" "$model"
 fi
 want=$(cut -d' ' -f1 .model-parts/SHA256 2>/dev/null || echo b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53)
 [ "$(sha256sum "$model" | cut -d' ' -f1)" = "$want" ] || { echo "gpu-run.sh: $model is not the expected GGUF"; exit 1; }
@@ -54,3 +69,5 @@ if [ "$step" = all ] || [ "$step" = torch ]; then
     PYTHONUNBUFFERED=1 python3 examples/llm/bench-transformers.py "$model" --prompt "$short" --tokens 256 2>&1 | tee "$out/torch-short.txt"
     PYTHONUNBUFFERED=1 python3 examples/llm/bench-transformers.py "$model" --prompt-file "$long" --tokens 64 2>&1 | tee "$out/torch-long.txt"
 fi
+[ -n "${OUT:-}" ] && tar -czf "$OUT/llm-gpu-logs.tgz" -C /tmp llm-gpu
+exit 0
