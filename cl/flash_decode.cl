@@ -360,8 +360,8 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
         for (int r = 0; r < ROWS; r++) {
             float m_new = m[r];
 #pragma unroll
-            for (int part = 0; part < MAX_PARTS; part++)
-                m_new = fmax(m_new, row_part[r * MAX_PARTS + part]);
+            for (int mp = 0; mp < MAX_PARTS; mp++)
+                m_new = fmax(m_new, row_part[r * MAX_PARTS + mp]);
             /* A row that has seen no visible key keeps m = -inf: nothing to rescale, every p is 0. */
             const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
             alpha[r] = exp2(m[r] - m_ref);
