@@ -104,46 +104,6 @@ struct paged_call {
     struct flashcl_kv_pages pages;
 };
 
-static flashcl_status time_paged(struct bench_env *env, struct bench_buffers *b, struct paged_call *pc, int warmup,
-                                 int reps, double *median_ms, double *min_ms)
-{
-    double *ms = calloc((size_t)reps, sizeof(double));
-    if (!ms)
-        return FLASHCL_OUT_OF_HOST_MEMORY;
-    flashcl_status st = FLASHCL_SUCCESS;
-    for (int i = 0; st == FLASHCL_SUCCESS && i < warmup + reps; i++) {
-        cl_event marker = NULL, last = NULL;
-        st = (flashcl_status)clEnqueueMarkerWithWaitList(env->queue, 0, NULL, &marker);
-        if (st == FLASHCL_SUCCESS)
-            st = flashcl_forward_kv_cache(env->ctx, &b->attn, &pc->kv, &pc->pages, env->queue, 0, NULL, &last);
-        if (st == FLASHCL_SUCCESS)
-            st = (flashcl_status)clWaitForEvents(1, &last);
-        cl_ulong start = 0, end = 0;
-        if (st == FLASHCL_SUCCESS) {
-            clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof(start), &start, NULL);
-            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL);
-            if (i >= warmup)
-                ms[i - warmup] = (double)(end - start) * 1e-6;
-        }
-        if (marker)
-            clReleaseEvent(marker);
-        if (last)
-            clReleaseEvent(last);
-    }
-    if (st == FLASHCL_SUCCESS) {
-        for (int i = 1; i < reps; i++)  /* insertion sort: a few runs */
-            for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-                const double t = ms[j];
-                ms[j] = ms[j - 1];
-                ms[j - 1] = t;
-            }
-        *median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
-        *min_ms = ms[0];
-    }
-    free(ms);
-    return st;
-}
-
 flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
                             int page_size, int warmup, int reps, struct decode_result *r)
 {
@@ -204,6 +164,8 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
         pc.pages.pages_per_seq = pps;
         pc.pages.num_pages = n_pages;
         pc.pages.block_table_mem = pc.table;
+        b.kv_lengths = &pc.kv;
+        b.kv_pages = &pc.pages;
     }
     if (st == FLASHCL_SUCCESS)
         st = (flashcl_status)err;
@@ -227,11 +189,10 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
         if (st == FLASHCL_SUCCESS) {
             r->kernel = flashcl_variant_name(t.variant);
             r->splits = t.splits;
-            /* bench_time runs flashcl_forward on b.attn for the flash path's forward pass. */
+            /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged) on b.attn. */
             const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, dtype,
                                          FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
-            st = page_size ? time_paged(env, &b, &pc, warmup, reps, &r->median_ms, &r->min_ms)
-                           : bench_time(env, BENCH_FLASH, &b, &c, warmup, reps, &r->median_ms, &r->min_ms);
+            st = bench_time(env, BENCH_FLASH, &b, &c, warmup, reps, &r->median_ms, &r->min_ms);
         }
         if (st == FLASHCL_SUCCESS)
             st = (flashcl_status)clEnqueueReadBuffer(env->queue, b.o, CL_TRUE, 0, q_elems * esize, o, 0, NULL, NULL);

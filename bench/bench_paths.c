@@ -241,10 +241,15 @@ flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struc
     if (c->pass == BENCH_PASS_BACKWARD)
         return run_backward(env, path, b, event);
     const bool both = c->pass == BENCH_PASS_BOTH;
-    flashcl_status st = path == BENCH_STANDARD
-                            ? flashcl_standard_forward(env->ctx, &b->attn, b->workspace, env->queue, 0, NULL,
-                                                       both ? NULL : event)
-                            : flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, both ? NULL : event);
+    cl_event *forward_event = both ? NULL : event;
+    flashcl_status st;
+    if (path == BENCH_STANDARD)
+        st = flashcl_standard_forward(env->ctx, &b->attn, b->workspace, env->queue, 0, NULL, forward_event);
+    else if (b->kv_lengths)
+        st = flashcl_forward_kv_cache(env->ctx, &b->attn, b->kv_lengths, b->kv_pages, env->queue, 0, NULL,
+                                      forward_event);
+    else
+        st = flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, forward_event);
     /* In order: the backward starts when the forward is done. */
     if (st == FLASHCL_SUCCESS && both)
         st = run_backward(env, path, b, event);

@@ -48,6 +48,9 @@ struct bench_buffers {
     cl_mem bwd_workspace;        /* the path's backward workspace, while it is prepared */
     struct flashcl_attention attn;
     struct flashcl_attention_grad grad;
+    /* Set: the flash forward reads K and V as this KV cache (flashcl_forward_kv_cache); not owned. */
+    const struct flashcl_kv_lengths *kv_lengths;
+    const struct flashcl_kv_pages *kv_pages;
 };
 
 /* verbose: the library's DEBUG log (builds, compiler reports) to stderr. */

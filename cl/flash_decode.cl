@@ -94,16 +94,6 @@
 #define VARLEN_PAGES
 #endif
 
-#if SPLIT
-/* Element offset of (split, b, query head h, position) in cl/split.h's workspace
- * [split][batch][heads_q][rows][d + 1]; this grid's dimension 1 holds KV heads. */
-static inline ulong split_row(int split, int b, int h, int pos, int rows, int group)
-{
-    const ulong heads_q = get_num_groups(1) * (ulong)group, batch = get_num_groups(2);
-    return ((((ulong)split * batch + (ulong)b) * heads_q + (ulong)h) * (ulong)rows + (ulong)pos) * (HEAD_DIM + 1);
-}
-#endif
-
 /* Staged rows keep the storage's bits: floats, or the 16-bit halves of f16 / bf16. */
 #if DTYPE == 0
 typedef float raw_t;
@@ -432,7 +422,7 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
         const float l_row = row_part[r * MAX_PARTS];
         const float out = l_row > 0.0f ? acc_sum[idx] / l_row : 0.0f;
 #if SPLIT
-        part[split_row(split, b, h, pos, rows_grid, group) + c] = out;
+        part[split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group) + c] = out;
 #else
         STORE(o, o_off + (ulong)b * o_sb + (ulong)(start_q + pos) * o_ss + (ulong)h * o_sh + c, out);
 #endif
@@ -447,7 +437,7 @@ void flash_decode(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_
             const float l_row = row_part[r * MAX_PARTS];
             const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
 #if SPLIT
-            part[split_row(split, b, h, pos, rows_grid, group) + HEAD_DIM] = lse_row;
+            part[split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group) + HEAD_DIM] = lse_row;
 #else
             if (has_lse)
                 lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + pos) * l_ss] = lse_row;

@@ -217,7 +217,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
             const int col = tn + TN * c;
             if (col < HEAD_DIM) {
 #if SPLIT
-                part[split_part(split, b, h, row, rows_grid) + (ulong)col] = acc[r][c] * inv_l;
+                part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + (ulong)col] = acc[r][c] * inv_l;
 #else
                 STORE(o, o_base + (ulong)row * o_ss + col, acc[r][c] * inv_l);
 #endif
@@ -226,7 +226,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
         const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
 #if SPLIT
         if (tn == 0)
-            part[split_part(split, b, h, row, rows_grid) + HEAD_DIM] = lse_row;
+            part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + HEAD_DIM] = lse_row;
 #else
         if (has_lse && tn == 0)
             lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;

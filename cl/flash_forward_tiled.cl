@@ -269,7 +269,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
             if (D4 % 16 == 0 || c4 < D4) {
                 const float4 out = acc[i][c] * inv_l;
 #if SPLIT
-                vstore4(out, 0, part + split_part(split, b, h, row, rows_grid) + 4 * c4);
+                vstore4(out, 0, part + split_part(split, b, h, row, rows_grid, get_num_groups(1)) + 4 * c4);
 #else
                 STORE(o, dst + 4 * c4, out.x);
                 STORE(o, dst + 4 * c4 + 1, out.y);
@@ -281,7 +281,7 @@ void flash_forward_tiled(__global const storage_t *q, ulong q_off, ulong q_sb, u
         const float lse_row = l_row > 0.0f ? (m[i] + log2(l_row)) * M_LN2_F : -INFINITY;
 #if SPLIT
         if (tx == 0)
-            part[split_part(split, b, h, row, rows_grid) + HEAD_DIM] = lse_row;
+            part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + HEAD_DIM] = lse_row;
 #else
         if (has_lse && tx == 0)
             lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;

@@ -45,10 +45,12 @@ static inline void split_keys(int split, int n_splits, int *begin, int *end)
     *end = max(lo, min(*end, hi));
 }
 
-/* Element offset of (split, b, h, row) in the workspace: d + 1 floats a row. */
-static inline ulong split_part(int split, int b, int h, int row, int rows)
+/* Element offset of (split, b, query head h, row) in the workspace: d + 1
+ * floats a row; `heads` the query heads (grid dimension 1 holds them for the
+ * kernels with query blocks, KV heads x group for decode's). */
+static inline ulong split_part(int split, int b, int h, int row, int rows, ulong heads)
 {
-    const ulong heads = get_num_groups(1), batch = get_num_groups(2);
+    const ulong batch = get_num_groups(2);
     return ((((ulong)split * batch + (ulong)b) * heads + (ulong)h) * (ulong)rows + (ulong)row) * (HEAD_DIM + 1);
 }
 #else
