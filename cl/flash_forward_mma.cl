@@ -20,6 +20,9 @@
  *     online softmax on the S fragments (quad shuffles for row max / sum)
  *     O += P V      P repacked from the S accumulators, never stored
  * Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16" (g = lane/4, t = lane%4).
+ * Masks (causal, sliding windows: mask.h), packed varlen batches and KV
+ * caches, paged too (varlen.h), and split-KV partials (split.h) as the FMA
+ * kernels take them, so prefill chunks against a cache run here.
  * Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk index XORed
  * with (row % 8) so ldmatrix's eight row addresses hit distinct banks.
  */
@@ -74,6 +77,10 @@
 #error "DTYPE must be 1 (f16) or 2 (bf16)"
 #endif
 
+#include "storage.h"  /* the split-KV merge's stores */
+#include "mask.h"     /* before nv_mma.h: its softmax masks by mask_visible */
+#include "varlen.h"
+#include "split.h"
 #include "nv_mma.h"
 #include "block_order.h"
 
@@ -128,13 +135,36 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
     }
 }
 
+#if VARLEN == 3
+/* As load_tile for keys of a paged cache: row `key` of sequence b lives in
+ * its page (varlen.h's KV_ROW, which reads pages, page_size, pages_per_seq
+ * and num_pages by name); base is the head's offset in page 0. */
+static inline void load_paged_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong page_stride,
+                                   ulong row_stride, int first_row, int seq, int tid, int b,
+                                   __global const int *pages, int page_size, int pages_per_seq, int num_pages)
+{
+    for (int c = tid; c < rows * CHUNKS; c += WG) {
+        const int r = c / CHUNKS, ch = c % CHUNKS, key = first_row + r;
+        __local uint4 *dst = &tile[swizzle(r, ch)];
+        if (key < seq)
+            copy_async_16(local_address(dst), base + KV_ROW(key, page_stride, row_stride) + ch * 8);
+        else
+            *dst = (uint4)(0u);
+    }
+}
+#define LOAD_KEYS(tile, base, sb, ss, first, seq)                                                                    \
+    load_paged_tile(tile, BLOCK_N, base, sb, ss, first, seq, tid, b, pages, page_size, pages_per_seq, num_pages)
+#else
+#define LOAD_KEYS(tile, base, sb, ss, first, seq) load_tile(tile, BLOCK_N, base, ss, first, seq, tid)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
                        __global const ushort *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
                        __global const ushort *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
                        __global ushort *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                        __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
+                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
     __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
@@ -144,22 +174,40 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     int qb, h, b;
-    block_coordinates(CAUSAL, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+#if SPLIT
+    int split;
+    split_coordinates(WINDOW_RIGHT >= 0, n_splits, &qb, &split, &h, &b);
+#else
+    block_coordinates(WINDOW_RIGHT >= 0, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+#endif
+    const int rows_grid = seq_q;  /* the grid's rows (the longest sequence's, varlen) */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
+#if VARLEN
+    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
+    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
+#else
+    const int start_q = 0, start_k = 0;
+#endif
     const int diag = seq_kv - seq_q;
 
-    __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)h * q_sh;
-    __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
-    __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
+    __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    __global const ushort *v_base = v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
 
-    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
+    /* The keys this block's rows see; none for a block past its sequence's rows (varlen), which
+     * still reaches every barrier, as the whole group must, and stores nothing. */
+    int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
+    int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+#if SPLIT
+    split_keys(split, n_splits, &kv_begin, &kv_end);
+#endif
 
     /* Prologue: Q and the first K/V block into buffer 0. */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
-    if (kv_end > 0) {
-        load_tile(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
-        load_tile(v_tiles, BLOCK_N, v_base, v_ss, 0, seq_kv, tid);
+    if (kv_begin < kv_end) {
+        LOAD_KEYS(k_tiles, k_base, k_sb, k_ss, kv_begin, seq_kv);
+        LOAD_KEYS(v_tiles, v_base, v_sb, v_ss, kv_begin, seq_kv);
     }
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
@@ -186,15 +234,15 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 
-    for (int kb = 0, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         /* Block kb has landed for this thread; the barrier makes it visible to
          * all, and tells that every warp is done with the other buffer (the
          * previous block), which the next block then streams into. */
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
-            load_tile(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
-            load_tile(v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
+            LOAD_KEYS(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, k_base, k_sb, k_ss, kb + BLOCK_N, seq_kv);
+            LOAD_KEYS(v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_base, v_sb, v_ss, kb + BLOCK_N, seq_kv);
         }
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
@@ -235,10 +283,14 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
             }
         }
 
-        /* Online softmax on the fragments, in base 2. Masks only where needed. */
+        /* Online softmax on the fragments, in base 2. Masks only where some key of the block may be
+         * absent or hidden from some row of this warp. */
         bool edge = kb + BLOCK_N > seq_kv;
-#if CAUSAL
-        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag;
+#if WINDOW_RIGHT >= 0
+        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag + WINDOW_RIGHT;
+#endif
+#if WINDOW_LEFT >= 0
+        edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
 #endif
         uint pf[M_TILES][BLOCK_N / 16][4];
 #pragma unroll
@@ -273,7 +325,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     }
     COPY_ASYNC_WAIT(0);
 
-    __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)h * o_sh;
+    __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++) {
 #pragma unroll
@@ -284,12 +336,24 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;
+#if SPLIT
+            /* This split's partial, normalised over its own keys, and its LSE (cl/split.h). */
+            __global float *dst = part + split_part(split, b, h, row, rows_grid, get_num_groups(1));
+#pragma unroll
+            for (int n = 0; n < O_TILES; n++)
+                vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + 8 * n + 2 * t);
+            if (t == 0)
+                dst[HEAD_DIM] = lse_row;
+#else
             __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
 #pragma unroll
             for (int n = 0; n < O_TILES; n++)
                 dst[n * 4] = pack_pair(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
             if (has_lse && t == 0)
-                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] = lse_row;
+                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
+#endif
         }
     }
 }
+
+#include "split_combine.h"

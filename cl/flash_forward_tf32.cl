@@ -70,6 +70,11 @@
 #error "PASSES must be 1 or 3"
 #endif
 
+#define DTYPE 0       /* f32 storage: the split-KV merge's stores */
+#include "storage.h"
+#include "mask.h"     /* causal, sliding windows */
+#include "varlen.h"   /* packed batches, KV caches (paged too) */
+#include "split.h"    /* split-KV partials */
 #include "nv_mma.h"
 #include "block_order.h"
 
@@ -97,7 +102,7 @@ typedef struct {
 #endif
 } operand;
 
-static inline operand split(float x)
+static inline operand to_operand(float x)
 {
     operand o;
     o.big = to_tf32(x);
@@ -135,13 +140,37 @@ static inline void load_tile(__local float *tile, int pitch, int rows, __global 
     }
 }
 
+#if VARLEN == 3
+/* As load_tile for keys of a paged cache: row `key` of sequence b lives in
+ * its page (varlen.h's KV_ROW, which reads pages, page_size, pages_per_seq
+ * and num_pages by name); base is the head's offset in page 0. */
+static inline void load_paged_tile(__local float *tile, int pitch, int rows, __global const float *base,
+                                   ulong page_stride, ulong row_stride, int first_row, int seq, int tid, int b,
+                                   __global const int *pages, int page_size, int pages_per_seq, int num_pages)
+{
+    for (int c = tid; c < rows * CHUNKS; c += WG) {
+        const int r = c / CHUNKS, ch = c % CHUNKS, key = first_row + r;
+        __local float *dst = tile + r * pitch + ch * 4;
+        if (key < seq)
+            copy_async_16(local_address(dst), base + KV_ROW(key, page_stride, row_stride) + ch * 4);
+        else
+            *(__local float4 *)dst = (float4)(0.0f);
+    }
+}
+#define LOAD_KEYS(tile, pitch, base, sb, ss, first, seq)                                                             \
+    load_paged_tile(tile, pitch, BLOCK_N, base, sb, ss, first, seq, tid, b, pages, page_size, pages_per_seq,       \
+                    num_pages)
+#else
+#define LOAD_KEYS(tile, pitch, base, sb, ss, first, seq) load_tile(tile, pitch, BLOCK_N, base, ss, first, seq, tid)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
                         __global const float *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
                         __global const float *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
                         __global float *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                         __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2)
+                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local float q_tile[BLOCK_M * PITCH_QK] __attribute__((aligned(16)));
     __local float k_tile[BLOCK_N * PITCH_QK] __attribute__((aligned(16)));
@@ -151,20 +180,38 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     int qb, h, b;
-    block_coordinates(CAUSAL, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+#if SPLIT
+    int split;
+    split_coordinates(WINDOW_RIGHT >= 0, n_splits, &qb, &split, &h, &b);
+#else
+    block_coordinates(WINDOW_RIGHT >= 0, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+#endif
+    const int rows_grid = seq_q;  /* the grid's rows (the longest sequence's, varlen) */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
+#if VARLEN
+    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
+    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
+#else
+    const int start_q = 0, start_k = 0;
+#endif
     const int diag = seq_kv - seq_q;
 
-    __global const float *q_base = q + q_off + (ulong)b * q_sb + (ulong)h * q_sh;
-    __global const float *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
-    __global const float *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    __global const float *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
+    __global const float *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    __global const float *v_base = v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
 
-    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
+    /* The keys this block's rows see; none for a block past its sequence's rows (varlen), which
+     * still reaches every barrier, as the whole group must, and stores nothing. */
+    int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
+    int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+#if SPLIT
+    split_keys(split, n_splits, &kv_begin, &kv_end);
+#endif
 
     load_tile(q_tile, PITCH_QK, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
-    if (kv_end > 0)
-        load_tile(k_tile, PITCH_QK, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
+    if (kv_begin < kv_end)
+        LOAD_KEYS(k_tile, PITCH_QK, k_base, k_sb, k_ss, kv_begin, seq_kv);
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -184,11 +231,11 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
     /* Two barriers per block, one buffer each for K and V (a second would
      * cost this kernel its second work-group per SM at d = 128): V of this
      * block loads during S = QKᵀ and the softmax, K of the next during P·V. */
-    for (int kb = 0; kb < kv_end; kb += BLOCK_N) {
+    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N) {
         /* K of this block is in (prologue or the previous block's P·V phase),
          * and every warp is done with the previous block's V. */
         barrier(CLK_LOCAL_MEM_FENCE);
-        load_tile(v_tile, PITCH_V, BLOCK_N, v_base, v_ss, kb, seq_kv, tid);
+        LOAD_KEYS(v_tile, PITCH_V, v_base, v_sb, v_ss, kb, seq_kv);
         copy_async_commit();
 
         float s[M_TILES][S_TILES][4];
@@ -206,23 +253,27 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
                 const int row = warp * WARP_ROWS + 16 * mt + g;
                 const float2 upper = vload2(0, q_tile + row * PITCH_QK + col);
                 const float2 lower = vload2(0, q_tile + (row + 8) * PITCH_QK + col);
-                qa[mt][0] = split(upper.x);
-                qa[mt][1] = split(lower.x);
-                qa[mt][2] = split(upper.y);
-                qa[mt][3] = split(lower.y);
+                qa[mt][0] = to_operand(upper.x);
+                qa[mt][1] = to_operand(lower.x);
+                qa[mt][2] = to_operand(upper.y);
+                qa[mt][3] = to_operand(lower.y);
             }
 #pragma unroll
             for (int n = 0; n < S_TILES; n++) {
                 const float2 kv = vload2(0, k_tile + (n * 8 + g) * PITCH_QK + col);
-                const operand b0 = split(kv.x), b1 = split(kv.y);
+                const operand b0 = to_operand(kv.x), b1 = to_operand(kv.y);
 #pragma unroll
                 for (int mt = 0; mt < M_TILES; mt++)
                     mma_split(s[mt][n], qa[mt], b0, b1);
             }
         }
+        /* Masks only where some key of the block may be absent or hidden from some row of this warp. */
         bool edge = kb + BLOCK_N > seq_kv;
-#if CAUSAL
-        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag;
+#if WINDOW_RIGHT >= 0
+        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag + WINDOW_RIGHT;
+#endif
+#if WINDOW_LEFT >= 0
+        edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
 #endif
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
@@ -232,22 +283,22 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
         COPY_ASYNC_WAIT(0);  /* V has landed */
         barrier(CLK_LOCAL_MEM_FENCE);  /* ... for every warp, and every warp is done with k_tile */
         if (kb + BLOCK_N < kv_end)
-            load_tile(k_tile, PITCH_QK, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+            LOAD_KEYS(k_tile, PITCH_QK, k_base, k_sb, k_ss, kb + BLOCK_N, seq_kv);
         copy_async_commit();
 #pragma unroll
         for (int kc = 0; kc < S_TILES; kc++) {
             operand pa[M_TILES][4];
 #pragma unroll
             for (int mt = 0; mt < M_TILES; mt++) {
-                pa[mt][0] = split(s[mt][kc][0]);
-                pa[mt][1] = split(s[mt][kc][2]);
-                pa[mt][2] = split(s[mt][kc][1]);
-                pa[mt][3] = split(s[mt][kc][3]);
+                pa[mt][0] = to_operand(s[mt][kc][0]);
+                pa[mt][1] = to_operand(s[mt][kc][2]);
+                pa[mt][2] = to_operand(s[mt][kc][1]);
+                pa[mt][3] = to_operand(s[mt][kc][3]);
             }
             __local const float *v_rows = v_tile + (kc * 8 + 2 * t) * PITCH_V + g;
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
-                const operand b0 = split(v_rows[n * 8]), b1 = split(v_rows[PITCH_V + n * 8]);
+                const operand b0 = to_operand(v_rows[n * 8]), b1 = to_operand(v_rows[PITCH_V + n * 8]);
 #pragma unroll
                 for (int mt = 0; mt < M_TILES; mt++)
                     mma_split(acc[mt][n], pa[mt], b0, b1);
@@ -257,7 +308,7 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
     }
     COPY_ASYNC_WAIT(0);
 
-    __global float *o_base = o + o_off + (ulong)b * o_sb + (ulong)h * o_sh;
+    __global float *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++) {
 #pragma unroll
@@ -267,12 +318,24 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;
+#if SPLIT
+            /* This split's partial, normalised over its own keys, and its LSE (cl/split.h). */
+            __global float *dst = part + split_part(split, b, h, row, rows_grid, get_num_groups(1)) + 2 * t;
+#else
             __global float *dst = o_base + (ulong)row * o_ss + 2 * t;
+#endif
 #pragma unroll
             for (int n = 0; n < O_TILES; n++)
                 vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + n * 8);
+#if SPLIT
+            if (t == 0)
+                dst[HEAD_DIM] = lse_row;
+#else
             if (has_lse && t == 0)
-                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss] = lse_row;
+                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
+#endif
         }
     }
 }
+
+#include "split_combine.h"

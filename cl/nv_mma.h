@@ -4,7 +4,7 @@
  * online softmax on m16n8 accumulator fragments.
  *
  * The includer defines S_TILES (8-key n-tiles of S per warp) and O_TILES
- * (8-column n-tiles of O) and, for causal masking, CAUSAL. Fragment layout
+ * (8-column n-tiles of O) and its mask (CAUSAL or the windows of mask.h). Fragment layout
  * of an m16n8 f32 accumulator (g = lane/4, t = lane%4): c0, c1 = C[g][2t..2t+1],
  * c2, c3 = C[g+8][2t..2t+1] (PTX ISA, "Matrix fragments for mma.m16n8k16").
  */
@@ -12,6 +12,7 @@
 #define FLASHCL_NV_MMA_H
 
 #include "nv_async.h"  /* local_address, cp.async */
+#include "mask.h"      /* which keys a row sees */
 
 static inline float quad_xor(float v, int mask)
 {
@@ -41,7 +42,7 @@ static inline float quad_xor(float v, int mask)
  * row0 + 8 of this thread, keys kb + 8n + 2t + {0,1}) into the running max
  * m (of scale·s, in base 2), the per-thread partial sum l and the
  * accumulator acc; on return s holds the unnormalised probabilities P.
- * `edge`: some key of this block may be absent or (causal) hidden from some
+ * `edge`: some key of this block may be absent or (masked) hidden from some
  * row of the tile, so masks are applied; elsewhere none is computed.
  */
 static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
@@ -54,8 +55,8 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
             for (int e = 0; e < 4; e++) {
                 const int key = kb + n * 8 + 2 * t + (e & 1);
                 bool visible = key < seq_kv;
-#if CAUSAL
-                visible = visible && key <= row0 + 8 * (e >> 1) + diag;
+#if MASKED
+                visible = visible && mask_visible(row0 + 8 * (e >> 1), key, diag);
 #endif
                 s[n][e] = visible ? s[n][e] : HIDDEN;
             }

@@ -330,9 +330,8 @@ struct flashcl_attention {
     enum flashcl_mask mask;
 
     /* FLASHCL_MASK_WINDOW only (else 0): keys seen left and right of the
-     * row's diagonal, -1 for no limit on that side. The tensor-core forward
-     * kernels do not run windows yet: such calls run on the FMA kernels
-     * (flashcl_forward_config says which). */
+     * row's diagonal, -1 for no limit on that side. Every forward kernel
+     * takes windows (key blocks wholly outside one are skipped). */
     int window_left, window_right;
 
     /* Zero. Room for fields of later versions (sequence offsets, page
@@ -392,9 +391,10 @@ struct flashcl_varlen {
  * key lengths (the grid is sized for them), q, k, v, o views of the packed
  * tensors (stride_seq and stride_head are used, stride_batch is not), lse
  * (optional) f32 [heads_q, total_q] (stride_head and stride_seq), mask,
- * scale and precision as for flashcl_forward. Runs on the FMA kernels for
- * now (flashcl_forward_varlen_config says which). Validation as strict as
- * flashcl_forward's; a rejected call enqueues nothing. */
+ * scale and precision as for flashcl_forward, on the same kernels (the
+ * tensor-core ones included; flashcl_forward_varlen_config says which).
+ * Validation as strict as flashcl_forward's; a rejected call enqueues
+ * nothing. */
 FLASHCL_API flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                   const struct flashcl_varlen *varlen, cl_command_queue queue,
                                                   cl_uint num_wait_events, const cl_event *wait_list,
@@ -437,8 +437,8 @@ struct flashcl_kv_pages {
 };
 
 /* Enqueues attention against a KV cache of per-sequence lengths, contiguous
- * (pages NULL) or paged; otherwise as flashcl_forward (FMA kernels for now:
- * flashcl_forward_kv_cache_config says which). */
+ * (pages NULL) or paged; otherwise as flashcl_forward, on the same kernels
+ * (flashcl_forward_kv_cache_config says which). */
 FLASHCL_API flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                     const struct flashcl_kv_lengths *lengths,
                                                     const struct flashcl_kv_pages *pages, cl_command_queue queue,

@@ -175,9 +175,11 @@ static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel
 static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                         float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d -DNEGATIVE_SCALE=%d -DDTYPE=%d",
-             p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->mask == FLASHCL_MASK_CAUSAL, scale_log2 < 0.0f,
-             fcl_dtype_define(p->dtype));
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d " WINDOW_OPTIONS " -DNEGATIVE_SCALE=%d -DDTYPE=%d "
+             "-DVARLEN=%d",
+             p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->window_left, p->window_right, scale_log2 < 0.0f,
+             fcl_dtype_define(p->dtype), p->varlen);
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
@@ -191,9 +193,11 @@ static size_t tf32_local_bytes(const struct device_desc *dev, const struct kerne
 static void tf32_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                          float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d -DCAUSAL=%d -DNEGATIVE_SCALE=%d -DPASSES=%d",
-             p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->mask == FLASHCL_MASK_CAUSAL, scale_log2 < 0.0f,
-             p->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1);
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d " WINDOW_OPTIONS " -DNEGATIVE_SCALE=%d -DPASSES=%d "
+             "-DVARLEN=%d",
+             p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->window_left, p->window_right, scale_log2 < 0.0f,
+             p->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1, p->varlen);
 }
 
 /* ---- backward: cl/flash_backward.cl, D, then dK/dV per K/V block, then dQ per Q block ---- */
@@ -475,7 +479,9 @@ const struct kernel_info fcl_kernels[] = {
         .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
-        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .masks = ALL_MASKS,
+        .varlen = true,
+        .combine = "flash_forward_combine",
         .head_dim_step = 16, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
         .axes = {MMA_AXES},
@@ -487,7 +493,9 @@ const struct kernel_info fcl_kernels[] = {
         .name = "tf32", .variant = FLASHCL_VARIANT_TF32, .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_tf32, .entry = "flash_forward_tf32",
         .dtypes = DTYPE_BIT(FLASHCL_F32),
-        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .masks = ALL_MASKS,
+        .varlen = true,
+        .combine = "flash_forward_combine",
         .f32_precisions = PRECISION_BIT(FLASHCL_PRECISION_TF32) | PRECISION_BIT(FLASHCL_PRECISION_TF32X3),
         .head_dim_step = 8, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,

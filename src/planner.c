@@ -109,16 +109,20 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
     return false;
 }
 
-/* Split-KV where the grid cannot fill the device: about four work-groups per
- * compute unit, each split at least two key blocks; forced by kernel_options'
+/* Split-KV where the grid cannot fill the device; forced by kernel_options'
  * "splits". Only forward calls; 1 where the problem is unknown (tiles).
- * Kernels whose work-group holds a KV head's rows (decode) count the
- * work-groups a compute unit holds at once (by local memory) and take the
- * fewest splits that fill whole waves of them: 8 sequences x 8 KV heads on
- * 132 units of 3 work-groups run 6 splits (384 of 396), not 9 (576: a
- * second wave a third full). */
+ * Each split takes at least two key blocks.
+ * The FMA kernels aim at about four work-groups per compute unit. The
+ * kernels of large work-groups (decode, whose work-group holds a KV head's
+ * rows, and the tensor-core ones) count the work-groups a compute unit holds
+ * at once (by local memory) and take the fewest splits that fill whole waves
+ * of them, since each split pays its first block and its merge however few
+ * keys it has: 8 sequences x 8 KV heads on 132 units of 3 decode work-groups
+ * run 6 splits (384 of 396), not 9 (576: a second wave a third full); a
+ * 512-query prefill chunk of 32 heads (128 tensor-core work-groups, 264
+ * slots) runs 2. */
 static int choose_splits(const struct device_desc *dev, const struct kernel_override *ov, const struct problem *p,
-                         bool k_packs_group, int block_m, int block_n, size_t local_bytes)
+                         const struct kernel_info *k, int block_m, int block_n, size_t local_bytes)
 {
     if (p->op != OP_FORWARD || p->batch < 1)
         return 1;
@@ -127,15 +131,15 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
         return (int)(ov->splits < key_blocks ? ov->splits : key_blocks > 0 ? key_blocks : 1);
     const long long units = dev->compute_units > 0 ? dev->compute_units : 1;
     const long long most = key_blocks / 2 < FCL_MAX_SPLITS ? key_blocks / 2 : FCL_MAX_SPLITS;
-    if (k_packs_group) {
-        const long long groups = (long long)p->batch * p->heads_kv;
+    const long long groups = k->packs_group ? (long long)p->batch * p->heads_kv
+                                            : (long long)p->batch * p->heads_q * (((long long)p->seq_q + block_m - 1) / block_m);
+    if (k->packs_group || (k->needs & NEEDS_TENSOR_CORES)) {
         long long per_unit = (long long)(dev->usable_local / (local_bytes + 1024));
         per_unit = per_unit < 1 ? 1 : per_unit > 8 ? 8 : per_unit;
         const long long slots = units * per_unit;
         if (groups >= 4 * slots)
             return 1;
-        /* The fewest splits that fill 90% of the waves they make (each split's first block and its
-         * merge cost the same however few keys it has); else the best filling. */
+        /* The fewest splits that fill 90% of the waves they make; else the best filling. */
         long long best = 1;
         double best_fill = 0.0;
         for (long long s = 1; s <= (most > 1 ? most : 1); s++) {
@@ -150,7 +154,6 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
         }
         return (int)best;
     }
-    const long long groups = (long long)p->batch * p->heads_q * (((long long)p->seq_q + block_m - 1) / block_m);
     const long long target = 4LL * units;
     if (groups >= target)
         return 1;
@@ -187,7 +190,7 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p);
     if (k->packs_group)
         out->block_m = p->seq_q;  /* every query position of the KV head's group */
-    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, k->packs_group, out->block_m,
+    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, k, out->block_m,
                                              out->block_n, out->local_bytes) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);

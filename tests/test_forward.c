@@ -130,10 +130,11 @@ START_TEST(windows)
 }
 END_TEST
 
-/* Where the tensor cores exist (assumed here: nothing is launched), a window
- * call still plans an FMA kernel, which computes any window; the same call
- * causal plans the tensor-core kernel. */
-START_TEST(window_skips_tensor_core_kernels)
+/* Where the tensor cores exist (assumed here: nothing is launched), causal
+ * and window calls of 16-byte rows plan the tensor-core kernels (f16, and
+ * f32 that allows TF32); an f32 window call that asks for exact f32, an FMA
+ * kernel. */
+START_TEST(window_plans_tensor_core_kernels)
 {
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
@@ -142,7 +143,7 @@ START_TEST(window_skips_tensor_core_kernels)
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_compute_capability = 90};
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
-    cl_mem buf = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 2 * 64 * 2, NULL, NULL);
+    cl_mem buf = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 2 * 64 * 4, NULL, NULL);
     ck_assert_ptr_nonnull(buf);
     struct flashcl_attention a = {0};
     a.batch = 1;
@@ -160,7 +161,15 @@ START_TEST(window_skips_tensor_core_kernels)
     a.window_left = 16;
     a.window_right = 0;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    a.q = a.k = a.v = flashcl_tensor_bnhd(buf, F32, 64, 2, 64);
+    a.o = a.q;
+    a.o.offset = 64 * 2 * 64 * 4;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    a.precision = FLASHCL_PRECISION_TF32;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TF32);
     clReleaseMemObject(buf);
     flashcl_context_destroy(&ctx);
 }
@@ -505,7 +514,7 @@ int main(void)
     tcase_add_test(tc, tensor_core_failure_falls_back);
     tcase_add_test(tc, build_failure_falls_back_or_reports);
     tcase_add_loop_test(tc, windows, 0, COUNT(window_cases));
-    tcase_add_test(tc, window_skips_tensor_core_kernels);
+    tcase_add_test(tc, window_plans_tensor_core_kernels);
     tcase_add_loop_test(tc, split_kv_forced, 0, COUNT(split_cases));
     suite_add_tcase(s, tc);
     return test_run_suite(s);

@@ -33,6 +33,9 @@ static const struct test_case tensor_core_cases[] = {
     {1, 300, 100, 2, 2, 128, BF16, 1, 0, LAYOUT_FUSED_QKV, 0},
     {1, 150, 200, 2, 2, 64, F16, 1, -0.2f, LAYOUT_BNHD, 1},  /* negative scale: the row max is */
     {1, 200, 200, 2, 1, 128, BF16, 0, -0.1f, LAYOUT_BNHD, 1}, /* at the smallest raw score */
+    {2, 300, 300, 4, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 40, 0},    /* sliding window */
+    {1, 150, 330, 2, 2, 128, BF16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 64, 16},  /* window both sides, Nq < Nk */
+    {1, 257, 100, 2, 1, 64, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, -1, 20},    /* right window only, Nq > Nk */
 };
 
 /* f32 calls that allow TF32 (or 3xTF32): the TF32 kernel (d a multiple of
@@ -53,16 +56,19 @@ static const struct test_case tf32_cases[] = {
     {2, 150, 150, 4, 1, 64, F32, 1, 0, LAYOUT_BNHD, 1, 0, TF32X3},  /* MQA */
     {1, 300, 100, 2, 2, 128, F32, 1, 0, LAYOUT_FUSED_QKV, 0, 0, TF32},
     {1, 150, 200, 2, 2, 64, F32, 1, -0.2f, LAYOUT_BNHD, 1, 0, TF32X3},  /* negative scale */
+    {2, 300, 300, 4, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1, 0, TF32, 1, 40, 0},    /* sliding window */
+    {1, 150, 330, 2, 2, 128, F32, 0, 0, LAYOUT_BHND, 1, 0, TF32X3, 1, 64, 16},
 };
 
-/* Runs a case that qualifies for a tensor-core kernel: `expected` must run
- * (the decode kernel, which would take the one-query cases first, off). */
-static void run_tensor_core_case(const struct test_case *c, uint64_t seed, const char *label,
+/* Runs a case that qualifies for a tensor-core kernel on a context of these
+ * kernel options: `expected` must run (the decode kernel, which would take
+ * the one-query cases first, off). */
+static void run_tensor_core_case(const char *options, const struct test_case *c, uint64_t seed, const char *label,
                                  enum flashcl_variant expected)
 {
     struct case_result r;
     rng_seed(seed);
-    test_run_case(test_context_with_options("decode:off"), c, &r);
+    test_run_case(test_context_with_options(options), c, &r);
     printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), label,
            r.max_abs_err, r.rel_l2_err, r.max_lse_err);
     ck_assert_int_eq(r.variant, expected);
@@ -72,7 +78,7 @@ START_TEST(tf32)
 {
     char label[32];
     snprintf(label, sizeof(label), "%s case %2d", tf32_cases[_i].precision == TF32 ? "tf32  " : "tf32x3", _i);
-    run_tensor_core_case(&tf32_cases[_i], (uint64_t)_i + 200, label, FLASHCL_VARIANT_TF32);
+    run_tensor_core_case("decode:off", &tf32_cases[_i], (uint64_t)_i + 200, label, FLASHCL_VARIANT_TF32);
 }
 END_TEST
 
@@ -80,7 +86,27 @@ START_TEST(tensor_core)
 {
     char label[32];
     snprintf(label, sizeof(label), "tensor-core case %2d", _i);
-    run_tensor_core_case(&tensor_core_cases[_i], (uint64_t)_i + 100, label, FLASHCL_VARIANT_TENSOR_CORE);
+    run_tensor_core_case("decode:off", &tensor_core_cases[_i], (uint64_t)_i + 100, label, FLASHCL_VARIANT_TENSOR_CORE);
+}
+END_TEST
+
+START_TEST(tf32_split)
+{
+    char label[32];
+    snprintf(label, sizeof(label), "tf32 split 3 case %2d", _i);
+    run_tensor_core_case("decode:off;tf32:block_n=16,splits=3", &tf32_cases[_i], (uint64_t)_i + 250, label,
+                         FLASHCL_VARIANT_TF32);
+}
+END_TEST
+
+/* The same cases split over the keys (three partials merged by their LSE; fewer where a query block
+ * sees fewer key blocks), with 16-key blocks so the splits cut mid-sequence. */
+START_TEST(tensor_core_split)
+{
+    char label[32];
+    snprintf(label, sizeof(label), "split 3 case %2d", _i);
+    run_tensor_core_case("decode:off;tensor-core:block_n=16,splits=3", &tensor_core_cases[_i], (uint64_t)_i + 150,
+                         label, FLASHCL_VARIANT_TENSOR_CORE);
 }
 END_TEST
 
@@ -210,6 +236,8 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, tf32, 0, COUNT(tf32_cases));
     tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
+    tcase_add_loop_test(tc, tensor_core_split, 0, COUNT(tensor_core_cases));
+    tcase_add_loop_test(tc, tf32_split, 0, COUNT(tf32_cases));
     suite_add_tcase(s, tc);
     TCase *bw = tcase_create("backward");
     tcase_set_timeout(bw, 600);

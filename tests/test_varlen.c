@@ -25,6 +25,7 @@ struct vl_case {
     enum flashcl_mask mask;
     int window_left, window_right;
     int device_offsets;  /* cu_seqlens as cl_mem instead of host arrays */
+    enum flashcl_precision precision;  /* f32: what the call allows (EXACT by default) */
 };
 
 /* The packed problem on the device, its host images, and the call's structs. */
@@ -103,6 +104,7 @@ static void packed_create(struct packed *p, const struct vl_case *c, uint64_t se
     a->mask = c->mask;
     a->window_left = c->mask == FLASHCL_MASK_WINDOW ? c->window_left : 0;
     a->window_right = c->mask == FLASHCL_MASK_WINDOW ? c->window_right : 0;
+    a->precision = c->precision;
 
     p->vl.total_q = p->total_q;
     p->vl.total_k = p->total_k;
@@ -147,7 +149,7 @@ static void packed_check(const struct packed *p, enum flashcl_variant variant, d
     unsigned char *o = read_all(p->o_mem, &o_bytes), *lse = read_all(p->lse_mem, &lse_bytes);
     const unsigned char *o_rows = o + p->row_q * p->esize;
     double atol, rtol, lse_tol;
-    test_tolerance(c->dtype, variant, FLASHCL_PRECISION_EXACT, &atol, &rtol, &lse_tol);
+    test_tolerance(c->dtype, variant, c->precision, &atol, &rtol, &lse_tol);
     const double scale = 1.0 / sqrt((double)d);
     int left = -1, right = c->mask == FLASHCL_MASK_CAUSAL ? 0 : -1;
     if (c->mask == FLASHCL_MASK_WINDOW) {
@@ -207,7 +209,8 @@ static void packed_check(const struct packed *p, enum flashcl_variant variant, d
     free(lse);
 }
 
-static void run(flashcl_context *ctx, const struct vl_case *c, uint64_t seed, const char *what)
+/* Runs a case on ctx (NULL: the shared one), checks it, and says which kernel ran. */
+static enum flashcl_variant run(flashcl_context *ctx, const struct vl_case *c, uint64_t seed, const char *what)
 {
     struct test_env *e = test_env_get();
     if (!ctx)
@@ -225,6 +228,7 @@ static void run(flashcl_context *ctx, const struct vl_case *c, uint64_t seed, co
     printf("%-14s %-22s batch %d total %d/%d d=%d dtype=%d mask=%d: max|err| %.2e\n", flashcl_variant_name(t.variant),
            what, c->batch, p.total_q, p.total_k, c->head_dim, (int)c->dtype, (int)c->mask, max_err);
     packed_free(&p);
+    return t.variant;
 }
 
 static const struct vl_case cases[] = {
@@ -356,9 +360,10 @@ START_TEST(bad_device_offsets_stay_inside)
 }
 END_TEST
 
-/* Tensor-core kernels do not take varlen batches yet: where they exist
- * (assumed here; nothing launched), a varlen f16 call plans an FMA kernel. */
-START_TEST(varlen_plans_fma_kernels)
+/* Where tensor cores exist (assumed here; nothing launched), a varlen f16
+ * call of 16-byte rows and a head dim they take plans the tensor-core
+ * kernel; a head dim they do not take, an FMA kernel. */
+START_TEST(varlen_plans_tensor_cores)
 {
     struct test_env *e = test_env_get();
     struct flashcl_context_params params = {0};
@@ -368,8 +373,12 @@ START_TEST(varlen_plans_fma_kernels)
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
     struct packed p;
-    packed_create(&p, &cases[1], 13);
+    packed_create(&p, &cases[1], 13);  /* f16, d = 64, causal */
     struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_varlen_config(ctx, &p.attn, &p.vl, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    packed_free(&p);
+    packed_create(&p, &cases[2], 13);  /* bf16, d = 24 */
     ck_assert_flashcl_ok(flashcl_forward_varlen_config(ctx, &p.attn, &p.vl, &t));
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
     packed_free(&p);
@@ -389,6 +398,7 @@ struct kv_case {
     int device_lengths;
     int page_size;   /* 0: contiguous; else a paged pool, pages shuffled */
     int host_table;  /* the block table from the host (else a device buffer) */
+    enum flashcl_precision precision;
 };
 
 static const struct kv_case kv_cases[] = {
@@ -407,7 +417,7 @@ static int gcd(int a, int b)
 
 /* Runs a KV-cache case on ctx (NULL: the shared one; garbage device lengths
  * when `garbage`) and checks it; O has a guard batch on each side. */
-static void run_kv(flashcl_context *ctx, const struct kv_case *c, uint64_t seed, bool garbage)
+static enum flashcl_variant run_kv(flashcl_context *ctx, const struct kv_case *c, uint64_t seed, bool garbage)
 {
     struct test_env *e = test_env_get();
     rng_seed(seed);
@@ -479,6 +489,7 @@ static void run_kv(flashcl_context *ctx, const struct kv_case *c, uint64_t seed,
     a.mask = c->mask;
     a.window_left = c->mask == FLASHCL_MASK_WINDOW ? c->window_left : 0;
     a.window_right = c->mask == FLASHCL_MASK_WINDOW ? c->window_right : 0;
+    a.precision = c->precision;
     struct flashcl_kv_lengths kv = {0};
     cl_mem len_mem = NULL;
     const int garbage_lens[MAX_SEQS] = {-5, 1 << 30, 7, -1, 3, 3, 3, 3};
@@ -505,7 +516,7 @@ static void run_kv(flashcl_context *ctx, const struct kv_case *c, uint64_t seed,
     double max_err = 0;
     if (!garbage) {
         double atol, rtol, lse_tol;
-        test_tolerance(c->dtype, t.variant, FLASHCL_PRECISION_EXACT, &atol, &rtol, &lse_tol);
+        test_tolerance(c->dtype, t.variant, c->precision, &atol, &rtol, &lse_tol);
         int left = -1, right = c->mask == FLASHCL_MASK_CAUSAL ? 0 : -1;
         if (c->mask == FLASHCL_MASK_WINDOW) {
             left = c->window_left;
@@ -555,6 +566,7 @@ static void run_kv(flashcl_context *ctx, const struct kv_case *c, uint64_t seed,
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i])
             clReleaseMemObject(all[i]);
+    return t.variant;
 }
 
 START_TEST(kv_cache)
@@ -571,6 +583,68 @@ START_TEST(kv_cache_garbage_lengths)
 {
     run_kv(NULL, &kv_cases[0], 650, true);
     run_kv(NULL, &kv_cases[5], 651, true);  /* paged */
+}
+END_TEST
+
+/* ---- shapes the tensor-core kernel takes (f16/bf16, d a multiple of 16, 16-byte rows) ---- */
+
+/* Several query and key blocks per sequence, empty and one-row sequences,
+ * every mask, GQA: on a device with tensor cores they must run there, by
+ * default and with forced splits; elsewhere they check the FMA kernels. */
+static const struct vl_case tc_cases[] = {
+    {4, {130, 0, 257, 64}, {130, 0, 257, 64}, 8, 2, 64, F16, FLASHCL_MASK_CAUSAL},
+    {3, {1, 200, 77}, {300, 200, 77}, 4, 4, 128, BF16, FLASHCL_MASK_NONE},
+    {3, {100, 150, 40}, {100, 150, 40}, 4, 2, 64, F16, FLASHCL_MASK_WINDOW, 32, 8},
+    {2, {300, 50}, {90, 50}, 2, 1, 128, F16, FLASHCL_MASK_CAUSAL, 0, 0, 1},  /* rows with no key; device offsets */
+    {2, {70, 129}, {70, 129}, 2, 2, 64, BF16, FLASHCL_MASK_WINDOW, 16, -1},
+    {3, {90, 0, 140}, {200, 3, 140}, 4, 2, 64, F32, FLASHCL_MASK_CAUSAL, 0, 0, 0, FLASHCL_PRECISION_TF32X3},
+    {2, {64, 33}, {64, 33}, 2, 1, 40, F32, FLASHCL_MASK_WINDOW, 8, 8, 0, FLASHCL_PRECISION_TF32},
+};
+
+/* Chunked prefill against a cache (rows past the decode kernel's 16), contiguous and paged. */
+static const struct kv_case tc_kv_cases[] = {
+    {2, 40, 256, {100, 256}, 8, 2, 64, F16, FLASHCL_MASK_CAUSAL},
+    {3, 33, 192, {33, 150, 192}, 4, 1, 128, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 1, 64, 0},  /* device lengths, table */
+    {2, 20, 128, {0, 128}, 4, 2, 64, F16, FLASHCL_MASK_WINDOW, 24, 0, 0, 32, 1},         /* an empty sequence */
+    {2, 24, 96, {50, 96}, 4, 2, 64, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, 32, 0, FLASHCL_PRECISION_TF32X3},
+};
+
+#define TC_SPLIT_OPTIONS "decode:off;tensor-core:block_n=16,splits=3;tf32:block_n=16,splits=3"
+
+/* The tensor-core kernel a case must run where tensor cores exist. */
+static enum flashcl_variant tensor_core_variant(flashcl_dtype dtype)
+{
+    return dtype == F32 ? FLASHCL_VARIANT_TF32 : FLASHCL_VARIANT_TENSOR_CORE;
+}
+
+static bool has_tensor_cores(void)
+{
+    const char *why;
+    return flashcl_context_has_tensor_cores(test_env_get()->ctx, &why) == 1;
+}
+
+START_TEST(tensor_core_varlen)
+{
+    const enum flashcl_variant by_default = run(NULL, &tc_cases[_i], 700 + (uint64_t)_i, "default kernel");
+    const enum flashcl_variant split = run(test_context_with_options(TC_SPLIT_OPTIONS), &tc_cases[_i],
+                                           710 + (uint64_t)_i, "split 3, block_n 16");
+    if (has_tensor_cores()) {
+        ck_assert_int_eq(by_default, tensor_core_variant(tc_cases[_i].dtype));
+        ck_assert_int_eq(split, tensor_core_variant(tc_cases[_i].dtype));
+    }
+}
+END_TEST
+
+START_TEST(tensor_core_kv_cache)
+{
+    const enum flashcl_variant by_default = run_kv(NULL, &tc_kv_cases[_i], 720 + (uint64_t)_i, false);
+    const enum flashcl_variant split = run_kv(test_context_with_options(TC_SPLIT_OPTIONS), &tc_kv_cases[_i],
+                                              730 + (uint64_t)_i, false);
+    if (has_tensor_cores()) {
+        ck_assert_int_eq(by_default, tensor_core_variant(tc_kv_cases[_i].dtype));
+        ck_assert_int_eq(split, tensor_core_variant(tc_kv_cases[_i].dtype));
+    }
+    run_kv(NULL, &tc_kv_cases[_i], 740 + (uint64_t)_i, true);  /* garbage lengths stay inside */
 }
 END_TEST
 
@@ -644,7 +718,9 @@ int main(void)
     tcase_add_loop_test(tc, against_reference, 0, (int)(sizeof(cases) / sizeof(cases[0])));
     tcase_add_test(tc, bad_host_offsets);
     tcase_add_test(tc, bad_device_offsets_stay_inside);
-    tcase_add_test(tc, varlen_plans_fma_kernels);
+    tcase_add_test(tc, varlen_plans_tensor_cores);
+    tcase_add_loop_test(tc, tensor_core_varlen, 0, (int)(sizeof(tc_cases) / sizeof(tc_cases[0])));
+    tcase_add_loop_test(tc, tensor_core_kv_cache, 0, (int)(sizeof(tc_kv_cases) / sizeof(tc_kv_cases[0])));
     tcase_add_loop_test(tc, kv_cache, 0, (int)(sizeof(kv_cases) / sizeof(kv_cases[0])));
     tcase_add_test(tc, kv_cache_garbage_lengths);
     tcase_add_test(tc, kv_cache_bad_host_lengths);
