@@ -34,7 +34,7 @@ want=$(cut -d' ' -f1 .model-parts/SHA256 2>/dev/null || echo b179c9523d0e6a0f98a
 [ "$(sha256sum "$model" | cut -d' ' -f1)" = "$want" ] || { echo "gpu-run.sh: $model is not the expected GGUF"; exit 1; }
 
 if [ ! -x build-gpu/examples/llm/flashcl-llm ]; then
-    meson setup build-gpu -Dtests=disabled >"$out/meson.txt" 2>&1 || { tail -20 "$out/meson.txt"; exit 1; }
+    meson setup build-gpu --buildtype=release -Dtests=disabled >"$out/meson.txt" 2>&1 || { tail -20 "$out/meson.txt"; exit 1; }
 fi
 ninja -C build-gpu examples/llm/flashcl-llm examples/llm/llm-tokenize >"$out/ninja.txt" 2>&1 || { tail -20 "$out/ninja.txt"; exit 1; }
 llm=build-gpu/examples/llm/flashcl-llm
