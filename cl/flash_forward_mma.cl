@@ -137,19 +137,36 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
 
 #if VARLEN == 3
 /* As load_tile for keys of a paged cache: row `key` of sequence b lives in
- * its page (varlen.h's KV_ROW, which reads pages, page_size, pages_per_seq
- * and num_pages by name); base is the head's offset in page 0. */
+ * its page (varlen.h's KV_ROW clamps the same way); base is the head's
+ * offset in page 0. A thread's page numbers are all read before its first
+ * copy is issued, so their latencies overlap instead of each copy waiting
+ * on its own lookup (measured: 1.3-1.5x slower than dense with one lookup
+ * per copy, docs/perf.md v0.8). */
+#define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
 static inline void load_paged_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong page_stride,
                                    ulong row_stride, int first_row, int seq, int tid, int b,
                                    __global const int *pages, int page_size, int pages_per_seq, int num_pages)
 {
-    for (int c = tid; c < rows * CHUNKS; c += WG) {
-        const int r = c / CHUNKS, ch = c % CHUNKS, key = first_row + r;
-        __local uint4 *dst = &tile[swizzle(r, ch)];
-        if (key < seq)
-            copy_async_16(local_address(dst), base + KV_ROW(key, page_stride, row_stride) + ch * 8);
-        else
-            *dst = (uint4)(0u);
+    ulong src[PAGED_STEPS];
+#pragma unroll
+    for (int i = 0; i < PAGED_STEPS; i++) {
+        const int key = first_row + (tid + i * WG) / CHUNKS;
+        const int page = key / page_size;
+        src[i] = key < seq ? (ulong)clamp(pages[b * pages_per_seq + page], 0, num_pages - 1) * page_stride +
+                                 (ulong)(key - page * page_size) * row_stride
+                           : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < PAGED_STEPS; i++) {
+        const int c = tid + i * WG;
+        if (c < rows * CHUNKS) {
+            const int r = c / CHUNKS, ch = c % CHUNKS;
+            __local uint4 *dst = &tile[swizzle(r, ch)];
+            if (first_row + r < seq)
+                copy_async_16(local_address(dst), base + src[i] + ch * 8);
+            else
+                *dst = (uint4)(0u);
+        }
     }
 }
 #define LOAD_KEYS(tile, base, sb, ss, first, seq)                                                                    \

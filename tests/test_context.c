@@ -200,7 +200,7 @@ START_TEST(kernel_options)
         {"portable:block_m=+8", "portable:block_m=+8"},
         {"portable:block_m= 8", "portable:block_m= 8"},
         {"portable:splits=0", "portable:splits=0; must be 1..64"},
-        {"tensor-core:splits=2", "tensor-core does not take split-KV"},
+        {"backward-tiled:splits=2", "backward-tiled does not take split-KV"},
     };
     struct flashcl_context_params p = {0};
     p.context = e->cl;
