@@ -387,7 +387,7 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));
                 if (r.status != FLASHCL_SUCCESS) {
