@@ -191,7 +191,7 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
             r->splits = t.splits;
             /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged) on b.attn. */
             const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                         FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
+                                         FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv};
             st = bench_time(env, BENCH_FLASH, &b, &c, warmup, reps, &r->median_ms, &r->min_ms);
         }
         if (st == FLASHCL_SUCCESS)

@@ -122,27 +122,30 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
 {
     memset(b, 0, sizeof(*b));
     const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
-    const size_t bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
+    const size_t hk = c->heads_kv > 0 ? (size_t)c->heads_kv : h;
+    const size_t q_bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
+    const size_t kv_bytes = (size_t)c->batch * n * hk * d * flashcl_dtype_size(c->dtype);
     const size_t lse_bytes = (size_t)c->batch * h * n * sizeof(float);
     cl_int err = CL_SUCCESS;
-    b->q = buffer(env, bytes, q, &err);
-    b->k = buffer(env, bytes, k, &err);
-    b->v = buffer(env, bytes, v, &err);
-    b->o = buffer(env, bytes, NULL, &err);
+    b->q = buffer(env, q_bytes, q, &err);
+    b->k = buffer(env, kv_bytes, k, &err);
+    b->v = buffer(env, kv_bytes, v, &err);
+    b->o = buffer(env, q_bytes, NULL, &err);
     b->lse = buffer(env, lse_bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         bench_buffers_release(b);
         return (flashcl_status)err;
     }
-    b->io_bytes = 4 * bytes + lse_bytes;
+    b->io_bytes = 2 * q_bytes + 2 * kv_bytes + lse_bytes;
     struct flashcl_attention *a = &b->attn;
     a->batch = c->batch;
     a->seq_q = a->seq_kv = c->n;
-    a->heads_q = a->heads_kv = c->heads;
+    a->heads_q = c->heads;
+    a->heads_kv = (int)hk;
     a->head_dim = c->d;
     a->q = flashcl_tensor_bnhd(b->q, c->dtype, n, h, d);
-    a->k = flashcl_tensor_bnhd(b->k, c->dtype, n, h, d);
-    a->v = flashcl_tensor_bnhd(b->v, c->dtype, n, h, d);
+    a->k = flashcl_tensor_bnhd(b->k, c->dtype, n, hk, d);
+    a->v = flashcl_tensor_bnhd(b->v, c->dtype, n, hk, d);
     a->o = flashcl_tensor_bnhd(b->o, c->dtype, n, h, d);
     a->lse = flashcl_tensor_lse(b->lse, n, h);
     a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
@@ -154,19 +157,21 @@ flashcl_status bench_buffers_add_grads(struct bench_env *env, const struct bench
                                        struct bench_buffers *b)
 {
     const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
-    const size_t bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
+    const size_t hk = c->heads_kv > 0 ? (size_t)c->heads_kv : h;
+    const size_t q_bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
+    const size_t kv_bytes = (size_t)c->batch * n * hk * d * flashcl_dtype_size(c->dtype);
     cl_int err = CL_SUCCESS;
-    b->d_o = buffer(env, bytes, d_o, &err);
-    b->d_q = buffer(env, bytes, NULL, &err);
-    b->d_k = buffer(env, bytes, NULL, &err);
-    b->d_v = buffer(env, bytes, NULL, &err);
+    b->d_o = buffer(env, q_bytes, d_o, &err);
+    b->d_q = buffer(env, q_bytes, NULL, &err);
+    b->d_k = buffer(env, kv_bytes, NULL, &err);
+    b->d_v = buffer(env, kv_bytes, NULL, &err);
     if (err != CL_SUCCESS)
         return (flashcl_status)err;
-    b->io_bytes += 4 * bytes;
+    b->io_bytes += 2 * q_bytes + 2 * kv_bytes;
     b->grad.d_o = flashcl_tensor_bnhd(b->d_o, c->dtype, n, h, d);
     b->grad.d_q = flashcl_tensor_bnhd(b->d_q, c->dtype, n, h, d);
-    b->grad.d_k = flashcl_tensor_bnhd(b->d_k, c->dtype, n, h, d);
-    b->grad.d_v = flashcl_tensor_bnhd(b->d_v, c->dtype, n, h, d);
+    b->grad.d_k = flashcl_tensor_bnhd(b->d_k, c->dtype, n, hk, d);
+    b->grad.d_v = flashcl_tensor_bnhd(b->d_v, c->dtype, n, hk, d);
     return FLASHCL_SUCCESS;
 }
 
@@ -248,6 +253,8 @@ flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struc
     else if (b->kv_lengths)
         st = flashcl_forward_kv_cache(env->ctx, &b->attn, b->kv_lengths, b->kv_pages, env->queue, 0, NULL,
                                       forward_event);
+    else if (b->varlen)
+        st = flashcl_forward_varlen(env->ctx, &b->attn, b->varlen, env->queue, 0, NULL, forward_event);
     else
         st = flashcl_forward(env->ctx, &b->attn, env->queue, 0, NULL, forward_event);
     /* In order: the backward starts when the forward is done. */
@@ -283,6 +290,7 @@ const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struc
         return "clblast";
     struct flashcl_tile t;
     const flashcl_status st = b->grad.d_q.mem ? flashcl_backward_config(env->ctx, &b->attn, &b->grad, &t)
+                              : b->varlen     ? flashcl_forward_varlen_config(env->ctx, &b->attn, b->varlen, &t)
                                               : flashcl_forward_config(env->ctx, &b->attn, &t);
     return st == FLASHCL_SUCCESS ? flashcl_variant_name(t.variant) : "?";
 }

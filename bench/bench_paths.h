@@ -32,12 +32,13 @@ enum bench_pass {
 };
 #define BENCH_PASS_NAMES "forward,backward,both"
 
-/* One problem: [batch, n, heads, d] Q, K, V, O; N_q = N_kv = n. */
+/* One problem: [batch, n, heads, d] Q and O, [batch, n, heads_kv, d] K and V; N_q = N_kv = n. */
 struct bench_case {
     int n, d, batch, heads, causal;
     flashcl_dtype dtype;
     enum flashcl_precision precision;  /* f32 only: exact, tf32 or tf32x3 */
     enum bench_pass pass;
+    int heads_kv;  /* K/V heads (GQA); 0: as many as heads. The sampled checks assume MHA. */
 };
 
 struct bench_buffers {
@@ -51,6 +52,8 @@ struct bench_buffers {
     /* Set: the flash forward reads K and V as this KV cache (flashcl_forward_kv_cache); not owned. */
     const struct flashcl_kv_lengths *kv_lengths;
     const struct flashcl_kv_pages *kv_pages;
+    /* Set: the flash forward is a packed varlen batch (flashcl_forward_varlen); not owned. */
+    const struct flashcl_varlen *varlen;
 };
 
 /* verbose: the library's DEBUG log (builds, compiler reports) to stderr. */
@@ -80,7 +83,8 @@ flashcl_status bench_prepare_path(struct bench_env *env, enum bench_path path, s
 flashcl_status bench_run_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b,
                               const struct bench_case *c, cl_event *event);
 void bench_release_path(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
-/* What runs for this path on these buffers: portable, tensor-core, clblast. */
+/* What runs for this path on these buffers: portable, tensor-core, clblast
+ * (flashcl_forward_varlen_config's plan where the buffers carry a varlen batch). */
 const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struct bench_buffers *b);
 /* The output the pass checks: O for the forward, dQ for the backward passes. */
 flashcl_status bench_read_output(struct bench_env *env, const struct bench_case *c, struct bench_buffers *b,

@@ -8,7 +8,8 @@
  * FlashAttention's benchmark convention: batch·N = --tokens (16k) and
  * heads·d = --hidden (2048). TFLOP/s = 4·B·H·N²·d / t, halved when causal.
  *
- * Run with --help for the options.
+ * --decode (bench_decode.c) and --varlen (bench_varlen.c) are modes of their
+ * own instead of the sweep. Run with --help for the options.
  */
 #include <getopt.h>
 #include <math.h>
@@ -20,6 +21,7 @@
 
 #include "bench_decode.h"
 #include "bench_paths.h"
+#include "bench_varlen.h"
 #include "hostref.h"
 
 #define MAX_LIST 16
@@ -36,6 +38,8 @@ struct options {
     struct decode_shape decode[MAX_LIST];
     int decode_count;  /* > 0: the decode mode instead of the sweep */
     int page_size;     /* > 0: the decode mode also on a paged cache of such pages */
+    struct varlen_batch varlen;  /* count > 0: the varlen mode instead of the sweep */
+    bool heads_given;
     int passes;  /* bit set of enum bench_pass */
     long tokens, hidden;
     int warmup, reps;
@@ -57,6 +61,11 @@ static void usage(FILE *f)
             "                  multiple of 16; shuffled pages, device lengths and block table)\n"
             "  --decode LIST   B:Hq:Hkv:Nq:Nk,... decode / chunked-prefill shapes (causal when\n"
             "                  Nq > 1) instead of the sweep, with --d and --dtype; reports K+V GB/s\n"
+            "  --varlen LIST   L1,L2,... one packed batch of sequences of these lengths (queries =\n"
+            "                  keys, flashcl_forward_varlen) instead of the sweep, with --heads,\n"
+            "                  --d, --dtype, --causal; next to it one dense call of the same tokens\n"
+            "                  (batch = the sequences, N = their mean length rounded)\n"
+            "  --heads Hq:Hkv  query and K/V heads of --varlen (default 32:8)\n"
             "  --pass LIST     forward,backward,both (default forward): the backward alone\n"
             "                  (after one untimed forward), or forward then backward;\n"
             "                  FLOPs 2.5x (backward) and 3.5x (both) the forward's\n"
@@ -138,6 +147,8 @@ static void parse_options(int argc, char **argv, struct options *o)
     o->hidden = 2048;
     o->warmup = 2;
     o->reps = 10;
+    o->varlen.heads_q = 32;
+    o->varlen.heads_kv = 8;
 
     static const struct option longopts[] = {
         {"n", required_argument, 0, 'n'},      {"d", required_argument, 0, 'd'},
@@ -148,11 +159,13 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"json", required_argument, 0, 'J'},   {"quick", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},       {"pass", required_argument, 0, 'P'},
         {"decode", required_argument, 0, 'D'}, {"page-size", required_argument, 0, 'S'},
+        {"varlen", required_argument, 0, 'L'}, {"heads", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     int opt, li = 0;
     while ((opt = getopt_long(argc, argv, "", longopts, &li)) != -1) {
         bool bad = false;
+        const char *why = NULL;  /* what is wrong with the value, where the parser says */
         switch (opt) {
         case 'n': bad = (o->n_count = parse_int_list(optarg, o->n, MAX_LIST)) <= 0; break;
         case 'd': bad = (o->d_count = parse_int_list(optarg, o->d, MAX_LIST)) <= 0; break;
@@ -162,6 +175,14 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'P': bad = (o->passes = bench_parse_passes(optarg)) <= 0; break;
         case 'D': bad = (o->decode_count = bench_parse_decode(optarg, o->decode, MAX_LIST)) <= 0; break;
         case 'S': bad = (o->page_size = atoi(optarg)) < 16 || o->page_size % 16; break;
+        case 'L':
+            free(o->varlen.lengths);
+            bad = (o->varlen.count = bench_parse_lengths(optarg, &o->varlen.lengths, &why)) <= 0;
+            break;
+        case 'K':
+            bad = bench_parse_heads(optarg, &o->varlen.heads_q, &o->varlen.heads_kv, &why) != 0;
+            o->heads_given = true;
+            break;
         case 'T': bad = (o->tokens = atol(optarg)) <= 0; break;
         case 'H': bad = (o->hidden = atol(optarg)) <= 0; break;
         case 'w': bad = (o->warmup = atoi(optarg)) < 0; break;
@@ -182,15 +203,29 @@ static void parse_options(int argc, char **argv, struct options *o)
         default: usage(stderr); exit(EXIT_FAILURE);
         }
         if (bad) {
-            fprintf(stderr, "flashcl-bench: bad value \"%s\" for --%s\n", optarg, longopts[li].name);
+            fprintf(stderr, "flashcl-bench: bad value \"%s\" for --%s%s%s\n", optarg, longopts[li].name,
+                    why ? ": " : "", why ? why : "");
             usage(stderr);
             exit(EXIT_FAILURE);
         }
     }
+    if (o->varlen.count > 0 && o->decode_count > 0) {
+        fprintf(stderr, "flashcl-bench: --varlen and --decode are separate modes; give one\n");
+        exit(EXIT_FAILURE);
+    }
+    if (o->heads_given && o->varlen.count == 0) {
+        fprintf(stderr, "flashcl-bench: --heads is for --varlen (--decode shapes name their heads)\n");
+        exit(EXIT_FAILURE);
+    }
+    /* --varlen takes its heads from --heads, so --hidden does not constrain d there. */
+    const bool heads_from_hidden = o->varlen.count == 0;
     for (int i = 0; i < o->d_count; i++)
-        if (o->d[i] < 1 || o->d[i] > FLASHCL_MAX_HEAD_DIM || o->hidden % o->d[i]) {
-            fprintf(stderr, "flashcl-bench: head dim %d must be 1..256 and divide --hidden %ld\n",
-                    o->d[i], o->hidden);
+        if (o->d[i] < 1 || o->d[i] > FLASHCL_MAX_HEAD_DIM || (heads_from_hidden && o->hidden % o->d[i])) {
+            if (heads_from_hidden)
+                fprintf(stderr, "flashcl-bench: head dim %d must be 1..256 and divide --hidden %ld\n", o->d[i],
+                        o->hidden);
+            else
+                fprintf(stderr, "flashcl-bench: head dim %d must be 1..256\n", o->d[i]);
             exit(EXIT_FAILURE);
         }
     for (int i = 0; i < o->n_count; i++)
@@ -387,7 +422,7 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD};
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));
                 if (r.status != FLASHCL_SUCCESS) {
@@ -410,6 +445,86 @@ static int run_decode(struct bench_env *env, const struct options *opt)
     return failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+/* One varlen result; mode "varlen", joined with torch_varlen.py's rows by
+ * (sequences, total_tokens, heads_q, heads_kv, d, dtype, causal) in compare.py. */
+static void csv_varlen_row(FILE *f, const char *device, const struct varlen_batch *batch,
+                           const struct varlen_result *r, double ratio)
+{
+    fprintf(f, "\"%s\",varlen,%d,%d,%d,%d,%d,%d,%d,%s,%d,", device, batch->count, r->total_tokens, r->shortest,
+            r->longest, batch->heads_q, batch->heads_kv, r->d, dtype_name(r->dtype, r->precision), r->causal);
+    fprintf(f, "%s,%s,%.6f,%.6f,%.4f,", flashcl_status_name(r->status), r->kernel ? r->kernel : "", r->median_ms,
+            r->min_ms, r->tflops);
+    fprintf(f, "%d,%d,%s,%s,%.6f,%.6f,%.4f,%.4f\n", r->dense_batch, r->dense_n, flashcl_status_name(r->dense_status),
+            r->dense_kernel ? r->dense_kernel : "", r->dense_ms, r->dense_min_ms, r->dense_tflops, ratio);
+    fflush(f);
+}
+
+/* The varlen mode: the packed batch at each head dim, dtype and mask, next
+ * to a dense call of the same tokens; a table, and CSV rows. */
+static int run_varlen(struct bench_env *env, const struct options *opt)
+{
+    const struct varlen_batch *batch = &opt->varlen;
+    FILE *csv = opt->csv ? fopen(opt->csv, "w") : NULL;
+    if (opt->csv && !csv) {
+        perror(opt->csv);
+        return EXIT_FAILURE;
+    }
+    if (csv)
+        fprintf(csv, "device,mode,sequences,total_tokens,min_len,max_len,heads_q,heads_kv,d,dtype,causal,status,"
+                     "kernel,median_ms,min_ms,tflops,dense_batch,dense_N,dense_status,dense_kernel,dense_ms,"
+                     "dense_min_ms,dense_tflops,varlen_over_dense\n");
+    long long total = 0;
+    int shortest = batch->lengths[0], longest = batch->lengths[0];
+    for (int i = 0; i < batch->count; i++) {
+        total += batch->lengths[i];
+        shortest = batch->lengths[i] < shortest ? batch->lengths[i] : shortest;
+        longest = batch->lengths[i] > longest ? batch->lengths[i] : longest;
+    }
+    printf("\nflashcl-bench --varlen on %s: %d sequences, %lld tokens (%d..%d, mean %.1f), heads %d:%d\n"
+           "(median of the timed runs, OpenCL profiling events; TFLOP/s: 4·L²·d·Hq summed over the sequences,\n"
+           "halved when causal; dense: one flashcl_forward of batch = sequences, N = the mean length rounded)\n",
+           env->device_name, batch->count, total, shortest, longest, (double)total / batch->count, batch->heads_q,
+           batch->heads_kv);
+    printf("%4s %6s %6s %-15s %10s %9s %11s %-15s %10s %9s %8s\n", "d", "dtype", "causal", "kernel", "ms", "TFLOP/s",
+           "dense BxN", "dense kernel", "dense ms", "TFLOP/s", "vl/dense");
+    int failures = 0;
+    for (int a = 0; a < opt->d_count; a++)
+        for (int t = 0; t < opt->dtype_count; t++)
+            for (int cz = 0; cz < opt->causal_count; cz++) {
+                struct varlen_result r;
+                bench_varlen(env, batch, opt->d[a], opt->dtype[t], opt->precision[t], opt->causal[cz], opt->warmup,
+                             opt->reps, &r);
+                const char *dtype = dtype_name(r.dtype, r.precision);
+                const bool ok = r.status == FLASHCL_SUCCESS, dense_ok = r.dense_status == FLASHCL_SUCCESS;
+                const double ratio = ok && dense_ok ? r.tflops / r.dense_tflops : NAN;
+                char dense_shape[24];
+                snprintf(dense_shape, sizeof(dense_shape), "%dx%d", r.dense_batch, r.dense_n);
+                printf("%4d %6s %6d ", r.d, dtype, r.causal);
+                if (ok)
+                    printf("%-15s %10.3f %9.2f ", r.kernel, r.median_ms, r.tflops);
+                else
+                    printf("%-36s ", flashcl_status_name(r.status));
+                if (dense_ok && ok)
+                    printf("%11s %-15s %10.3f %9.2f %7.2fx\n", dense_shape, r.dense_kernel, r.dense_ms, r.dense_tflops,
+                           ratio);
+                else if (dense_ok)
+                    printf("%11s %-15s %10.3f %9.2f %8s\n", dense_shape, r.dense_kernel, r.dense_ms, r.dense_tflops, "-");
+                else
+                    printf("%11s %s\n", dense_shape, flashcl_status_name(r.dense_status));
+                if (!ok || !dense_ok) {
+                    printf("     %s\n", r.error);
+                    failures++;
+                }
+                if (csv)
+                    csv_varlen_row(csv, env->device_name, batch, &r, ratio);
+            }
+    if (csv)
+        fclose(csv);
+    if (failures)
+        printf("%d varlen case(s) failed\n", failures);
+    return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 static bool pass_wanted(const struct options *o, int pass)
 {
     return (o->passes >> pass) & 1;
@@ -425,9 +540,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "flashcl-bench: %s\n", flashcl_last_error());
         return EXIT_FAILURE;
     }
-    if (opt.decode_count > 0) {
-        const int status = run_decode(&env, &opt);
+    if (opt.decode_count > 0 || opt.varlen.count > 0) {
+        const int status = opt.decode_count > 0 ? run_decode(&env, &opt) : run_varlen(&env, &opt);
         bench_env_release(&env);
+        free(opt.varlen.lengths);
         return status;
     }
     int n_passes = 0;

@@ -9,6 +9,10 @@
 #   bench/gpu-run.sh decode ["B:Hq:Hkv:Nq:Nk,..."]   (decode / chunked prefill, flashcl-bench --decode
 #                    dense and paged (PAGE_SIZE), and with the decode kernel off on OFF_SHAPES; PyTorch's
 #                    SDPA with enable_gqa on the same shapes; DECODE_D picks d)
+#   bench/gpu-run.sh varlen ["L1,L2,..."]   (varlen prefill: flashcl-bench --varlen on a realistic mix,
+#                    VARLEN_COUNT (64) lengths log-uniform in VARLEN_MIN..VARLEN_MAX (100..8000) from
+#                    VARLEN_SEED (1), or the list given; GQA 32:8, d 128 and 64, f16 and bf16, causal 0 and 1;
+#                    bench/torch_varlen.py (FA2 varlen, nested tensors, per-sequence SDPA) on the same list)
 #   bench/gpu-run.sh probe     (flashcl-probe report and --tune --quick; flashcl-bench on the perf
 #                    table's N=16k shapes without and with the tuning file; then the tests)
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n,
@@ -90,6 +94,26 @@ if [ "$MODE" = decode ]; then
   python3 bench/torch_sdpa.py --decode "$SHAPES" --d "$D" --dtype f16 --csv "$OUT/decode-torch.csv" \
     2>>"$OUT/decode.log" || status=1
   python3 bench/compare.py "$OUT/decode-flashcl.csv" "$OUT/decode-torch.csv" | tee "$OUT/decode-compare.md"
+fi
+if [ "$MODE" = varlen ]; then
+  # Varlen prefill of a realistic length mix, flashcl and PyTorch on the identical list in the same call.
+  # GQA 32:8: heads·d = 4096 at d = 128 and 2048 at d = 64, the sweep's range. The mix is drawn by
+  # Python's own Mersenne Twister from a fixed seed (no torch, no numpy): the same list on every machine.
+  LENGTHS=${1:-$(python3 - "${VARLEN_COUNT:-64}" "${VARLEN_MIN:-100}" "${VARLEN_MAX:-8000}" "${VARLEN_SEED:-1}" <<'PY'
+import math, random, sys
+count, lo, hi, seed = (int(x) for x in sys.argv[1:])
+rng = random.Random(seed)
+print(",".join(str(round(math.exp(rng.uniform(math.log(lo), math.log(hi))))) for _ in range(count)))
+PY
+)}
+  echo "varlen lengths: $LENGTHS" | tee "$OUT/varlen-lengths.txt"
+  VARLEN_ARGS=(--varlen "$LENGTHS" --heads "${VARLEN_HEADS:-32:8}" --d "${VARLEN_D:-128,64}" --dtype "${VARLEN_DTYPE:-f16,bf16}"
+               --causal 0,1 --warmup 2 --reps "${VARLEN_REPS:-10}")
+  "$BUILD/bench/flashcl-bench" "${VARLEN_ARGS[@]}" --csv "$OUT/varlen-flashcl.csv" > "$OUT/varlen.log" 2>&1 || status=1
+  cat "$OUT/varlen.log"
+  python3 bench/torch_varlen.py "${VARLEN_ARGS[@]}" --csv "$OUT/varlen-torch.csv" 2>>"$OUT/varlen.log" || status=1
+  grep "^torch_varlen:" "$OUT/varlen.log"  # the ways PyTorch refused, and why
+  python3 bench/compare.py "$OUT/varlen-flashcl.csv" "$OUT/varlen-torch.csv" | tee "$OUT/varlen-compare.md"
 fi
 if [ "$MODE" = probe ]; then
   "$BUILD/bench/flashcl-probe" > "$OUT/probe.txt" 2>&1 || status=1
