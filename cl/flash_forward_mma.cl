@@ -136,43 +136,51 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
 }
 
 #if VARLEN == 3
-/* As load_tile for keys of a paged cache: row `key` of sequence b lives in
- * its page (varlen.h's KV_ROW clamps the same way); base is the head's
- * offset in page 0. A thread's page numbers are all read before its first
- * copy is issued, so their latencies overlap instead of each copy waiting
- * on its own lookup (measured: 1.3-1.5x slower than dense with one lookup
- * per copy, docs/perf.md v0.8). */
+/* As load_tile for one block of keys of a paged cache, K and V together:
+ * row `key` of sequence b lives in its page (varlen.h's KV_ROW clamps the
+ * same way); the bases are the head's offsets in page 0. A thread reads
+ * all its page numbers first (one lookup serves K and V: the same keys),
+ * then issues its copies, so the lookups' latencies overlap instead of each
+ * copy waiting on its own (measured: 1.44-1.51x dense with one lookup per
+ * copy, 1.19-1.25x with K's and V's batched apart, docs/perf.md v0.8). */
 #define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
-static inline void load_paged_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong page_stride,
-                                   ulong row_stride, int first_row, int seq, int tid, int b,
-                                   __global const int *pages, int page_size, int pages_per_seq, int num_pages)
+static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
+                                 __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
+                                 int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
+                                 int pages_per_seq, int num_pages)
 {
-    ulong src[PAGED_STEPS];
+    int page[PAGED_STEPS], in_page[PAGED_STEPS];
 #pragma unroll
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int key = first_row + (tid + i * WG) / CHUNKS;
-        const int page = key / page_size;
-        src[i] = key < seq ? (ulong)clamp(pages[b * pages_per_seq + page], 0, num_pages - 1) * page_stride +
-                                 (ulong)(key - page * page_size) * row_stride
-                           : 0;
+        const int n = key / page_size;
+        page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
+        in_page[i] = key - n * page_size;
     }
 #pragma unroll
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;
-        if (c < rows * CHUNKS) {
+        if (c < BLOCK_N * CHUNKS) {
             const int r = c / CHUNKS, ch = c % CHUNKS;
-            __local uint4 *dst = &tile[swizzle(r, ch)];
-            if (first_row + r < seq)
-                copy_async_16(local_address(dst), base + src[i] + ch * 8);
-            else
-                *dst = (uint4)(0u);
+            __local uint4 *k_dst = &k_tile[swizzle(r, ch)], *v_dst = &v_tile[swizzle(r, ch)];
+            if (first_row + r < seq) {
+                copy_async_16(local_address(k_dst), k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
+                copy_async_16(local_address(v_dst), v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
+            } else {
+                *k_dst = *v_dst = (uint4)(0u);
+            }
         }
     }
 }
-#define LOAD_KEYS(tile, base, sb, ss, first, seq)                                                                    \
-    load_paged_tile(tile, BLOCK_N, base, sb, ss, first, seq, tid, b, pages, page_size, pages_per_seq, num_pages)
+#define LOAD_KV(k_dst, v_dst, first)                                                                                 \
+    load_paged_kv(k_dst, v_dst, k_base, v_base, k_sb, k_ss, v_sb, v_ss, first, seq_kv, tid, b, pages, page_size,   \
+                  pages_per_seq, num_pages)
 #else
-#define LOAD_KEYS(tile, base, sb, ss, first, seq) load_tile(tile, BLOCK_N, base, ss, first, seq, tid)
+#define LOAD_KV(k_dst, v_dst, first)                                                                                 \
+    do {                                                                                                             \
+        load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid);                                               \
+        load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid);                                               \
+    } while (0)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -223,8 +231,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     /* Prologue: Q and the first K/V block into buffer 0. */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
     if (kv_begin < kv_end) {
-        LOAD_KEYS(k_tiles, k_base, k_sb, k_ss, kv_begin, seq_kv);
-        LOAD_KEYS(v_tiles, v_base, v_sb, v_ss, kv_begin, seq_kv);
+        LOAD_KV(k_tiles, v_tiles, kv_begin);
     }
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
@@ -258,8 +265,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
-            LOAD_KEYS(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, k_base, k_sb, k_ss, kb + BLOCK_N, seq_kv);
-            LOAD_KEYS(v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_base, v_sb, v_ss, kb + BLOCK_N, seq_kv);
+            LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, kb + BLOCK_N);
         }
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
