@@ -49,13 +49,16 @@ static void first_shape(const struct device_desc *dev, const struct kernel_info 
         k->rule(dev, p, out);
 }
 
-/* The shape `k` runs `p` with, or a reason it has none (written to why). */
+/* The shape `k` runs `p` with, or a reason it has none (written to why);
+ * *tuned the tuning file's entry where the shape is its. */
 static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k, const struct problem *p,
-                         struct kernel_shape *shape, enum flashcl_tile_source *source, char *why, size_t why_size)
+                         struct kernel_shape *shape, enum flashcl_tile_source *source,
+                         const struct tuned_entry **tuned_used, char *why, size_t why_size)
 {
     const struct device_desc *dev = &ctx->dev;
     const struct kernel_override *ov = &ctx->overrides[fcl_kernel_index(k)];
     const size_t usable = dev->usable_local;
+    *tuned_used = NULL;
 
     if (ov->fixed) {
         first_shape(dev, k, p, shape);
@@ -83,6 +86,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
     if (tuned && launchable(dev, k, &tuned->shape) && fits(dev, k, &tuned->shape, p, usable)) {
         *shape = tuned->shape;
         *source = FLASHCL_TILE_TUNED;
+        *tuned_used = tuned;
         return true;
     }
     for (int i = 0; i < k->n_builtin; i++) {
@@ -116,9 +120,12 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
  * work-groups a compute unit holds at once (by local memory) and take the
  * fewest splits that fill whole waves of them: 8 sequences x 8 KV heads on
  * 132 units of 3 work-groups run 6 splits (384 of 396), not 9 (576: a
- * second wave a third full). */
+ * second wave a third full). A tuned entry's split count (its shape in
+ * use) replaces that guess at the occupancy with a measurement: as many
+ * splits as keep the grid within the work-groups it measured fastest. */
 static int choose_splits(const struct device_desc *dev, const struct kernel_override *ov, const struct problem *p,
-                         bool k_packs_group, int block_m, int block_n, size_t local_bytes)
+                         const struct tuned_entry *tuned, bool k_packs_group, int block_m, int block_n,
+                         size_t local_bytes)
 {
     if (p->op != OP_FORWARD || p->batch < 1)
         return 1;
@@ -127,6 +134,12 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
         return (int)(ov->splits < key_blocks ? ov->splits : key_blocks > 0 ? key_blocks : 1);
     const long long units = dev->compute_units > 0 ? dev->compute_units : 1;
     const long long most = key_blocks / 2 < FCL_MAX_SPLITS ? key_blocks / 2 : FCL_MAX_SPLITS;
+    if (k_packs_group && tuned && tuned->splits) {
+        /* Rounded down: more work-groups than measured could start a partial second wave. */
+        const long long groups = (long long)p->batch * p->heads_kv;
+        const long long splits = (long long)tuned->splits * tuned->groups / groups;
+        return (int)(splits > most ? (most > 1 ? most : 1) : splits > 1 ? splits : 1);
+    }
     if (k_packs_group) {
         const long long groups = (long long)p->batch * p->heads_kv;
         long long per_unit = (long long)(dev->usable_local / (local_bytes + 1024));
@@ -179,7 +192,8 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         return false;
     }
     memset(out, 0, sizeof(*out));
-    if (!choose_shape(ctx, k, p, &out->shape, &out->source, why, why_size))
+    const struct tuned_entry *tuned;
+    if (!choose_shape(ctx, k, p, &out->shape, &out->source, &tuned, why, why_size))
         return false;
     out->kernel = k;
     out->block_n = out->shape.axis[AXIS_BLOCK_N];
@@ -187,8 +201,8 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p);
     if (k->packs_group)
         out->block_m = p->seq_q;  /* every query position of the KV head's group */
-    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, k->packs_group, out->block_m,
-                                             out->block_n, out->local_bytes) : 1;
+    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, tuned, k->packs_group,
+                                             out->block_m, out->block_n, out->local_bytes) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
     if (k->combine) {
