@@ -97,40 +97,38 @@ static void *page_pool(const void *dense, flashcl_dtype dtype, const struct deco
     return pool;
 }
 
-/* Device lengths and block table for a paged call, as a serving loop keeps them. */
-struct paged_call {
-    cl_mem lengths, table;
-    struct flashcl_kv_lengths kv;
-    struct flashcl_kv_pages pages;
-};
-
-flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
-                            int page_size, int warmup, int reps, struct decode_result *r)
+flashcl_status bench_decode_create(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
+                                   int page_size, struct decode_problem *p)
 {
-    memset(r, 0, sizeof(*r));
-    r->shape = *s;
-    r->d = d;
-    r->dtype = dtype;
-    r->page_size = page_size;
+    memset(p, 0, sizeof(*p));
+    p->shape = *s;
+    p->d = d;
+    p->dtype = dtype;
+    p->page_size = page_size;
     const size_t esize = flashcl_dtype_size(dtype);
     const size_t q_elems = (size_t)s->batch * (size_t)s->seq_q * (size_t)s->heads_q * (size_t)d;
     const size_t kv_elems = (size_t)s->batch * (size_t)s->seq_kv * (size_t)s->heads_kv * (size_t)d;
     const int pps = page_size > 0 ? (s->seq_kv + page_size - 1) / page_size : 0, n_pages = s->batch * pps;
     const size_t pool_elems = (size_t)n_pages * (size_t)page_size * (size_t)s->heads_kv * (size_t)d;
-    void *q = malloc(q_elems * esize), *k = malloc(kv_elems * esize), *v = malloc(kv_elems * esize);
-    void *o = malloc(q_elems * esize), *k_pool = NULL, *v_pool = NULL;
+    p->q = malloc(q_elems * esize);
+    p->k = malloc(kv_elems * esize);
+    p->v = malloc(kv_elems * esize);
+    p->o = malloc(q_elems * esize);
+    /* The paged layout's host copies live only until the buffers hold them. */
+    void *k_pool = NULL, *v_pool = NULL;
     int *table = page_size > 0 ? malloc((size_t)n_pages * sizeof(int)) : NULL, *lengths = NULL;
-    flashcl_status st = q && k && v && o && (!page_size || table) ? FLASHCL_SUCCESS : FLASHCL_OUT_OF_HOST_MEMORY;
+    flashcl_status st = p->q && p->k && p->v && p->o && (!page_size || table) ? FLASHCL_SUCCESS
+                                                                              : FLASHCL_OUT_OF_HOST_MEMORY;
     if (st == FLASHCL_SUCCESS) {
         rng_seed((uint64_t)s->seq_kv * 131 + (uint64_t)d);
-        bench_fill_random(q, dtype, q_elems);
-        bench_fill_random(k, dtype, kv_elems);
-        bench_fill_random(v, dtype, kv_elems);
+        bench_fill_random(p->q, dtype, q_elems);
+        bench_fill_random(p->k, dtype, kv_elems);
+        bench_fill_random(p->v, dtype, kv_elems);
     }
     if (st == FLASHCL_SUCCESS && page_size > 0) {
         shuffled_table(table, n_pages);
-        k_pool = page_pool(k, dtype, s, d, page_size, table);
-        v_pool = page_pool(v, dtype, s, d, page_size, table);
+        k_pool = page_pool(p->k, dtype, s, d, page_size, table);
+        v_pool = page_pool(p->v, dtype, s, d, page_size, table);
         lengths = malloc((size_t)s->batch * sizeof(int));
         if (!k_pool || !v_pool || !lengths)
             st = FLASHCL_OUT_OF_HOST_MEMORY;
@@ -140,80 +138,122 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
 
     cl_context cl = flashcl_context_cl_context(env->ctx);
     cl_int err = CL_SUCCESS;
-    struct bench_buffers b;
-    memset(&b, 0, sizeof(b));
-    struct paged_call pc;
-    memset(&pc, 0, sizeof(pc));
+    struct bench_buffers *b = &p->b;
     const size_t k_bytes = (page_size ? pool_elems : kv_elems) * esize;
     if (st == FLASHCL_SUCCESS)
-        b.q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, q_elems * esize, q, &err);
+        b->q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, q_elems * esize, p->q, &err);
     if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
-        b.k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, k_bytes, page_size ? k_pool : k, &err);
+        b->k = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, k_bytes, page_size ? k_pool : p->k, &err);
     if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
-        b.v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, k_bytes, page_size ? v_pool : v, &err);
+        b->v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, k_bytes, page_size ? v_pool : p->v, &err);
     if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
-        b.o = clCreateBuffer(cl, CL_MEM_READ_WRITE, q_elems * esize, NULL, &err);
+        b->o = clCreateBuffer(cl, CL_MEM_READ_WRITE, q_elems * esize, NULL, &err);
     if (st == FLASHCL_SUCCESS && err == CL_SUCCESS && page_size) {
-        pc.lengths = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)s->batch * sizeof(int),
+        p->lengths = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)s->batch * sizeof(int),
                                     lengths, &err);
         if (err == CL_SUCCESS)
-            pc.table = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n_pages * sizeof(int),
+            p->table = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n_pages * sizeof(int),
                                       table, &err);
-        pc.kv.cache_seqlens_mem = pc.lengths;
-        pc.pages.page_size = page_size;
-        pc.pages.pages_per_seq = pps;
-        pc.pages.num_pages = n_pages;
-        pc.pages.block_table_mem = pc.table;
-        b.kv_lengths = &pc.kv;
-        b.kv_pages = &pc.pages;
+        p->kv.cache_seqlens_mem = p->lengths;
+        p->pages.page_size = page_size;
+        p->pages.pages_per_seq = pps;
+        p->pages.num_pages = n_pages;
+        p->pages.block_table_mem = p->table;
+        b->kv_lengths = &p->kv;
+        b->kv_pages = &p->pages;
     }
-    if (st == FLASHCL_SUCCESS)
-        st = (flashcl_status)err;
-    if (st == FLASHCL_SUCCESS) {
-        struct flashcl_attention *a = &b.attn;
-        a->batch = s->batch;
-        a->seq_q = s->seq_q;
-        a->seq_kv = page_size ? pps * page_size : s->seq_kv;  /* a paged cache's capacity */
-        a->heads_q = s->heads_q;
-        a->heads_kv = s->heads_kv;
-        a->head_dim = d;
-        a->q = flashcl_tensor_bnhd(b.q, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
-        const size_t rows = page_size ? (size_t)page_size : (size_t)s->seq_kv;  /* a page is a "batch" of the pool */
-        a->k = flashcl_tensor_bnhd(b.k, dtype, rows, (size_t)s->heads_kv, (size_t)d);
-        a->v = flashcl_tensor_bnhd(b.v, dtype, rows, (size_t)s->heads_kv, (size_t)d);
-        a->o = flashcl_tensor_bnhd(b.o, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
-        a->mask = s->seq_q > 1 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
-        struct flashcl_tile t;
-        st = page_size ? flashcl_forward_kv_cache_config(env->ctx, a, &pc.kv, &pc.pages, &t)
-                       : flashcl_forward_config(env->ctx, a, &t);
-        if (st == FLASHCL_SUCCESS) {
-            r->kernel = flashcl_variant_name(t.variant);
-            r->splits = t.splits;
-            /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged) on b.attn. */
-            const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                         FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv};
-            st = bench_time(env, BENCH_FLASH, &b, &c, warmup, reps, &r->median_ms, &r->min_ms);
-        }
-        if (st == FLASHCL_SUCCESS)
-            st = (flashcl_status)clEnqueueReadBuffer(env->queue, b.o, CL_TRUE, 0, q_elems * esize, o, 0, NULL, NULL);
-        if (st == FLASHCL_SUCCESS) {
-            r->kv_gb_s = 2.0 * (double)kv_elems * (double)esize / (r->median_ms * 1e-3) / 1e9;
-            r->err_ref = sampled_error(s, d, dtype, q, k, v, o);
-        }
-    }
-    r->status = st;
-    bench_buffers_release(&b);
-    if (pc.lengths)
-        clReleaseMemObject(pc.lengths);
-    if (pc.table)
-        clReleaseMemObject(pc.table);
-    free(q);
-    free(k);
-    free(v);
-    free(o);
     free(k_pool);
     free(v_pool);
     free(table);
     free(lengths);
+    if (st == FLASHCL_SUCCESS)
+        st = (flashcl_status)err;
+    if (st != FLASHCL_SUCCESS) {
+        bench_decode_release(p);
+        return st;
+    }
+    struct flashcl_attention *a = &b->attn;
+    a->batch = s->batch;
+    a->seq_q = s->seq_q;
+    a->seq_kv = page_size ? pps * page_size : s->seq_kv;  /* a paged cache's capacity */
+    a->heads_q = s->heads_q;
+    a->heads_kv = s->heads_kv;
+    a->head_dim = d;
+    a->q = flashcl_tensor_bnhd(b->q, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
+    const size_t rows = page_size ? (size_t)page_size : (size_t)s->seq_kv;  /* a page is a "batch" of the pool */
+    a->k = flashcl_tensor_bnhd(b->k, dtype, rows, (size_t)s->heads_kv, (size_t)d);
+    a->v = flashcl_tensor_bnhd(b->v, dtype, rows, (size_t)s->heads_kv, (size_t)d);
+    a->o = flashcl_tensor_bnhd(b->o, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
+    a->mask = s->seq_q > 1 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged) on b.attn. */
+    const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, dtype, FLASHCL_PRECISION_EXACT,
+                                 BENCH_PASS_FORWARD, s->heads_kv};
+    p->c = c;
+    return FLASHCL_SUCCESS;
+}
+
+void bench_decode_release(struct decode_problem *p)
+{
+    bench_buffers_release(&p->b);
+    if (p->lengths)
+        clReleaseMemObject(p->lengths);
+    if (p->table)
+        clReleaseMemObject(p->table);
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->o);
+    memset(p, 0, sizeof(*p));
+}
+
+flashcl_status bench_decode_config(struct bench_env *env, const struct decode_problem *p, struct flashcl_tile *t)
+{
+    return p->page_size ? flashcl_forward_kv_cache_config(env->ctx, &p->b.attn, &p->kv, &p->pages, t)
+                        : flashcl_forward_config(env->ctx, &p->b.attn, t);
+}
+
+/* O of the last run, read back, against the reference; INFINITY if it cannot be read. */
+static double read_error(struct bench_env *env, struct decode_problem *p)
+{
+    const struct decode_shape *s = &p->shape;
+    const size_t bytes = (size_t)s->batch * (size_t)s->seq_q * (size_t)s->heads_q * (size_t)p->d *
+                         flashcl_dtype_size(p->dtype);
+    if (clEnqueueReadBuffer(env->queue, p->b.o, CL_TRUE, 0, bytes, p->o, 0, NULL, NULL) != CL_SUCCESS)
+        return INFINITY;
+    return sampled_error(s, p->d, p->dtype, p->q, p->k, p->v, p->o);
+}
+
+double bench_decode_error(struct bench_env *env, struct decode_problem *p)
+{
+    if (bench_run_path(env, BENCH_FLASH, &p->b, &p->c, NULL) != FLASHCL_SUCCESS)
+        return INFINITY;
+    return read_error(env, p);
+}
+
+flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
+                            int page_size, int warmup, int reps, struct decode_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->shape = *s;
+    r->d = d;
+    r->dtype = dtype;
+    r->page_size = page_size;
+    struct decode_problem p;
+    flashcl_status st = bench_decode_create(env, s, d, dtype, page_size, &p);
+    struct flashcl_tile t;
+    if (st == FLASHCL_SUCCESS)
+        st = bench_decode_config(env, &p, &t);
+    if (st == FLASHCL_SUCCESS) {
+        r->kernel = flashcl_variant_name(t.variant);
+        r->splits = t.splits;
+        st = bench_time(env, BENCH_FLASH, &p.b, &p.c, warmup, reps, &r->median_ms, &r->min_ms);
+    }
+    if (st == FLASHCL_SUCCESS) {
+        const size_t kv_elems = (size_t)s->batch * (size_t)s->seq_kv * (size_t)s->heads_kv * (size_t)d;
+        r->kv_gb_s = 2.0 * (double)kv_elems * (double)flashcl_dtype_size(dtype) / (r->median_ms * 1e-3) / 1e9;
+        r->err_ref = read_error(env, &p);
+    }
+    r->status = st;
+    bench_decode_release(&p);  /* nothing held (all zero) where create failed */
     return st;
 }

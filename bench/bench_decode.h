@@ -30,4 +30,30 @@ int bench_parse_decode(const char *list, struct decode_shape *out, int max);
 flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
                             int page_size, int warmup, int reps, struct decode_result *r);
 
+/* One decode shape's inputs, made once and run by any context of the same
+ * OpenCL context (flashcl-probe times every candidate on one). Not to be
+ * copied: b points into it. */
+struct decode_problem {
+    struct decode_shape shape;
+    int d, page_size;
+    flashcl_dtype dtype;
+    void *q, *k, *v, *o;     /* host: Q, the dense K and V (the reference's), O read back */
+    struct bench_buffers b;  /* b.attn is the call (b.kv_lengths/kv_pages when paged) */
+    struct bench_case c;     /* what bench_time and bench_run_path are told of it */
+    cl_mem lengths, table;   /* paged only */
+    struct flashcl_kv_lengths kv;
+    struct flashcl_kv_pages pages;
+};
+
+/* Random inputs (seeded by the shape) in buffers of env's OpenCL context;
+ * on failure nothing is held (p all zero). */
+flashcl_status bench_decode_create(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
+                                   int page_size, struct decode_problem *p);
+/* The kernel and tile env's context plans for it. */
+flashcl_status bench_decode_config(struct bench_env *env, const struct decode_problem *p, struct flashcl_tile *t);
+/* Runs env's context on it once: the largest sampled |O - reference|
+ * (INFINITY if the run failed). */
+double bench_decode_error(struct bench_env *env, struct decode_problem *p);
+void bench_decode_release(struct decode_problem *p);
+
 #endif

@@ -15,7 +15,9 @@
  *       the probed local memory),
  *       discards any that disagree with the double reference, times the rest
  *       on a realistic size, compares the winner with the untuned choice, and
- *       writes the winners to the tuning file the library reads.
+ *       writes the winners to the tuning file the library reads. Decode keys
+ *       (one query a sequence against a cache of N keys, GQA and MHA) tune
+ *       the decode kernel's key block and split count together.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +29,7 @@
 
 #include "flashcl_tools.h"
 
+#include "bench_decode.h"
 #include "bench_paths.h"
 #include "hostref.h"
 
@@ -340,7 +343,10 @@ struct tune_key {
     flashcl_dtype dtype;
     int d, causal;
     enum bench_pass pass;  /* forward or backward: which kernels the key tunes */
+    int group;             /* > 0: a decode key, one query a sequence and this many query heads a KV head */
 };
+
+#define MAX_SPLITS 64  /* what kernel_options' splits takes (1..64) */
 
 /* A context over the shared cl_context with one candidate forced (NULL: the
  * library's own choice without a tuning file). */
@@ -363,11 +369,13 @@ static flashcl_context *candidate_context(cl_context cl, cl_device_id dev, const
 }
 
 /* One problem of a key: host inputs (dO too for the backward, whose check is
- * on dQ) and their device buffers, made once and shared by every candidate. */
+ * on dQ) and their device buffers, made once and shared by every candidate.
+ * A decode key's are bench_decode's (decode set, the rest unused). */
 struct tune_problem {
     struct bench_case c;
     void *q, *k, *v, *d_o;
     struct bench_buffers bufs;
+    struct decode_problem *decode;
 };
 
 static void problem_release(struct tune_problem *t)
@@ -378,6 +386,10 @@ static void problem_release(struct tune_problem *t)
     free(t->v);
     free(t->d_o);
     t->q = t->k = t->v = t->d_o = NULL;
+    if (t->decode)
+        bench_decode_release(t->decode);
+    free(t->decode);
+    t->decode = NULL;
 }
 
 /* Random inputs for case c, on the host and in buffers of ctx; false (and
@@ -430,12 +442,52 @@ static struct bench_case timed_case(const struct tune_key *key, const struct opt
     return c;
 }
 
-/* The kernel and tile ctx plans for the pass on these buffers. */
-static flashcl_status pass_config(flashcl_context *ctx, const struct bench_buffers *b, enum bench_pass pass,
-                                  struct flashcl_tile *t)
+/* A decode key's shape, scaled like timed_case: a cache of N = --n keys, batch*N = --tokens, heads_q*d =
+ * --hidden (a whole number of groups, one at least), one query a sequence. The check is one sequence of it:
+ * the same cache, so a forced split count (capped by the cache's key blocks alone) runs there too. */
+static struct decode_shape decode_shape_of(const struct tune_key *key, const struct options *opt, bool check)
 {
-    return pass == BENCH_PASS_FORWARD ? flashcl_forward_config(ctx, &b->attn, t)
-                                      : flashcl_backward_config(ctx, &b->attn, &b->grad, t);
+    int heads_q = (int)(opt->hidden / key->d) / key->group * key->group;
+    heads_q = heads_q > key->group ? heads_q : key->group;
+    const int batch = check || opt->tokens / opt->n < 1 ? 1 : (int)(opt->tokens / opt->n);
+    const struct decode_shape s = {batch, heads_q, heads_q / key->group, 1, opt->n};
+    return s;
+}
+
+/* The problem of a key that candidates are checked on (check) or timed on; false (nothing held) if it cannot
+ * be made. */
+static bool key_problem(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key,
+                        const struct options *opt, bool check, uint64_t seed, struct tune_problem *t)
+{
+    if (!key->group) {
+        const struct bench_case c = check ? check_case(key) : timed_case(key, opt);
+        return problem_create(ctx, queue, &c, seed, t);
+    }
+    memset(t, 0, sizeof(*t));
+    t->decode = malloc(sizeof(*t->decode));  /* not moved once made: its buffers point into it */
+    struct bench_env env = {ctx, queue, ""};
+    const struct decode_shape s = decode_shape_of(key, opt, check);
+    if (!t->decode || bench_decode_create(&env, &s, key->d, key->dtype, 0, t->decode) != FLASHCL_SUCCESS) {
+        free(t->decode);
+        t->decode = NULL;
+        return false;
+    }
+    t->c = t->decode->c;
+    return true;
+}
+
+/* The buffers a problem runs on. */
+static struct bench_buffers problem_buffers(const struct tune_problem *t)
+{
+    return t->decode ? t->decode->b : t->bufs;
+}
+
+/* The kernel and tile ctx plans for the problem's pass. */
+static flashcl_status problem_config(flashcl_context *ctx, const struct tune_problem *t, struct flashcl_tile *tile)
+{
+    const struct bench_buffers b = problem_buffers(t);
+    return t->c.pass == BENCH_PASS_FORWARD ? flashcl_forward_config(ctx, &b.attn, tile)
+                                           : flashcl_backward_config(ctx, &b.attn, &b.grad, tile);
 }
 
 /* Runs the pass once; its sampled error against the double reference (O
@@ -443,6 +495,8 @@ static flashcl_status pass_config(flashcl_context *ctx, const struct bench_buffe
  * failed. */
 static double check_error(struct bench_env *env, const struct tune_problem *t)
 {
+    if (t->decode)
+        return bench_decode_error(env, t->decode);
     struct bench_buffers b = t->bufs;
     const size_t bytes = (size_t)t->c.batch * t->c.n * t->c.heads * t->c.d * flashcl_dtype_size(t->c.dtype);
     void *out = malloc(bytes);
@@ -462,7 +516,7 @@ static double check_error(struct bench_env *env, const struct tune_problem *t)
 /* Median ms of the pass, its workspace allocated outside the timed runs. */
 static flashcl_status time_pass(struct bench_env *env, const struct tune_problem *t, int reps, double *median)
 {
-    struct bench_buffers b = t->bufs;
+    struct bench_buffers b = problem_buffers(t);
     size_t device_bytes;
     double min;
     flashcl_status st = bench_prepare_path(env, BENCH_FLASH, &b, &t->c, &device_bytes);
@@ -473,14 +527,15 @@ static flashcl_status time_pass(struct bench_env *env, const struct tune_problem
 }
 
 /* Checks a context on the small problem, then times it on the realistic one.
- * Returns the median ms; -1 if it does not plan `expected`, -2 if it
- * disagreed with the reference, -3 if the timing failed. */
-static double evaluate(flashcl_context *ctx, cl_command_queue queue, enum flashcl_variant expected,
+ * Returns the median ms; -1 if it does not plan `expected` (and, splits > 0,
+ * that split count), -2 if it disagreed with the reference, -3 if the timing
+ * failed. */
+static double evaluate(flashcl_context *ctx, cl_command_queue queue, enum flashcl_variant expected, int splits,
                        const struct tune_problem *check, const struct tune_problem *timed, int reps)
 {
     struct bench_env env = {ctx, queue, ""};
     struct flashcl_tile t;
-    if (pass_config(ctx, &check->bufs, check->c.pass, &t) != FLASHCL_SUCCESS || t.variant != expected)
+    if (problem_config(ctx, check, &t) != FLASHCL_SUCCESS || t.variant != expected || (splits && t.splits != splits))
         return -1;
     if (!(check_error(&env, check) <= bench_tolerance(&check->c)))
         return -2;
@@ -491,17 +546,51 @@ static double evaluate(flashcl_context *ctx, cl_command_queue queue, enum flashc
 }
 
 /* The kernel the library plans for a key on aligned [B, N, H, d] views
- * (the backward's with the LSE and gradients it needs). */
-static enum flashcl_variant planned_variant(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key)
+ * (the backward's with the LSE and gradients it needs); 0 where it plans
+ * none. */
+static enum flashcl_variant planned_variant(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key,
+                                            const struct options *opt)
 {
-    const struct bench_case c = check_case(key);
     struct tune_problem t;
     struct flashcl_tile tile = {0};
-    const bool ok = problem_create(ctx, queue, &c, 1, &t) && pass_config(ctx, &t.bufs, c.pass, &tile) == FLASHCL_SUCCESS;
+    const bool ok = key_problem(ctx, queue, key, opt, true, 1, &t) && problem_config(ctx, &t, &tile) == FLASHCL_SUCCESS;
     problem_release(&t);
-    if (ok)
-        return tile.variant;
-    return key->pass == BENCH_PASS_FORWARD ? FLASHCL_VARIANT_PORTABLE : FLASHCL_VARIANT_BACKWARD;
+    return ok ? tile.variant : (enum flashcl_variant)0;
+}
+
+/* A decode key's candidates: each of the decode kernel's block_n candidates
+ * with split counts around the planner's choice s for the timed grid (1,
+ * s/2, s, 3s/2, 2s), capped as the planner caps a tuned count (each split
+ * at least two key blocks, 64 at most), so the tuning file can replay each
+ * on this grid. rows, splits and groups filled as the entry records them. */
+static int decode_candidates(flashcl_context *base, const struct tune_key *key, const struct tune_problem *timed,
+                             int planned_splits, size_t usable_local, struct flashcl_tuned_config *out, int max)
+{
+    struct flashcl_tuned_config shapes[32];
+    int n_shapes = flashcl_tuning_candidates(base, FLASHCL_VARIANT_DECODE, key->dtype, key->d, usable_local, shapes,
+                                             32);
+    n_shapes = n_shapes < 32 ? n_shapes : 32;
+    const struct decode_shape *s = &timed->decode->shape;
+    const int p = planned_splits > 0 ? planned_splits : 1, tries[5] = {1, p / 2, p, p + p / 2, 2 * p};
+    int count = 0;
+    for (int i = 0; i < n_shapes; i++) {
+        const int key_blocks = (s->seq_kv + shapes[i].block_n - 1) / shapes[i].block_n;
+        const int most = key_blocks / 2 < 1 ? 1 : key_blocks / 2 > MAX_SPLITS ? MAX_SPLITS : key_blocks / 2;
+        for (int j = 0, last = 0; j < 5; j++) {  /* tries ascend: capped, repeats are skipped */
+            const int splits = tries[j] < 1 ? 1 : tries[j] > most ? most : tries[j];
+            if (splits <= last)
+                continue;
+            last = splits;
+            if (count < max) {
+                out[count] = shapes[i];
+                out[count].rows = key->group;  /* the keys' groups are powers of two: the kernel's rows */
+                out[count].splits = splits;
+                out[count].groups = s->batch * s->heads_kv;
+            }
+            count++;
+        }
+    }
+    return count < max ? count : max;
 }
 
 /* mkdir -p of the folder that holds path. */
@@ -533,21 +622,26 @@ static void progress(int done, int total, const char *what)
 static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const struct probe *p,
                 const struct options *opt)
 {
+    /* Decode keys last: groups of 4 query heads a KV head (Llama's 32:8) and MHA (1). */
     static const struct tune_key full[] = {
-        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD},   {FLASHCL_F32, 64, 1, BENCH_PASS_FORWARD},
-        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD},  {FLASHCL_F32, 128, 1, BENCH_PASS_FORWARD},
-        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD},   {FLASHCL_F16, 64, 1, BENCH_PASS_FORWARD},
-        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD},  {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD},
-        {FLASHCL_BF16, 64, 0, BENCH_PASS_FORWARD},  {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD},
-        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD},  {FLASHCL_F32, 64, 1, BENCH_PASS_BACKWARD},
-        {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD}, {FLASHCL_F16, 64, 0, BENCH_PASS_BACKWARD},
-        {FLASHCL_F16, 128, 0, BENCH_PASS_BACKWARD}, {FLASHCL_F16, 128, 1, BENCH_PASS_BACKWARD},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0},   {FLASHCL_F32, 64, 1, BENCH_PASS_FORWARD, 0},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_F32, 128, 1, BENCH_PASS_FORWARD, 0},
+        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 0},   {FLASHCL_F16, 64, 1, BENCH_PASS_FORWARD, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD, 0},
+        {FLASHCL_BF16, 64, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 0},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0},  {FLASHCL_F32, 64, 1, BENCH_PASS_BACKWARD, 0},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD, 0}, {FLASHCL_F16, 64, 0, BENCH_PASS_BACKWARD, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_BACKWARD, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_BACKWARD, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4},  {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 1},
+        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 4},   {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 4},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 4},  {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 1},
     };
     static const struct tune_key quick[] = {
-        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD},  {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD},
-        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD}, {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD},
-        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD, 0},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0}, {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4},
     };
+    enum { MAX_KEYS = sizeof(full) / sizeof(full[0]) };
     const struct tune_key *keys = opt->quick ? quick : full;
     const int n_keys = opt->quick ? (int)(sizeof(quick) / sizeof(quick[0])) : (int)(sizeof(full) / sizeof(full[0]));
     const int reps = opt->quick ? 3 : 7;
@@ -558,54 +652,66 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         fprintf(stderr, "flashcl-probe: %s\n", flashcl_last_error());
         return 1;
     }
-    struct flashcl_tuned_config winners[32];
+    struct flashcl_tuned_config winners[MAX_KEYS];
     int n_winners = 0;
 
     /* Candidates of the kernel the library runs for each key, as its planner
-     * says for aligned views (the probe knows no kernel by name). */
+     * says for aligned views (the probe knows no kernel by name); a decode
+     * key's, up to five split counts a shape (for the progress bar). */
     struct flashcl_tuned_config cand[128];
-    int n_cand[32], total = 0, done = 0;
-    enum flashcl_variant variant_of[32];
+    int total = 0, done = 0;
+    enum flashcl_variant variant_of[MAX_KEYS];
     for (int i = 0; i < n_keys; i++) {
-        variant_of[i] = planned_variant(base, queue, &keys[i]);
-        n_cand[i] = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
-        if (n_cand[i] > 128)
-            n_cand[i] = 128;
-        if (n_cand[i] > max_candidates)
-            n_cand[i] = max_candidates;
-        total += n_cand[i] + 1;
+        variant_of[i] = planned_variant(base, queue, &keys[i], opt);
+        if (!variant_of[i] && !keys[i].group)
+            variant_of[i] = keys[i].pass == BENCH_PASS_FORWARD ? FLASHCL_VARIANT_PORTABLE : FLASHCL_VARIANT_BACKWARD;
+        int n = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
+        n *= keys[i].group ? 5 : 1;
+        total += (n < max_candidates ? n : max_candidates) + 1;
     }
 
     printf("\nTuning \"%s\" (%s): timed at N=%d, batch*N=%ld, heads*d=%ld; median of %d; each candidate\n"
-           "first checked against the double reference on N=%d\n", p->name, opt->quick ? "quick" : "full", opt->n,
+           "first checked against the double reference on N=%d (decode/G: one query a sequence, G query heads a\n"
+           "KV head, a cache of N keys, checked on one sequence)\n", p->name, opt->quick ? "quick" : "full", opt->n,
            opt->tokens, opt->hidden, reps, CHECK_N);
     printf("%-8s %-5s %4s %6s  %-40s %10s %10s %8s\n", "pass", "dtype", "d", "causal", "winner (kernel:shape)",
            "tuned ms", "untuned ms", "speedup");
     for (int i = 0; i < n_keys; i++) {
         const struct tune_key *key = &keys[i];
-        const char *pass = bench_pass_name(key->pass);
+        char pass[16];
+        if (key->group)
+            snprintf(pass, sizeof(pass), "decode/%d", key->group);
+        else
+            snprintf(pass, sizeof(pass), "%s", bench_pass_name(key->pass));
+        const enum flashcl_variant var = variant_of[i];
+        if (key->group && var != FLASHCL_VARIANT_DECODE) {
+            printf("%-8s %-5s %4d %6d  not planned on the decode kernel here (%s); skipped\n", pass,
+                   flashcl_dtype_name(key->dtype), key->d, key->causal, var ? flashcl_variant_name(var) : "no plan");
+            continue;
+        }
         /* Inputs: a small problem to check, a realistic one to time. */
-        const struct bench_case cc = check_case(key), tc = timed_case(key, opt);
         struct tune_problem check, timed;
-        if (!problem_create(base, queue, &cc, 2 * (uint64_t)i + 1, &check) ||
-            !problem_create(base, queue, &tc, 2 * (uint64_t)i + 2, &timed)) {
+        if (!key_problem(base, queue, key, opt, true, 2 * (uint64_t)i + 1, &check) ||
+            !key_problem(base, queue, key, opt, false, 2 * (uint64_t)i + 2, &timed)) {
             fprintf(stderr, "flashcl-probe: cannot allocate the tuning inputs\n");
             problem_release(&check);
             flashcl_context_destroy(&base);
             return 1;
         }
-        struct flashcl_tile base_tile;
-        pass_config(base, &timed.bufs, key->pass, &base_tile);
-        const double untuned = evaluate(base, queue, base_tile.variant, &check, &timed, reps);
+        struct flashcl_tile base_tile = {0};
+        problem_config(base, &timed, &base_tile);
+        const double untuned = evaluate(base, queue, base_tile.variant, 0, &check, &timed, reps);
 
-        const enum flashcl_variant var = variant_of[i];
         struct flashcl_tuned_config all[128];
-        const int n_all = flashcl_tuning_candidates(base, var, key->dtype, key->d, p->usable_local, all, 128);
-        for (int j = 0; j < n_cand[i]; j++)  /* an evenly spaced subset when capped */
-            cand[j] = all[(long)j * n_all / n_cand[i]];
+        int n_all = key->group ? decode_candidates(base, key, &timed, base_tile.splits, p->usable_local, all, 128)
+                               : flashcl_tuning_candidates(base, var, key->dtype, key->d, p->usable_local, all, 128);
+        n_all = n_all < 128 ? n_all : 128;
+        const int n_pick = n_all < max_candidates ? n_all : max_candidates;
+        for (int j = 0; j < n_pick; j++)  /* an evenly spaced subset when capped */
+            cand[j] = all[(long)j * n_all / n_pick];
         /* The untuned choice is a candidate too, so the winner is never a
          * configuration measured slower than what the library would do. */
-        int n_try = n_cand[i];
+        int n_try = n_pick;
         const bool has_baseline = base_tile.variant == var && n_try < 128;
         if (has_baseline) {
             struct flashcl_tuned_config *u = &cand[n_try++];
@@ -617,6 +723,11 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             u->block_n = base_tile.block_n;
             u->warps = base_tile.warps;
             u->m_tiles = base_tile.m_tiles;
+            if (key->group) {  /* the rule's split count for this grid, forced like the others' */
+                u->rows = key->group;
+                u->splits = base_tile.splits;
+                u->groups = timed.decode->shape.batch * timed.decode->shape.heads_kv;
+            }
         }
         double best = INFINITY;
         int best_j = -1, rejected = 0;
@@ -628,7 +739,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
                      key->causal ? "causal" : "full", shape);
             progress(done++, total, what);
             flashcl_context *ctx = candidate_context(cl, dev, &cand[j], p->usable_local);
-            const double ms = ctx ? evaluate(ctx, queue, var, &check, &timed, reps) : -1;
+            const double ms = ctx ? evaluate(ctx, queue, var, cand[j].splits, &check, &timed, reps) : -1;
             flashcl_context_destroy(&ctx);
             if (ms == -2)
                 rejected++;  /* wrong results: never stored */
@@ -770,7 +881,8 @@ int main(int argc, char **argv)
             printf("usage: flashcl-probe [--json] [--n N] [--d D] [--tokens T] [--hidden C]\n"
                    "                     [--tune [--quick] [--out FILE]]\n"
                    "  --n, --d         roofline shape (16384, 128); --tune times candidates at N (default 4096,\n"
-                   "                   2048 with --quick) with batch*N = --tokens (16384), heads*d = --hidden (2048)\n"
+                   "                   2048 with --quick) with batch*N = --tokens (16384), heads*d = --hidden (2048);\n"
+                   "                   decode keys: one query a sequence against a cache of N keys\n"
                    "  --out FILE       tuning file (default $XDG_CACHE_HOME/flashcl/tuning.txt)\n");
             return 0;
         default:

@@ -39,7 +39,16 @@ struct flashcl_tuned_config {
     int block_m, block_n;  /* FMA kernels: the tile; tensor-core / TF32: block_n keys per block */
     int warps, m_tiles;    /* tensor-core and TF32 only */
     double ms;             /* what it measured (informational) */
-    unsigned char reserved[32];  /* zero */
+    /* The decode kernel only (0 for the others), each 0 where unset: the
+     * query rows of a work-group the entry is for (group x seq_q rounded up
+     * to a power of two, 1..16; 0: any), and the split count measured on a
+     * grid of `groups` (sequence, KV head) pairs, 1..64 (0: the planner's
+     * rule). A call with G pairs runs splits x groups / G splits (at least
+     * 1, each split at least two key blocks): the work-groups measured
+     * fastest, not more (docs/tuning.md). */
+    int rows;
+    int splits, groups;
+    unsigned char reserved[20];  /* zero */
 };
 
 /* Candidate configurations of a kernel for a dtype and head_dim (causal is
@@ -53,7 +62,8 @@ FLASHCL_API int flashcl_tuning_candidates(const flashcl_context *ctx, enum flash
                                           struct flashcl_tuned_config *out, int max);
 
 /* The params.kernel_options clause that forces this configuration's kernel
- * and shape, e.g. "tensor-core:warps=4,m_tiles=2,block_n=64". */
+ * and shape, e.g. "tensor-core:warps=4,m_tiles=2,block_n=64" (a decode
+ * configuration's split count too: "decode:block_n=64,splits=6"). */
 FLASHCL_API flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *config, char *buf,
                                                    size_t size);
 

@@ -160,6 +160,11 @@ const char *fcl_axis_name(enum axis a);
 int fcl_axis_by_name(const char *name, size_t len);  /* -1 if none */
 bool fcl_axis_in_range(const struct kernel_info *k, enum axis a, int value);
 
+/* The query rows a packs_group work-group holds: group x seq_q rounded up
+ * to a power of two (cl/flash_decode.cl's ROWS); FCL_DECODE_MAX_ROWS where
+ * the problem is not known. Tuning-file entries are keyed by it. */
+int fcl_group_rows(const struct problem *p);
+
 /* A kernel's own constraints on a problem (dtype, precision, head_dim, views),
  * not the device's; NULL if it runs it, else the reason. */
 const char *fcl_kernel_supports(const struct kernel_info *k, const struct problem *p);

@@ -343,9 +343,8 @@ static void backward_mma_options(const struct device_desc *dev, const struct pro
 
 /* ---- decode: cl/flash_decode.cl, a KV head's query rows against its keys, split-KV ---- */
 
-/* The rows a work-group holds: group x seq_q rounded up to a power of two
- * (the kernel's ROWS); the most where the problem is not known. */
-static int decode_rows(const struct problem *p)
+/* The kernel's ROWS (kernel_table.h). */
+int fcl_group_rows(const struct problem *p)
 {
     if (p->heads_kv < 1 || p->seq_q < 1)
         return FCL_DECODE_MAX_ROWS;
@@ -370,7 +369,7 @@ static bool decode_async(const struct device_desc *dev, const struct problem *p)
 static size_t decode_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                  const struct problem *p)
 {
-    const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, rows = (size_t)decode_rows(p);
+    const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, rows = (size_t)fcl_group_rows(p);
     const size_t esize = p->dtype == FLASHCL_F32 ? 4 : 2, stages = decode_async(dev, p) ? 2 : 1;
     const size_t floats = rows * d + DECODE_ITEMS_PER_KEY * n * rows + rows * 8;
     return 2 * stages * n * (d + 4) * esize + floats * sizeof(float) + (p->varlen == 3 ? 2 * n * 8 : 0);
@@ -408,8 +407,8 @@ static void decode_options(const struct device_desc *dev, const struct problem *
 {
     snprintf(buf, size,
              "-DHEAD_DIM=%d -DROWS=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DVARLEN=%d -DVEC_ROWS=%d -DNV_ASYNC=%d",
-             p->head_dim, decode_rows(p), s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right,
-             p->varlen, p->rows_16b, decode_async(dev, p));
+             p->head_dim, fcl_group_rows(p), s->axis[N], fcl_dtype_define(p->dtype), p->window_left,
+             p->window_right, p->varlen, p->rows_16b, decode_async(dev, p));
 }
 
 #define BSHAPE(w, m, n) {.axis = {[W] = (w), [M] = (m), [N] = (n)}}

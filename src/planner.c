@@ -49,13 +49,16 @@ static void first_shape(const struct device_desc *dev, const struct kernel_info 
         k->rule(dev, p, out);
 }
 
-/* The shape `k` runs `p` with, or a reason it has none (written to why). */
+/* The shape `k` runs `p` with, or a reason it has none (written to why);
+ * *tuned the tuning file's entry where the shape is its. */
 static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k, const struct problem *p,
-                         struct kernel_shape *shape, enum flashcl_tile_source *source, char *why, size_t why_size)
+                         struct kernel_shape *shape, enum flashcl_tile_source *source,
+                         const struct tuned_entry **tuned_used, char *why, size_t why_size)
 {
     const struct device_desc *dev = &ctx->dev;
     const struct kernel_override *ov = &ctx->overrides[fcl_kernel_index(k)];
     const size_t usable = dev->usable_local;
+    *tuned_used = NULL;
 
     if (ov->fixed) {
         first_shape(dev, k, p, shape);
@@ -83,6 +86,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
     if (tuned && launchable(dev, k, &tuned->shape) && fits(dev, k, &tuned->shape, p, usable)) {
         *shape = tuned->shape;
         *source = FLASHCL_TILE_TUNED;
+        *tuned_used = tuned;
         return true;
     }
     for (int i = 0; i < k->n_builtin; i++) {
@@ -120,9 +124,12 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
  * keys it has: 8 sequences x 8 KV heads on 132 units of 3 decode work-groups
  * run 6 splits (384 of 396), not 9 (576: a second wave a third full); a
  * 512-query prefill chunk of 32 heads (128 tensor-core work-groups, 264
- * slots) runs 2. */
+ * slots) runs 2. For decode a tuned entry's split count (its shape in use)
+ * replaces that guess at the occupancy with a measurement: as many splits
+ * as keep the grid within the work-groups it measured fastest. */
 static int choose_splits(const struct device_desc *dev, const struct kernel_override *ov, const struct problem *p,
-                         const struct kernel_info *k, int block_m, int block_n, size_t local_bytes)
+                         const struct tuned_entry *tuned, const struct kernel_info *k, int block_m, int block_n,
+                         size_t local_bytes)
 {
     if (p->op != OP_FORWARD || p->batch < 1)
         return 1;
@@ -133,6 +140,11 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
     const long long most = key_blocks / 2 < FCL_MAX_SPLITS ? key_blocks / 2 : FCL_MAX_SPLITS;
     const long long groups = k->packs_group ? (long long)p->batch * p->heads_kv
                                             : (long long)p->batch * p->heads_q * (((long long)p->seq_q + block_m - 1) / block_m);
+    if (k->packs_group && tuned && tuned->splits) {
+        /* Rounded down: more work-groups than measured could start a partial second wave. */
+        const long long splits = (long long)tuned->splits * tuned->groups / groups;
+        return (int)(splits > most ? (most > 1 ? most : 1) : splits > 1 ? splits : 1);
+    }
     if (k->packs_group || (k->needs & NEEDS_TENSOR_CORES)) {
         long long per_unit = (long long)(dev->usable_local / (local_bytes + 1024));
         per_unit = per_unit < 1 ? 1 : per_unit > 8 ? 8 : per_unit;
@@ -182,7 +194,8 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         return false;
     }
     memset(out, 0, sizeof(*out));
-    if (!choose_shape(ctx, k, p, &out->shape, &out->source, why, why_size))
+    const struct tuned_entry *tuned;
+    if (!choose_shape(ctx, k, p, &out->shape, &out->source, &tuned, why, why_size))
         return false;
     out->kernel = k;
     out->block_n = out->shape.axis[AXIS_BLOCK_N];
@@ -190,7 +203,7 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p);
     if (k->packs_group)
         out->block_m = p->seq_q;  /* every query position of the KV head's group */
-    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, k, out->block_m,
+    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, tuned, k, out->block_m,
                                              out->block_n, out->local_bytes) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);

@@ -5,8 +5,11 @@
  *     device=NVIDIA H200|driver=580.159.04|flashcl=0.3.0|kind=local_mem|bytes=232448
  *     device=...|driver=...|flashcl=...|kind=forward|kernel=portable|dtype=f32|d=64|mask=none|block_m=64|block_n=48|ms=1.2
  *     device=...|kind=forward|kernel=tensor-core|dtype=f16|d=128|mask=causal|warps=4|m_tiles=2|block_n=64|ms=4.9
+ *     device=...|kind=forward|kernel=decode|dtype=f16|d=128|mask=none|rows=4|block_n=64|splits=6|groups=32|ms=0.4
  *
- * Each entry names a kernel of the table and gives every axis it has. Lines
+ * Each entry names a kernel of the table and gives every axis it has; the
+ * decode kernel's may add the rows they are for and a split count with the
+ * grid it was measured on (flashcl_tuned_config says how it applies). Lines
  * of another device are skipped; lines of this device measured with another
  * driver or flashcl version are kept as fallbacks (used where no entry of
  * this exact identity exists, with an INFO line saying so). Version-1 files
@@ -51,6 +54,26 @@ static const char *mask_word(int mask)
     return mask == FLASHCL_MASK_CAUSAL ? "causal" : "none";
 }
 
+#define MAX_GROUPS (1 << 30)
+_Static_assert(FCL_DECODE_MAX_ROWS == 16 && FCL_MAX_SPLITS == 64, "the reasons below quote them");
+
+/* What entries of a packs_group kernel (decode) add, checked alike in
+ * configurations and in lines (0: unset); NULL if valid, else why. */
+static const char *group_fields_invalid(const struct kernel_info *k, int rows, int splits, int groups)
+{
+    if (!k->packs_group)
+        return rows || splits || groups ? "rows, splits and groups are only the decode kernel's" : NULL;
+    if (rows < 0 || rows > FCL_DECODE_MAX_ROWS || (rows & (rows - 1)) != 0)
+        return "rows must be a power of two, 1..16";
+    if (splits < 0 || splits > FCL_MAX_SPLITS)
+        return "splits must be 1..64";
+    if ((splits > 0) != (groups > 0))
+        return "splits needs groups (the grid it was measured on) and groups splits";
+    if (groups < 0 || groups > MAX_GROUPS)
+        return "groups must be 1..2^30";
+    return NULL;
+}
+
 flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, char *buf, size_t size)
 {
     fcl_clear_error();
@@ -61,6 +84,9 @@ flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, cha
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.variant = %d is not a kernel", (int)c->variant);
     if (!reserved_zero(c))
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.reserved is not zero");
+    const char *group_why = group_fields_invalid(k, c->rows, c->splits, c->groups);
+    if (group_why)
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config: %s", group_why);
     struct kernel_shape shape;
     fcl_config_to_shape(k, c, &shape);
     size_t used = 0;
@@ -71,6 +97,10 @@ flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, cha
         if (k->axes[a].lo)
             n = snprintf(buf + used, size - used, "%s%s=%d", buf[used - 1] == ':' ? "" : ",", fcl_axis_name(a),
                          shape.axis[a]);
+    }
+    if (n >= 0 && (size_t)n < size - used && c->splits) {
+        used += (size_t)n;
+        n = snprintf(buf + used, size - used, ",splits=%d", c->splits);  /* as measured: for that grid */
     }
     if (n < 0 || (size_t)n >= size - used)
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "buffer of %zu bytes is too small", size);
@@ -98,14 +128,25 @@ flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct fl
         if (!k || !t || c->head_dim < 1 || c->head_dim > FLASHCL_MAX_HEAD_DIM)
             return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config has variant %d, dtype %d, head_dim %d",
                             (int)c->variant, (int)c->dtype, c->head_dim);
+        const char *group_why = group_fields_invalid(k, c->rows, c->splits, c->groups);
+        if (group_why)
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config: %s", group_why);
         struct kernel_shape shape;
         fcl_config_to_shape(k, c, &shape);
         n = snprintf(line + used, size - used, "kind=%s|kernel=%s|dtype=%s|d=%d|mask=%s",
                      k->op == OP_BACKWARD ? "backward" : "forward", k->name, t,
                      c->head_dim, mask_word(c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE));
+        if (n >= 0 && (size_t)n < size - used && c->rows) {  /* a key field: beside the mask */
+            used += (size_t)n;
+            n = snprintf(line + used, size - used, "|rows=%d", c->rows);
+        }
         for (int a = 0; a < AXIS_COUNT && n >= 0 && (size_t)n < size - used; a++) {
             used += (size_t)n;
             n = k->axes[a].lo ? snprintf(line + used, size - used, "|%s=%d", fcl_axis_name(a), shape.axis[a]) : 0;
+        }
+        if (n >= 0 && (size_t)n < size - used && c->splits) {
+            used += (size_t)n;
+            n = snprintf(line + used, size - used, "|splits=%d|groups=%d", c->splits, c->groups);
         }
         if (n >= 0 && (size_t)n < size - used) {
             used += (size_t)n;
@@ -225,6 +266,15 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
                 !fcl_axis_in_range(e->kernel, a, e->shape.axis[a]))
                 return "an axis of the kernel missing or out of range";
         }
+        /* Asked for whatever the kernel, so another kernel's line naming them says why it is refused. */
+        const char *rows = field(&f, "rows"), *splits = field(&f, "splits"), *groups = field(&f, "groups");
+        if ((rows && !to_int(rows, 1, MAX_GROUPS, &e->rows)) ||
+            (splits && !to_int(splits, 1, MAX_GROUPS, &e->splits)) ||
+            (groups && !to_int(groups, 1, MAX_GROUPS, &e->groups)))
+            return "rows, splits and groups must be positive integers";
+        const char *group_why = group_fields_invalid(e->kernel, e->rows, e->splits, e->groups);
+        if (group_why)
+            return group_why;
         if (ms) {
             char *end;
             e->ms = strtod(ms, &end);
@@ -369,10 +419,15 @@ void fcl_tuning_free(flashcl_context *ctx)
 const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const struct kernel_info *k,
                                           const struct problem *p)
 {
+    /* One query a sequence sees every key under causal too (aligned bottom-right): the attention of no mask,
+     * whose entries (what flashcl-probe tunes for decode) serve it. */
+    const enum flashcl_mask mask = k->packs_group && p->seq_q == 1 && p->mask == FLASHCL_MASK_CAUSAL
+                                       ? FLASHCL_MASK_NONE : p->mask;
     const struct tuned_entry *fallback = NULL;
     for (int i = ctx->n_tuned - 1; i >= 0; i--) {  /* the last line for a key wins */
         const struct tuned_entry *e = &ctx->tuned[i];
-        if (e->kernel != k || e->dtype != p->dtype || e->head_dim != p->head_dim || e->mask != p->mask)
+        if (e->kernel != k || e->dtype != p->dtype || e->head_dim != p->head_dim || e->mask != mask ||
+            (e->rows && e->rows != fcl_group_rows(p)))
             continue;
         if (!e->fallback)
             return e;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # flashcl-probe end to end: its JSON report parses, --tune writes a tuning
-# file with forward and backward entries, and the library (through
+# file with forward, backward and decode entries, and the library (through
 # flashcl-bench) loads that file's entries for this device and runs them
-# correctly.
+# correctly, the decode entry's key block and split count included.
 set -euo pipefail
 probe=$1 bench=$2 dir=$3
 mkdir -p "$dir"
@@ -22,6 +22,12 @@ forward=$(grep -c "|kind=forward|" "$dir/tuning.txt" || true)
 backward=$(grep -c "|kind=backward|" "$dir/tuning.txt" || true)
 [ "$forward" -ge 1 ] || { echo "probe: no kind=forward line"; exit 1; }
 [ "$backward" -ge 1 ] || { echo "probe: no kind=backward line (the backward key was not tuned)"; exit 1; }
+decode_line=$(grep "|kind=forward|kernel=decode|" "$dir/tuning.txt" || true)
+[ -n "$decode_line" ] || { echo "probe: no decode line (the decode key was not tuned)"; exit 1; }
+block_n=$(sed -n 's/.*|block_n=\([0-9]*\)|.*/\1/p' <<<"$decode_line")
+splits=$(sed -n 's/.*|splits=\([0-9]*\)|.*/\1/p' <<<"$decode_line")
+grep -q "|rows=4|" <<<"$decode_line" && [ -n "$block_n" ] && [ -n "$splits" ] ||
+  { echo "probe: the decode line lacks rows=4, block_n or splits: $decode_line"; exit 1; }
 configs=$((forward + backward))
 # The library reads them for this device, and the bench (which checks O and
 # dQ against the double reference) passes with them, both passes. That a
@@ -29,4 +35,12 @@ configs=$((forward + backward))
 # backward_entry_used.
 FLASHCL_TUNING="$dir/tuning.txt" "$bench" --quick --verbose --paths flash --pass forward,backward > "$dir/bench.log" 2>&1
 grep -q "tuning file $dir/tuning.txt: $configs configuration(s) for this device" "$dir/bench.log"
-echo "probe: $configs tuned configuration(s) ($backward backward) written, loaded and used"
+# The decode key's timed grid at these options (flashcl-probe's decode_shape_of: --n keys, --tokens / --n
+# sequences, --hidden / d query heads but one group at least): f16 d=128, 1 sequence, 4:1 heads, 128 keys.
+# That call plans the line's key block and split count (the debug log of the forward) and is right.
+FLASHCL_TUNING="$dir/tuning.txt" "$bench" --decode 1:4:1:1:128 --d 128 --dtype f16 --warmup 1 --reps 2 --verbose \
+  > "$dir/decode.log" 2>&1
+grep -q "forward: decode, $splits split(s), .*-DBLOCK_N=$block_n " "$dir/decode.log" ||
+  { echo "probe: the decode call did not plan block_n=$block_n, splits=$splits"; exit 1; }
+echo "probe: $configs tuned configuration(s) ($backward backward, decode block_n=$block_n splits=$splits) written," \
+  "loaded and used"

@@ -1,7 +1,8 @@
 /* The tuning file: a round trip through flashcl_tuning_format, entries of
  * other devices or versions ignored, malformed files rejected whole without
- * harm, the tuned tile really used (and correct), and the candidates the
- * tuner may try staying under the sizing rule's bound. */
+ * harm, the tuned tile really used (and correct), the decode kernel's entries
+ * (rows, split count) planned as they say, and the candidates the tuner may
+ * try staying under the sizing rule's bound. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,19 +33,27 @@ static void write_one_entry(const struct flashcl_tuned_config *c)
     write_file(text);
 }
 
-static flashcl_context *context_with_file(struct test_warn_log *w, size_t local_mem)
+/* A context reading the tuning file `tuning` ("": none) with these kernel_options (NULL: none). */
+static flashcl_context *make_context(const char *tuning, size_t local_mem, const char *options,
+                                     struct test_warn_log *w)
 {
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
     p.context = e->cl;
     p.device = e->device;
-    p.tuning_file = path;
+    p.tuning_file = tuning;
     p.local_mem_bytes = local_mem;
+    p.kernel_options = options;
     p.log = test_record_warnings;
     p.log_user = w;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
     return ctx;
+}
+
+static flashcl_context *context_with_file(struct test_warn_log *w, size_t local_mem)
+{
+    return make_context(path, local_mem, NULL, w);
 }
 
 /* A line for the shared context's device, from the library's formatter. */
@@ -625,6 +634,227 @@ START_TEST(backward_entry_used)
 }
 END_TEST
 
+/* ---- the decode kernel's entries ---- */
+
+enum { DEC_D = 32, DEC_KEYS = 2048 };
+/* Contexts only planned with, never launched: room for any shape on any device. */
+#define PLAN_LOCAL ((size_t)1 << 20)
+
+enum { DEC_KV_CACHE = 1, DEC_CAUSAL = 2 };
+
+/* What a decode call gets under ctx: one query a sequence, f32, d = 32, a cache of seq_kv keys; flags
+ * DEC_KV_CACHE: the same call through flashcl_forward_kv_cache_config (host lengths, every cache full),
+ * DEC_CAUSAL: with the causal mask. */
+static struct flashcl_tile decode_config_of(flashcl_context *ctx, int batch, int heads_q, int heads_kv, int seq_kv,
+                                            int flags)
+{
+    struct test_env *e = test_env_get();
+    const size_t q_bytes = (size_t)batch * heads_q * DEC_D * 4;
+    const size_t kv_bytes = (size_t)batch * seq_kv * heads_kv * DEC_D * 4;
+    cl_mem q = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, q_bytes, NULL, NULL);
+    cl_mem o = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, q_bytes, NULL, NULL);
+    cl_mem kv = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, kv_bytes, NULL, NULL);
+    ck_assert(q && o && kv);
+    struct flashcl_attention a = {0};
+    a.batch = batch;
+    a.seq_q = 1;
+    a.seq_kv = seq_kv;
+    a.heads_q = heads_q;
+    a.heads_kv = heads_kv;
+    a.head_dim = DEC_D;
+    a.q = flashcl_tensor_bnhd(q, FLASHCL_F32, 1, (size_t)heads_q, DEC_D);
+    a.o = flashcl_tensor_bnhd(o, FLASHCL_F32, 1, (size_t)heads_q, DEC_D);
+    a.k = a.v = flashcl_tensor_bnhd(kv, FLASHCL_F32, (size_t)seq_kv, (size_t)heads_kv, DEC_D);
+    a.mask = flags & DEC_CAUSAL ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    struct flashcl_tile t;
+    if (flags & DEC_KV_CACHE) {
+        int lengths[16];
+        ck_assert_int_le(batch, 16);
+        for (int b = 0; b < batch; b++)
+            lengths[b] = seq_kv;
+        struct flashcl_kv_lengths kl = {0};
+        kl.cache_seqlens = lengths;
+        ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &a, &kl, NULL, &t));
+    } else {
+        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    }
+    clReleaseMemObject(q);
+    clReleaseMemObject(o);
+    clReleaseMemObject(kv);
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_DECODE);
+    return t;
+}
+
+/* f32 d = 32 for 4 query heads a KV head (rows 4): 96-key blocks (neither the rule's 64 nor its 32) and 5
+ * splits measured on 2 (sequence, KV head) pairs. */
+static struct flashcl_tuned_config decode_entry(void)
+{
+    struct flashcl_tuned_config c = {FLASHCL_VARIANT_DECODE, FLASHCL_F32, DEC_D, 0, 0, 96, 0, 0, 0.5};
+    c.rows = 4;
+    c.splits = 5;
+    c.groups = 2;
+    return c;
+}
+
+static void assert_tile(struct flashcl_tile t, enum flashcl_tile_source source, int block_n, int splits)
+{
+    ck_assert_int_eq(t.source, source);
+    ck_assert_int_eq(t.block_n, block_n);
+    ck_assert_int_eq(t.splits, splits);
+}
+
+/* A decode line names its rows and split count, and the planner uses both where they apply: the split count
+ * scaled to the call's grid (within the measured work-groups, each split two key blocks at least), through
+ * every config query; the tuned plan runs correctly. */
+START_TEST(decode_entry_used)
+{
+    const struct flashcl_tuned_config c = decode_entry();
+    char line[512], clause[64];
+    line_for(&c, line, sizeof(line));
+    ck_assert_ptr_nonnull(
+        strstr(line, "|kind=forward|kernel=decode|dtype=f32|d=32|mask=none|rows=4|block_n=96|splits=5|groups=2|"));
+    ck_assert_flashcl_ok(flashcl_tuning_override(&c, clause, sizeof(clause)));
+    ck_assert_str_eq(clause, "decode:block_n=96,splits=5");
+    write_one_entry(&c);
+    struct test_warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, PLAN_LOCAL);
+    ck_assert_int_eq(w.warnings, 0);
+    /* The measured grid, through each config query and with causal (one query sees every key either way). */
+    assert_tile(decode_config_of(ctx, 1, 8, 2, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 5);
+    assert_tile(decode_config_of(ctx, 1, 8, 2, DEC_KEYS, DEC_KV_CACHE), FLASHCL_TILE_TUNED, 96, 5);
+    assert_tile(decode_config_of(ctx, 1, 8, 2, DEC_KEYS, DEC_CAUSAL), FLASHCL_TILE_TUNED, 96, 5);
+    /* Other grids: 5 x 2 work-groups over their (sequence, KV head) pairs, within the key blocks. */
+    assert_tile(decode_config_of(ctx, 2, 8, 2, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 2);   /* 10 / 4 */
+    assert_tile(decode_config_of(ctx, 1, 4, 1, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 10);  /* 10 / 1 */
+    assert_tile(decode_config_of(ctx, 8, 8, 2, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 1);   /* 10 / 16 */
+    assert_tile(decode_config_of(ctx, 1, 8, 2, 300, 0), FLASHCL_TILE_TUNED, 96, 2);        /* 4 key blocks */
+
+    /* Rows 8 and 1 are other keys: the plan a context without the file makes. */
+    flashcl_context *none = make_context("", PLAN_LOCAL, NULL, &w);
+    for (int i = 0; i < 2; i++) {
+        const int heads_q = i ? 2 : 8, heads_kv = i ? 2 : 1;
+        const struct flashcl_tile untuned = decode_config_of(none, 1, heads_q, heads_kv, DEC_KEYS, 0);
+        ck_assert_int_ne(untuned.source, FLASHCL_TILE_TUNED);
+        assert_tile(decode_config_of(ctx, 1, heads_q, heads_kv, DEC_KEYS, 0), untuned.source, untuned.block_n,
+                    untuned.splits);
+    }
+    flashcl_context_destroy(&none);
+    flashcl_context_destroy(&ctx);
+
+    /* Run where the device's own local memory takes the tuned shape (a 31 KB footprint). */
+    ctx = context_with_file(&w, 0);
+    if (decode_config_of(ctx, 1, 8, 2, DEC_KEYS, 0).source == FLASHCL_TILE_TUNED) {
+        const struct test_case run = {1, 1, DEC_KEYS, 8, 2, DEC_D, FLASHCL_F32, 0, 0, LAYOUT_BNHD, 1};
+        struct case_result r;
+        rng_seed(41);
+        test_run_case(ctx, &run, &r);
+        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_DECODE);
+    } else {
+        printf("decode_entry_used: the tuned shape does not fit this device's local memory; not run\n");
+    }
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
+/* kernel_options win over the file, each setting alone: a forced split count goes with the tuned block; a
+ * forced block leaves the split count to the rule, as without the file. A line of the older kind (no rows,
+ * no split count) serves every rows with the rule's split count. */
+START_TEST(decode_forced_wins_and_old_lines)
+{
+    const struct flashcl_tuned_config c = decode_entry();
+    write_one_entry(&c);
+    struct test_warn_log w = {0};
+    flashcl_context *ctx = make_context(path, PLAN_LOCAL, "decode:splits=3", &w);
+    assert_tile(decode_config_of(ctx, 1, 8, 2, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 3);
+    flashcl_context_destroy(&ctx);
+    ctx = make_context(path, PLAN_LOCAL, "decode:block_n=64,splits=7", &w);
+    assert_tile(decode_config_of(ctx, 1, 8, 2, DEC_KEYS, 0), FLASHCL_TILE_FORCED, 64, 7);
+    flashcl_context_destroy(&ctx);
+    ctx = make_context(path, PLAN_LOCAL, "decode:block_n=64", &w);
+    flashcl_context *none = make_context("", PLAN_LOCAL, "decode:block_n=64", &w);
+    const int rule_splits = decode_config_of(none, 1, 8, 2, DEC_KEYS, 0).splits;
+    assert_tile(decode_config_of(ctx, 1, 8, 2, DEC_KEYS, 0), FLASHCL_TILE_FORCED, 64, rule_splits);
+    flashcl_context_destroy(&ctx);
+    flashcl_context_destroy(&none);
+    ck_assert_int_eq(w.warnings, 0);
+
+    char line[512], text[1024];
+    line_for(&c, line, sizeof(line));
+    char *rows = strstr(line, "|rows=4"), *splits = strstr(line, "|splits=");
+    ck_assert(rows && splits);
+    memmove(rows, rows + strlen("|rows=4"), strlen(rows + strlen("|rows=4")) + 1);
+    splits = strstr(line, "|splits=");
+    memmove(splits, strstr(line, "|ms="), strlen(strstr(line, "|ms=")) + 1);
+    snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n", line);
+    write_file(text);
+    ctx = context_with_file(&w, PLAN_LOCAL);
+    ck_assert_int_eq(w.warnings, 0);
+    none = make_context("", PLAN_LOCAL, "decode:block_n=96", &w);
+    static const int grids[3][2] = {{8, 2}, {8, 1}, {2, 2}};  /* rows 4, 8, 1 */
+    for (int i = 0; i < 3; i++)
+        assert_tile(decode_config_of(ctx, 1, grids[i][0], grids[i][1], DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96,
+                    decode_config_of(none, 1, grids[i][0], grids[i][1], DEC_KEYS, 0).splits);
+    flashcl_context_destroy(&none);
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
+/* A decode line's rows, splits and groups out of range, one without the other, or on another kernel: the file
+ * is refused whole with a WARN saying why; the formatter and the override refuse such configurations. */
+START_TEST(decode_entry_malformed)
+{
+    const struct flashcl_tuned_config c = decode_entry();
+    char good[512];
+    line_for(&c, good, sizeof(good));
+    static const struct {
+        const char *from, *to, *why;
+    } edits[] = {
+        {"|rows=4|", "|rows=3|", "rows must be a power of two"},
+        {"|rows=4|", "|rows=32|", "rows must be a power of two"},
+        {"|splits=5|", "|splits=0|", "must be positive integers"},
+        {"|splits=5|", "|splits=x|", "must be positive integers"},
+        {"|splits=5|", "|splits=65|", "splits must be 1..64"},
+        {"|splits=5|groups=2|", "|splits=5|", "splits needs groups"},
+        {"|splits=5|groups=2|", "|groups=2|", "splits needs groups"},
+        {"|kernel=decode|", "|kernel=portable|", "only the decode kernel's"},
+    };
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        char line[600], text[700];
+        const char *at = strstr(good, edits[i].from);
+        ck_assert_ptr_nonnull(at);
+        snprintf(line, sizeof(line), "%.*s%s%s", (int)(at - good), good, edits[i].to, at + strlen(edits[i].from));
+        if (strstr(edits[i].to, "portable"))  /* a portable line with every axis it needs, and rows */
+            snprintf(strstr(line, "|block_n="), sizeof(line) - (size_t)(strstr(line, "|block_n=") - line),
+                     "|block_m=16|block_n=16|ms=1.0");
+        snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n", line);
+        write_file(text);
+        struct test_warn_log w = {0};
+        flashcl_context *ctx = context_with_file(&w, PLAN_LOCAL);
+        ck_assert_msg(w.warnings == 1, "edit %zu: %d warnings", i, w.warnings);
+        ck_assert_msg(strstr(w.last, edits[i].why) && strstr(w.last, "ignoring the file"), "edit %zu: %s", i, w.last);
+        ck_assert_int_ne(decode_config_of(ctx, 1, 8, 2, DEC_KEYS, 0).source, FLASHCL_TILE_TUNED);
+        flashcl_context_destroy(&ctx);
+    }
+    unlink(path);
+
+    struct flashcl_tuned_config bad[4] = {c, c, c, {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0}};
+    bad[0].rows = 3;
+    bad[1].groups = 0;
+    bad[2].splits = 65;
+    bad[3].splits = 2;
+    bad[3].groups = 1;
+    for (int i = 0; i < 4; i++) {
+        char line[512];
+        ck_assert_int_eq(flashcl_tuning_format(test_env_get()->ctx, &bad[i], 0, line, sizeof(line)),
+                         FLASHCL_INVALID_VALUE);
+        ck_assert_int_eq(flashcl_tuning_override(&bad[i], line, sizeof(line)), FLASHCL_INVALID_VALUE);
+        ck_assert_ptr_nonnull(strstr(flashcl_last_error(), i == 3 ? "decode kernel" : i == 1 ? "groups" : "must be"));
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tuning");
@@ -641,6 +871,9 @@ int main(void)
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, backward_tiled_matches_built_kernels);
     tcase_add_test(tc, backward_entry_used);
+    tcase_add_test(tc, decode_entry_used);
+    tcase_add_test(tc, decode_forced_wins_and_old_lines);
+    tcase_add_test(tc, decode_entry_malformed);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
