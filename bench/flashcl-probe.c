@@ -563,12 +563,12 @@ static enum flashcl_variant planned_variant(flashcl_context *ctx, cl_command_que
  * s/2, s, 3s/2, 2s), capped as the planner caps a tuned count (each split
  * at least two key blocks, 64 at most), so the tuning file can replay each
  * on this grid. rows, splits and groups filled as the entry records them. */
-static int decode_candidates(flashcl_context *base, const struct tune_key *key, const struct tune_problem *timed,
-                             int planned_splits, size_t usable_local, struct flashcl_tuned_config *out, int max)
+static int decode_candidates(flashcl_context *base, enum flashcl_variant variant, const struct tune_key *key,
+                             const struct tune_problem *timed, int planned_splits, size_t usable_local,
+                             struct flashcl_tuned_config *out, int max)
 {
     struct flashcl_tuned_config shapes[32];
-    int n_shapes = flashcl_tuning_candidates(base, FLASHCL_VARIANT_DECODE, key->dtype, key->d, usable_local, shapes,
-                                             32);
+    int n_shapes = flashcl_tuning_candidates(base, variant, key->dtype, key->d, usable_local, shapes, 32);
     n_shapes = n_shapes < 32 ? n_shapes : 32;
     const struct decode_shape *s = &timed->decode->shape;
     const int p = planned_splits > 0 ? planned_splits : 1, tries[5] = {1, p / 2, p, p + p / 2, 2 * p};
@@ -684,8 +684,8 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         else
             snprintf(pass, sizeof(pass), "%s", bench_pass_name(key->pass));
         const enum flashcl_variant var = variant_of[i];
-        if (key->group && var != FLASHCL_VARIANT_DECODE) {
-            printf("%-8s %-5s %4d %6d  not planned on the decode kernel here (%s); skipped\n", pass,
+        if (key->group && var != FLASHCL_VARIANT_DECODE && var != FLASHCL_VARIANT_DECODE_TENSOR_CORE) {
+            printf("%-8s %-5s %4d %6d  not planned on a decode kernel here (%s); skipped\n", pass,
                    flashcl_dtype_name(key->dtype), key->d, key->causal, var ? flashcl_variant_name(var) : "no plan");
             continue;
         }
@@ -703,7 +703,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         const double untuned = evaluate(base, queue, base_tile.variant, 0, &check, &timed, reps);
 
         struct flashcl_tuned_config all[128];
-        int n_all = key->group ? decode_candidates(base, key, &timed, base_tile.splits, p->usable_local, all, 128)
+        int n_all = key->group ? decode_candidates(base, var, key, &timed, base_tile.splits, p->usable_local, all, 128)
                                : flashcl_tuning_candidates(base, var, key->dtype, key->d, p->usable_local, all, 128);
         n_all = n_all < 128 ? n_all : 128;
         const int n_pick = n_all < max_candidates ? n_all : max_candidates;

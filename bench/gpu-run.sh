@@ -85,7 +85,7 @@ if [ "$MODE" = decode ]; then
   "$BUILD/bench/flashcl-bench" --decode "$SHAPES" --d "$D" --dtype f16 --page-size "${PAGE_SIZE:-256}" \
     --csv "$OUT/decode-flashcl.csv" > "$OUT/decode.log" 2>&1 || status=1
   cat "$OUT/decode.log"
-  FLASHCL_KERNELS=decode:off "$BUILD/bench/flashcl-bench" --decode "${OFF_SHAPES:-8:32:8:1:32768,64:32:8:1:4096}" \
+  FLASHCL_KERNELS="decode:off;decode-tensor-core:off" "$BUILD/bench/flashcl-bench" --decode "${OFF_SHAPES:-8:32:8:1:32768,64:32:8:1:4096}" \
     --d "$D" --dtype f16 > "$OUT/decode-off.log" 2>&1 || status=1
   echo "decode kernel off:"; grep -E "^ +[0-9]" "$OUT/decode-off.log"
   FLASHCL_CACHE_DIR=off FLASHCL_BUILD_OPTIONS=-cl-nv-verbose "$BUILD/bench/flashcl-bench" --verbose \

@@ -67,121 +67,13 @@
 #error "M_TILES must be 1 or 2"
 #endif
 
-#if DTYPE == 1
-#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#define CVT_PACK "cvt.rn.f16x2.f32 "
-#elif DTYPE == 2
-#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#define CVT_PACK "cvt.rn.bf16x2.f32 "
-#else
-#error "DTYPE must be 1 (f16) or 2 (bf16)"
-#endif
-
 #include "storage.h"  /* the split-KV merge's stores */
 #include "mask.h"     /* before nv_mma.h: its softmax masks by mask_visible */
 #include "varlen.h"
 #include "split.h"
 #include "nv_mma.h"
 #include "block_order.h"
-
-static inline void mma_16x8x16(float *c, const uint *a, uint b0, uint b1)
-{
-    __asm__ volatile(MMA "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-static inline void ldmatrix_x4(uint address, uint *r)
-{
-    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(address)
-                     : "memory");
-}
-
-static inline void ldmatrix_x4_trans(uint address, uint *r)
-{
-    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(address)
-                     : "memory");
-}
-
-static inline uint pack_pair(float lo, float hi)
-{
-    uint r;
-    __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
-    return r;
-}
-
-/* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
-static inline int swizzle(int row, int chunk)
-{
-    return row * CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
-}
-
-/* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row
- * exists, zeros past the end (plain stores; visible after the barrier). */
-static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
-                             int first_row, int seq, int tid)
-{
-    for (int c = tid; c < rows * CHUNKS; c += WG) {
-        const int r = c / CHUNKS, ch = c % CHUNKS;
-        __local uint4 *dst = &tile[swizzle(r, ch)];
-        if (first_row + r < seq)
-            copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 8);
-        else
-            *dst = (uint4)(0u);
-    }
-}
-
-#if VARLEN == 3
-/* As load_tile for one block of keys of a paged cache, K and V together:
- * row `key` of sequence b lives in its page (varlen.h's KV_ROW clamps the
- * same way); the bases are the head's offsets in page 0. A thread reads
- * all its page numbers first (one lookup serves K and V: the same keys),
- * then issues its copies, so the lookups' latencies overlap instead of each
- * copy waiting on its own (measured: 1.44-1.51x dense with one lookup per
- * copy, 1.19-1.25x with K's and V's batched apart, docs/perf.md v0.8). */
-#define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
-static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
-                                 __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
-                                 int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
-                                 int pages_per_seq, int num_pages)
-{
-    int page[PAGED_STEPS], in_page[PAGED_STEPS];
-#pragma unroll
-    for (int i = 0; i < PAGED_STEPS; i++) {
-        const int key = first_row + (tid + i * WG) / CHUNKS;
-        const int n = key / page_size;
-        page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
-        in_page[i] = key - n * page_size;
-    }
-#pragma unroll
-    for (int i = 0; i < PAGED_STEPS; i++) {
-        const int c = tid + i * WG;
-        if (c < BLOCK_N * CHUNKS) {
-            const int r = c / CHUNKS, ch = c % CHUNKS;
-            __local uint4 *k_dst = &k_tile[swizzle(r, ch)], *v_dst = &v_tile[swizzle(r, ch)];
-            if (first_row + r < seq) {
-                copy_async_16(local_address(k_dst), k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
-                copy_async_16(local_address(v_dst), v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
-            } else {
-                *k_dst = *v_dst = (uint4)(0u);
-            }
-        }
-    }
-}
-#define LOAD_KV(k_dst, v_dst, first)                                                                                 \
-    load_paged_kv(k_dst, v_dst, k_base, v_base, k_sb, k_ss, v_sb, v_ss, first, seq_kv, tid, b, pages, page_size,   \
-                  pages_per_seq, num_pages)
-#else
-#define LOAD_KV(k_dst, v_dst, first)                                                                                 \
-    do {                                                                                                             \
-        load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid);                                               \
-        load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid);                                               \
-    } while (0)
-#endif
+#include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -318,8 +210,8 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         uint pf[M_TILES][BLOCK_N / 16][4];
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++) {
-            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g, t, seq_kv,
-                           diag, scale_log2);
+            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2);
 #pragma unroll
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
                 pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);

@@ -293,8 +293,8 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
 #endif
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
-            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g, t, seq_kv,
-                           diag, scale_log2);
+            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2);
 
         COPY_ASYNC_WAIT(0);  /* V has landed */
         barrier(CLK_LOCAL_MEM_FENCE);  /* ... for every warp, and every warp is done with k_tile */

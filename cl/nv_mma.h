@@ -38,15 +38,17 @@ static inline float quad_xor(float v, int mask)
 #endif
 
 /*
- * Folds one block of raw scores s (one 16-row mma tile: rows row0 and
- * row0 + 8 of this thread, keys kb + 8n + 2t + {0,1}) into the running max
+ * Folds one block of raw scores s (one 16-row mma tile: this thread's rows
+ * g and g + 8, whose query positions for the mask are row_lo and row_hi,
+ * keys kb + 8n + 2t + {0,1}) into the running max
  * m (of scale·s, in base 2), the per-thread partial sum l and the
  * accumulator acc; on return s holds the unnormalised probabilities P.
  * `edge`: some key of this block may be absent or (masked) hidden from some
  * row of the tile, so masks are applied; elsewhere none is computed.
  */
 static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
-                                  bool edge, int kb, int row0, int t, int seq_kv, int diag, float scale_log2)
+                                  bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
+                                  float scale_log2)
 {
     if (edge) {
 #pragma unroll
@@ -56,7 +58,7 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
                 const int key = kb + n * 8 + 2 * t + (e & 1);
                 bool visible = key < seq_kv;
 #if MASKED
-                visible = visible && mask_visible(row0 + 8 * (e >> 1), key, diag);
+                visible = visible && mask_visible(e >> 1 ? row_hi : row_lo, key, diag);
 #endif
                 s[n][e] = visible ? s[n][e] : HIDDEN;
             }

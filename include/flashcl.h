@@ -123,8 +123,11 @@ enum flashcl_variant {
                                            any OpenCL 1.2 device, FMA units, d % 4 == 0; one work-group
                                            per KV head holds its group's query rows (group x seq_q <= 16),
                                            keys split across work-groups */
-    FLASHCL_VARIANT_BACKWARD_TILED = 8  /* cl/flash_backward_tiled.cl: the backward pass, any OpenCL 1.2
+    FLASHCL_VARIANT_BACKWARD_TILED = 8, /* cl/flash_backward_tiled.cl: the backward pass, any OpenCL 1.2
                                            device, FMA units, d % 4 == 0, blocks of 16..128 in steps of 16 */
+    FLASHCL_VARIANT_DECODE_TENSOR_CORE = 9 /* cl/flash_decode_mma.cl: the decode kernel's work-groups on
+                                           NVIDIA sm_80+ tensor cores, f16/bf16, d % 16 == 0 up to 128,
+                                           the group's rows as one 16-row mma tile */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its

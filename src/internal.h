@@ -97,6 +97,7 @@ extern const char flashcl_source_flash_backward_mma[];
 extern const char flashcl_source_flash_backward_tiled[];
 extern const char flashcl_source_standard_backward[];
 extern const char flashcl_source_flash_decode[];
+extern const char flashcl_source_flash_decode_mma[];
 
 /* ---- planner.c: one plan per call from the kernel table ---- */
 

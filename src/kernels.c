@@ -411,6 +411,46 @@ static void decode_options(const struct device_desc *dev, const struct problem *
              p->window_right, p->varlen, p->rows_16b, decode_async(dev, p));
 }
 
+/* ---- decode on tensor cores: cl/flash_decode_mma.cl, the group's rows as one 16-row mma tile ---- */
+
+/* Q's 16 rows, K and V twice (double-buffered) in 2-byte elements; each warp's row max and sum. The
+ * warps' accumulators are merged in the K buffers after the last block. */
+static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                     const struct problem *p)
+{
+    const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, warps = (size_t)s->axis[W];
+    return (16 + 4 * n) * d * 2 + 2 * warps * 16 * sizeof(float);
+}
+
+/* Each warp takes a multiple of 16 keys of a block. */
+static bool decode_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+{
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && s->axis[N] % (16 * s->axis[W]) == 0;
+}
+
+static void decode_mma_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
+                                int *workgroup)
+{
+    *block_m = 1;
+    *workgroup = 32 * s->axis[W];
+}
+
+static void decode_mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                               float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DWARPS=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DNEGATIVE_SCALE=%d -DVARLEN=%d",
+             p->head_dim, s->axis[W], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right,
+             scale_log2 < 0.0f, p->varlen);
+}
+
+/* Four warps of 16 keys: about 70 KB at d = 128, three work-groups an H200 SM (as the FMA decode
+ * kernel's); two warps of 16 where that does not fit. */
+static const struct builtin_shape decode_mma_builtin[] = {
+    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 4, [N] = 64}}},
+    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 2, [N] = 32}}},
+};
+
 #define BSHAPE(w, m, n) {.axis = {[W] = (w), [M] = (m), [N] = (n)}}
 
 /* warps x block_m x block_n, preferred first. FlashAttention-2's backward
@@ -459,6 +499,21 @@ static const struct builtin_shape tf32_builtin[] = {
 
 /* In order of preference: the planner takes the first that runs a call. */
 const struct kernel_info fcl_kernels[] = {
+    {
+        .name = "decode-tensor-core", .variant = FLASHCL_VARIANT_DECODE_TENSOR_CORE, .op = OP_FORWARD,
+        .source = flashcl_source_flash_decode_mma, .entry = "flash_decode_mma",
+        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = ALL_MASKS,
+        .varlen = true,
+        .combine = "flash_forward_combine",
+        .packs_group = true,
+        .head_dim_step = 16, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .axes = {[W] = {1, 8, 1, {2, 4, 8}}, [N] = {16, 256, 16, {32, 64, 128, 256}}},
+        .builtin = decode_mma_builtin, .n_builtin = sizeof(decode_mma_builtin) / sizeof(decode_mma_builtin[0]),
+        .launchable = decode_mma_launchable, .local_bytes = decode_mma_local_bytes,
+        .geometry = decode_mma_geometry, .options = decode_mma_options,
+    },
     {
         .name = "decode", .variant = FLASHCL_VARIANT_DECODE, .op = OP_FORWARD,
         .source = flashcl_source_flash_decode, .entry = "flash_decode",

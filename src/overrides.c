@@ -117,9 +117,11 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
     if (params->fma_variant == FLASHCL_VARIANT_PORTABLE)
         ov[fcl_kernel_index(tiled)].off = true;
     /* Those fields name the register-tiled and portable kernels' tiles: the
-     * decode kernel, which would take the decode-shaped calls first, stays out. */
-    if (params->fma_variant == FLASHCL_VARIANT_PORTABLE || params->block_m || params->block_n)
+     * decode kernels, which would take the decode-shaped calls first, stay out. */
+    if (params->fma_variant == FLASHCL_VARIANT_PORTABLE || params->block_m || params->block_n) {
         ov[fcl_kernel_index(fcl_kernel_by_variant(FLASHCL_VARIANT_DECODE))].off = true;
+        ov[fcl_kernel_index(fcl_kernel_by_variant(FLASHCL_VARIANT_DECODE_TENSOR_CORE))].off = true;
+    }
     for (int i = 0; i < fcl_kernel_count; i++) {
         const struct kernel_info *k = &fcl_kernels[i];
         if (!(k->needs & NEEDS_TENSOR_CORES))

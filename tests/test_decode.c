@@ -19,6 +19,9 @@
 #define F16 FLASHCL_F16
 #define BF16 FLASHCL_BF16
 #define WINDOW(l, r) .windowed = 1, .window_left = (l), .window_right = (r)
+/* Kernel options that leave the decode calls to this file's kernel where
+ * tensor cores would take them (flash_decode_mma.cl: test_tensor_cores). */
+#define FMA_DECODE "decode-tensor-core:off;"
 
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, lse */
 static const struct test_case cases[] = {
@@ -33,13 +36,13 @@ static const struct test_case cases[] = {
     {1, 5, 64, 3, 1, 64, F16, 1, 0, LAYOUT_BNHD, 0},        /* 15 rows, no LSE */
 };
 
-/* Decode forced with a block size and a split count (or none: the default context's choice). */
+/* Decode forced with a block size and a split count (or none: the planner's choice). */
 static const char *const contexts[] = {
-    NULL,
-    "decode:block_n=32,splits=1",
-    "decode:block_n=64,splits=7",
-    "decode:block_n=256,splits=64",  /* more splits than key blocks: one a block */
-    "decode:block_n=128,splits=2",
+    FMA_DECODE,
+    FMA_DECODE "decode:block_n=32,splits=1",
+    FMA_DECODE "decode:block_n=64,splits=7",
+    FMA_DECODE "decode:block_n=256,splits=64",  /* more splits than key blocks: one a block */
+    FMA_DECODE "decode:block_n=128,splits=2",
 };
 
 /* Each case on the default context and on one forced context (in turn, so
@@ -50,7 +53,7 @@ START_TEST(against_reference)
     for (size_t i = 0; i < sizeof(contexts) / sizeof(contexts[0]); i++) {
         if (i > 0 && i != 1 + (size_t)_i % n_forced)
             continue;
-        flashcl_context *ctx = contexts[i] ? test_context_with_options(contexts[i]) : NULL;
+        flashcl_context *ctx = test_context_with_options(contexts[i]);
         struct case_result r;
         rng_seed(4000 + 31 * (uint64_t)_i + (uint64_t)i);
         test_run_case(ctx, &cases[_i], &r);
@@ -69,7 +72,8 @@ START_TEST(repeatable)
 {
     const struct test_case c = {2, 1, 1000, 8, 2, 64, F32, 0, 0, LAYOUT_BNHD, 1};
     for (int split = 0; split < 2; split++) {
-        flashcl_context *ctx = test_context_with_options(split ? "decode:splits=9" : "decode:splits=1");
+        flashcl_context *ctx = test_context_with_options(split ? FMA_DECODE "decode:splits=9"
+                                                               : FMA_DECODE "decode:splits=1");
         struct case_result a, b;
         rng_seed(77);
         test_run_case(ctx, &c, &a);
@@ -109,14 +113,14 @@ START_TEST(planned_where_rows_fit)
     ck_assert(buf && out);
     static const struct { int seq_q, heads_q, heads_kv, head_dim; int decode; } calls[] = {
         {1, 32, 8, 128, 1}, {4, 32, 8, 128, 1}, {5, 32, 8, 128, 0}, {1, 16, 1, 64, 1}, {1, 32, 1, 64, 0},
-        {16, 4, 4, 64, 1}, {17, 4, 4, 64, 0}, {1, 8, 8, 30, 0},
+        {16, 4, 4, 64, 1}, {17, 4, 4, 64, 0}, {1, 8, 8, 30, 0}, {1, 8, 2, 36, 1},
     };
     for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
         struct flashcl_attention a = problem(buf, calls[i].seq_q, calls[i].heads_q, calls[i].heads_kv,
                                              calls[i].head_dim);
         a.o.mem = out;
         struct flashcl_tile t;
-        ck_assert_flashcl_ok(flashcl_forward_config(e->ctx, &a, &t));
+        ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options(FMA_DECODE), &a, &t));
         ck_assert_msg((t.variant == FLASHCL_VARIANT_DECODE) == calls[i].decode, "call %zu: planned %s", i,
                       flashcl_variant_name(t.variant));
         if (t.variant == FLASHCL_VARIANT_DECODE) {
@@ -129,16 +133,38 @@ START_TEST(planned_where_rows_fit)
     struct flashcl_attention a = problem(buf, 1, 32, 8, 128);
     a.o.mem = out;
     struct flashcl_tile t;
-    ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:block_n=128,splits=5"), &a, &t));
+    flashcl_context *forced = test_context_with_options(FMA_DECODE "decode:block_n=128,splits=5");
+    ck_assert_flashcl_ok(flashcl_forward_config(forced, &a, &t));
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_DECODE);
     ck_assert_int_eq(t.splits, 5);
     ck_assert_int_eq(t.block_n, 128);
     a.seq_kv = 200;
     a.k = a.v = flashcl_tensor_bnhd(buf, F16, 200, 8, 128);
-    ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:block_n=128,splits=5"), &a, &t));
+    ck_assert_flashcl_ok(flashcl_forward_config(forced, &a, &t));
     ck_assert_int_eq(t.splits, 2);
+    /* Where tensor cores exist (assumed here: nothing is launched), f16 calls of a head dim they take
+     * plan the tensor-core decode kernel; those of another head dim, this one. */
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_compute_capability = 90};
+    flashcl_context *tc = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &tc));
+    for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+        struct flashcl_attention b = problem(buf, calls[i].seq_q, calls[i].heads_q, calls[i].heads_kv,
+                                             calls[i].head_dim);
+        b.o.mem = out;
+        ck_assert_flashcl_ok(flashcl_forward_config(tc, &b, &t));
+        const enum flashcl_variant want = !calls[i].decode ? t.variant
+                                          : calls[i].head_dim % 16 == 0 ? FLASHCL_VARIANT_DECODE_TENSOR_CORE
+                                                                        : FLASHCL_VARIANT_DECODE;
+        ck_assert_msg(t.variant == want, "call %zu with tensor cores: planned %s", i, flashcl_variant_name(t.variant));
+        ck_assert(calls[i].decode || (t.variant != FLASHCL_VARIANT_DECODE &&
+                                      t.variant != FLASHCL_VARIANT_DECODE_TENSOR_CORE));
+    }
+    flashcl_context_destroy(&tc);
     /* Turned off, the same call runs elsewhere. */
-    ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:off"), &a, &t));
+    ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:off;decode-tensor-core:off"), &a, &t));
     ck_assert_int_ne(t.variant, FLASHCL_VARIANT_DECODE);
     clReleaseMemObject(buf);
     clReleaseMemObject(out);
@@ -153,7 +179,7 @@ START_TEST(split_calls_independent)
 {
     enum { NK = 1024, D = 64 };
     struct test_env *e = test_env_get();
-    flashcl_context *ctx = test_context_with_options("decode:splits=4");
+    flashcl_context *ctx = test_context_with_options(FMA_DECODE "decode:splits=4");
     cl_int err;
     cl_command_queue other = clCreateCommandQueue(e->cl, e->device, 0, &err);
     ck_assert_cl(err);

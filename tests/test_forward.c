@@ -185,9 +185,9 @@ static const struct test_case split_cases[] = {
     {1, 50, 120, 2, 2, 16, F32, 0, 0, LAYOUT_BNHD, 1, WINDOW(20, 3)},
 };
 static const struct { const char *options; int splits; } split_contexts[] = {
-    {"decode:off;tensor-core:off;tf32:off;register-tiled:splits=3", 3},
-    {"decode:off;tensor-core:off;tf32:off;register-tiled:off;portable:splits=5,block_m=5,block_n=3", 5},
-    {"decode:off;tensor-core:off;tf32:off;register-tiled:splits=1;portable:splits=1", 1},
+    {"decode:off;decode-tensor-core:off;tensor-core:off;tf32:off;register-tiled:splits=3", 3},
+    {"decode:off;decode-tensor-core:off;tensor-core:off;tf32:off;register-tiled:off;portable:splits=5,block_m=5,block_n=3", 5},
+    {"decode:off;decode-tensor-core:off;tensor-core:off;tf32:off;register-tiled:splits=1;portable:splits=1", 1},
 };
 
 START_TEST(split_kv_forced)

@@ -60,6 +60,30 @@ static const struct test_case tf32_cases[] = {
     {1, 150, 330, 2, 2, 128, F32, 0, 0, LAYOUT_BHND, 1, 0, TF32X3, 1, 64, 16},
 };
 
+/* Decode-shaped calls (group x seq_q <= 16 rows a KV head) that the
+ * tensor-core decode kernel takes: GQA, MQA and MHA, 1..16 rows, causal
+ * with several positions and Nq > Nk, a window, one key, a negative scale,
+ * more keys than one block and split counts from 1 to more than blocks. */
+static const struct test_case decode_cases[] = {
+    {8, 1, 1000, 32, 8, 128, F16, 0, 0, LAYOUT_BNHD, 1},            /* GQA 4:1, 4 rows */
+    {2, 1, 3000, 16, 16, 64, BF16, 0, 0, LAYOUT_BHND, 1},           /* MHA, 1 row */
+    {3, 4, 517, 8, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1},               /* 16 rows, causal */
+    {1, 3, 200, 4, 1, 128, BF16, 1, 0, LAYOUT_BNHD, 1},             /* MQA, 12 rows */
+    {2, 2, 333, 6, 2, 96, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 50, 0}, /* a window, 6 rows */
+    {1, 1, 1, 2, 2, 16, F16, 0, 0, LAYOUT_BNHD, 1},                 /* one key */
+    {1, 16, 10, 1, 1, 32, F16, 1, 0, LAYOUT_BNHD, 1},               /* Nq > Nk: rows with no key */
+    {1, 1, 400, 4, 2, 64, BF16, 0, -0.3f, LAYOUT_BNHD, 1},          /* negative scale */
+};
+
+/* The decode cases on the planner's choice and on forced shapes and splits (in turn). */
+static const char *const decode_contexts[] = {
+    "",
+    "decode-tensor-core:warps=2,block_n=32,splits=5",
+    "decode-tensor-core:warps=8,block_n=128,splits=1",
+    "decode-tensor-core:warps=4,block_n=128,splits=3",  /* 32 keys a warp */
+    "decode-tensor-core:warps=1,block_n=16,splits=64",  /* more splits than key blocks: one a block */
+};
+
 /* Runs a case that qualifies for a tensor-core kernel on a context of these
  * kernel options: `expected` must run (the decode kernel, which would take
  * the one-query cases first, off). */
@@ -78,7 +102,7 @@ START_TEST(tf32)
 {
     char label[32];
     snprintf(label, sizeof(label), "%s case %2d", tf32_cases[_i].precision == TF32 ? "tf32  " : "tf32x3", _i);
-    run_tensor_core_case("decode:off", &tf32_cases[_i], (uint64_t)_i + 200, label, FLASHCL_VARIANT_TF32);
+    run_tensor_core_case("decode:off;decode-tensor-core:off", &tf32_cases[_i], (uint64_t)_i + 200, label, FLASHCL_VARIANT_TF32);
 }
 END_TEST
 
@@ -86,7 +110,7 @@ START_TEST(tensor_core)
 {
     char label[32];
     snprintf(label, sizeof(label), "tensor-core case %2d", _i);
-    run_tensor_core_case("decode:off", &tensor_core_cases[_i], (uint64_t)_i + 100, label, FLASHCL_VARIANT_TENSOR_CORE);
+    run_tensor_core_case("decode:off;decode-tensor-core:off", &tensor_core_cases[_i], (uint64_t)_i + 100, label, FLASHCL_VARIANT_TENSOR_CORE);
 }
 END_TEST
 
@@ -94,8 +118,36 @@ START_TEST(tf32_split)
 {
     char label[32];
     snprintf(label, sizeof(label), "tf32 split 3 case %2d", _i);
-    run_tensor_core_case("decode:off;tf32:block_n=16,splits=3", &tf32_cases[_i], (uint64_t)_i + 250, label,
+    run_tensor_core_case("decode:off;decode-tensor-core:off;tf32:block_n=16,splits=3", &tf32_cases[_i], (uint64_t)_i + 250, label,
                          FLASHCL_VARIANT_TF32);
+}
+END_TEST
+
+START_TEST(decode_tensor_core)
+{
+    const size_t n = sizeof(decode_contexts) / sizeof(decode_contexts[0]);
+    for (size_t i = 0; i < n; i++) {
+        char label[80];
+        snprintf(label, sizeof(label), "decode case %d %s", _i, decode_contexts[i]);
+        run_tensor_core_case(decode_contexts[i], &decode_cases[_i], (uint64_t)_i * 7 + i + 300, label,
+                             FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+    }
+}
+END_TEST
+
+/* The warps' partial results merge in a fixed order: the same bits twice, split or not. */
+START_TEST(decode_tensor_core_repeatable)
+{
+    const char *const options[] = {"", "decode-tensor-core:warps=4,block_n=64,splits=7"};
+    for (int i = 0; i < 2; i++) {
+        struct case_result a, b;
+        rng_seed(77);
+        test_run_case(test_context_with_options(options[i]), &decode_cases[0], &a);
+        rng_seed(77);
+        test_run_case(test_context_with_options(options[i]), &decode_cases[0], &b);
+        ck_assert_int_eq(a.variant, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+        ck_assert_msg(a.output_hash == b.output_hash, "two runs of the same decode call differ (%s)", options[i]);
+    }
 }
 END_TEST
 
@@ -105,7 +157,7 @@ START_TEST(tensor_core_split)
 {
     char label[32];
     snprintf(label, sizeof(label), "split 3 case %2d", _i);
-    run_tensor_core_case("decode:off;tensor-core:block_n=16,splits=3", &tensor_core_cases[_i], (uint64_t)_i + 150,
+    run_tensor_core_case("decode:off;decode-tensor-core:off;tensor-core:block_n=16,splits=3", &tensor_core_cases[_i], (uint64_t)_i + 150,
                          label, FLASHCL_VARIANT_TENSOR_CORE);
 }
 END_TEST
@@ -238,6 +290,8 @@ int main(void)
     tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
     tcase_add_loop_test(tc, tensor_core_split, 0, COUNT(tensor_core_cases));
     tcase_add_loop_test(tc, tf32_split, 0, COUNT(tf32_cases));
+    tcase_add_loop_test(tc, decode_tensor_core, 0, COUNT(decode_cases));
+    tcase_add_test(tc, decode_tensor_core_repeatable);
     suite_add_tcase(s, tc);
     TCase *bw = tcase_create("backward");
     tcase_set_timeout(bw, 600);

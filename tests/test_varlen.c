@@ -245,10 +245,10 @@ START_TEST(against_reference)
 {
     run(NULL, &cases[_i], 500 + (uint64_t)_i, "default kernel");
     /* The portable kernel with small odd tiles: blocks cross sequence ends. */
-    run(test_context_with_options("decode:off;tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
+    run(test_context_with_options("decode:off;decode-tensor-core:off;tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
         &cases[_i], 520 + (uint64_t)_i, "portable 3x5");
     /* The decode kernel with splits where its rows fit (a KV head's query rows in one group). */
-    run(test_context_with_options("decode:block_n=32,splits=3"), &cases[_i], 540 + (uint64_t)_i, "decode split 3");
+    run(test_context_with_options("decode-tensor-core:off;decode:block_n=32,splits=3"), &cases[_i], 540 + (uint64_t)_i, "decode split 3");
 }
 END_TEST
 
@@ -333,9 +333,9 @@ START_TEST(bad_device_offsets_stay_inside)
     a.lse.mem = l_wide;
     a.lse.offset = l_margin;
     for (int layout = 0; layout < 3; layout++) {  /* the default kernel, the portable one, decode with splits */
-        flashcl_context *ctx = layout == 1 ? test_context_with_options("decode:off;tensor-core:off;tf32:off;"
+        flashcl_context *ctx = layout == 1 ? test_context_with_options("decode:off;decode-tensor-core:off;tensor-core:off;tf32:off;"
                                                                        "register-tiled:off;portable:block_m=3,block_n=5")
-                             : layout == 2 ? test_context_with_options("decode:block_n=32,splits=3")
+                             : layout == 2 ? test_context_with_options("decode-tensor-core:off;decode:block_n=32,splits=3")
                                            : e->ctx;
         cl_event done = NULL;
         ck_assert_flashcl_ok(flashcl_forward_varlen(ctx, &a, &p.vl, e->queue, 0, NULL, &done));
@@ -572,9 +572,9 @@ static enum flashcl_variant run_kv(flashcl_context *ctx, const struct kv_case *c
 START_TEST(kv_cache)
 {
     run_kv(NULL, &kv_cases[_i], 600 + (uint64_t)_i, false);
-    run_kv(test_context_with_options("decode:off;tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
+    run_kv(test_context_with_options("decode:off;decode-tensor-core:off;tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5"),
            &kv_cases[_i], 610 + (uint64_t)_i, false);
-    run_kv(test_context_with_options("decode:block_n=32,splits=3"), &kv_cases[_i], 620 + (uint64_t)_i, false);
+    run_kv(test_context_with_options("decode-tensor-core:off;decode:block_n=32,splits=3"), &kv_cases[_i], 620 + (uint64_t)_i, false);
 }
 END_TEST
 
@@ -609,7 +609,7 @@ static const struct kv_case tc_kv_cases[] = {
     {2, 24, 96, {50, 96}, 4, 2, 64, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, 32, 0, FLASHCL_PRECISION_TF32X3},
 };
 
-#define TC_SPLIT_OPTIONS "decode:off;tensor-core:block_n=16,splits=3;tf32:block_n=16,splits=3"
+#define TC_SPLIT_OPTIONS "decode:off;decode-tensor-core:off;tensor-core:block_n=16,splits=3;tf32:block_n=16,splits=3"
 
 /* The tensor-core kernel a case must run where tensor cores exist. */
 static enum flashcl_variant tensor_core_variant(flashcl_dtype dtype)

@@ -1,0 +1,263 @@
+/*
+ * flash_decode_mma.cl: exact attention forward for few query rows against
+ * many keys (decode) on NVIDIA tensor cores (sm_80+), f16 or bf16 storage,
+ * f32 accumulation, from OpenCL C through inline PTX.
+ *
+ * The same work-groups as flash_decode.cl: one per (split, KV head,
+ * sequence), holding every query row of the KV head's group (group x seq_q
+ * of at most 16; row r is query head hk * group + r % group at position
+ * r / group), so K and V are read once per KV head; the keys are split
+ * across work-groups where batch x KV heads cannot fill the device (split.h,
+ * merged by flash_forward_combine). What differs is the arithmetic: the rows
+ * are one 16-row mma tile (the rows past group x seq_q are zeros, computed
+ * and dropped), and S = Q Kᵀ and O += P V run as mma.sync m16n8k16 with K
+ * and V fragments read by ldmatrix, the online softmax on the accumulator
+ * fragments (nv_mma.h). The flash_decode.cl kernel reads every K/V element
+ * from local memory once per row of the group and is limited by those loads
+ * at four rows (docs/perf.md, v0.8); here an ldmatrix serves all 16 rows.
+ *
+ * K and V blocks of BLOCK_N keys stream through two buffers by cp.async (one
+ * barrier a block, as flash_forward_mma.cl); warp w takes keys
+ * [w KW, (w + 1) KW) of every block with its own running max, sum and
+ * accumulator, and at the end the WARPS partial results are merged through
+ * local memory in warp order, rescaled to the common max: no atomics, the
+ * same bits every run. Rows that see no key give O = 0 and LSE = -inf.
+ * Keep decode_mma_local_bytes in src/kernels.c in step with the arrays below.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef DTYPE
+#define DTYPE 1              /* 1 f16, 2 bf16 */
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64           /* keys per streamed block, WARPS x KW */
+#endif
+
+#define ROWS 16                        /* the mma tile's rows: every query row of the group */
+#define WG (32 * WARPS)
+#define KW (BLOCK_N / WARPS)           /* keys a warp takes of each block */
+#define CHUNKS (HEAD_DIM / 8)          /* 16-byte chunks per row */
+#define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
+#define S_TILES (KW / 8)               /* n-tiles of S per warp */
+#define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
+#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
+
+#if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
+#error "HEAD_DIM must be a multiple of 16, at most 128"
+#endif
+#if BLOCK_N % WARPS != 0 || KW % 16 != 0
+#error "BLOCK_N must be WARPS times a multiple of 16"
+#endif
+
+#include "storage.h"   /* storage_t, STORE: O and the split merge */
+#include "mask.h"      /* before nv_mma.h: its softmax masks by mask_visible */
+#include "varlen.h"
+#include "split.h"
+#include "nv_mma.h"
+#include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
+                      __global const storage_t *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
+                      __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
+                      __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
+                      __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                      int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
+{
+    __local uint4 q_tile[ROWS * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local float warp_m[WARPS * ROWS], warp_l[WARPS * ROWS];  /* each warp's running max and sum a row */
+    /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM] floats, in the K
+     * buffers (WARPS x 16 x HEAD_DIM x 4 bytes <= 2 x BLOCK_N x HEAD_DIM x 2: KW >= 16). */
+    __local float *merged = (__local float *)k_tiles;
+
+    const int tid = (int)get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+#if SPLIT
+    const int split = (int)get_group_id(0);
+#endif
+    const int rows_grid = seq_q;  /* the grid's query positions (the longest sequence's, varlen) */
+#if VARLEN
+    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
+    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
+#else
+    const int start_q = 0, start_k = 0;
+#endif
+    const int diag = seq_kv - seq_q;
+    const int rows_used = group * seq_q;
+
+    __global const ushort *k_base = (__global const ushort *)k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss +
+                                    (ulong)hk * k_sh;
+    __global const ushort *v_base = (__global const ushort *)v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss +
+                                    (ulong)hk * v_sh;
+
+    /* Q: the group's rows as one tile, zeros past rows_used. */
+    for (int c = tid; c < ROWS * CHUNKS; c += WG) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
+        __local uint4 *dst = &q_tile[swizzle(r, ch)];
+        if (r < rows_used) {
+            const int h = hk * group + r % group, pos = r / group;
+            copy_async_16(local_address(dst), (__global const ushort *)q + q_off + (ulong)b * q_sb +
+                                                  (ulong)(start_q + pos) * q_ss + (ulong)h * q_sh + ch * 8);
+        } else {
+            *dst = (uint4)(0u);
+        }
+    }
+
+    /* The keys any row sees (a sequence with no rows, varlen, streams none but reaches every barrier). */
+    int kv_end = seq_q > 0 ? mask_key_end(0, seq_q, seq_q, seq_kv) : 0;
+    int kv_begin = mask_key_begin(0, seq_q, seq_kv);
+#if SPLIT
+    split_keys(split, n_splits, &kv_begin, &kv_end);
+#endif
+    if (kv_begin < kv_end)
+        LOAD_KV(k_tiles, v_tiles, kv_begin);
+    copy_async_commit();
+    COPY_ASYNC_WAIT(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    uint qf[KSTEPS][4];
+    {
+        const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++)
+            ldmatrix_x4(local_address(&q_tile[swizzle(q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
+    }
+
+    float acc[O_TILES][4];
+#pragma unroll
+    for (int n = 0; n < O_TILES; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+    const int pos_lo = g / group, pos_hi = (g + 8) / group;  /* this thread's rows' query positions */
+    const int kw0 = warp * KW;                               /* this warp's keys in a block */
+
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+        /* Block kb has landed for this thread; the barrier makes it visible to all and tells that
+         * every warp is done with the other buffer, which the next block then streams into. */
+        COPY_ASYNC_WAIT(0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (kb + BLOCK_N < kv_end)
+            LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, kb + BLOCK_N);
+        copy_async_commit();
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
+
+        float s[S_TILES][4];
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        {
+            const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++)
+#pragma unroll
+                for (int np = 0; np < S_TILES / 2; np++) {
+                    uint bf[4];
+                    ldmatrix_x4(local_address(&k_tile[swizzle(kw0 + np * 16 + key, kk * 2 + (j & 1))]), bf);
+                    mma_16x8x16(s[2 * np], qf[kk], bf[0], bf[1]);
+                    mma_16x8x16(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+                }
+        }
+
+        /* Masks only where some key of the block may be absent or hidden from some row: position 0
+         * sees the fewest keys on the right, position seq_q - 1 the fewest on the left. */
+        bool edge = kb + BLOCK_N > seq_kv;
+#if WINDOW_RIGHT >= 0
+        edge = edge || kb + BLOCK_N - 1 > diag + WINDOW_RIGHT;
+#endif
+#if WINDOW_LEFT >= 0
+        edge = edge || kb < seq_q - 1 + diag - WINDOW_LEFT;
+#endif
+        online_softmax(s, acc, m_row, l_row, edge, kb + kw0, pos_lo, pos_hi, t, seq_kv, diag, scale_log2);
+        uint pf[KW / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < KW / 16; kc++) {
+            pf[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
+            pf[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
+            pf[kc][2] = pack_pair(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+            pf[kc][3] = pack_pair(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+        }
+        {
+            const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
+#pragma unroll
+            for (int kc = 0; kc < KW / 16; kc++)
+#pragma unroll
+                for (int np = 0; np < O_TILES / 2; np++) {
+                    uint bf[4];
+                    ldmatrix_x4_trans(local_address(&v_tile[swizzle(kw0 + kc * 16 + key, np * 2 + upper)]), bf);
+                    mma_16x8x16(acc[2 * np], pf[kc], bf[0], bf[1]);
+                    mma_16x8x16(acc[2 * np + 1], pf[kc], bf[2], bf[3]);
+                }
+        }
+    }
+    COPY_ASYNC_WAIT(0);
+
+    /* Each warp's row max and (quad-summed) row sum; every warp is done with the tiles after this. */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_row[r];
+        l += quad_xor(l, 1);
+        l += quad_xor(l, 2);
+        if (t == 0) {
+            warp_m[warp * ROWS + g + 8 * r] = m_row[r];
+            warp_l[warp * ROWS + g + 8 * r] = l;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* This warp's accumulator rescaled to the rows' common max (a warp that saw no key of a row
+     * has m = -inf there: weight 0). */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = g + 8 * r;
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++)
+            m_all = fmax(m_all, warp_m[w * ROWS + row]);
+        const float weight = exp2(m_row[r] - (m_all == -INFINITY ? 0.0f : m_all));
+        __local float *dst = merged + (warp * ROWS + row) * HEAD_DIM + 2 * t;
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++)
+            vstore2((float2)(acc[n][2 * r] * weight, acc[n][2 * r + 1] * weight), 0, dst + 8 * n);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* The warps' shares added in warp order, normalised, stored (or this split's partial). */
+    for (int idx = tid; idx < rows_used * HEAD_DIM; idx += WG) {
+        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++)
+            m_all = fmax(m_all, warp_m[w * ROWS + r]);
+        const float m_ref = m_all == -INFINITY ? 0.0f : m_all;
+        float l_all = 0.0f, sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            l_all += warp_l[w * ROWS + r] * exp2(warp_m[w * ROWS + r] - m_ref);
+            sum += merged[(w * ROWS + r) * HEAD_DIM + c];
+        }
+        const float out = l_all > 0.0f ? sum / l_all : 0.0f;
+        const int h = hk * group + r % group, pos = r / group;
+#if SPLIT
+        __global float *dst = part + split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group);
+        dst[c] = out;
+        if (c == 0)
+            dst[HEAD_DIM] = l_all > 0.0f ? (m_all + log2(l_all)) * M_LN2_F : -INFINITY;
+#else
+        STORE(o, o_off + (ulong)b * o_sb + (ulong)(start_q + pos) * o_ss + (ulong)h * o_sh + c, out);
+        if (has_lse && c == 0)
+            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + pos) * l_ss] =
+                l_all > 0.0f ? (m_all + log2(l_all)) * M_LN2_F : -INFINITY;
+#endif
+    }
+}
+
+#include "split_combine.h"
