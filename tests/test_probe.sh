@@ -22,8 +22,10 @@ forward=$(grep -c "|kind=forward|" "$dir/tuning.txt" || true)
 backward=$(grep -c "|kind=backward|" "$dir/tuning.txt" || true)
 [ "$forward" -ge 1 ] || { echo "probe: no kind=forward line"; exit 1; }
 [ "$backward" -ge 1 ] || { echo "probe: no kind=backward line (the backward key was not tuned)"; exit 1; }
-decode_line=$(grep "|kind=forward|kernel=decode|" "$dir/tuning.txt" || true)
+# The decode kernel, or where tensor cores take the key the tensor-core decode kernel.
+decode_line=$(grep -E "\|kind=forward\|kernel=decode(-tensor-core)?\|" "$dir/tuning.txt" || true)
 [ -n "$decode_line" ] || { echo "probe: no decode line (the decode key was not tuned)"; exit 1; }
+decode_kernel=$(sed -n 's/.*|kernel=\([a-z-]*\)|.*/\1/p' <<<"$decode_line")
 block_n=$(sed -n 's/.*|block_n=\([0-9]*\)|.*/\1/p' <<<"$decode_line")
 splits=$(sed -n 's/.*|splits=\([0-9]*\)|.*/\1/p' <<<"$decode_line")
 grep -q "|rows=4|" <<<"$decode_line" && [ -n "$block_n" ] && [ -n "$splits" ] ||
@@ -40,7 +42,7 @@ grep -q "tuning file $dir/tuning.txt: $configs configuration(s) for this device"
 # That call plans the line's key block and split count (the debug log of the forward) and is right.
 FLASHCL_TUNING="$dir/tuning.txt" "$bench" --decode 1:4:1:1:128 --d 128 --dtype f16 --warmup 1 --reps 2 --verbose \
   > "$dir/decode.log" 2>&1
-grep -q "forward: decode, $splits split(s), .*-DBLOCK_N=$block_n " "$dir/decode.log" ||
+grep -q "forward: $decode_kernel, $splits split(s), .*-DBLOCK_N=$block_n " "$dir/decode.log" ||
   { echo "probe: the decode call did not plan block_n=$block_n, splits=$splits"; exit 1; }
 echo "probe: $configs tuned configuration(s) ($backward backward, decode block_n=$block_n splits=$splits) written," \
   "loaded and used"
