@@ -80,15 +80,6 @@
 #if BLOCK_N % (16 * WARPS) != 0 || BLOCK_M % (16 * WARPS) != 0
 #error "BLOCK_M and BLOCK_N must be multiples of 16 * WARPS (each warp owns whole 16-row tiles)"
 #endif
-#if DTYPE == 1
-#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#define CVT_PACK "cvt.rn.f16x2.f32 "
-#elif DTYPE == 2
-#define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#define CVT_PACK "cvt.rn.bf16x2.f32 "
-#else
-#error "DTYPE must be 1 (f16) or 2 (bf16)"
-#endif
 
 #define CHUNKS (HEAD_DIM / 8)                      /* 16-byte chunks per row */
 #define KSTEPS (HEAD_DIM / 16)                     /* k-steps of the products over d */
@@ -107,57 +98,7 @@
 #include "backward_dot.h"  /* step 0: flash_backward_dot */
 #include "nv_mma.h"        /* cp.async */
 #include "block_order.h"
-
-static inline void mma_16x8x16(float *c, const uint *a, uint b0, uint b1)
-{
-    __asm__ volatile(MMA "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-static inline void ldmatrix_x4(uint address, uint *r)
-{
-    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(address)
-                     : "memory");
-}
-
-static inline void ldmatrix_x4_trans(uint address, uint *r)
-{
-    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(address)
-                     : "memory");
-}
-
-static inline uint pack_pair(float lo, float hi)
-{
-    uint r;
-    __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
-    return r;
-}
-
-/* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
-static inline int swizzle(int row, int chunk)
-{
-    return row * CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
-}
-
-/* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row
- * exists, zeros past the end (plain stores; visible after the barrier). */
-static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
-                             int first_row, int seq, int tid)
-{
-    for (int c = tid; c < rows * CHUNKS; c += WG) {
-        const int r = c / CHUNKS, ch = c % CHUNKS;
-        __local uint4 *dst = &tile[swizzle(r, ch)];
-        if (first_row + r < seq)
-            copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 8);
-        else
-            *dst = (uint4)(0u);
-    }
-}
+#include "nv_mma16.h"      /* mma, ldmatrix, swizzled tiles and their loader */
 
 /* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
 static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)

@@ -85,12 +85,7 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
     const int split = (int)get_group_id(0);
 #endif
     const int rows_grid = seq_q;  /* the grid's query positions (the longest sequence's, varlen) */
-#if VARLEN
-    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
-    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
-#else
-    const int start_q = 0, start_k = 0;
-#endif
+    SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
     const int diag = seq_kv - seq_q;
     const int rows_used = group * seq_q;
 

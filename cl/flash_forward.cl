@@ -78,12 +78,7 @@ void flash_forward(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q
     const int rows_grid = seq_q;  /* the grid's rows (the longest sequence's, varlen) */
     const int hk = h / group;
     const int q0 = qb * BLOCK_M;
-#if VARLEN
-    int start_q, start_k;  /* this sequence's first packed rows; seq_q / seq_kv become its lengths */
-    varlen_rows(cu_q, cu_k, total_q, total_k, b, &start_q, &start_k, &seq_q, &seq_kv);
-#else
-    const int start_q = 0, start_k = 0;
-#endif
+    SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
     const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */
 
     const ulong q_base = q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;

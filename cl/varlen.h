@@ -54,8 +54,15 @@ static inline void varlen_rows(__global const int *cu_q, __global const int *cu_
     *seq_kv = clamp(cu_k[b], 0, *seq_kv);
 #endif
 }
+
+/* This work-group's sequence b: declares start_q and start_k, its first
+ * packed rows, and sets seq_q / seq_kv to its own lengths. */
+#define SEQUENCE_ROWS(b)                                                                                             \
+    int start_q, start_k;                                                                                            \
+    varlen_rows(cu_q, cu_k, total_q, total_k, (b), &start_q, &start_k, &seq_q, &seq_kv)
 #else
 #define VARLEN_ARGS
+#define SEQUENCE_ROWS(b) const int start_q = 0, start_k = 0
 #endif
 
 /* Element offset of key row `key` of sequence b from the view's base (which
