@@ -173,7 +173,8 @@ struct flashcl_context_params {
     size_t local_mem_bytes;
 
     /* Deprecated (use kernel_options): FLASHCL_VARIANT_PORTABLE is
-     * "register-tiled:off;decode:off"; FLASHCL_VARIANT_REGISTER_TILED and 0
+     * "register-tiled:off;decode:off;decode-tensor-core:off";
+     * FLASHCL_VARIANT_REGISTER_TILED and 0
      * change nothing. Other values are refused. */
     enum flashcl_variant fma_variant;
 

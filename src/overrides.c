@@ -126,9 +126,11 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
         const struct kernel_info *k = &fcl_kernels[i];
         if (!(k->needs & NEEDS_TENSOR_CORES))
             continue;
+        /* The deprecated fields name the forward tensor-core and TF32 kernels' shape only. */
+        const bool named = k->op == OP_FORWARD && !k->packs_group;
         const int values[3] = {params->mma_warps, params->mma_m_tiles, params->mma_block_n};
         const enum axis axes[3] = {AXIS_WARPS, AXIS_M_TILES, AXIS_BLOCK_N};
-        for (int j = 0; j < 3; j++)
+        for (int j = 0; j < 3 && named; j++)
             if (values[j]) {
                 ov[i].fixed |= 1u << axes[j];
                 ov[i].shape.axis[axes[j]] = values[j];

@@ -63,7 +63,7 @@ static const struct test_case tf32_cases[] = {
 /* Decode-shaped calls (group x seq_q <= 16 rows a KV head) that the
  * tensor-core decode kernel takes: GQA, MQA and MHA, 1..16 rows, causal
  * with several positions and Nq > Nk, a window, one key, a negative scale,
- * more keys than one block and split counts from 1 to more than blocks. */
+ * more keys than one block, split counts from 1 to one a key block. */
 static const struct test_case decode_cases[] = {
     {8, 1, 1000, 32, 8, 128, F16, 0, 0, LAYOUT_BNHD, 1},            /* GQA 4:1, 4 rows */
     {2, 1, 3000, 16, 16, 64, BF16, 0, 0, LAYOUT_BHND, 1},           /* MHA, 1 row */
@@ -81,7 +81,7 @@ static const char *const decode_contexts[] = {
     "decode-tensor-core:warps=2,block_n=32,splits=5",
     "decode-tensor-core:warps=8,block_n=128,splits=1",
     "decode-tensor-core:warps=4,block_n=128,splits=3",  /* 32 keys a warp */
-    "decode-tensor-core:warps=1,block_n=16,splits=64",  /* more splits than key blocks: one a block */
+    "decode-tensor-core:warps=1,block_n=16,splits=64",  /* 16-key blocks: capped at one split a block */
 };
 
 /* Runs a case that qualifies for a tensor-core kernel on a context of these

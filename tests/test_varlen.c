@@ -648,6 +648,50 @@ START_TEST(tensor_core_kv_cache)
 }
 END_TEST
 
+/* ---- decode-shaped calls (group x seq_q <= 16) the tensor-core decode kernel takes ---- */
+
+/* Sequences that start past row 0, empty ones, 4..16 rows, masks; on a device with tensor cores they
+ * must run on decode-tensor-core (by default and with forced splits); elsewhere on the FMA decode kernel. */
+static const struct vl_case tc_decode_cases[] = {
+    {4, {1, 1, 0, 1}, {300, 17, 0, 129}, 8, 2, 64, F16, FLASHCL_MASK_NONE},
+    {3, {2, 4, 1}, {100, 257, 4}, 8, 2, 128, BF16, FLASHCL_MASK_CAUSAL},             /* 16 rows */
+    {2, {3, 2}, {200, 90}, 4, 4, 64, F16, FLASHCL_MASK_WINDOW, 40, 0, 1},            /* device offsets */
+};
+
+static const struct kv_case tc_decode_kv_cases[] = {
+    {3, 1, 256, {0, 100, 256}, 8, 2, 64, F16, FLASHCL_MASK_NONE, 0, 0, 0, 32, 1},      /* paged, host table */
+    {2, 4, 192, {40, 192}, 8, 2, 128, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 1, 64, 0},      /* paged, device table */
+    {2, 2, 160, {160, 33}, 4, 4, 64, F16, FLASHCL_MASK_WINDOW, 30, 0},                 /* contiguous, a window */
+};
+
+#define TC_DECODE_SPLIT_OPTIONS "decode-tensor-core:warps=2,block_n=32,splits=3"
+
+START_TEST(tensor_core_decode_varlen)
+{
+    const enum flashcl_variant by_default = run(NULL, &tc_decode_cases[_i], 760 + (uint64_t)_i, "default kernel");
+    const enum flashcl_variant split = run(test_context_with_options(TC_DECODE_SPLIT_OPTIONS), &tc_decode_cases[_i],
+                                           770 + (uint64_t)_i, "decode-tensor-core split 3");
+    if (has_tensor_cores()) {
+        ck_assert_int_eq(by_default, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+        ck_assert_int_eq(split, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+    }
+}
+END_TEST
+
+START_TEST(tensor_core_decode_kv_cache)
+{
+    const enum flashcl_variant by_default = run_kv(NULL, &tc_decode_kv_cases[_i], 780 + (uint64_t)_i, false);
+    const enum flashcl_variant split = run_kv(test_context_with_options(TC_DECODE_SPLIT_OPTIONS),
+                                              &tc_decode_kv_cases[_i], 790 + (uint64_t)_i, false);
+    if (has_tensor_cores()) {
+        ck_assert_int_eq(by_default, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+        ck_assert_int_eq(split, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+    }
+    run_kv(test_context_with_options(TC_DECODE_SPLIT_OPTIONS), &tc_decode_kv_cases[_i], 795 + (uint64_t)_i,
+           true);  /* garbage lengths stay inside */
+}
+END_TEST
+
 START_TEST(kv_cache_bad_host_lengths)
 {
     struct test_env *e = test_env_get();
@@ -721,6 +765,9 @@ int main(void)
     tcase_add_test(tc, varlen_plans_tensor_cores);
     tcase_add_loop_test(tc, tensor_core_varlen, 0, (int)(sizeof(tc_cases) / sizeof(tc_cases[0])));
     tcase_add_loop_test(tc, tensor_core_kv_cache, 0, (int)(sizeof(tc_kv_cases) / sizeof(tc_kv_cases[0])));
+    tcase_add_loop_test(tc, tensor_core_decode_varlen, 0, (int)(sizeof(tc_decode_cases) / sizeof(tc_decode_cases[0])));
+    tcase_add_loop_test(tc, tensor_core_decode_kv_cache, 0,
+                        (int)(sizeof(tc_decode_kv_cases) / sizeof(tc_decode_kv_cases[0])));
     tcase_add_loop_test(tc, kv_cache, 0, (int)(sizeof(kv_cases) / sizeof(kv_cases[0])));
     tcase_add_test(tc, kv_cache_garbage_lengths);
     tcase_add_test(tc, kv_cache_bad_host_lengths);
