@@ -70,9 +70,12 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
             if (!k->shrink || !k->shrink(dev, shape, ov->fixed)) {
                 int block_m = 0, workgroup = 0;
                 k->geometry(dev, shape, &block_m, &workgroup);
-                if (!launchable(dev, k, shape))
+                if (!launchable(dev, k, shape) && (size_t)workgroup > dev->max_workgroup)
                     snprintf(why, why_size, "a %dx%d tile needs %d work-items per work-group; \"%s\" allows %zu",
                              block_m, shape->axis[AXIS_BLOCK_N], workgroup, dev->name, dev->max_workgroup);
+                else if (!launchable(dev, k, shape))  /* e.g. decode-tensor-core: block_n a multiple of 16 x warps */
+                    snprintf(why, why_size, "%s does not take the shape warps=%d, block_n=%d together", k->name,
+                             shape->axis[AXIS_WARPS], shape->axis[AXIS_BLOCK_N]);
                 else
                     snprintf(why, why_size, "a %dx%d tile for head_dim %d needs %zu bytes of local memory (and %d "
                              "of slack); \"%s\" has %zu", block_m, shape->axis[AXIS_BLOCK_N], p->head_dim,
