@@ -151,11 +151,12 @@ struct flashcl_context_params {
      * FMA kernels' tile, 1..256 each, as "register-tiled:block_m=..,block_n=..;
      * portable:block_m=..,block_n=..". A size the register-tiled kernel does
      * not run (not a multiple of 16, or over 128) turns that kernel off; the
-     * decode kernel is off with either set. */
+     * decode kernels are off with either set. */
     int block_m;
     int block_n;
 
-    /* Nonzero: never use the tensor-core kernels (tensor-core, TF32), only
+    /* Nonzero: never use the tensor-core kernels (tensor-core, TF32,
+     * decode-tensor-core, backward-tensor-core), only
      * the FMA ones (also set by the environment variable FLASHCL_PORTABLE=1);
      * the tensor-core probe is not run. */
     int portable_only;
@@ -590,8 +591,10 @@ FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_d
                                                 flashcl_dtype dtype, struct flashcl_tile *out);
 
 /* The kernel and tile flashcl_forward would use for this exact call: the
- * first kernel, in order of preference (tensor-core, tf32, register-tiled,
- * portable), that supports the call and whose shape fits. Where the context
+ * first kernel, in order of preference (decode-tensor-core and decode for
+ * calls whose KV head's query rows, group x seq_q, are at most 16; then
+ * tensor-core, tf32, register-tiled, portable), that supports the call and
+ * whose shape fits. Where the context
  * has tensor cores (NVIDIA, compute capability >= 8.0, the probe built, not
  * portable_only) and every view's rows start on 16 bytes (offset and
  * strides multiples of 16 bytes): f16/bf16 with head_dim a multiple of 16
