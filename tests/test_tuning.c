@@ -529,6 +529,63 @@ START_TEST(candidates_match_built_kernels)
 }
 END_TEST
 
+/* The decode kernels' footprints (their rows, K/V buffers and the paged row tables count) against
+ * CL_KERNEL_LOCAL_MEM_SIZE of the built kernels, through the plan a decode call makes: the FMA decode
+ * kernel at f32 and f16, dense and paged, the tensor-core one where this device has tensor cores. */
+START_TEST(decode_kernels_match_built_kernels)
+{
+    struct test_env *e = test_env_get();
+    enum { D = 64, HQ = 8, HKV = 2, NK = 256 };
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, (size_t)NK * HQ * D * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(mem);
+    const struct {
+        const char *options;
+        enum flashcl_variant variant;
+        flashcl_dtype dtype;
+        int varlen;
+    } kernels[] = {
+        {"decode-tensor-core:off;decode:block_n=64", FLASHCL_VARIANT_DECODE, FLASHCL_F32, 0},
+        {"decode-tensor-core:off;decode:block_n=128", FLASHCL_VARIANT_DECODE, FLASHCL_F16, 3},
+        {"decode-tensor-core:warps=4,block_n=64", FLASHCL_VARIANT_DECODE_TENSOR_CORE, FLASHCL_F16, 0},
+        {"decode-tensor-core:warps=2,block_n=128", FLASHCL_VARIANT_DECODE_TENSOR_CORE, FLASHCL_BF16, 3},
+    };
+    const int n_kernels = flashcl_context_has_tensor_cores(e->ctx, NULL) ? 4 : 2;
+    for (int i = 0; i < n_kernels; i++) {
+        flashcl_context *ctx = test_context_with_options(kernels[i].options);
+        struct flashcl_attention a = {0};
+        a.batch = 1;
+        a.seq_q = 1;
+        a.seq_kv = NK;
+        a.heads_q = HQ;
+        a.heads_kv = HKV;
+        a.head_dim = D;
+        a.q = a.o = flashcl_tensor_bnhd(mem, kernels[i].dtype, 1, HQ, D);
+        a.k = a.v = flashcl_tensor_bnhd(mem, kernels[i].dtype, NK, HKV, D);
+        struct problem p;
+        fcl_forward_problem(&a, &p);
+        p.varlen = kernels[i].varlen;  /* 3: a paged cache (its row tables count for the FMA kernel) */
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
+        ck_assert_int_eq(plan.kernel->variant, kernels[i].variant);
+        cl_kernel kernel;
+        pthread_mutex_lock(&ctx->lock);
+        const flashcl_status st = fcl_program_get_kernel(ctx, plan.kernel->source, plan.kernel->entry, plan.options,
+                                                         &kernel);
+        pthread_mutex_unlock(&ctx->lock);
+        ck_assert_flashcl_ok(st);
+        cl_ulong declared = 0;
+        ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
+                                              &declared, NULL));
+        ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan.local_bytes && declared <= plan.local_bytes + FCL_LOCAL_SLACK,
+                      "%s (varlen %d): the kernel declares %llu bytes, the table says %zu", kernels[i].options,
+                      kernels[i].varlen, (unsigned long long)declared, plan.local_bytes);
+        printf("%s (varlen %d): declared %llu, table %zu\n", kernels[i].options, kernels[i].varlen,
+               (unsigned long long)declared, plan.local_bytes);
+    }
+    clReleaseMemObject(mem);
+}
+END_TEST
+
 /* The register-tiled backward's footprint is that of the larger of its two block kernels (dK/dV, dQ): the
  * table's number against CL_KERNEL_LOCAL_MEM_SIZE of both, built through the plan a backward call makes, for
  * the first, a middle and the last candidate at d = 64 and 128 (square and non-square tiles). */
@@ -869,6 +926,7 @@ int main(void)
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, candidates_match_built_kernels);
+    tcase_add_test(tc, decode_kernels_match_built_kernels);
     tcase_add_test(tc, backward_tiled_matches_built_kernels);
     tcase_add_test(tc, backward_entry_used);
     tcase_add_test(tc, decode_entry_used);
