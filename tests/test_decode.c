@@ -147,6 +147,7 @@ START_TEST(planned_where_rows_fit)
     struct flashcl_context_params params = {0};
     params.context = e->cl;
     params.device = e->device;
+    params.local_mem_bytes = 232448;  /* an H200's, whatever this device has */
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_compute_capability = 90};
     flashcl_context *tc = NULL;
     ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &tc));

@@ -79,8 +79,9 @@ static const struct test_case decode_cases[] = {
 static const char *const decode_contexts[] = {
     "",
     "decode-tensor-core:warps=2,block_n=32,splits=5",
-    "decode-tensor-core:warps=8,block_n=128,splits=1",
-    "decode-tensor-core:warps=4,block_n=128,splits=3",  /* 32 keys a warp */
+    "decode-tensor-core:warps=4,block_n=64,splits=1",
+    "decode-tensor-core:warps=2,block_n=64,splits=3",  /* 32 keys a warp; at most 37 KB at d = 128, so
+                                                          every tensor-core part's local memory holds it */
     "decode-tensor-core:warps=1,block_n=16,splits=64",  /* 16-key blocks: capped at one split a block */
 };
 
