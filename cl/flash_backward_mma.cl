@@ -81,14 +81,12 @@
 #error "BLOCK_M and BLOCK_N must be multiples of 16 * WARPS (each warp owns whole 16-row tiles)"
 #endif
 
-#define CHUNKS (HEAD_DIM / 8)                      /* 16-byte chunks per row */
 #define KSTEPS (HEAD_DIM / 16)                     /* k-steps of the products over d */
 #define D_TILES (HEAD_DIM / 8)                     /* 8-column n-tiles of dQ, dK, dV */
 #define KEY_TILES (BLOCK_N / (16 * WARPS))         /* dkdv: 16-key tiles per warp */
 #define ROW_TILES (BLOCK_M / (16 * WARPS))         /* dq: 16-row tiles per warp */
 #define Q_CHUNK (BLOCK_M % 32 == 0 ? 32 : 16)      /* dkdv: queries per inner step */
 #define K_CHUNK (BLOCK_N % 32 == 0 ? 32 : 16)      /* dq: keys per inner step */
-#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
 
 /* nv_mma.h's online softmax (unused here) is sized by these. */
 #define S_TILES (K_CHUNK / 8)

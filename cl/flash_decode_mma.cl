@@ -41,11 +41,9 @@
 #define ROWS 16                        /* the mma tile's rows: every query row of the group */
 #define WG (32 * WARPS)
 #define KW (BLOCK_N / WARPS)           /* keys a warp takes of each block */
-#define CHUNKS (HEAD_DIM / 8)          /* 16-byte chunks per row */
 #define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
 #define S_TILES (KW / 8)               /* n-tiles of S per warp */
 #define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
-#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
 
 #if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
 #error "HEAD_DIM must be a multiple of 16, at most 128"

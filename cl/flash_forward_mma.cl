@@ -49,13 +49,9 @@
 #define WARP_ROWS (16 * M_TILES)
 #define BLOCK_M (WARP_ROWS * WARPS)
 #define WG (32 * WARPS)
-#define CHUNKS (HEAD_DIM / 8)          /* 16-byte chunks per row */
 #define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
 #define S_TILES (BLOCK_N / 8)          /* n-tiles of S per warp */
 #define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
-/* XOR swizzle within aligned groups of 8 chunks (or fewer, when a row has
- * fewer or a non-multiple of 8): a group must divide CHUNKS. */
-#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
 
 #if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
 #error "HEAD_DIM must be a multiple of 16, at most 128"

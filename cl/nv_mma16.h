@@ -6,11 +6,16 @@
  * cp.async loaders (dense, and a paged cache's K and V blocks).
  *
  * The includer defines DTYPE (1 f16, 2 bf16), HEAD_DIM, WG (work-items a
- * work-group), BLOCK_N (keys a streamed block), CHUNKS (HEAD_DIM / 8) and
- * SWIZZLE_MASK, and includes varlen.h and nv_async.h first.
+ * work-group) and BLOCK_N (keys a streamed block), and includes varlen.h
+ * and nv_async.h first.
  */
 #ifndef FLASHCL_NV_MMA16_H
 #define FLASHCL_NV_MMA16_H
+
+#define CHUNKS (HEAD_DIM / 8)  /* 16-byte chunks a row */
+/* XOR swizzle within aligned groups of 8 chunks (or fewer, when a row has
+ * fewer or a non-multiple of 8): a group must divide CHUNKS. */
+#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
 
 #if DTYPE == 1
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
