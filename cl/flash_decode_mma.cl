@@ -59,6 +59,51 @@
 #include "nv_mma.h"
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
 
+#if VARLEN == 3
+/* A paged cache: the offsets of K's and V's rows key0 .. key0 + BLOCK_N - 1
+ * (the block table and its clamp read once a key, as flash_decode.cl does),
+ * written a block ahead into the other of two tables so the lookups' latency
+ * hides behind the block in flight. Rows past the end are not read. */
+static inline void page_rows(__local ulong *k_rows, __local ulong *v_rows, int key0, int seq_kv, ulong k_sb,
+                             ulong k_ss, ulong v_sb, ulong v_ss, int b, __global const int *pages, int page_size,
+                             int pages_per_seq, int num_pages, int tid)
+{
+    for (int r = tid; r < BLOCK_N; r += WG) {
+        const int key = min(key0 + r, max(seq_kv - 1, 0));
+        const int n = key / page_size;
+        const ulong page = (ulong)clamp(pages[b * pages_per_seq + n], 0, num_pages - 1);
+        k_rows[r] = page * k_sb + (ulong)(key - n * page_size) * k_ss;
+        v_rows[r] = page * v_sb + (ulong)(key - n * page_size) * v_ss;
+    }
+}
+
+/* A block's K and V rows by cp.async from their offsets; zeros past the end. */
+static inline void load_kv_rows(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
+                                __global const ushort *v_base, __local const ulong *k_rows,
+                                __local const ulong *v_rows, int first_row, int seq, int tid)
+{
+    for (int c = tid; c < BLOCK_N * CHUNKS; c += WG) {
+        const int r = c / CHUNKS, ch = c % CHUNKS;
+        __local uint4 *k_dst = &k_tile[swizzle(r, ch)], *v_dst = &v_tile[swizzle(r, ch)];
+        if (first_row + r < seq) {
+            copy_async_16(local_address(k_dst), k_base + k_rows[r] + ch * 8);
+            copy_async_16(local_address(v_dst), v_base + v_rows[r] + ch * 8);
+        } else {
+            *k_dst = *v_dst = (uint4)(0u);
+        }
+    }
+}
+#define PAGE_ROWS(table, key0)                                                                                       \
+    page_rows(k_rows + (table) * BLOCK_N, v_rows + (table) * BLOCK_N, key0, seq_kv, k_sb, k_ss, v_sb, v_ss, b,      \
+              pages, page_size, pages_per_seq, num_pages, tid)
+#define LOAD_BLOCK(k_dst, v_dst, table, first)                                                                       \
+    load_kv_rows(k_dst, v_dst, k_base, v_base, k_rows + (table) * BLOCK_N, v_rows + (table) * BLOCK_N, first,       \
+                 seq_kv, tid)
+#else
+#define PAGE_ROWS(table, key0) ((void)0)
+#define LOAD_BLOCK(k_dst, v_dst, table, first) LOAD_KV(k_dst, v_dst, first)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
                       __global const storage_t *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
@@ -74,6 +119,9 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
     /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM] floats, in the K
      * buffers (WARPS x 16 x HEAD_DIM x 4 bytes <= 2 x BLOCK_N x HEAD_DIM x 2: KW >= 16). */
     __local float *merged = (__local float *)k_tiles;
+#if VARLEN == 3
+    __local ulong k_rows[2 * BLOCK_N], v_rows[2 * BLOCK_N];  /* block j's row offsets in table j % 2 */
+#endif
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -111,8 +159,16 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
 #if SPLIT
     split_keys(split, n_splits, &kv_begin, &kv_end);
 #endif
+    if (kv_begin < kv_end) {
+        PAGE_ROWS(0, kv_begin);
+        if (kv_begin + BLOCK_N < kv_end)
+            PAGE_ROWS(1, kv_begin + BLOCK_N);
+    }
+#if VARLEN == 3
+    barrier(CLK_LOCAL_MEM_FENCE);  /* the first two blocks' row offsets */
+#endif
     if (kv_begin < kv_end)
-        LOAD_KV(k_tiles, v_tiles, kv_begin);
+        LOAD_BLOCK(k_tiles, v_tiles, 0, kv_begin);
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -139,7 +195,8 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end)
-            LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, kb + BLOCK_N);
+            LOAD_BLOCK(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, stage ^ 1,
+                       kb + BLOCK_N);
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
@@ -191,6 +248,11 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
                     mma_16x8x16(acc[2 * np + 1], pf[kc], bf[2], bf[3]);
                 }
         }
+        /* The block after next's row offsets into this block's table: every work-item read it (for
+         * this block's copies) before the barrier at the top of this iteration, and the next
+         * iteration's barrier publishes it before the copies that read it. */
+        if (kb + 2 * BLOCK_N < kv_end)
+            PAGE_ROWS(stage, kb + 2 * BLOCK_N);
     }
     COPY_ASYNC_WAIT(0);
 

@@ -413,13 +413,15 @@ static void decode_options(const struct device_desc *dev, const struct problem *
 
 /* ---- decode on tensor cores: cl/flash_decode_mma.cl, the group's rows as one 16-row mma tile ---- */
 
-/* Q's 16 rows, K and V twice (double-buffered) in 2-byte elements; each warp's row max and sum. The
- * warps' accumulators are merged in the K buffers after the last block. */
+/* Q's 16 rows, K and V twice (double-buffered) in 2-byte elements; each warp's row max and sum; a
+ * paged cache's row offsets for two blocks. The warps' accumulators are merged in the K buffers after
+ * the last block. */
 static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                      const struct problem *p)
 {
     const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, warps = (size_t)s->axis[W];
-    return (16 + 4 * n) * d * 2 + 2 * warps * 16 * sizeof(float);
+    const size_t page_tables = p->varlen == 3 ? 4 * n * sizeof(cl_ulong) : 0;  /* K's and V's, two blocks */
+    return (16 + 4 * n) * d * 2 + 2 * warps * 16 * sizeof(float) + page_tables;
 }
 
 /* Each warp takes a multiple of 16 keys of a block. */
