@@ -76,6 +76,7 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
     /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM] floats, in the K
      * buffers (WARPS x 16 x HEAD_DIM x 4 bytes <= 2 x BLOCK_N x HEAD_DIM x 2: KW >= 16). */
     __local float *merged = (__local float *)k_tiles;
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -172,7 +173,7 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
 #if WINDOW_LEFT >= 0
         edge = edge || kb < seq_q - 1 + diag - WINDOW_LEFT;
 #endif
-        online_softmax(s, acc, m_row, l_row, edge, kb + kw0, pos_lo, pos_hi, t, seq_kv, diag, scale_log2);
+        online_softmax(s, acc, m_row, l_row, edge, kb + kw0, pos_lo, pos_hi, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
         uint pf[KW / 16][4];
 #pragma unroll
         for (int kc = 0; kc < KW / 16; kc++) {

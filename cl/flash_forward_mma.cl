@@ -86,6 +86,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
     __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
     __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -206,7 +207,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++) {
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
-                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2);
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
 #pragma unroll
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
                 pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
@@ -242,7 +243,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         for (int r = 0; r < 2; r++) {
             /* Each thread summed l over its own keys: finish_row adds the quad's partials. */
             float lse_row;
-            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row);
+            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row NV_SCRATCH_ARG);
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;

@@ -14,12 +14,14 @@
 #include "nv_async.h"  /* local_address, cp.async */
 #include "mask.h"      /* which keys a row sees */
 
+#if !NV_EMULATE
 static inline float quad_xor(float v, int mask)
 {
     float r;
     __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
     return r;
 }
+#endif
 
 /* The row max of scale·s sits at the row's largest raw score when the scale
  * is positive and at its smallest when it is negative (the host defines
@@ -48,7 +50,7 @@ static inline float quad_xor(float v, int mask)
  */
 static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
                                   bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
-                                  float scale_log2)
+                                  float scale_log2 NV_SCRATCH_PARAM)
 {
     if (edge) {
 #pragma unroll
@@ -94,7 +96,7 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
 
 /* The quad's four partial sums of l, then 1/l (0 for a row that saw no
  * key) and the row's LSE in natural log. */
-static inline float finish_row(float m, float l_partial, float *lse_out)
+static inline float finish_row(float m, float l_partial, float *lse_out NV_SCRATCH_PARAM)
 {
     float l = l_partial;
     l += quad_xor(l, 1);

@@ -12,6 +12,7 @@
 #ifndef FLASHCL_NV_MMA16_H
 #define FLASHCL_NV_MMA16_H
 
+#if !NV_EMULATE  /* else nv_emulate.h (through nv_async.h) has them */
 #if DTYPE == 1
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
 #define CVT_PACK "cvt.rn.f16x2.f32 "
@@ -51,6 +52,7 @@ static inline uint pack_pair(float lo, float hi)
     __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
     return r;
 }
+#endif /* !NV_EMULATE */
 
 /* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
 static inline int swizzle(int row, int chunk)
