@@ -30,16 +30,23 @@
 #ifndef FLASHCL_NV_EMULATE_H
 #define FLASHCL_NV_EMULATE_H
 
+/* Every helper is inlined where it is called: a helper left out of line and always passed the same
+ * scratch gets the kernel-scope __local array propagated into its body by the optimiser, where PoCL
+ * (3.1, LLVM 15) no longer sees it as the kernel's local and leaves one static copy that concurrent
+ * work-groups share (seen: flash_decode_mma.so with the scratch in .bss, wrong results with more than
+ * one PoCL thread). */
+#define NV_EMU_INLINE static inline __attribute__((always_inline))
+
 /* ---- cp.async: plain copies, visible after the barrier that follows them in the kernels ---- */
 
 #define local_address(p) ((__local void *)(p))
 
-static inline void copy_async_16(__local void *address, __global const void *src)
+NV_EMU_INLINE void copy_async_16(__local void *address, __global const void *src)
 {
     *(__local uint4 *)address = vload4(0, (__global const uint *)src);
 }
 
-static inline void copy_async_zfill_bytes(__local void *address, __global const void *src, uint size, uint valid)
+NV_EMU_INLINE void copy_async_zfill_bytes(__local void *address, __global const void *src, uint size, uint valid)
 {
     __local uchar *dst = (__local uchar *)address;
     __global const uchar *s = (__global const uchar *)src;
@@ -49,7 +56,7 @@ static inline void copy_async_zfill_bytes(__local void *address, __global const 
 #define copy_async_zfill_8(address, src, valid) copy_async_zfill_bytes(address, src, 8u, valid)
 #define copy_async_zfill_16(address, src, valid) copy_async_zfill_bytes(address, src, 16u, valid)
 
-static inline void copy_async_commit(void)
+NV_EMU_INLINE void copy_async_commit(void)
 {
 }
 #define COPY_ASYNC_WAIT(n) ((void)0)
@@ -65,19 +72,19 @@ static inline void copy_async_commit(void)
 #define NV_SCRATCH_PARAM , __local uint *nv_scratch
 #define NV_SCRATCH_ARG , nv_scratch
 
-static inline __local uint *nv_warp_scratch(__local uint *scratch)
+NV_EMU_INLINE __local uint *nv_warp_scratch(__local uint *scratch)
 {
     return scratch + ((int)get_local_id(0) >> 5) * NV_SCRATCH_WORDS;
 }
 
-static inline int nv_lane(void)
+NV_EMU_INLINE int nv_lane(void)
 {
     return (int)get_local_id(0) & 31;
 }
 
 /* ---- shfl.sync.bfly within a quad ---- */
 
-static inline float nv_emu_quad_xor(__local uint *scratch, float v, int mask)
+NV_EMU_INLINE float nv_emu_quad_xor(__local uint *scratch, float v, int mask)
 {
     __local float *w = (__local float *)nv_warp_scratch(scratch);
     const int lane = nv_lane();
@@ -92,7 +99,7 @@ static inline float nv_emu_quad_xor(__local uint *scratch, float v, int mask)
 /* ---- f16 / bf16 ---- */
 
 #if DTYPE == 1 || DTYPE == 2
-static inline float nv_emu_to_float(uint bits16)
+NV_EMU_INLINE float nv_emu_to_float(uint bits16)
 {
 #if DTYPE == 1
     const ushort h = (ushort)bits16;
@@ -102,7 +109,7 @@ static inline float nv_emu_to_float(uint bits16)
 #endif
 }
 
-static inline uint nv_emu_from_float(float x)
+NV_EMU_INLINE uint nv_emu_from_float(float x)
 {
 #if DTYPE == 1
     ushort h;
@@ -118,13 +125,13 @@ static inline uint nv_emu_from_float(float x)
 }
 
 /* cvt.rn.{f16,bf16}x2.f32: lo in the low 16 bits. A lane-local operation. */
-static inline uint pack_pair(float lo, float hi)
+NV_EMU_INLINE uint pack_pair(float lo, float hi)
 {
     return nv_emu_from_float(lo) | (nv_emu_from_float(hi) << 16);
 }
 
 /* Element `upper` (0 low, 1 high) of a packed pair. */
-static inline float nv_emu_half(uint word, int upper)
+NV_EMU_INLINE float nv_emu_half(uint word, int upper)
 {
     return nv_emu_to_float(upper ? word >> 16 : word & 0xffffu);
 }
@@ -133,7 +140,7 @@ static inline float nv_emu_half(uint word, int upper)
  * (g = lane / 4, t = lane % 4) a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..];
  * b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]; c0, c1 = C[g][2t..2t+1], c2, c3 = C[g+8][2t..2t+1].
  * Products of two f16 (or bf16) values are exact in f32; they are summed in f32, k in order, onto c. */
-static inline void nv_emu_mma(__local uint *scratch, float *c, const uint *a, uint b0, uint b1)
+NV_EMU_INLINE void nv_emu_mma(__local uint *scratch, float *c, const uint *a, uint b0, uint b1)
 {
     __local uint *w = nv_warp_scratch(scratch);
     __local uint *wa = w, *wb = w + 128;  /* wa[lane][4], wb[lane][2] */
@@ -169,7 +176,7 @@ static inline void nv_emu_mma(__local uint *scratch, float *c, const uint *a, ui
 /* ---- ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 ----
  * Lanes 8j..8j+7 give the rows of matrix j (16 bytes each); non-transposed, register j of lane (g, t)
  * holds row g, halves 2t, 2t+1 of matrix j; transposed, column g, rows 2t and 2t+1. */
-static inline void nv_emu_ldmatrix_x4(__local uint *scratch, __local const void *address, uint *r, int trans)
+NV_EMU_INLINE void nv_emu_ldmatrix_x4(__local uint *scratch, __local const void *address, uint *r, int trans)
 {
     __local uint *w = nv_warp_scratch(scratch);
     const int lane = nv_lane(), g = lane >> 2, t = lane & 3;
