@@ -53,9 +53,9 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
                                   float scale_log2 NV_SCRATCH_PARAM)
 {
     if (edge) {
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < S_TILES; n++)
-#pragma unroll
+NV_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int key = kb + n * 8 + 2 * t + (e & 1);
                 bool visible = key < seq_kv;
@@ -65,10 +65,10 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
                 s[n][e] = visible ? s[n][e] : HIDDEN;
             }
     }
-#pragma unroll
+NV_UNROLL
     for (int r = 0; r < 2; r++) {
         float ext = HIDDEN;
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < S_TILES; n++)
             ext = ROW_EXTREME(ext, ROW_EXTREME(s[n][2 * r], s[n][2 * r + 1]));
         ext = ROW_EXTREME(ext, quad_xor(ext, 1));
@@ -78,7 +78,7 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
         const float alpha = native_exp2(m_row[r] - m_ref);
         float sum = 0.0f;
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < S_TILES; n++) {
             s[n][2 * r] = native_exp2(fma(s[n][2 * r], scale_log2, -m_ref));
             s[n][2 * r + 1] = native_exp2(fma(s[n][2 * r + 1], scale_log2, -m_ref));
@@ -86,7 +86,7 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
         }
         l_row[r] = l_row[r] * alpha + sum;
         m_row[r] = m_new;
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < O_TILES; n++) {
             acc[n][2 * r] *= alpha;
             acc[n][2 * r + 1] *= alpha;

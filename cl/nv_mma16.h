@@ -90,14 +90,14 @@ static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, _
                                  int pages_per_seq, int num_pages)
 {
     int page[PAGED_STEPS], in_page[PAGED_STEPS];
-#pragma unroll
+NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int key = first_row + (tid + i * WG) / CHUNKS;
         const int n = key / page_size;
         page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
         in_page[i] = key - n * page_size;
     }
-#pragma unroll
+NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;
         if (c < BLOCK_N * CHUNKS) {
