@@ -23,6 +23,12 @@
  * local memory in warp order, rescaled to the common max: no atomics, the
  * same bits every run. Rows that see no key give O = 0 and LSE = -inf.
  * Keep decode_mma_local_bytes in src/kernels.c in step with the arrays below.
+ *
+ * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
+ * OpenCL C primitives, whose lane exchanges are work-group barriers: every
+ * work-item must reach every ldmatrix, mma and quad_xor together, as they
+ * do here (the key loop's bounds are the work-group's; masks change values,
+ * never which primitives run). Keep it so.
  */
 
 #ifndef HEAD_DIM

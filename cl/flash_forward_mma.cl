@@ -25,6 +25,13 @@
  * kernels take them, so prefill chunks against a cache run here.
  * Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk index XORed
  * with (row % 8) so ldmatrix's eight row addresses hit distinct banks.
+ *
+ * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
+ * OpenCL C primitives, whose lane exchanges are work-group barriers: every
+ * work-item must reach every ldmatrix, mma and quad_xor together, as they
+ * do here (the key loop's bounds are the work-group's, each warp's edge
+ * test only masks values, and finish_row runs before a row past seq_q is
+ * skipped). Keep it so.
  */
 
 #ifndef HEAD_DIM

@@ -356,10 +356,11 @@ int fcl_group_rows(const struct problem *p)
     return r;
 }
 
-/* cp.async (NVIDIA sm_80+, where the inline-PTX probe passed) needs rows on 16 bytes. */
+/* cp.async (NVIDIA sm_80+, where the inline-PTX probe passed) needs rows on 16 bytes. Not where the
+ * tensor cores are emulated: this kernel has no NV_EMULATE path (its addresses are uints). */
 static bool decode_async(const struct device_desc *dev, const struct problem *p)
 {
-    return dev->tensor_cores && p->rows_16b;
+    return dev->tensor_cores && !dev->tensor_cores_emulated && p->rows_16b;
 }
 
 #define DECODE_ITEMS_PER_KEY 2  /* cl/flash_decode.cl's SPK: the work-group is 2 x block_n */
