@@ -136,6 +136,18 @@ static int run_shape(const struct shape *s)
         CHECK(err);
     }
 
+    /* The footprint src/kernels.c's decode_mma_local_bytes / mma_local_bytes give under emulation
+     * (cl/nv_emulate.h's scratch: 768 bytes a warp), against what PoCL reports. */
+    cl_ulong local_mem = 0;
+    CHECK(clGetKernelWorkGroupInfo(kern, dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(local_mem), &local_mem, NULL));
+    const size_t emu_scratch = (size_t)s->warps * 192 * 4;
+    const size_t table = decode ? (16 + 4 * (size_t)s->block_n) * d * 2 + 2 * (size_t)s->warps * 16 * 4 + emu_scratch
+                                : (16 * (size_t)s->m_tiles * s->warps + 4 * (size_t)s->block_n) * d * 2 + emu_scratch;
+    int footprint_bad = local_mem != (cl_ulong)table;
+    if (footprint_bad)
+        fprintf(stderr, "  CL_KERNEL_LOCAL_MEM_SIZE %llu, the table's footprint %zu\n", (unsigned long long)local_mem,
+                table);
+
     /* [B, N, H, d] contiguous; LSE [B, H, N]. */
     const size_t nq = (size_t)B * Nq * Hq * d, nk = (size_t)B * Nk * Hk * d;
     uint16_t *hq = malloc(nq * 2), *hk = malloc(nk * 2), *hv = malloc(nk * 2), *ho = malloc(nq * 2);
@@ -262,6 +274,7 @@ static int run_shape(const struct shape *s)
                     max_lse_err = el;
             }
         }
+    bad += footprint_bad;
     printf("%-7s %-4s B%d Nq%-3d Nk%-4d Hq%d Hkv%d d%-3d win(%d,%d) warps%d bn%d mt%d splits%d: %s "
            "max|dO| %.2e max|dLSE| %.2e  build %.1fs first launch %.1fs run %.3fs\n",
            s->kernel, s->dtype == FLASHCL_F16 ? "f16" : "bf16", B, Nq, Nk, Hq, Hk, d, s->window_left,
