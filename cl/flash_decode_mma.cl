@@ -23,6 +23,12 @@
  * local memory in warp order, rescaled to the common max: no atomics, the
  * same bits every run. Rows that see no key give O = 0 and LSE = -inf.
  * Keep decode_mma_local_bytes in src/kernels.c in step with the arrays below.
+ *
+ * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
+ * OpenCL C primitives, whose lane exchanges are work-group barriers: every
+ * work-item must reach every ldmatrix, mma and quad_xor together, as they
+ * do here (the key loop's bounds are the work-group's; masks change values,
+ * never which primitives run). Keep it so.
  */
 
 #ifndef HEAD_DIM
@@ -122,6 +128,7 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
 #if VARLEN == 3
     __local ulong k_rows[2 * BLOCK_N], v_rows[2 * BLOCK_N];  /* block j's row offsets in table j % 2 */
 #endif
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -176,13 +183,13 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
     uint qf[KSTEPS][4];
     {
         const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
-#pragma unroll
+NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
             ldmatrix_x4(local_address(&q_tile[swizzle(q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
     }
 
     float acc[O_TILES][4];
-#pragma unroll
+NV_UNROLL
     for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
@@ -202,14 +209,14 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
 
         float s[S_TILES][4];
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < S_TILES; n++)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
         {
             const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
-#pragma unroll
+NV_UNROLL
             for (int kk = 0; kk < KSTEPS; kk++)
-#pragma unroll
+NV_UNROLL
                 for (int np = 0; np < S_TILES / 2; np++) {
                     uint bf[4];
                     ldmatrix_x4(local_address(&k_tile[swizzle(kw0 + np * 16 + key, kk * 2 + (j & 1))]), bf);
@@ -227,9 +234,9 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
 #if WINDOW_LEFT >= 0
         edge = edge || kb < seq_q - 1 + diag - WINDOW_LEFT;
 #endif
-        online_softmax(s, acc, m_row, l_row, edge, kb + kw0, pos_lo, pos_hi, t, seq_kv, diag, scale_log2);
+        online_softmax(s, acc, m_row, l_row, edge, kb + kw0, pos_lo, pos_hi, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
         uint pf[KW / 16][4];
-#pragma unroll
+NV_UNROLL
         for (int kc = 0; kc < KW / 16; kc++) {
             pf[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
             pf[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
@@ -238,9 +245,9 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
         }
         {
             const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
-#pragma unroll
+NV_UNROLL
             for (int kc = 0; kc < KW / 16; kc++)
-#pragma unroll
+NV_UNROLL
                 for (int np = 0; np < O_TILES / 2; np++) {
                     uint bf[4];
                     ldmatrix_x4_trans(local_address(&v_tile[swizzle(kw0 + kc * 16 + key, np * 2 + upper)]), bf);
@@ -257,7 +264,7 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
     COPY_ASYNC_WAIT(0);
 
     /* Each warp's row max and (quad-summed) row sum; every warp is done with the tiles after this. */
-#pragma unroll
+NV_UNROLL
     for (int r = 0; r < 2; r++) {
         float l = l_row[r];
         l += quad_xor(l, 1);
@@ -270,16 +277,16 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
     barrier(CLK_LOCAL_MEM_FENCE);
     /* This warp's accumulator rescaled to the rows' common max (a warp that saw no key of a row
      * has m = -inf there: weight 0). */
-#pragma unroll
+NV_UNROLL
     for (int r = 0; r < 2; r++) {
         const int row = g + 8 * r;
         float m_all = -INFINITY;
-#pragma unroll
+NV_UNROLL
         for (int w = 0; w < WARPS; w++)
             m_all = fmax(m_all, warp_m[w * ROWS + row]);
         const float weight = exp2(m_row[r] - (m_all == -INFINITY ? 0.0f : m_all));
         __local float *dst = merged + (warp * ROWS + row) * HEAD_DIM + 2 * t;
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < O_TILES; n++)
             vstore2((float2)(acc[n][2 * r] * weight, acc[n][2 * r + 1] * weight), 0, dst + 8 * n);
     }
@@ -289,12 +296,12 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
     for (int idx = tid; idx < rows_used * HEAD_DIM; idx += WG) {
         const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
         float m_all = -INFINITY;
-#pragma unroll
+NV_UNROLL
         for (int w = 0; w < WARPS; w++)
             m_all = fmax(m_all, warp_m[w * ROWS + r]);
         const float m_ref = m_all == -INFINITY ? 0.0f : m_all;
         float l_all = 0.0f, sum = 0.0f;
-#pragma unroll
+NV_UNROLL
         for (int w = 0; w < WARPS; w++) {
             l_all += warp_l[w * ROWS + r] * exp2(warp_m[w * ROWS + r] - m_ref);
             sum += merged[(w * ROWS + r) * HEAD_DIM + c];

@@ -25,6 +25,13 @@
  * kernels take them, so prefill chunks against a cache run here.
  * Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk index XORed
  * with (row % 8) so ldmatrix's eight row addresses hit distinct banks.
+ *
+ * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
+ * OpenCL C primitives, whose lane exchanges are work-group barriers: every
+ * work-item must reach every ldmatrix, mma and quad_xor together, as they
+ * do here (the key loop's bounds are the work-group's, each warp's edge
+ * test only masks values, and finish_row runs before a row past seq_q is
+ * skipped). Keep it so.
  */
 
 #ifndef HEAD_DIM
@@ -82,6 +89,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
     __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
     __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -124,16 +132,16 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
 #if M_TILES == 1
     uint qf[KSTEPS][4];
-#pragma unroll
+NV_UNROLL
     for (int kk = 0; kk < KSTEPS; kk++)
         ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
 #endif
 
     float acc[M_TILES][O_TILES][4];
     float m_row[M_TILES][2], l_row[M_TILES][2];
-#pragma unroll
+NV_UNROLL
     for (int mt = 0; mt < M_TILES; mt++) {
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < O_TILES; n++)
             acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
         m_row[mt][0] = m_row[mt][1] = -INFINITY;
@@ -155,32 +163,32 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
 
         float s[M_TILES][S_TILES][4];
-#pragma unroll
+NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++)
-#pragma unroll
+NV_UNROLL
             for (int n = 0; n < S_TILES; n++)
                 s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
         {
             const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
-#pragma unroll
+NV_UNROLL
             for (int kk = 0; kk < KSTEPS; kk++) {
 #if M_TILES == 1
                 const uint *qa[1] = {qf[kk]};
 #else
                 uint qr[M_TILES][4];
                 const uint *qa[M_TILES];
-#pragma unroll
+NV_UNROLL
                 for (int mt = 0; mt < M_TILES; mt++) {
                     ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + 16 * mt + q_lane_row,
                                                               kk * 2 + q_lane_chunk)]), qr[mt]);
                     qa[mt] = qr[mt];
                 }
 #endif
-#pragma unroll
+NV_UNROLL
                 for (int np = 0; np < S_TILES / 2; np++) {
                     uint bf[4];
                     ldmatrix_x4(local_address(&k_tile[swizzle(np * 16 + key, kk * 2 + (j & 1))]), bf);
-#pragma unroll
+NV_UNROLL
                     for (int mt = 0; mt < M_TILES; mt++) {
                         mma_16x8x16(s[mt][2 * np], qa[mt], bf[0], bf[1]);
                         mma_16x8x16(s[mt][2 * np + 1], qa[mt], bf[2], bf[3]);
@@ -199,11 +207,11 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
 #endif
         uint pf[M_TILES][BLOCK_N / 16][4];
-#pragma unroll
+NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++) {
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
-                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2);
-#pragma unroll
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
+NV_UNROLL
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
                 pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
                 pf[mt][kc][1] = pack_pair(s[mt][2 * kc][2], s[mt][2 * kc][3]);
@@ -214,13 +222,13 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
 
         {
             const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
-#pragma unroll
+NV_UNROLL
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-#pragma unroll
+NV_UNROLL
                 for (int np = 0; np < O_TILES / 2; np++) {
                     uint bf[4];
                     ldmatrix_x4_trans(local_address(&v_tile[swizzle(kc * 16 + key, np * 2 + upper)]), bf);
-#pragma unroll
+NV_UNROLL
                     for (int mt = 0; mt < M_TILES; mt++) {
                         mma_16x8x16(acc[mt][2 * np], pf[mt][kc], bf[0], bf[1]);
                         mma_16x8x16(acc[mt][2 * np + 1], pf[mt][kc], bf[2], bf[3]);
@@ -232,27 +240,27 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     COPY_ASYNC_WAIT(0);
 
     __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
-#pragma unroll
+NV_UNROLL
     for (int mt = 0; mt < M_TILES; mt++) {
-#pragma unroll
+NV_UNROLL
         for (int r = 0; r < 2; r++) {
             /* Each thread summed l over its own keys: finish_row adds the quad's partials. */
             float lse_row;
-            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row);
+            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row NV_SCRATCH_ARG);
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;
 #if SPLIT
             /* This split's partial, normalised over its own keys, and its LSE (cl/split.h). */
             __global float *dst = part + split_part(split, b, h, row, rows_grid, get_num_groups(1));
-#pragma unroll
+NV_UNROLL
             for (int n = 0; n < O_TILES; n++)
                 vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + 8 * n + 2 * t);
             if (t == 0)
                 dst[HEAD_DIM] = lse_row;
 #else
             __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
-#pragma unroll
+NV_UNROLL
             for (int n = 0; n < O_TILES; n++)
                 dst[n * 4] = pack_pair(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
             if (has_lse && t == 0)

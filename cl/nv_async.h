@@ -9,6 +9,27 @@
 #ifndef FLASHCL_NV_ASYNC_H
 #define FLASHCL_NV_ASYNC_H
 
+#ifndef NV_EMULATE
+#define NV_EMULATE 0
+#endif
+
+/* The tensor-core kernels' full unrolls, NV_UNROLL before a loop. Emulated, the loops stay loops:
+ * every primitive there holds barriers, and PoCL's compile time grows with the barriers it sees
+ * (measured: 61 s to 1.9 s for one forward shape at d = 128, the same results). */
+#if NV_EMULATE
+#define NV_UNROLL _Pragma("nounroll")
+#else
+#define NV_UNROLL _Pragma("unroll")
+#endif
+
+#if NV_EMULATE
+#include "nv_emulate.h"  /* plain OpenCL C for every primitive here, nv_mma.h's and nv_mma16.h's */
+#else
+/* The kernel-scope scratch the emulation exchanges lanes' values through: none here. */
+#define NV_SCRATCH_DECL
+#define NV_SCRATCH_PARAM
+#define NV_SCRATCH_ARG
+
 static inline uint local_address(__local const void *p)
 {
     return (uint)(size_t)p;
@@ -39,5 +60,6 @@ static inline void copy_async_commit(void)
 
 /* Waits until at most `n` committed groups are still in flight. */
 #define COPY_ASYNC_WAIT(n) __asm__ volatile("cp.async.wait_group " #n ";" ::: "memory")
+#endif /* NV_EMULATE */
 
 #endif

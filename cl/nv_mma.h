@@ -14,12 +14,14 @@
 #include "nv_async.h"  /* local_address, cp.async */
 #include "mask.h"      /* which keys a row sees */
 
+#if !NV_EMULATE
 static inline float quad_xor(float v, int mask)
 {
     float r;
     __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
     return r;
 }
+#endif
 
 /* The row max of scale·s sits at the row's largest raw score when the scale
  * is positive and at its smallest when it is negative (the host defines
@@ -48,12 +50,12 @@ static inline float quad_xor(float v, int mask)
  */
 static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
                                   bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
-                                  float scale_log2)
+                                  float scale_log2 NV_SCRATCH_PARAM)
 {
     if (edge) {
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < S_TILES; n++)
-#pragma unroll
+NV_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int key = kb + n * 8 + 2 * t + (e & 1);
                 bool visible = key < seq_kv;
@@ -63,10 +65,10 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
                 s[n][e] = visible ? s[n][e] : HIDDEN;
             }
     }
-#pragma unroll
+NV_UNROLL
     for (int r = 0; r < 2; r++) {
         float ext = HIDDEN;
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < S_TILES; n++)
             ext = ROW_EXTREME(ext, ROW_EXTREME(s[n][2 * r], s[n][2 * r + 1]));
         ext = ROW_EXTREME(ext, quad_xor(ext, 1));
@@ -76,7 +78,7 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
         const float alpha = native_exp2(m_row[r] - m_ref);
         float sum = 0.0f;
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < S_TILES; n++) {
             s[n][2 * r] = native_exp2(fma(s[n][2 * r], scale_log2, -m_ref));
             s[n][2 * r + 1] = native_exp2(fma(s[n][2 * r + 1], scale_log2, -m_ref));
@@ -84,7 +86,7 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
         }
         l_row[r] = l_row[r] * alpha + sum;
         m_row[r] = m_new;
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < O_TILES; n++) {
             acc[n][2 * r] *= alpha;
             acc[n][2 * r + 1] *= alpha;
@@ -94,7 +96,7 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
 
 /* The quad's four partial sums of l, then 1/l (0 for a row that saw no
  * key) and the row's LSE in natural log. */
-static inline float finish_row(float m, float l_partial, float *lse_out)
+static inline float finish_row(float m, float l_partial, float *lse_out NV_SCRATCH_PARAM)
 {
     float l = l_partial;
     l += quad_xor(l, 1);

@@ -17,6 +17,7 @@
  * fewer or a non-multiple of 8): a group must divide CHUNKS. */
 #define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
 
+#if !NV_EMULATE  /* else nv_emulate.h (through nv_async.h) has them */
 #if DTYPE == 1
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
 #define CVT_PACK "cvt.rn.f16x2.f32 "
@@ -56,6 +57,7 @@ static inline uint pack_pair(float lo, float hi)
     __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
     return r;
 }
+#endif /* !NV_EMULATE */
 
 /* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
 static inline int swizzle(int row, int chunk)
@@ -93,14 +95,14 @@ static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, _
                                  int pages_per_seq, int num_pages)
 {
     int page[PAGED_STEPS], in_page[PAGED_STEPS];
-#pragma unroll
+NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int key = first_row + (tid + i * WG) / CHUNKS;
         const int n = key / page_size;
         page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
         in_page[i] = key - n * page_size;
     }
-#pragma unroll
+NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;
         if (c < BLOCK_N * CHUNKS) {

@@ -43,6 +43,7 @@ struct device_desc {
     size_t usable_local;      /* what a work-group may really declare (flashcl_context_local_mem_bytes) */
     size_t max_workgroup;
     bool tensor_cores;        /* NVIDIA sm_80+ with the inline-PTX probe built */
+    bool tensor_cores_emulated;  /* a test hook's: the tensor-core kernels built with -DNV_EMULATE=1 */
     int compute_units;        /* CL_DEVICE_MAX_COMPUTE_UNITS */
     int nv_major, nv_minor;   /* NVIDIA compute capability; 0 elsewhere */
 };
@@ -83,6 +84,9 @@ struct builtin_shape {
 
 #define NEEDS_TENSOR_CORES 1u
 #define NEEDS_ROWS_16B 2u  /* cp.async copies 16-byte chunks */
+#define NV_EMULATES 4u     /* with NEEDS_TENSOR_CORES: builds with -DNV_EMULATE=1 (cl/nv_emulate.h) too */
+/* cl/nv_emulate.h's scratch: NV_SCRATCH_WORDS 32-bit words a warp. */
+#define NV_EMULATE_SCRATCH_BYTES(warps) ((size_t)(warps) * 192 * 4)
 
 #define DTYPE_BIT(t) (1u << (t))
 #define MASK_BIT(m) (1u << (m))

@@ -168,7 +168,8 @@ static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel
 {
     const int head_dim = p->head_dim;
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N];
-    return (m + 4 * n) * (size_t)head_dim * 2;
+    return (m + 4 * n) * (size_t)head_dim * 2 +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
 /* The softmax finds the row extreme on raw scores: the smallest one when the scale is negative. */
@@ -355,10 +356,11 @@ int fcl_group_rows(const struct problem *p)
     return r;
 }
 
-/* cp.async (NVIDIA sm_80+, where the inline-PTX probe passed) needs rows on 16 bytes. */
+/* cp.async (NVIDIA sm_80+, where the inline-PTX probe passed) needs rows on 16 bytes. Not where the
+ * tensor cores are emulated: this kernel has no NV_EMULATE path (its addresses are uints). */
 static bool decode_async(const struct device_desc *dev, const struct problem *p)
 {
-    return dev->tensor_cores && p->rows_16b;
+    return dev->tensor_cores && !dev->tensor_cores_emulated && p->rows_16b;
 }
 
 #define DECODE_ITEMS_PER_KEY 2  /* cl/flash_decode.cl's SPK: the work-group is 2 x block_n */
@@ -421,7 +423,8 @@ static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct
 {
     const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, warps = (size_t)s->axis[W];
     const size_t page_tables = p->varlen == 3 ? 4 * n * sizeof(cl_ulong) : 0;  /* K's and V's, two blocks */
-    return (16 + 4 * n) * d * 2 + 2 * warps * 16 * sizeof(float) + page_tables;
+    return (16 + 4 * n) * d * 2 + 2 * warps * 16 * sizeof(float) + page_tables +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(warps) : 0);
 }
 
 /* Each warp takes a multiple of 16 keys of a block. */
@@ -510,7 +513,7 @@ const struct kernel_info fcl_kernels[] = {
         .combine = "flash_forward_combine",
         .packs_group = true,
         .head_dim_step = 16, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {[W] = {1, 8, 1, {2, 4, 8}}, [N] = {16, 256, 16, {32, 64, 128, 256}}},
         .builtin = decode_mma_builtin, .n_builtin = sizeof(decode_mma_builtin) / sizeof(decode_mma_builtin[0]),
         .launchable = decode_mma_launchable, .local_bytes = decode_mma_local_bytes,
@@ -539,7 +542,7 @@ const struct kernel_info fcl_kernels[] = {
         .varlen = true,
         .combine = "flash_forward_combine",
         .head_dim_step = 16, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {MMA_AXES},
         .builtin = mma_builtin, .n_builtin = sizeof(mma_builtin) / sizeof(mma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = mma_local_bytes, .geometry = mma_geometry,

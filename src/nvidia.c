@@ -94,7 +94,9 @@ void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl
         dev->tensor_cores = true;
         dev->nv_major = hooks->assume_compute_capability / 10;
         dev->nv_minor = hooks->assume_compute_capability % 10;
-        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note), "assumed (a test hook)");
+        dev->tensor_cores_emulated = hooks->emulate_tensor_cores;
+        snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note), "%s (a test hook)",
+                 hooks->emulate_tensor_cores ? "emulated" : "assumed");
         return;
     }
     if (!has_extension(ctx->device, "cl_nv_device_attribute_query")) {

@@ -192,6 +192,10 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         snprintf(why, why_size, "no tensor cores (%s)", ctx->tensor_core_note);
         return false;
     }
+    if ((k->needs & NEEDS_TENSOR_CORES) && ctx->dev.tensor_cores_emulated && !(k->needs & NV_EMULATES)) {
+        snprintf(why, why_size, "tensor cores emulated, and this kernel has no emulation");
+        return false;
+    }
     if (ctx->overrides[index].off) {
         snprintf(why, why_size, "turned off by the kernel options");
         return false;
@@ -213,6 +217,10 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     if (k->combine) {
         const size_t used = strlen(out->options);
         snprintf(out->options + used, sizeof(out->options) - used, " -DSPLIT=%d", out->splits > 1);
+    }
+    if ((k->needs & NEEDS_TENSOR_CORES) && ctx->dev.tensor_cores_emulated) {
+        const size_t used = strlen(out->options);
+        snprintf(out->options + used, sizeof(out->options) - used, " -DNV_EMULATE=1");
     }
     if (!fcl_append_build_options(ctx, out->options, sizeof(out->options))) {
         snprintf(why, why_size, "FLASHCL_BUILD_OPTIONS is too long (%zu characters)", strlen(ctx->env.build_options));

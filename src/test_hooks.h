@@ -12,6 +12,9 @@
 struct fcl_test_hooks {
     bool assume_tensor_cores;  /* claim tensor cores without the probe, so a device without them runs the
                                   tensor-core planning and the fallback after a failed build */
+    bool emulate_tensor_cores;  /* with assume_tensor_cores: build the tensor-core kernels that have a
+                                   plain-OpenCL emulation (-DNV_EMULATE=1, cl/nv_emulate.h) so they run here
+                                   (PoCL); plan none of those that have none (TF32, backward) */
     int assume_compute_capability;  /* with assume_tensor_cores: e.g. 90 for sm_90 (architecture-specific shapes) */
     size_t gemm_limit;         /* elements one CLBlast GEMM may index (0: 2^31), to run the chunked path small */
 };

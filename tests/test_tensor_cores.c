@@ -2,12 +2,15 @@
  * backward) on the cases that qualify for them: the kernel must be the one
  * that runs, and its output meets its bound. Where the device has no tensor
  * cores every check here would be vacuous, so the suite reports itself
- * skipped (exit 77). */
+ * skipped (exit 77) — unless FLASHCL_TEST_EMULATE_TENSOR_CORES=1: then the
+ * f16/bf16 forward and decode cases run on the kernels' plain-OpenCL
+ * emulation (a test hook: -DNV_EMULATE=1, cl/nv_emulate.h), on PoCL too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backward_common.h"
+#include "test_hooks.h"
 
 extern const char flashcl_source_flash_backward_mma[];  /* src/internal.h */
 
@@ -85,6 +88,37 @@ static const char *const decode_contexts[] = {
     "decode-tensor-core:warps=1,block_n=16,splits=64",  /* 16-key blocks: capped at one split a block */
 };
 
+/* Emulated tensor cores (no real ones here): contexts of these kernel options with the test hook, cached. */
+static bool emulated;
+#define MAX_EMULATED 16
+static struct {
+    const char *options;
+    flashcl_context *ctx;
+} emulated_contexts[MAX_EMULATED];
+static int n_emulated;
+
+static flashcl_context *context_with_options(const char *options)
+{
+    if (!emulated)
+        return test_context_with_options(options);
+    for (int i = 0; i < n_emulated; i++)
+        if (strcmp(emulated_contexts[i].options, options) == 0)
+            return emulated_contexts[i].ctx;
+    ck_assert_int_lt(n_emulated, MAX_EMULATED);
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    params.kernel_options = options;
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                         .assume_compute_capability = 80};
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
+    emulated_contexts[n_emulated].options = options;
+    emulated_contexts[n_emulated++].ctx = ctx;
+    return ctx;
+}
+
 /* Runs a case that qualifies for a tensor-core kernel on a context of these
  * kernel options: `expected` must run (the decode kernel, which would take
  * the one-query cases first, off). */
@@ -93,7 +127,7 @@ static void run_tensor_core_case(const char *options, const struct test_case *c,
 {
     struct case_result r;
     rng_seed(seed);
-    test_run_case(test_context_with_options(options), c, &r);
+    test_run_case(context_with_options(options), c, &r);
     printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), label,
            r.max_abs_err, r.rel_l2_err, r.max_lse_err);
     ck_assert_int_eq(r.variant, expected);
@@ -143,9 +177,9 @@ START_TEST(decode_tensor_core_repeatable)
     for (int i = 0; i < 2; i++) {
         struct case_result a, b;
         rng_seed(77);
-        test_run_case(test_context_with_options(options[i]), &decode_cases[0], &a);
+        test_run_case(context_with_options(options[i]), &decode_cases[0], &a);
         rng_seed(77);
-        test_run_case(test_context_with_options(options[i]), &decode_cases[0], &b);
+        test_run_case(context_with_options(options[i]), &decode_cases[0], &b);
         ck_assert_int_eq(a.variant, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
         ck_assert_msg(a.output_hash == b.output_hash, "two runs of the same decode call differ (%s)", options[i]);
     }
@@ -282,9 +316,26 @@ int main(void)
     const int has = flashcl_context_has_tensor_cores(probe, &why);
     printf("tensor cores on \"%s\": %s\n", flashcl_context_device_name(probe), why);
     flashcl_context_destroy(&probe);
-    if (!has)
+    const char *emulate = getenv("FLASHCL_TEST_EMULATE_TENSOR_CORES");
+    emulated = !has && emulate && strcmp(emulate, "1") == 0;
+    if (!has && !emulated)
         return 77;  /* skipped */
     Suite *s = suite_create("tensor_cores");
+    if (emulated) {
+        /* The kernels with an emulation: the f16/bf16 forward and decode (not TF32, not the backward). */
+        printf("tensor cores emulated (FLASHCL_TEST_EMULATE_TENSOR_CORES=1): f16/bf16 forward and decode only\n");
+        TCase *tc = tcase_create("emulated tensor-core kernels against the double reference");
+        tcase_set_timeout(tc, 1800);
+        tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
+        tcase_add_loop_test(tc, tensor_core_split, 0, COUNT(tensor_core_cases));
+        tcase_add_loop_test(tc, decode_tensor_core, 0, COUNT(decode_cases));
+        tcase_add_test(tc, decode_tensor_core_repeatable);
+        suite_add_tcase(s, tc);
+        const int rc = test_run_suite(s);
+        for (int i = 0; i < n_emulated; i++)
+            flashcl_context_destroy(&emulated_contexts[i].ctx);
+        return rc;
+    }
     TCase *tc = tcase_create("tensor-core kernels against the double reference");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, tf32, 0, COUNT(tf32_cases));
