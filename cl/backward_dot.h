@@ -2,7 +2,9 @@
  * backward_dot.h: step 0 of both backward kernels (cl/flash_backward.cl,
  * cl/flash_backward_mma.cl): D_i = sum_c dO_ic O_ic, one work-item per query
  * row, into the f32 workspace [batch, heads_q, seq_q]. Needs HEAD_DIM and WG
- * defined and storage.h's LOAD (DTYPE); any WG works.
+ * defined and storage.h's LOAD (DTYPE); any WG works. With FUSED_DQ (and
+ * BLOCK_M) it also zeroes the row's dQ accumulator and the turn counters
+ * the fused dK/dV pass orders its adds with (cl/flash_backward_mma.cl).
  * tools/embed_cl.py inlines it into each kernel source.
  */
 #ifndef FLASHCL_BACKWARD_DOT_H
@@ -10,16 +12,36 @@
 
 #include "storage.h"
 
+#ifndef FUSED_DQ
+#define FUSED_DQ 0
+#endif
+
 /* Launched as (ceil(seq_q / WG) * WG, heads_q, batch): one work-item per query row. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_backward_dot(__global const storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                         __global const storage_t *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
-                        __global float *delta, int seq_q)
+                        __global float *delta, int seq_q
+#if FUSED_DQ
+                        , ulong accum_off, ulong turns_off
+#endif
+                        )
 {
     const int row = (int)get_global_id(0);
     const int h = (int)get_group_id(1), b = (int)get_group_id(2);
     if (row >= seq_q)
         return;
+#if FUSED_DQ
+    const ulong head = (ulong)b * get_num_groups(1) + (ulong)h;
+    __global float4 *accum = (__global float4 *)(delta + accum_off + (head * (ulong)seq_q + (ulong)row) * HEAD_DIM);
+    for (int c = 0; c < HEAD_DIM / 4; c++)
+        accum[c] = (float4)(0.0f);
+    __global int *turns = (__global int *)(delta + turns_off);  /* [0]: the tickets, then a turn a query block */
+    const int q_blocks = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    if (row % BLOCK_M == 0)
+        turns[1 + head * (ulong)q_blocks + (ulong)(row / BLOCK_M)] = 0;
+    if (row == 0 && head == 0)
+        turns[0] = 0;
+#endif
     const ulong o_row = o_off + (ulong)b * o_sb + (ulong)h * o_sh + (ulong)row * o_ss;
     const ulong do_row = do_off + (ulong)b * do_sb + (ulong)h * do_sh + (ulong)row * do_ss;
     float sum = 0.0f;

@@ -32,7 +32,21 @@
  * chunks of K_CHUNK keys: S = Q Kᵀ, dP = dO Vᵀ, P, dS = P ∘ (dP - D),
  * dQ += dS K (dS repacked as A, K as B by ldmatrix .trans).
  *
- * No atomics: every dQ, dK, dV element is summed by one thread in a fixed
+ * FUSED_DQ 1 (the "backward-tensor-core-fused" entry) drops the dQ pass:
+ * flash_backward_mma_dkdv also writes each chunk's dS to local memory
+ * ([key][query], padded rows), computes dQ_chunk = dS K there (dS by
+ * ldmatrix .trans as A, K as B) and adds it into an f32 accumulator in the
+ * workspace; flash_backward_mma_dq_convert then scales and stores dQ. The
+ * adds are ordered: a (batch, head, query block) has a turn counter, and the
+ * work-group of K/V block kb adds to it only when the counter says kb blocks
+ * have (the blocks that reach a query block are 0..kb-1 before it, causal or
+ * not), then passes the turn. So every dQ element sums its partials in key-
+ * block order: the same bits every run. Work-groups take their K/V block
+ * from a ticket counter in the order they start, so a wait is only ever on a
+ * work-group that is already running: no deadlock, whatever order the device
+ * schedules them in. flash_backward_dot zeroes the accumulator and counters.
+ *
+ * No float atomics race: every dQ, dK, dV element is summed in a fixed
  * order, so the results are the same bits every run. Causal masking is
  * bottom-right (query i sees key j iff j <= i + seq_kv - seq_q); a row whose
  * LSE is -inf, or past seq_q, gets lse2 = +inf here, so its P is exactly 0.
@@ -67,6 +81,9 @@
 #ifndef DTYPE
 #define DTYPE 1              /* 1 f16, 2 bf16 */
 #endif
+#ifndef FUSED_DQ
+#define FUSED_DQ 0           /* 1: dQ accumulated by the dK/dV pass (see above) */
+#endif
 
 #if HEAD_DIM % 16 != 0 || HEAD_DIM > 128 || HEAD_DIM < 16
 #error "HEAD_DIM must be a multiple of 16, at most 128"
@@ -88,6 +105,13 @@
 #define Q_CHUNK (BLOCK_M % 32 == 0 ? 32 : 16)      /* dkdv: queries per inner step */
 #define K_CHUNK (BLOCK_N % 32 == 0 ? 32 : 16)      /* dq: keys per inner step */
 
+#if FUSED_DQ
+#define DS_WORDS (Q_CHUNK / 2 + 4)  /* a dS row (one key, Q_CHUNK queries) in 4-byte words, padded: the
+                                      warps' stores and ldmatrix's eight 16-byte rows hit distinct banks */
+#define DQ_TILES ((Q_CHUNK / 16) * (HEAD_DIM / 16))     /* 16 x 16 tiles of a chunk's dQ */
+#define DQ_PER_WARP ((DQ_TILES + WARPS - 1) / WARPS)
+#endif
+
 /* nv_mma.h's online softmax (unused here) is sized by these. */
 #define S_TILES (K_CHUNK / 8)
 #define O_TILES D_TILES
@@ -105,6 +129,28 @@ static inline float row_lse2(__global const float *lse, ulong index, int row, in
     return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
 }
 
+#if FUSED_DQ
+/* The turn counters' PTX: an acquire load to wait on, a release add to pass the turn (sm_70+). */
+static inline void wait_turn(__global const int *turn, int expected)
+{
+    int seen;
+    do
+        __asm__ volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(turn) : "memory");
+    while (seen != expected);
+}
+
+static inline void pass_turn(__global int *turn)
+{
+    __asm__ volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
+}
+
+/* dQ's accumulator += v; only the work-group holding the turn adds, so the order is fixed. */
+static inline void accumulate(__global float *p, float v)
+{
+    __asm__ volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+#endif
+
 /* Launched as (ceil(seq_kv / BLOCK_N) * WG, heads_kv, batch). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -113,6 +159,9 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                              __global const ushort *d_o, ulong do_off, ulong do_sb, ulong do_ss, ulong do_sh,
                              __global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                              __global const float *delta,
+#if FUSED_DQ
+                             __global float *workspace, ulong accum_off, ulong turns_off,
+#endif
                              __global ushort *d_k, ulong dk_off, ulong dk_sb, ulong dk_ss, ulong dk_sh,
                              __global ushort *d_v, ulong dv_off, ulong dv_sb, ulong dv_ss, ulong dv_sh,
                              int seq_q, int seq_kv, int group, float scale_log2, float scale)
@@ -127,9 +176,25 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int k0 = (int)get_group_id(0) * BLOCK_N;
-    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int heads_q = (int)get_num_groups(1) * group;
+#if FUSED_DQ
+    __local uint ds_tiles[2 * BLOCK_N * DS_WORDS] __attribute__((aligned(16)));  /* a chunk's dS, two buffers */
+    __local int ticket_slot;
+    __global float *dq_accum = workspace + accum_off;          /* f32 [batch, heads_q, seq_q, HEAD_DIM] */
+    __global int *turns = (__global int *)(workspace + turns_off);  /* [0]: tickets, then the turns */
+    if (tid == 0)
+        ticket_slot = atomic_inc(turns);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* K/V blocks fastest, so a (batch, KV head)'s blocks take ascending tickets. */
+    const int ticket = ticket_slot, kv_blocks = (int)get_num_groups(0);
+    const int kb = ticket % kv_blocks, hk = ticket / kv_blocks % (int)get_num_groups(1);
+    const int b = ticket / kv_blocks / (int)get_num_groups(1);
+    const int q_blocks_all = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    int chunk_count = 0;
+#else
+    const int kb = (int)get_group_id(0), hk = (int)get_group_id(1), b = (int)get_group_id(2);
+#endif
+    const int k0 = kb * BLOCK_N;
     const int diag = seq_kv - seq_q;
 
     __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
@@ -189,16 +254,34 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
         __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * CHUNKS;
         __local const float *lse2 = lse_rows + stage * BLOCK_M;
         __local const float *drow = delta_rows + stage * BLOCK_M;
+#if FUSED_DQ
+        const int h = hk * group + it / q_blocks;
+        __global int *turn = turns + 1 + ((ulong)b * heads_q + h) * q_blocks_all + q0 / BLOCK_M;
+        __global float *accum_head = dq_accum + ((ulong)b * heads_q + h) * (ulong)seq_q * HEAD_DIM;
+#endif
 
+        for (int qc = 0; qc < BLOCK_M; qc += Q_CHUNK) {
+#if FUSED_DQ
+            __local uint *ds = ds_tiles + (chunk_count++ & 1) * BLOCK_N * DS_WORDS;
+#endif
 #pragma unroll
-        for (int kt = 0; kt < KEY_TILES; kt++) {
-            const int key0 = (warp * KEY_TILES + kt) * 16;  /* the tile's first key, in the block */
-            for (int qc = 0; qc < BLOCK_M; qc += Q_CHUNK) {
+            for (int kt = 0; kt < KEY_TILES; kt++) {
+                const int key0 = (warp * KEY_TILES + kt) * 16;  /* the tile's first key, in the block */
 #if CAUSAL
                 /* Every key of the tile after every query of the chunk: nothing to add. */
-                if (k0 + key0 > q0 + qc + Q_CHUNK - 1 + diag)
+                if (k0 + key0 > q0 + qc + Q_CHUNK - 1 + diag) {
+#if FUSED_DQ
+                    for (int i = lane; i < 16 * (Q_CHUNK / 2); i += 32)  /* its dS rows are zeros */
+                        ds[(key0 + i / (Q_CHUNK / 2)) * DS_WORDS + i % (Q_CHUNK / 2)] = 0u;
+#endif
                     continue;
+                }
                 const bool edge = k0 + key0 + 15 > q0 + qc + diag;
+#endif
+#if FUSED_DQ
+                /* Keys past seq_kv are zero rows of K and V, but their P (exp2(-lse2)) is not zero, and
+                 * its dS feeds dQ here: mask them. */
+                const bool past_end = k0 + key0 + 15 >= seq_kv;
 #endif
                 float s[Q_CHUNK / 8][4], dp[Q_CHUNK / 8][4];
 #pragma unroll
@@ -230,9 +313,14 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                     for (int e = 0; e < 4; e++) {
                         const int qi = qc + n * 8 + 2 * t + (e & 1);
                         float p = native_exp2(fma(s[n][e], scale_log2, -lse2[qi]));
+                        const int key = k0 + key0 + g + 8 * (e >> 1);
 #if CAUSAL
                         if (edge)
-                            p = k0 + key0 + g + 8 * (e >> 1) <= q0 + qi + diag ? p : 0.0f;
+                            p = key <= q0 + qi + diag ? p : 0.0f;
+#endif
+#if FUSED_DQ
+                        if (past_end)
+                            p = key < seq_kv ? p : 0.0f;
 #endif
                         s[n][e] = p;
                         dp[n][e] = p * (dp[n][e] - drow[qi]);
@@ -248,6 +336,14 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                     dsa[kc][1] = pack_pair(dp[2 * kc][2], dp[2 * kc][3]);
                     dsa[kc][2] = pack_pair(dp[2 * kc + 1][0], dp[2 * kc + 1][1]);
                     dsa[kc][3] = pack_pair(dp[2 * kc + 1][2], dp[2 * kc + 1][3]);
+#if FUSED_DQ
+                    /* dS [key][query]: dsa[kc][r] holds keys g (+8 for odd r), queries kc*16 + 2t (+8 for r >= 2). */
+                    __local uint *row_g = ds + (key0 + g) * DS_WORDS + kc * 8 + t;
+                    row_g[0] = dsa[kc][0];
+                    row_g[8 * DS_WORDS] = dsa[kc][1];
+                    row_g[4] = dsa[kc][2];
+                    row_g[8 * DS_WORDS + 4] = dsa[kc][3];
+#endif
                 }
                 /* dV += Pᵀ dO, dK += dSᵀ Q: dO and Q [query][d] as B (k = query) by ldmatrix .trans. */
 #pragma unroll
@@ -265,6 +361,55 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                         mma_16x8x16(dk[kt][2 * np + 1], dsa[kc], qb[2], qb[3]);
                     }
             }
+#if FUSED_DQ
+            /* This block's turn at the query block before its first adds; the barrier then publishes
+             * the chunk's dS (and the turn) to every warp. */
+            if (qc == 0 && tid == 0)
+                wait_turn(turn, kb);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* dQ_chunk += dS K over the block's keys: warp w takes 16 x 16 tiles w, w + WARPS, ... */
+            const bool chunk_sees_keys = !CAUSAL || k0 <= q0 + qc + Q_CHUNK - 1 + diag;
+            if (chunk_sees_keys) {
+#pragma unroll
+                for (int i = 0; i < DQ_PER_WARP; i++) {
+                    const int tile = warp + i * WARPS;
+                    if (tile >= DQ_TILES)
+                        break;
+                    const int mt = tile / (HEAD_DIM / 16), np = tile % (HEAD_DIM / 16);
+                    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                    for (int ks = 0; ks < BLOCK_N / 16; ks++) {
+                        uint a[4], kb4[4];
+                        /* A = dS (queries x keys) from [key][query]: matrix lane / 8 is keys 8 (lane / 16)
+                         * on, queries 8 (lane / 8 % 2) on; .trans hands each thread its row's key pairs. */
+                        ldmatrix_x4_trans(local_address(ds + (ks * 16 + (lane & 7) + 8 * (lane >> 4)) * DS_WORDS +
+                                                        mt * 8 + 4 * ((lane >> 3) & 1)),
+                                          a);
+                        ldmatrix_x4_trans(local_address(&k_tile[swizzle(ks * 16 + tr_row, np * 2 + tr_chunk)]), kb4);
+                        mma_16x8x16(acc[0], a, kb4[0], kb4[1]);
+                        mma_16x8x16(acc[1], a, kb4[2], kb4[3]);
+                    }
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int row = q0 + qc + mt * 16 + g + 8 * r;
+                        if (row >= seq_q)
+                            continue;
+                        __global float *dst = accum_head + (ulong)row * HEAD_DIM + np * 16 + 2 * t;
+#pragma unroll
+                        for (int nt = 0; nt < 2; nt++) {
+                            accumulate(dst + nt * 8, acc[nt][2 * r]);
+                            accumulate(dst + nt * 8 + 1, acc[nt][2 * r + 1]);
+                        }
+                    }
+                }
+            }
+            if (qc + Q_CHUNK >= BLOCK_M) {
+                /* Every thread's adds to this query block are issued: the next block's turn. */
+                barrier(CLK_GLOBAL_MEM_FENCE);
+                if (tid == 0)
+                    pass_turn(turn);
+            }
+#endif
         }
     }
     COPY_ASYNC_WAIT(0);
@@ -471,3 +616,23 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
                 dst[n * 4] = pack_pair(dq[mt][n][2 * r] * scale, dq[mt][n][2 * r + 1] * scale);
         }
 }
+
+#if FUSED_DQ
+/* dQ = scale x the accumulator the fused dK/dV pass added up, in the storage type.
+ * Launched as (ceil(seq_q * HEAD_DIM / 2 / WG) * WG, heads_q, batch): a work-item per column pair. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_mma_dq_convert(__global const float *workspace, ulong accum_off,
+                                   __global ushort *d_q, ulong dq_off, ulong dq_sb, ulong dq_ss, ulong dq_sh,
+                                   int seq_q, float scale)
+{
+    const ulong i = get_global_id(0);
+    if (i >= (ulong)seq_q * (HEAD_DIM / 2))
+        return;
+    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
+    const ulong row = i / (HEAD_DIM / 2), col = 2 * (i % (HEAD_DIM / 2));
+    const ulong head = (ulong)b * get_num_groups(1) + (ulong)h;
+    const float2 v = vload2(0, workspace + accum_off + (head * (ulong)seq_q + row) * HEAD_DIM + col);
+    *(__global uint *)(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh + row * dq_ss + col) =
+        pack_pair(v.x * scale, v.y * scale);
+}
+#endif

@@ -125,9 +125,12 @@ enum flashcl_variant {
                                            keys split across work-groups */
     FLASHCL_VARIANT_BACKWARD_TILED = 8, /* cl/flash_backward_tiled.cl: the backward pass, any OpenCL 1.2
                                            device, FMA units, d % 4 == 0, blocks of 16..128 in steps of 16 */
-    FLASHCL_VARIANT_DECODE_TENSOR_CORE = 9 /* cl/flash_decode_mma.cl: the decode kernel's work-groups on
+    FLASHCL_VARIANT_DECODE_TENSOR_CORE = 9, /* cl/flash_decode_mma.cl: the decode kernel's work-groups on
                                            NVIDIA sm_80+ tensor cores, f16/bf16, d % 16 == 0 up to 128,
                                            the group's rows as one 16-row mma tile */
+    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED = 10 /* cl/flash_backward_mma.cl with FUSED_DQ: as
+                                           BACKWARD_TENSOR_CORE, dQ added up by the dK/dV pass in key-block
+                                           order (no second pass; still bitwise deterministic) */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
@@ -156,7 +159,7 @@ struct flashcl_context_params {
     int block_n;
 
     /* Nonzero: never use the tensor-core kernels (tensor-core, TF32,
-     * decode-tensor-core, backward-tensor-core), only
+     * decode-tensor-core, backward-tensor-core(-fused)), only
      * the FMA ones (also set by the environment variable FLASHCL_PORTABLE=1);
      * the tensor-core probe is not run. */
     int portable_only;
@@ -492,7 +495,7 @@ struct flashcl_tile;  /* below, with the kernels */
 
 /* The kernel and tile flashcl_backward would use for this call (variant
  * FLASHCL_VARIANT_BACKWARD_TILED where the head dim is a multiple of 4, else
- * FLASHCL_VARIANT_BACKWARD, or FLASHCL_VARIANT_BACKWARD_TENSOR_CORE; block_m
+ * FLASHCL_VARIANT_BACKWARD, or FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED); block_m
  * query rows and block_n keys per block, forced with kernel_options
  * "backward-tiled:block_m=..,block_n=.." or "backward:block_m=..,block_n=.."). */
 FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,

@@ -17,6 +17,37 @@ static bool backward_workspace_elements(const struct flashcl_attention *a, size_
     return true;
 }
 
+/* A plan's workspace, in 4-byte words: D [batch, heads_q, seq_q]; where the kernel accumulates dQ
+ * (kernel_info.dq_accumulated), then the f32 accumulator [batch, heads_q, seq_q, head_dim] from
+ * accum_off (256-byte aligned) and the turn counters (one ticket counter, one a query block) from
+ * turns_off. false on overflow. */
+struct backward_workspace {
+    size_t accum_off, turns_off, bytes;
+};
+
+static bool backward_workspace_layout(const struct flashcl_attention *a, const struct plan *plan,
+                                      struct backward_workspace *w)
+{
+    size_t rows = 0;
+    if (!backward_workspace_elements(a, &rows))
+        return false;
+    *w = (struct backward_workspace){0, 0, rows * sizeof(float)};
+    if (!plan || !plan->kernel->dq_accumulated)
+        return true;
+    const size_t d = (size_t)a->head_dim, bm = (size_t)plan->block_m;
+    const size_t blocks = ((size_t)a->seq_q + bm - 1) / bm;
+    const size_t limit = SIZE_MAX / sizeof(float) / 2;
+    if (rows > limit / d || (size_t)a->batch * (size_t)a->heads_q > limit / blocks)
+        return false;
+    w->accum_off = (rows + 63) / 64 * 64;
+    w->turns_off = w->accum_off + rows * d;
+    const size_t words = w->turns_off + 1 + (size_t)a->batch * (size_t)a->heads_q * blocks;
+    if (words > limit)
+        return false;
+    w->bytes = words * sizeof(float);
+    return true;
+}
+
 flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct flashcl_attention *a,
                                  const struct flashcl_attention_grad *g, bool needs_lse, cl_mem workspace,
                                  size_t ws_bytes)
@@ -82,15 +113,31 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
     return fcl_validate_views(ctx, present, n, first_output);
 }
 
-/* The flash path's checks: backward_validate with its D workspace. */
-static flashcl_status validate_backward(const flashcl_context *ctx, const struct flashcl_attention *a,
-                                        const struct flashcl_attention_grad *g, cl_mem workspace)
+static void backward_problem(const struct flashcl_attention *attn, const struct flashcl_attention_grad *grad,
+                             struct problem *p);
+
+/* The flash path's checks: backward_validate, then the plan, whose workspace (D, and dQ's
+ * accumulator where the planned kernel adds dQ up) the given one must hold. */
+static flashcl_status validate_and_plan(const flashcl_context *ctx, const struct flashcl_attention *a,
+                                        const struct flashcl_attention_grad *g, cl_mem workspace,
+                                        struct problem *p, struct backward_workspace *w)
 {
-    size_t ws_elements = 0;
-    if (!backward_workspace_elements(a, &ws_elements))
+    size_t rows = 0;
+    if (!backward_workspace_elements(a, &rows))
         return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "the backward workspace for batch %d x heads_q %d x seq_q %d "
                     "overflows size_t", a->batch, a->heads_q, a->seq_q);
-    return fcl_backward_validate(ctx, a, g, true, workspace, ws_elements * sizeof(float));
+    flashcl_status st = fcl_backward_validate(ctx, a, g, true, NULL, 0);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    backward_problem(a, g, p);
+    struct plan plan;
+    st = fcl_plan(ctx, p, fcl_scale_log2(a), &plan);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    if (!backward_workspace_layout(a, &plan, w))
+        return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "the backward workspace for batch %d x heads_q %d x seq_q %d x "
+                    "head_dim %d overflows size_t", a->batch, a->heads_q, a->seq_q, a->head_dim);
+    return workspace ? fcl_backward_validate(ctx, a, g, true, workspace, w->bytes) : FLASHCL_SUCCESS;
 }
 
 flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,
@@ -101,11 +148,12 @@ flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struc
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
                     !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "bytes");
     flashcl_status st = fcl_validate_attention(ctx, attn);
+    struct problem p;
+    struct backward_workspace w;
     if (st == FLASHCL_SUCCESS)
-        st = validate_backward(ctx, attn, grad, NULL);
-    size_t elements = 0;
-    if (st == FLASHCL_SUCCESS && backward_workspace_elements(attn, &elements))
-        *bytes = elements * sizeof(float);
+        st = validate_and_plan(ctx, attn, grad, NULL, &p, &w);
+    if (st == FLASHCL_SUCCESS)
+        *bytes = w.bytes;
     return st;
 }
 
@@ -125,11 +173,17 @@ static cl_int set_tail_args(cl_kernel kernel, cl_uint *arg, const struct flashcl
  * holds on out-of-order queues too. Caller holds ctx->lock. */
 static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashcl_attention *a,
                                        const struct flashcl_attention_grad *g, const struct plan *plan,
-                                       cl_mem ws, cl_command_queue queue, cl_uint n_wait, const cl_event *wait,
-                                       cl_event *event)
+                                       cl_mem ws, size_t ws_bytes, cl_command_queue queue, cl_uint n_wait,
+                                       const cl_event *wait, cl_event *event)
 {
     const struct kernel_info *k = plan->kernel;
     const size_t esize = flashcl_dtype_size(a->q.dtype);
+    /* A retry's plan (after a kernel failed) comes later in the table: it never needs more. */
+    struct backward_workspace w;
+    if (!backward_workspace_layout(a, plan, &w) || w.bytes > ws_bytes)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "%s needs a %zu-byte workspace; this one holds %zu", k->name,
+                        w.bytes, ws_bytes);
+    const cl_ulong accum_off = w.accum_off, turns_off = w.turns_off;
     cl_kernel dot, dkdv, dq;
     flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->steps[0], plan->options, &dot);
     if (st == FLASHCL_SUCCESS)
@@ -146,6 +200,10 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     err |= fcl_set_view_args(dot, &arg, &g->d_o, esize);
     err |= clSetKernelArg(dot, arg++, sizeof(cl_mem), &ws);
     err |= clSetKernelArg(dot, arg++, sizeof(cl_int), &seq_q);
+    if (k->dq_accumulated) {
+        err |= clSetKernelArg(dot, arg++, sizeof(cl_ulong), &accum_off);
+        err |= clSetKernelArg(dot, arg++, sizeof(cl_ulong), &turns_off);
+    }
 
     /* flash_backward_dkdv (q, k, v, d_o, lse, delta, d_k, d_v, seq_q, seq_kv, group, scale_log2, scale) */
     arg = 0;
@@ -155,20 +213,35 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     err |= fcl_set_view_args(dkdv, &arg, &g->d_o, esize);
     err |= fcl_set_view_args(dkdv, &arg, &a->lse, sizeof(float));
     err |= clSetKernelArg(dkdv, arg++, sizeof(cl_mem), &ws);
+    if (k->dq_accumulated) {  /* (workspace, accum_off, turns_off) */
+        err |= clSetKernelArg(dkdv, arg++, sizeof(cl_mem), &ws);
+        err |= clSetKernelArg(dkdv, arg++, sizeof(cl_ulong), &accum_off);
+        err |= clSetKernelArg(dkdv, arg++, sizeof(cl_ulong), &turns_off);
+    }
     err |= fcl_set_view_args(dkdv, &arg, &g->d_k, esize);
     err |= fcl_set_view_args(dkdv, &arg, &g->d_v, esize);
     err |= set_tail_args(dkdv, &arg, a);
 
-    /* flash_backward_dq (q, k, v, d_o, lse, delta, d_q, seq_q, seq_kv, group, scale_log2, scale) */
     arg = 0;
-    err |= fcl_set_view_args(dq, &arg, &a->q, esize);
-    err |= fcl_set_view_args(dq, &arg, &a->k, esize);
-    err |= fcl_set_view_args(dq, &arg, &a->v, esize);
-    err |= fcl_set_view_args(dq, &arg, &g->d_o, esize);
-    err |= fcl_set_view_args(dq, &arg, &a->lse, sizeof(float));
-    err |= clSetKernelArg(dq, arg++, sizeof(cl_mem), &ws);
-    err |= fcl_set_view_args(dq, &arg, &g->d_q, esize);
-    err |= set_tail_args(dq, &arg, a);
+    if (k->dq_accumulated) {
+        /* flash_backward_mma_dq_convert (workspace, accum_off, d_q, seq_q, scale) */
+        const cl_float scale = fcl_effective_scale(a);
+        err |= clSetKernelArg(dq, arg++, sizeof(cl_mem), &ws);
+        err |= clSetKernelArg(dq, arg++, sizeof(cl_ulong), &accum_off);
+        err |= fcl_set_view_args(dq, &arg, &g->d_q, esize);
+        err |= clSetKernelArg(dq, arg++, sizeof(cl_int), &seq_q);
+        err |= clSetKernelArg(dq, arg++, sizeof(cl_float), &scale);
+    } else {
+        /* flash_backward_dq (q, k, v, d_o, lse, delta, d_q, seq_q, seq_kv, group, scale_log2, scale) */
+        err |= fcl_set_view_args(dq, &arg, &a->q, esize);
+        err |= fcl_set_view_args(dq, &arg, &a->k, esize);
+        err |= fcl_set_view_args(dq, &arg, &a->v, esize);
+        err |= fcl_set_view_args(dq, &arg, &g->d_o, esize);
+        err |= fcl_set_view_args(dq, &arg, &a->lse, sizeof(float));
+        err |= clSetKernelArg(dq, arg++, sizeof(cl_mem), &ws);
+        err |= fcl_set_view_args(dq, &arg, &g->d_q, esize);
+        err |= set_tail_args(dq, &arg, a);
+    }
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the backward kernels' arguments failed");
 
@@ -182,7 +255,10 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     const size_t bm = (size_t)plan->block_m, bn = (size_t)plan->block_n;
     const size_t dot_global[3] = {(nq + wg[0] - 1) / wg[0] * wg[0], hq, b};
     const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg[1], hk, b};
-    const size_t dq_global[3] = {(nq + bm - 1) / bm * wg[2], hq, b};
+    /* The convert step: a work-item per pair of dQ columns; else a work-group per query block. */
+    const size_t pairs = nq * (size_t)(a->head_dim / 2);
+    const size_t dq_global[3] = {k->dq_accumulated ? (pairs + wg[2] - 1) / wg[2] * wg[2] : (nq + bm - 1) / bm * wg[2],
+                                 hq, b};
 
     cl_event dot_done = NULL, dkdv_done = NULL;
     int stage = 0;
@@ -234,14 +310,13 @@ flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashc
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
                         !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "out");
     flashcl_status st = fcl_validate_attention(ctx, attn);
-    if (st == FLASHCL_SUCCESS)
-        st = validate_backward(ctx, attn, grad, NULL);
     struct problem p;
+    struct backward_workspace w;
     struct plan plan;
-    if (st == FLASHCL_SUCCESS) {
-        backward_problem(attn, grad, &p);
+    if (st == FLASHCL_SUCCESS)
+        st = validate_and_plan(ctx, attn, grad, NULL, &p, &w);
+    if (st == FLASHCL_SUCCESS)
         st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
-    }
     if (st == FLASHCL_SUCCESS)
         fcl_plan_to_tile(&plan, out);
     return st;
@@ -252,6 +327,7 @@ struct backward_call {
     const struct flashcl_attention *attn;
     const struct flashcl_attention_grad *grad;
     cl_mem ws;
+    size_t ws_bytes;
     cl_command_queue queue;
     cl_uint num_wait_events;
     const cl_event *wait_list;
@@ -262,8 +338,8 @@ static flashcl_status enqueue_backward_call(flashcl_context *ctx, const struct p
 {
     const struct backward_call *c = call;
     pthread_mutex_lock(&ctx->lock);
-    const flashcl_status st = enqueue_backward(ctx, c->attn, c->grad, plan, c->ws, c->queue, c->num_wait_events,
-                                               c->wait_list, c->event);
+    const flashcl_status st = enqueue_backward(ctx, c->attn, c->grad, plan, c->ws, c->ws_bytes, c->queue,
+                                               c->num_wait_events, c->wait_list, c->event);
     pthread_mutex_unlock(&ctx->lock);
     return st;
 }
@@ -274,25 +350,26 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
                                 cl_event *event)
 {
     flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
+    struct problem p;
+    struct backward_workspace w;
     if (st == FLASHCL_SUCCESS)
-        st = validate_backward(ctx, attn, grad, workspace);
+        st = validate_and_plan(ctx, attn, grad, workspace, &p, &w);
     if (st != FLASHCL_SUCCESS)
         return st;
-    struct problem p;
-    backward_problem(attn, grad, &p);
 
     cl_mem ws = workspace;
-    if (!ws) {
-        size_t elements = 0;
-        backward_workspace_elements(attn, &elements);  /* validated above */
+    size_t ws_bytes = w.bytes;
+    if (ws)
+        clGetMemObjectInfo(ws, CL_MEM_SIZE, sizeof(ws_bytes), &ws_bytes, NULL);  /* validated: >= w.bytes */
+    else {
         cl_int err;
-        ws = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, elements * sizeof(float), NULL, &err);
+        ws = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, w.bytes, NULL, &err);
         if (!ws)
             return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY,
-                        "allocating the backward pass's %zu-byte workspace failed (%d)", elements * sizeof(float), err);
+                        "allocating the backward pass's %zu-byte workspace failed (%d)", w.bytes, err);
     }
-    /* A retry after a kernel failure enqueues every step anew (D is rewritten whole). */
-    struct backward_call call = {attn, grad, ws, queue, num_wait_events, wait_list, event};
+    /* A retry after a kernel failure enqueues every step anew (D, and dQ's accumulator, are rewritten whole). */
+    struct backward_call call = {attn, grad, ws, ws_bytes, queue, num_wait_events, wait_list, event};
     st = fcl_run_planned(ctx, &p, fcl_scale_log2(attn), enqueue_backward_call, &call);
     /* Released now: OpenCL frees it once the enqueued kernels that use it have completed. */
     if (!workspace)

@@ -114,6 +114,9 @@ struct kernel_info {
      * the KV head's group (group x seq_q of at most FCL_DECODE_MAX_ROWS); the
      * grid is (splits, heads_kv, batch). false: (query blocks x splits, heads_q, batch). */
     bool packs_group;
+    /* Backward: the dK/dV step also adds up dQ in the workspace (fcl_backward_accum_bytes), and the
+     * last step converts it; false: the last step computes dQ itself. */
+    bool dq_accumulated;
     struct axis_spec axes[AXIS_COUNT];
     /* Built-in shapes, preferred first; the first that applies and fits wins. */
     const struct builtin_shape *builtin;

@@ -327,6 +327,16 @@ static size_t backward_mma_local_bytes(const struct device_desc *dev, const stru
     return dkdv > dq ? dkdv : dq;
 }
 
+/* backward_mma_local_bytes' dK/dV kernel plus the fused one's two dS buffers (BLOCK_N keys x
+ * DS_WORDS words, cl/flash_backward_mma.cl) and its ticket slot; its other steps use none. */
+static size_t backward_mma_fused_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                             const struct problem *p)
+{
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)p->head_dim;
+    const size_t q_chunk = m % 32 == 0 ? 32 : 16, ds_words = q_chunk / 2 + 4;
+    return (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float) + 2 * n * ds_words * 4 + sizeof(cl_int);
+}
+
 static void backward_mma_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
                                   int *workgroup)
 {
@@ -340,6 +350,14 @@ static void backward_mma_options(const struct device_desc *dev, const struct pro
     snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DDTYPE=%d -DCAUSAL=%d",
              p->head_dim, s->axis[M], s->axis[N], s->axis[W], 32 * s->axis[W], fcl_dtype_define(p->dtype),
              p->mask == FLASHCL_MASK_CAUSAL);
+}
+
+static void backward_mma_fused_options(const struct device_desc *dev, const struct problem *p,
+                                       const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
+{
+    backward_mma_options(dev, p, s, scale_log2, buf, size);
+    const size_t used = strlen(buf);
+    snprintf(buf + used, size - used, " -DFUSED_DQ=1");
 }
 
 /* ---- decode: cl/flash_decode.cl, a KV head's query rows against its keys, split-KV ---- */
@@ -590,6 +608,21 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {[M] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}, [N] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}},
         .rule = portable_rule, .rule_reported = true, .shrink = portable_shrink,
         .local_bytes = portable_local_bytes, .geometry = portable_geometry, .options = portable_options,
+    },
+    {
+        .name = "backward-tensor-core-fused", .variant = FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED,
+        .op = OP_BACKWARD, .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
+        .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq_convert"},
+        .dq_accumulated = true,
+        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .head_dim_step = 16, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},
+        .builtin = backward_mma_builtin,
+        .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
+        .launchable = backward_mma_launchable, .local_bytes = backward_mma_fused_local_bytes,
+        .geometry = backward_mma_geometry, .options = backward_mma_fused_options,
     },
     {
         .name = "backward-tensor-core", .variant = FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, .op = OP_BACKWARD,

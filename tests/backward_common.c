@@ -135,7 +135,21 @@ void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue 
     } else if (p->c.own_workspace) {
         size_t bytes = 0;
         ck_assert_flashcl_ok(flashcl_backward_workspace_size(ctx, &p->a, &p->g, &bytes));
-        ck_assert_uint_eq(bytes, (size_t)p->c.batch * (size_t)p->c.heads_q * (size_t)p->c.seq_q * sizeof(float));
+        /* D, one float a row; the fused kernel also dQ's f32 accumulator and a counter a query block. */
+        const size_t rows = (size_t)p->c.batch * (size_t)p->c.heads_q * (size_t)p->c.seq_q;
+        struct flashcl_tile tile;
+        ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p->a, &p->g, &tile));
+        if (tile.variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED) {
+            ck_assert_uint_ge(bytes, rows * sizeof(float) * (1 + (size_t)p->c.head_dim));
+            /* A workspace 4 bytes short is refused before anything is enqueued. */
+            cl_int err;
+            cl_mem small = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes - 4, NULL, &err);
+            ck_assert_ptr_nonnull(small);
+            ck_assert_int_eq(flashcl_backward(ctx, &p->a, &p->g, small, queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
+            clReleaseMemObject(small);
+        } else {
+            ck_assert_uint_eq(bytes, rows * sizeof(float));
+        }
         cl_int err;
         ws = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
         ck_assert_ptr_nonnull(ws);
@@ -227,7 +241,8 @@ static void problem_reference(const struct problem *p, double *ref[3])
  * atol (1e-6) covers gradients that are all near 0 (e.g. dQ of a row whose
  * only key gives P = 1, so dS = 0 exactly up to rounding).
  *
- * The tensor-core backward (FLASHCL_VARIANT_BACKWARD_TENSOR_CORE) also rounds
+ * The tensor-core backward (FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, and _FUSED,
+ * which sums dQ's per-key-block partials in f32 instead of in one chain) also rounds
  * P and dS to the storage type before the second products (dV = Pᵀ dO,
  * dK = dSᵀ Q, dQ = dS K), as FlashAttention-2 does: each term of those sums
  * carries a relative error up to 2^-11 (f16) or 2^-8 (bf16) on top of the
@@ -243,7 +258,7 @@ static void problem_reference(const struct problem *p, double *ref[3])
 void backward_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, double *atol, double *rtol)
 {
     *atol = 1e-6;
-    if (variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE)
+    if (variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE || variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED)
         *rtol = dtype == F16 ? 5e-3 : 4e-2;
     else
         *rtol = dtype == F32 ? 2e-5 : dtype == F16 ? 4e-3 : 3e-2;

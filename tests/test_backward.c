@@ -55,8 +55,9 @@ END_TEST
  * bf16 take it too). */
 static flashcl_context *tiled_context(int block_m, int block_n)
 {
-    char options[96];
-    snprintf(options, sizeof(options), "backward-tensor-core:off;backward-tiled:block_m=%d,block_n=%d", block_m,
+    char options[128];
+    snprintf(options, sizeof(options),
+             "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:block_m=%d,block_n=%d", block_m,
              block_n);
     return test_context_with_options(options);
 }
@@ -131,7 +132,8 @@ END_TEST
 START_TEST(tiled_fallback)
 {
     struct test_env *e = test_env_get();
-    flashcl_context *off = test_context_with_options("backward-tensor-core:off;backward-tiled:off");
+    flashcl_context *off =
+        test_context_with_options("backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off");
     static const int dims[] = {1, 6, 30, 33, 255, 4, 64, 256};
     for (int i = 0; i < (int)(sizeof(dims) / sizeof(dims[0])); i++) {
         const struct bwd_case c = {1, 20, 24, 2, 1, dims[i], F32, 1, 0, LAYOUT_BNHD, 0};
@@ -170,7 +172,8 @@ START_TEST(windows)
     standard.own_workspace = 0;
     run_case(NULL, "window, standard", &standard, 700 + (uint64_t)_i, NULL);
     struct bwd_case tiny = window_cases[_i];
-    run_case(test_context_with_options("backward-tensor-core:off;backward-tiled:off;backward:block_m=3,block_n=5"),
+    run_case(test_context_with_options("backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off;"
+                                       "backward:block_m=3,block_n=5"),
              "window, 3x5 tile",
              &tiny, 710 + (uint64_t)_i, NULL);
     if (window_cases[_i].head_dim % 4 == 0)  /* many 16-row and 16-key blocks: skipped, partly and wholly visible */
@@ -299,8 +302,9 @@ START_TEST(forced_tiles)
     snprintf(expect, sizeof(expect), "-DBLOCK_M=%d -DBLOCK_N=%d ", tiles[_i][0], tiles[_i][1]);
     /* The tile of the portable kernel: the tensor-core one (f16/bf16 where the device has it) and the
      * register-tiled one (head dims that are multiples of 4) are off. */
-    char options[128];
-    snprintf(options, sizeof(options), "backward-tensor-core:off;backward-tiled:off;%s", tile);
+    char options[192];
+    snprintf(options, sizeof(options), "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off;%s",
+             tile);
     params.kernel_options = options;
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
@@ -379,8 +383,9 @@ END_TEST
 /* ---- determinism ---- */
 
 /* The register-tiled kernel with many blocks, then the portable one. */
-static const char *const deterministic_options[] = {"backward-tensor-core:off;backward-tiled:block_m=32,block_n=16",
-                                                    "backward-tensor-core:off;backward-tiled:off"};
+static const char *const deterministic_options[] = {
+    "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:block_m=32,block_n=16",
+    "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off"};
 static const enum flashcl_variant deterministic_variants[] = {FLASHCL_VARIANT_BACKWARD_TILED,
                                                               FLASHCL_VARIANT_BACKWARD};
 

@@ -38,8 +38,10 @@ static const struct {
      FLASHCL_VARIANT_PORTABLE, 1},
     {"KV cache, decode", OP_KV_CACHE, "decode-tensor-core:off;decode:block_n=32,splits=1", FLASHCL_VARIANT_DECODE, 1},
     {"paged KV cache, decode, 3 splits", OP_KV_PAGED, "decode-tensor-core:off;decode:block_n=32,splits=3", FLASHCL_VARIANT_DECODE, 3},
-    {"backward, register-tiled", OP_BACKWARD, "backward-tensor-core:off", FLASHCL_VARIANT_BACKWARD_TILED, 1},
-    {"backward, portable", OP_BACKWARD, "backward-tensor-core:off;backward-tiled:off", FLASHCL_VARIANT_BACKWARD, 1},
+    {"backward, register-tiled", OP_BACKWARD, "backward-tensor-core-fused:off;backward-tensor-core:off",
+     FLASHCL_VARIANT_BACKWARD_TILED, 1},
+    {"backward, portable", OP_BACKWARD, "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off",
+     FLASHCL_VARIANT_BACKWARD, 1},
     {"standard forward", OP_STANDARD, "", 0, 1},
     {"standard backward", OP_STANDARD_BACKWARD, "", 0, 1},
 };

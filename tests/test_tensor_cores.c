@@ -197,7 +197,7 @@ START_TEST(tensor_core_split)
 }
 END_TEST
 
-/* ---- the backward pass: FLASHCL_VARIANT_BACKWARD_TENSOR_CORE ---- */
+/* ---- the backward pass: FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED) ---- */
 
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace.
  * Lengths that are no multiple of any block, both causal alignments, GQA and
@@ -221,6 +221,7 @@ static const struct bwd_case backward_cases[] = {
     {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},     /* not 16-byte rows: FMA units */
 };
 
+/* The default plan: the fused kernel (dQ added up in the dK/dV pass). */
 START_TEST(backward)
 {
     const struct bwd_case *c = &backward_cases[_i];
@@ -229,25 +230,58 @@ START_TEST(backward)
     struct bwd_result r;
     run_case(NULL, label, c, 1000 + (uint64_t)_i, &r);
     ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
-                                                           : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+                                                           : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
 }
 END_TEST
 
-/* Same bits every run: dK, dV summed over 4 query heads, several blocks each way. */
+/* The same cases through the two-pass kernel (dQ recomputed by its own pass), and the fused one at
+ * small forced shapes: several K/V blocks take turns on each query block, one and two dS buffers a block. */
+static const char *const backward_two_pass = "backward-tensor-core-fused:off";
+START_TEST(backward_other_shapes)
+{
+    const struct bwd_case *c = &backward_cases[_i];
+    static const char *const options[] = {"backward-tensor-core-fused:off",
+                                          "backward-tensor-core-fused:warps=2,block_m=32,block_n=32",
+                                          "backward-tensor-core-fused:warps=1,block_m=16,block_n=16"};
+    static const enum flashcl_variant variants[] = {FLASHCL_VARIANT_BACKWARD_TENSOR_CORE,
+                                                   FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED,
+                                                   FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED};
+    for (int i = 0; i < 3; i++) {
+        char label[48];
+        snprintf(label, sizeof(label), "backward %2d/%d", _i, i);
+        struct bwd_result r;
+        run_case(context_with_options(options[i]), label, c, 1000 + (uint64_t)_i, &r);
+        ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED : variants[i]);
+    }
+}
+END_TEST
+
+/* Same bits every run: dK, dV summed over 4 query heads, several blocks each way; dQ's partials added
+ * in key-block order (fused) or in one chain (two-pass). */
 START_TEST(backward_deterministic)
 {
     struct test_env *e = test_env_get();
     const struct bwd_case c = {1, 300, 280, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 0};
+    flashcl_context *ctx = _i == 0 ? e->ctx : context_with_options(backward_two_pass);
     struct problem p;
     problem_create(&p, &c, 1500);
-    problem_forward(&p, e->ctx);
-    problem_backward(&p, e->ctx, e->queue);
-    ck_assert_int_eq(p.variant, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+    problem_forward(&p, ctx);
+    problem_backward(&p, ctx, e->queue);
+    ck_assert_int_eq(p.variant, _i == 0 ? FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED
+                                        : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
     unsigned char *first[3];
     for (int o = 0; o < 3; o++)
         first[o] = read_back(&p, T_DQ + o);
+    /* The second run on an out-of-order queue where the device has one (the library's events order
+     * the steps there; the fused kernel's turns do not depend on which work-group starts first). */
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    cl_int err;
+    cl_command_queue other = clCreateCommandQueue(e->cl, e->device,
+                                                  supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert_ptr_nonnull(other);
     for (int run = 0; run < 2; run++) {
-        problem_backward(&p, e->ctx, e->queue);
+        problem_backward(&p, ctx, run == 1 ? other : e->queue);
         for (int o = 0; o < 3; o++) {
             unsigned char *again = read_back(&p, T_DQ + o);
             ck_assert_msg(memcmp(again, first[o], p.count[T_DQ + o] * p.esize) == 0, "run %d gave other %s bits",
@@ -257,10 +291,11 @@ START_TEST(backward_deterministic)
     }
     struct bwd_result r;
     problem_check(&p, &r);
-    printf("backward deterministic: 3 runs bit-identical; max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
-           r.max_err[0], r.max_err[1], r.max_err[2]);
+    printf("backward deterministic (%s): 3 runs bit-identical; max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
+           flashcl_variant_name(p.variant), r.max_err[0], r.max_err[1], r.max_err[2]);
     for (int o = 0; o < 3; o++)
         free(first[o]);
+    clReleaseCommandQueue(other);
     problem_free(&p);
 }
 END_TEST
@@ -279,10 +314,10 @@ START_TEST(backward_ptxas_report)
         struct flashcl_tile t;
         ck_assert_flashcl_ok(flashcl_backward_config(e->ctx, &p.a, &p.g, &t));
         problem_free(&p);
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
         char options[256];
         snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d "
-                 "-DDTYPE=1 -DCAUSAL=%d -cl-nv-verbose", c.head_dim, t.block_m, t.block_n, t.warps,
+                 "-DDTYPE=1 -DCAUSAL=%d -DFUSED_DQ=1 -cl-nv-verbose", c.head_dim, t.block_m, t.block_n, t.warps,
                  t.workgroup_size, c.causal);
         const char *src = flashcl_source_flash_backward_mma;
         cl_int err;
@@ -349,7 +384,8 @@ int main(void)
     tcase_set_timeout(bw, 600);
     tcase_add_test(bw, backward_ptxas_report);
     tcase_add_loop_test(bw, backward, 0, COUNT(backward_cases));
-    tcase_add_test(bw, backward_deterministic);
+    tcase_add_loop_test(bw, backward_other_shapes, 0, COUNT(backward_cases));
+    tcase_add_loop_test(bw, backward_deterministic, 0, 2);
     suite_add_tcase(s, bw);
     return test_run_suite(s);
 }
