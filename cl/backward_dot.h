@@ -3,7 +3,7 @@
  * cl/flash_backward_mma.cl): D_i = sum_c dO_ic O_ic, one work-item per query
  * row, into the f32 workspace [batch, heads_q, seq_q]. Needs HEAD_DIM and WG
  * defined and storage.h's LOAD (DTYPE); any WG works. With FUSED_DQ (and
- * BLOCK_M) it also zeroes the row's dQ accumulator and the turn counters
+ * Q_CHUNK) it also zeroes the row's dQ accumulator and the turn counters
  * the fused dK/dV pass orders its adds with (cl/flash_backward_mma.cl).
  * tools/embed_cl.py inlines it into each kernel source.
  */
@@ -36,9 +36,9 @@ void flash_backward_dot(__global const storage_t *o, ulong o_off, ulong o_sb, ul
     for (int c = 0; c < HEAD_DIM / 4; c++)
         accum[c] = (float4)(0.0f);
     __global int *turns = (__global int *)(delta + turns_off);  /* [0]: the tickets, then a turn a query block */
-    const int q_blocks = (seq_q + BLOCK_M - 1) / BLOCK_M;
-    if (row % BLOCK_M == 0)
-        turns[1 + head * (ulong)q_blocks + (ulong)(row / BLOCK_M)] = 0;
+    const int q_chunks = (seq_q + Q_CHUNK - 1) / Q_CHUNK;
+    if (row % Q_CHUNK == 0)
+        turns[1 + head * (ulong)q_chunks + (ulong)(row / Q_CHUNK)] = 0;
     if (row == 0 && head == 0)
         turns[0] = 0;
 #endif

@@ -37,14 +37,19 @@
  * ([key][query], padded rows), computes dQ_chunk = dS K there (dS by
  * ldmatrix .trans as A, K as B) and adds it into an f32 accumulator in the
  * workspace; flash_backward_mma_dq_convert then scales and stores dQ. The
- * adds are ordered: a (batch, head, query block) has a turn counter, and the
- * work-group of K/V block kb adds to it only when the counter says kb blocks
- * have (the blocks that reach a query block are 0..kb-1 before it, causal or
- * not), then passes the turn. So every dQ element sums its partials in key-
- * block order: the same bits every run. Work-groups take their K/V block
- * from a ticket counter in the order they start, so a wait is only ever on a
- * work-group that is already running: no deadlock, whatever order the device
- * schedules them in. flash_backward_dot zeroes the accumulator and counters.
+ * adds are ordered: each (batch, head, chunk of Q_CHUNK query rows) has a turn
+ * counter, and the K/V blocks that reach the chunk's query block add to it
+ * from the last block down: a warp of block kb waits until every warp of the
+ * blocks after it has added (the counter reads WARPS x (last - kb)), adds
+ * its tiles, and passes its turn (+1). So every dQ element sums its partials
+ * in the same order every run. Descending, because causal block kb + 1
+ * starts its query blocks one block later than kb: it reaches each one an
+ * iteration earlier, and kb finds its turn already there. Work-groups take
+ * their K/V block from a ticket counter in the order they start, last block
+ * first, so a wait is only ever on work-groups already running: no deadlock,
+ * whatever order the device schedules them in. Only the adds hold a turn;
+ * each chunk's dQ tiles are computed before the wait. flash_backward_dot
+ * zeroes the accumulator and the counters.
  *
  * No float atomics race: every dQ, dK, dV element is summed in a fixed
  * order, so the results are the same bits every run. Causal masking is
@@ -144,6 +149,12 @@ static inline void pass_turn(__global int *turn)
     __asm__ volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(turn) : "memory");
 }
 
+/* The warp's lanes meet (and their memory operations are ordered) after lane 0's wait, before its pass. */
+static inline void warp_sync(void)
+{
+    __asm__ volatile("bar.warp.sync -1;" ::: "memory");
+}
+
 /* dQ's accumulator += v; only the work-group holding the turn adds, so the order is fixed. */
 static inline void accumulate(__global float *p, float v)
 {
@@ -185,11 +196,11 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
     if (tid == 0)
         ticket_slot = atomic_inc(turns);
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* K/V blocks fastest, so a (batch, KV head)'s blocks take ascending tickets. */
+    /* K/V blocks fastest, a (batch, KV head)'s last block first: the order their turns go in. */
     const int ticket = ticket_slot, kv_blocks = (int)get_num_groups(0);
-    const int kb = ticket % kv_blocks, hk = ticket / kv_blocks % (int)get_num_groups(1);
+    const int kb = kv_blocks - 1 - ticket % kv_blocks, hk = ticket / kv_blocks % (int)get_num_groups(1);
     const int b = ticket / kv_blocks / (int)get_num_groups(1);
-    const int q_blocks_all = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    const int q_chunks_all = (seq_q + Q_CHUNK - 1) / Q_CHUNK;
     int chunk_count = 0;
 #else
     const int kb = (int)get_group_id(0), hk = (int)get_group_id(1), b = (int)get_group_id(2);
@@ -256,8 +267,10 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
         __local const float *drow = delta_rows + stage * BLOCK_M;
 #if FUSED_DQ
         const int h = hk * group + it / q_blocks;
-        __global int *turn = turns + 1 + ((ulong)b * heads_q + h) * q_blocks_all + q0 / BLOCK_M;
+        __global int *head_turns = turns + 1 + ((ulong)b * heads_q + h) * q_chunks_all;
         __global float *accum_head = dq_accum + ((ulong)b * heads_q + h) * (ulong)seq_q * HEAD_DIM;
+        /* The last K/V block that reaches this query block (causal: the first row's diagonal). */
+        const int last_kb = CAUSAL ? min(kv_blocks - 1, (q0 + BLOCK_M + diag - 1) / BLOCK_N) : kv_blocks - 1;
 #endif
 
         for (int qc = 0; qc < BLOCK_M; qc += Q_CHUNK) {
@@ -362,21 +375,21 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                     }
             }
 #if FUSED_DQ
-            /* This block's turn at the query block before its first adds; the barrier then publishes
-             * the chunk's dS (and the turn) to every warp. */
-            if (qc == 0 && tid == 0)
-                wait_turn(turn, kb);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            /* dQ_chunk += dS K over the block's keys: warp w takes 16 x 16 tiles w, w + WARPS, ... */
-            const bool chunk_sees_keys = !CAUSAL || k0 <= q0 + qc + Q_CHUNK - 1 + diag;
-            if (chunk_sees_keys) {
+            barrier(CLK_LOCAL_MEM_FENCE);  /* the chunk's dS, to every warp */
+            if (q0 + qc < seq_q) {
+                /* dQ_chunk = dS K over the block's keys: warp w takes 16 x 16 tiles w, w + WARPS, ...,
+                 * all computed before the turn. */
+                const bool chunk_sees_keys = !CAUSAL || k0 <= q0 + qc + Q_CHUNK - 1 + diag;
+                float acc[DQ_PER_WARP][2][4];
 #pragma unroll
                 for (int i = 0; i < DQ_PER_WARP; i++) {
                     const int tile = warp + i * WARPS;
-                    if (tile >= DQ_TILES)
-                        break;
                     const int mt = tile / (HEAD_DIM / 16), np = tile % (HEAD_DIM / 16);
-                    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[i][0][e] = acc[i][1][e] = 0.0f;
+                    if (tile >= DQ_TILES || !chunk_sees_keys)
+                        continue;
 #pragma unroll
                     for (int ks = 0; ks < BLOCK_N / 16; ks++) {
                         uint a[4], kb4[4];
@@ -386,27 +399,37 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                                                         mt * 8 + 4 * ((lane >> 3) & 1)),
                                           a);
                         ldmatrix_x4_trans(local_address(&k_tile[swizzle(ks * 16 + tr_row, np * 2 + tr_chunk)]), kb4);
-                        mma_16x8x16(acc[0], a, kb4[0], kb4[1]);
-                        mma_16x8x16(acc[1], a, kb4[2], kb4[3]);
+                        mma_16x8x16(acc[i][0], a, kb4[0], kb4[1]);
+                        mma_16x8x16(acc[i][1], a, kb4[2], kb4[3]);
                     }
+                }
+                __global int *turn = head_turns + (q0 + qc) / Q_CHUNK;
+                if (lane == 0)
+                    wait_turn(turn, (last_kb - kb) * WARPS);
+                warp_sync();
+                if (chunk_sees_keys) {
 #pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        const int row = q0 + qc + mt * 16 + g + 8 * r;
-                        if (row >= seq_q)
+                    for (int i = 0; i < DQ_PER_WARP; i++) {
+                        const int tile = warp + i * WARPS;
+                        const int mt = tile / (HEAD_DIM / 16), np = tile % (HEAD_DIM / 16);
+                        if (tile >= DQ_TILES)
                             continue;
-                        __global float *dst = accum_head + (ulong)row * HEAD_DIM + np * 16 + 2 * t;
 #pragma unroll
-                        for (int nt = 0; nt < 2; nt++) {
-                            accumulate(dst + nt * 8, acc[nt][2 * r]);
-                            accumulate(dst + nt * 8 + 1, acc[nt][2 * r + 1]);
+                        for (int r = 0; r < 2; r++) {
+                            const int row = q0 + qc + mt * 16 + g + 8 * r;
+                            if (row >= seq_q)
+                                continue;
+                            __global float *dst = accum_head + (ulong)row * HEAD_DIM + np * 16 + 2 * t;
+#pragma unroll
+                            for (int nt = 0; nt < 2; nt++) {
+                                accumulate(dst + nt * 8, acc[i][nt][2 * r]);
+                                accumulate(dst + nt * 8 + 1, acc[i][nt][2 * r + 1]);
+                            }
                         }
                     }
                 }
-            }
-            if (qc + Q_CHUNK >= BLOCK_M) {
-                /* Every thread's adds to this query block are issued: the next block's turn. */
-                barrier(CLK_GLOBAL_MEM_FENCE);
-                if (tid == 0)
+                warp_sync();
+                if (lane == 0)
                     pass_turn(turn);
             }
 #endif

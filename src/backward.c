@@ -19,8 +19,8 @@ static bool backward_workspace_elements(const struct flashcl_attention *a, size_
 
 /* A plan's workspace, in 4-byte words: D [batch, heads_q, seq_q]; where the kernel accumulates dQ
  * (kernel_info.dq_accumulated), then the f32 accumulator [batch, heads_q, seq_q, head_dim] from
- * accum_off (256-byte aligned) and the turn counters (one ticket counter, one a query block) from
- * turns_off. false on overflow. */
+ * accum_off (256-byte aligned) and the turn counters (one ticket counter, one a chunk of query rows,
+ * fcl_backward_mma_chunk) from turns_off. false on overflow. */
 struct backward_workspace {
     size_t accum_off, turns_off, bytes;
 };
@@ -34,8 +34,8 @@ static bool backward_workspace_layout(const struct flashcl_attention *a, const s
     *w = (struct backward_workspace){0, 0, rows * sizeof(float)};
     if (!plan || !plan->kernel->dq_accumulated)
         return true;
-    const size_t d = (size_t)a->head_dim, bm = (size_t)plan->block_m;
-    const size_t blocks = ((size_t)a->seq_q + bm - 1) / bm;
+    const size_t d = (size_t)a->head_dim, chunk = (size_t)fcl_backward_mma_chunk(plan->block_m);
+    const size_t blocks = ((size_t)a->seq_q + chunk - 1) / chunk;
     const size_t limit = SIZE_MAX / sizeof(float) / 2;
     if (rows > limit / d || (size_t)a->batch * (size_t)a->heads_q > limit / blocks)
         return false;

@@ -151,7 +151,12 @@ struct kernel_info {
 #define FCL_LOCAL_SLACK 64
 
 #define FCL_MAX_SPLITS 64  /* split-KV work-groups per query block at most */
-#define FCL_DECODE_MAX_ROWS 16  /* query rows (group x seq_q) a decode work-group holds at most */
+#define FCL_DECODE_MAX_ROWS 16
+/* cl/flash_backward_mma.cl's Q_CHUNK: the query rows of its inner step (and of a fused dQ turn). */
+static inline int fcl_backward_mma_chunk(int block_m)
+{
+    return block_m % 32 == 0 ? 32 : 16;
+}  /* query rows (group x seq_q) a decode work-group holds at most */
 
 extern const struct kernel_info fcl_kernels[];
 extern const int fcl_kernel_count;

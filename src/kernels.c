@@ -333,7 +333,7 @@ static size_t backward_mma_fused_local_bytes(const struct device_desc *dev, cons
                                              const struct problem *p)
 {
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)p->head_dim;
-    const size_t q_chunk = m % 32 == 0 ? 32 : 16, ds_words = q_chunk / 2 + 4;
+    const size_t ds_words = (size_t)fcl_backward_mma_chunk(s->axis[M]) / 2 + 4;
     return (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float) + 2 * n * ds_words * 4 + sizeof(cl_int);
 }
 
