@@ -130,7 +130,9 @@ enum flashcl_variant {
                                            the group's rows as one 16-row mma tile */
     FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED = 10 /* cl/flash_backward_mma.cl with FUSED_DQ: as
                                            BACKWARD_TENSOR_CORE, dQ added up by the dK/dV pass in key-block
-                                           order (no second pass; still bitwise deterministic) */
+                                           order (no second pass; still bitwise deterministic). Planned
+                                           only with "backward-tensor-core:off": slower on the H200
+                                           (docs/backward.md) */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its

@@ -221,7 +221,7 @@ static const struct bwd_case backward_cases[] = {
     {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},     /* not 16-byte rows: FMA units */
 };
 
-/* The default plan: the fused kernel (dQ added up in the dK/dV pass). */
+/* The default plan: the two-pass kernel (measured faster than the fused one, docs/perf.md v0.9). */
 START_TEST(backward)
 {
     const struct bwd_case *c = &backward_cases[_i];
@@ -230,28 +230,27 @@ START_TEST(backward)
     struct bwd_result r;
     run_case(NULL, label, c, 1000 + (uint64_t)_i, &r);
     ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
-                                                           : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
+                                                           : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
 }
 END_TEST
 
-/* The same cases through the two-pass kernel (dQ recomputed by its own pass), and the fused one at
- * small forced shapes: several K/V blocks take turns on each query block, one and two dS buffers a block. */
-static const char *const backward_two_pass = "backward-tensor-core-fused:off";
+/* The same cases through the fused kernel (dQ added up by the dK/dV pass in key-block order): its
+ * built-in shape and two small forced ones (several K/V blocks take turns on each chunk; one chunk a
+ * query block, so the two dS buffers alternate across blocks). */
+static const char *const backward_fused = "backward-tensor-core:off";
 START_TEST(backward_other_shapes)
 {
     const struct bwd_case *c = &backward_cases[_i];
-    static const char *const options[] = {"backward-tensor-core-fused:off",
-                                          "backward-tensor-core-fused:warps=2,block_m=32,block_n=32",
-                                          "backward-tensor-core-fused:warps=1,block_m=16,block_n=16"};
-    static const enum flashcl_variant variants[] = {FLASHCL_VARIANT_BACKWARD_TENSOR_CORE,
-                                                   FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED,
-                                                   FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED};
+    static const char *const options[] = {
+        "backward-tensor-core:off", "backward-tensor-core:off;backward-tensor-core-fused:warps=2,block_m=32,block_n=32",
+        "backward-tensor-core:off;backward-tensor-core-fused:warps=1,block_m=16,block_n=16"};
     for (int i = 0; i < 3; i++) {
         char label[48];
         snprintf(label, sizeof(label), "backward %2d/%d", _i, i);
         struct bwd_result r;
         run_case(context_with_options(options[i]), label, c, 1000 + (uint64_t)_i, &r);
-        ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED : variants[i]);
+        ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
+                                                               : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
     }
 }
 END_TEST
@@ -262,13 +261,13 @@ START_TEST(backward_deterministic)
 {
     struct test_env *e = test_env_get();
     const struct bwd_case c = {1, 300, 280, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 0};
-    flashcl_context *ctx = _i == 0 ? e->ctx : context_with_options(backward_two_pass);
+    flashcl_context *ctx = _i == 0 ? e->ctx : context_with_options(backward_fused);
     struct problem p;
     problem_create(&p, &c, 1500);
     problem_forward(&p, ctx);
     problem_backward(&p, ctx, e->queue);
-    ck_assert_int_eq(p.variant, _i == 0 ? FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED
-                                        : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+    ck_assert_int_eq(p.variant, _i == 0 ? FLASHCL_VARIANT_BACKWARD_TENSOR_CORE
+                                        : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
     unsigned char *first[3];
     for (int o = 0; o < 3; o++)
         first[o] = read_back(&p, T_DQ + o);
@@ -307,18 +306,21 @@ START_TEST(backward_ptxas_report)
 {
     struct test_env *e = test_env_get();
     const int dims[] = {64, 128};
-    for (int i = 0; i < 4; i++) {
-        const struct bwd_case c = {1, 64, 64, 2, 2, dims[i / 2], F16, i % 2, 0, LAYOUT_BNHD, 0};
+    for (int i = 0; i < 8; i++) {
+        const bool fused = i >= 4;
+        const struct bwd_case c = {1, 64, 64, 2, 2, dims[i / 2 % 2], F16, i % 2, 0, LAYOUT_BNHD, 0};
         struct problem p;
         problem_create(&p, &c, 1);
         struct flashcl_tile t;
-        ck_assert_flashcl_ok(flashcl_backward_config(e->ctx, &p.a, &p.g, &t));
+        ck_assert_flashcl_ok(flashcl_backward_config(fused ? context_with_options(backward_fused) : e->ctx, &p.a,
+                                                     &p.g, &t));
         problem_free(&p);
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
+        ck_assert_int_eq(t.variant, fused ? FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED
+                                          : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
         char options[256];
         snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d "
-                 "-DDTYPE=1 -DCAUSAL=%d -DFUSED_DQ=1 -cl-nv-verbose", c.head_dim, t.block_m, t.block_n, t.warps,
-                 t.workgroup_size, c.causal);
+                 "-DDTYPE=1 -DCAUSAL=%d -DFUSED_DQ=%d -cl-nv-verbose", c.head_dim, t.block_m, t.block_n, t.warps,
+                 t.workgroup_size, c.causal, fused);
         const char *src = flashcl_source_flash_backward_mma;
         cl_int err;
         cl_program prog = clCreateProgramWithSource(e->cl, 1, &src, NULL, &err);
