@@ -41,7 +41,8 @@
  * counter, and the K/V blocks that reach the chunk's query block add to it
  * from the last block down: a warp of block kb waits until every warp of the
  * blocks after it has added (the counter reads WARPS x (last - kb)), adds
- * its tiles, and passes its turn (+1). So every dQ element sums its partials
+ * its tiles, and passes its turn (+1) when it comes to its next chunk's adds
+ * (a release right after the adds would stall until they are performed). So every dQ element sums its partials
  * in the same order every run. Descending, because causal block kb + 1
  * starts its query blocks one block later than kb: it reaches each one an
  * iteration earlier, and kb finds its turn already there. Work-groups take
@@ -202,6 +203,9 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
     const int b = ticket / kv_blocks / (int)get_num_groups(1);
     const int q_chunks_all = (seq_q + Q_CHUNK - 1) / Q_CHUNK;
     int chunk_count = 0;
+    /* The chunk whose turn this warp holds, passed at its next chunk's adds (or at the end): by then
+     * its adds are performed, so the release does not stall on them. */
+    __global int *held_turn = 0;
 #else
     const int kb = (int)get_group_id(0), hk = (int)get_group_id(1), b = (int)get_group_id(2);
 #endif
@@ -404,8 +408,11 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                     }
                 }
                 __global int *turn = head_turns + (q0 + qc) / Q_CHUNK;
-                if (lane == 0)
+                if (lane == 0) {
+                    if (held_turn)
+                        pass_turn(held_turn);
                     wait_turn(turn, (last_kb - kb) * WARPS);
+                }
                 warp_sync();
                 if (chunk_sees_keys) {
 #pragma unroll
@@ -428,14 +435,17 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                         }
                     }
                 }
-                warp_sync();
-                if (lane == 0)
-                    pass_turn(turn);
+                held_turn = turn;
             }
 #endif
         }
     }
     COPY_ASYNC_WAIT(0);
+#if FUSED_DQ
+    warp_sync();
+    if (lane == 0 && held_turn)
+        pass_turn(held_turn);
+#endif
 
     __global ushort *dk_base = d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh;
     __global ushort *dv_base = d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh;
