@@ -477,9 +477,11 @@ struct flashcl_attention_grad {
     unsigned char reserved[64];  /* zero; room for fields of later versions */
 };
 
-/* Bytes of scratch flashcl_backward needs for this problem: O(batch ·
- * heads_q · seq_q) (the row terms D = rowsum(dO ∘ O)), never N×N. Validates
- * like the call itself. */
+/* Bytes of scratch flashcl_backward needs for this problem under this
+ * context's plan: O(batch · heads_q · seq_q) (the row terms D = rowsum(dO ∘
+ * O)), with the fused tensor-core kernel also dQ's f32 accumulator (4 ·
+ * head_dim bytes a row) and a counter per 32 query rows; never N×N.
+ * Validates like the call itself. */
 FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
                                                            const struct flashcl_attention *attn,
                                                            const struct flashcl_attention_grad *grad,
