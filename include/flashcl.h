@@ -125,9 +125,12 @@ enum flashcl_variant {
                                            keys split across work-groups */
     FLASHCL_VARIANT_BACKWARD_TILED = 8, /* cl/flash_backward_tiled.cl: the backward pass, any OpenCL 1.2
                                            device, FMA units, d % 4 == 0, blocks of 16..128 in steps of 16 */
-    FLASHCL_VARIANT_DECODE_TENSOR_CORE = 9 /* cl/flash_decode_mma.cl: the decode kernel's work-groups on
+    FLASHCL_VARIANT_DECODE_TENSOR_CORE = 9, /* cl/flash_decode_mma.cl: the decode kernel's work-groups on
                                            NVIDIA sm_80+ tensor cores, f16/bf16, d % 16 == 0 up to 128,
                                            the group's rows as one 16-row mma tile */
+    FLASHCL_VARIANT_BACKWARD_TF32 = 11  /* cl/flash_backward_tf32.cl: the backward pass on NVIDIA sm_80+
+                                           tensor cores for f32 data with precision TF32 or TF32X3,
+                                           d % 16 == 0 up to 128, mma.sync m16n8k8; deterministic */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
