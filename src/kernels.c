@@ -188,7 +188,8 @@ static size_t tf32_local_bytes(const struct device_desc *dev, const struct kerne
 {
     const int head_dim = p->head_dim;
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N], d = (size_t)head_dim;
-    return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float);
+    return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float) +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
 static void tf32_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
@@ -592,7 +593,7 @@ const struct kernel_info fcl_kernels[] = {
         .combine = "flash_forward_combine",
         .f32_precisions = PRECISION_BIT(FLASHCL_PRECISION_TF32) | PRECISION_BIT(FLASHCL_PRECISION_TF32X3),
         .head_dim_step = 8, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {MMA_AXES},
         .builtin = tf32_builtin, .n_builtin = sizeof(tf32_builtin) / sizeof(tf32_builtin[0]),
         .launchable = mma_launchable, .local_bytes = tf32_local_bytes, .geometry = mma_geometry,

@@ -1,10 +1,11 @@
 /* The tensor-core kernels (f16/bf16 mma.sync and TF32, forward; the f16/bf16
- * backward) on the cases that qualify for them: the kernel must be the one
- * that runs, and its output meets its bound. Where the device has no tensor
- * cores every check here would be vacuous, so the suite reports itself
- * skipped (exit 77) — unless FLASHCL_TEST_EMULATE_TENSOR_CORES=1: then the
- * f16/bf16 forward and decode cases run on the kernels' plain-OpenCL
- * emulation (a test hook: -DNV_EMULATE=1, cl/nv_emulate.h), on PoCL too. */
+ * and TF32 backward) on the cases that qualify for them: the kernel must be
+ * the one that runs, and its output meets its bound. Where the device has no
+ * tensor cores every check here would be vacuous, so the suite reports
+ * itself skipped (exit 77) — unless FLASHCL_TEST_EMULATE_TENSOR_CORES=1: then
+ * the f16/bf16 forward and decode cases, the TF32 forward's lighter cases
+ * and the TF32 backward's run on the kernels' plain-OpenCL emulation (a test
+ * hook: -DNV_EMULATE=1, cl/nv_emulate.h), on PoCL too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -558,7 +559,8 @@ int main(void)
     Suite *s = suite_create("tensor_cores");
     if (emulated) {
         /* The kernels with an emulation: the f16/bf16 forward and decode (not TF32, not the backward). */
-        printf("tensor cores emulated (FLASHCL_TEST_EMULATE_TENSOR_CORES=1): f16/bf16 forward and decode only\n");
+        printf("tensor cores emulated (FLASHCL_TEST_EMULATE_TENSOR_CORES=1): f16/bf16 forward and decode, TF32 "
+               "forward and backward\n");
         TCase *tc = tcase_create("emulated tensor-core kernels against the double reference");
         tcase_set_timeout(tc, 1800);
         tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
@@ -566,6 +568,11 @@ int main(void)
         tcase_add_loop_test(tc, decode_tensor_core, 0, COUNT(decode_cases));
         tcase_add_test(tc, decode_tensor_core_repeatable);
         suite_add_tcase(s, tc);
+        TCase *tf = tcase_create("emulated TF32 forward");
+        tcase_set_timeout(tf, 1800);
+        tcase_add_loop_test(tf, tf32, 0, COUNT(tf32_cases));
+        tcase_add_loop_test(tf, tf32_split, 0, COUNT(tf32_cases));
+        suite_add_tcase(s, tf);
         suite_add_tcase(s, backward_tf32_tcase());
         const int rc = test_run_suite(s);
         for (int i = 0; i < n_emulated; i++)
