@@ -327,9 +327,11 @@ struct flashcl_attention {
     int causal;
 
     /* How f32 inputs may be multiplied (f16/bf16 ignore it). 0 (EXACT):
-     * f32 FMA, the default. TF32 / TF32X3 allow the TF32 tensor-core kernel
-     * where the context has tensor cores (flashcl_forward_config says which
-     * kernel runs; elsewhere the call stays exact). */
+     * f32 FMA, the default. TF32 / TF32X3 allow the TF32 tensor-core kernels
+     * (the forward's, and flashcl_backward's FLASHCL_VARIANT_BACKWARD_TF32)
+     * where the context has tensor cores (flashcl_forward_config and
+     * flashcl_backward_config say which kernel runs; elsewhere the call stays
+     * exact). */
     enum flashcl_precision precision;
 
     /* FLASHCL_MASK_NONE (0), FLASHCL_MASK_CAUSAL or FLASHCL_MASK_WINDOW. A
@@ -495,7 +497,9 @@ struct flashcl_tile;  /* below, with the kernels */
 
 /* The kernel and tile flashcl_backward would use for this call (variant
  * FLASHCL_VARIANT_BACKWARD_TILED where the head dim is a multiple of 4, else
- * FLASHCL_VARIANT_BACKWARD, or FLASHCL_VARIANT_BACKWARD_TENSOR_CORE; block_m
+ * FLASHCL_VARIANT_BACKWARD, or on tensor cores (16-byte rows, head dims of
+ * 16s up to 128) FLASHCL_VARIANT_BACKWARD_TENSOR_CORE for f16/bf16 and
+ * FLASHCL_VARIANT_BACKWARD_TF32 for f32 whose attn.precision allows TF32; block_m
  * query rows and block_n keys per block, forced with kernel_options
  * "backward-tiled:block_m=..,block_n=.." or "backward:block_m=..,block_n=.."). */
 FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
