@@ -28,7 +28,14 @@
  *             a2 = c1, a3 = c3): no shuffle; b0/b1 are V[2t][g], V[2t+1][g].
  * Local tiles are f32 [row][pitch]; pitches make those loads conflict-free:
  * Q and K (8-byte loads, 16 lanes a phase) pitch = d + 8; V (4-byte loads of
- * rows 2t) pitch = d + 4.
+ * rows 2t) pitch = d + 4. The mma, the rounding and the split: nv_tf32.h.
+ *
+ * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
+ * OpenCL C primitives, whose lane exchanges are work-group barriers: every
+ * work-item reaches every mma and quad_xor together, as in
+ * flash_forward_mma.cl (the key loop's bounds are the work-group's, each
+ * warp's edge test only masks values, finish_row runs before a row past
+ * seq_q is skipped). Keep it so.
  */
 
 #ifndef HEAD_DIM
@@ -77,53 +84,7 @@
 #include "split.h"    /* split-KV partials */
 #include "nv_mma.h"
 #include "block_order.h"
-
-static inline void mma_16x8x8(float *c, const uint *a, uint b0, uint b1)
-{
-    __asm__ volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-static inline uint to_tf32(float x)
-{
-    uint r;
-    __asm__("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-/* An operand split for the mma: big = tf32(x) and, with three passes,
- * small = tf32(x - big). */
-typedef struct {
-    uint big;
-#if PASSES == 3
-    uint small;
-#endif
-} operand;
-
-static inline operand to_operand(float x)
-{
-    operand o;
-    o.big = to_tf32(x);
-#if PASSES == 3
-    o.small = to_tf32(x - as_float(o.big));
-#endif
-    return o;
-}
-
-/* c += a·b over one m16n8k8 step, in one or three passes (small terms first,
- * so the large product is added last to the accumulated value). */
-static inline void mma_split(float *c, const operand *a, operand b0, operand b1)
-{
-    const uint big[4] = {a[0].big, a[1].big, a[2].big, a[3].big};
-#if PASSES == 3
-    const uint small[4] = {a[0].small, a[1].small, a[2].small, a[3].small};
-    mma_16x8x8(c, small, b0.big, b1.big);
-    mma_16x8x8(c, big, b0.small, b1.small);
-#endif
-    mma_16x8x8(c, big, b0.big, b1.big);
-}
+#include "nv_tf32.h"  /* mma m16n8k8 .tf32, the operand split */
 
 /* rows x HEAD_DIM f32 of a [seq, d] slice into a tile of pitch `pitch`:
  * cp.async where the row exists, zeros past the end. */
@@ -191,6 +152,7 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
     __local float q_tile[BLOCK_M * PITCH_QK] __attribute__((aligned(16)));
     __local float k_tile[BLOCK_N * PITCH_QK] __attribute__((aligned(16)));
     __local float v_tile[BLOCK_N * PITCH_V] __attribute__((aligned(16)));
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -255,7 +217,7 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
 #pragma unroll
             for (int n = 0; n < S_TILES; n++)
                 s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
-#pragma unroll
+NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++) {
             const int col = kk * 8 + 2 * t;
             operand qa[M_TILES][4];
@@ -269,13 +231,13 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
                 qa[mt][2] = to_operand(upper.y);
                 qa[mt][3] = to_operand(lower.y);
             }
-#pragma unroll
+NV_UNROLL
             for (int n = 0; n < S_TILES; n++) {
                 const float2 kv = vload2(0, k_tile + (n * 8 + g) * PITCH_QK + col);
                 const operand b0 = to_operand(kv.x), b1 = to_operand(kv.y);
-#pragma unroll
+NV_UNROLL
                 for (int mt = 0; mt < M_TILES; mt++)
-                    mma_split(s[mt][n], qa[mt], b0, b1);
+                    mma_split(s[mt][n], qa[mt], b0, b1 NV_SCRATCH_ARG);
             }
         }
         /* Masks only where some key of the block may be absent or hidden from some row of this warp. */
@@ -286,17 +248,17 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
 #if WINDOW_LEFT >= 0
         edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
 #endif
-#pragma unroll
+NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++)
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
-                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2);
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
 
         COPY_ASYNC_WAIT(0);  /* V has landed */
         barrier(CLK_LOCAL_MEM_FENCE);  /* ... for every warp, and every warp is done with k_tile */
         if (kb + BLOCK_N < kv_end)
             LOAD_KEYS(k_tile, PITCH_QK, k_base, k_sb, k_ss, kb + BLOCK_N, seq_kv);
         copy_async_commit();
-#pragma unroll
+NV_UNROLL
         for (int kc = 0; kc < S_TILES; kc++) {
             operand pa[M_TILES][4];
 #pragma unroll
@@ -307,12 +269,12 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
                 pa[mt][3] = to_operand(s[mt][kc][3]);
             }
             __local const float *v_rows = v_tile + (kc * 8 + 2 * t) * PITCH_V + g;
-#pragma unroll
+NV_UNROLL
             for (int n = 0; n < O_TILES; n++) {
                 const operand b0 = to_operand(v_rows[n * 8]), b1 = to_operand(v_rows[PITCH_V + n * 8]);
-#pragma unroll
+NV_UNROLL
                 for (int mt = 0; mt < M_TILES; mt++)
-                    mma_split(acc[mt][n], pa[mt], b0, b1);
+                    mma_split(acc[mt][n], pa[mt], b0, b1 NV_SCRATCH_ARG);
             }
         }
         COPY_ASYNC_WAIT(0);  /* the next K has landed for this thread (the barrier above publishes it) */
@@ -320,12 +282,12 @@ void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong 
     COPY_ASYNC_WAIT(0);
 
     __global float *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
-#pragma unroll
+NV_UNROLL
     for (int mt = 0; mt < M_TILES; mt++) {
-#pragma unroll
+NV_UNROLL
         for (int r = 0; r < 2; r++) {
             float lse_row;
-            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row);
+            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row NV_SCRATCH_ARG);
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;

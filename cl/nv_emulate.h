@@ -1,8 +1,8 @@
 /*
  * nv_emulate.h: plain OpenCL C 1.2 stand-ins for the inline-PTX primitives
- * of nv_async.h, nv_mma.h and nv_mma16.h, so the tensor-core kernels run on
- * any device (PoCL in CI) with -DNV_EMULATE=1. Slow by design: faithful to
- * the PTX ISA's fragment layouts, not fast.
+ * of nv_async.h, nv_mma.h, nv_mma16.h and nv_tf32.h, so the tensor-core
+ * kernels run on any device (PoCL in CI) with -DNV_EMULATE=1. Slow by
+ * design: faithful to the PTX ISA's fragment layouts, not fast.
  *
  * A warp is 32 consecutive work-items (warp = local id / 32, lane = local id
  * % 32), as on NVIDIA. Whatever a PTX instruction moves between the lanes of
@@ -172,6 +172,54 @@ NV_EMU_INLINE void nv_emu_mma(__local uint *scratch, float *c, const uint *a, ui
 }
 #define mma_16x8x16(c, a, b0, b1) nv_emu_mma(nv_scratch, (c), (a), (b0), (b1))
 #endif /* DTYPE 1 or 2 */
+
+/* ---- TF32 (nv_tf32.h): cvt.rna.tf32.f32 and mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 ---- */
+
+/* Round to nearest, ties away from zero, to 10 mantissa bits (the low 13 bits zero). A lane-local
+ * operation. Sign-magnitude bits: adding half the dropped range rounds the magnitude; Inf stays Inf
+ * and NaN stays a NaN. */
+NV_EMU_INLINE uint to_tf32(float x)
+{
+    const uint u = as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u)
+        return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fffffffu : u;
+    return (u + 0x1000u) & 0xffffe000u;
+}
+
+/* (g = lane / 4, t = lane % 4) a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4];
+ * b0 = B[t][g], b1 = B[t+4][g]; c0, c1 = C[g][2t..2t+1], c2, c3 = C[g+8][2t..2t+1]. The hardware reads
+ * an operand's top 19 bits only, so do these; products of two TF32 values are exact in f32, summed in
+ * f32, k in order, onto c. */
+NV_EMU_INLINE void nv_emu_mma_tf32(__local uint *scratch, float *c, const uint *a, uint b0, uint b1)
+{
+    __local uint *w = nv_warp_scratch(scratch);
+    __local uint *wa = w, *wb = w + 128;  /* wa[lane][4], wb[lane][2] */
+    const int lane = nv_lane(), g = lane >> 2, t = lane & 3;
+    wa[lane * 4 + 0] = a[0];
+    wa[lane * 4 + 1] = a[1];
+    wa[lane * 4 + 2] = a[2];
+    wa[lane * 4 + 3] = a[3];
+    wb[lane * 2 + 0] = b0;
+    wb[lane * 2 + 1] = b1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            const float av = as_float(wa[((row & 7) * 4 + (k & 3)) * 4 + (row >> 3) + 2 * (k >> 2)] & 0xffffe000u);
+            const float bv = as_float(wb[(col * 4 + (k & 3)) * 2 + (k >> 2)] & 0xffffe000u);
+            sum = fma(av, bv, sum);  /* the product is exact: fma or not, the same sum */
+        }
+        d[e] = c[e] + sum;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    c[0] = d[0];
+    c[1] = d[1];
+    c[2] = d[2];
+    c[3] = d[3];
+}
+#define mma_16x8x8(c, a, b0, b1) nv_emu_mma_tf32(nv_scratch, (c), (a), (b0), (b1))
 
 /* ---- ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 ----
  * Lanes 8j..8j+7 give the rows of matrix j (16 bytes each); non-transposed, register j of lane (g, t)

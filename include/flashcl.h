@@ -128,11 +128,14 @@ enum flashcl_variant {
     FLASHCL_VARIANT_DECODE_TENSOR_CORE = 9, /* cl/flash_decode_mma.cl: the decode kernel's work-groups on
                                            NVIDIA sm_80+ tensor cores, f16/bf16, d % 16 == 0 up to 128,
                                            the group's rows as one 16-row mma tile */
-    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED = 10 /* cl/flash_backward_mma.cl with FUSED_DQ: as
+    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED = 10, /* cl/flash_backward_mma.cl with FUSED_DQ: as
                                            BACKWARD_TENSOR_CORE, dQ added up by the dK/dV pass in key-block
                                            order (no second pass; still bitwise deterministic). Planned
                                            only with "backward-tensor-core:off": slower on the H200
                                            (docs/backward.md) */
+    FLASHCL_VARIANT_BACKWARD_TF32 = 11  /* cl/flash_backward_tf32.cl: the backward pass on NVIDIA sm_80+
+                                           tensor cores for f32 data with precision TF32 or TF32X3,
+                                           d % 16 == 0 up to 128, mma.sync m16n8k8; deterministic */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
@@ -329,9 +332,11 @@ struct flashcl_attention {
     int causal;
 
     /* How f32 inputs may be multiplied (f16/bf16 ignore it). 0 (EXACT):
-     * f32 FMA, the default. TF32 / TF32X3 allow the TF32 tensor-core kernel
-     * where the context has tensor cores (flashcl_forward_config says which
-     * kernel runs; elsewhere the call stays exact). */
+     * f32 FMA, the default. TF32 / TF32X3 allow the TF32 tensor-core kernels
+     * (the forward's, and flashcl_backward's FLASHCL_VARIANT_BACKWARD_TF32)
+     * where the context has tensor cores (flashcl_forward_config and
+     * flashcl_backward_config say which kernel runs; elsewhere the call stays
+     * exact). */
     enum flashcl_precision precision;
 
     /* FLASHCL_MASK_NONE (0), FLASHCL_MASK_CAUSAL or FLASHCL_MASK_WINDOW. A
@@ -499,7 +504,9 @@ struct flashcl_tile;  /* below, with the kernels */
 
 /* The kernel and tile flashcl_backward would use for this call (variant
  * FLASHCL_VARIANT_BACKWARD_TILED where the head dim is a multiple of 4, else
- * FLASHCL_VARIANT_BACKWARD, or FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED); block_m
+ * FLASHCL_VARIANT_BACKWARD, or on tensor cores (16-byte rows, head dims of
+ * 16s up to 128) FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED) for f16/bf16 and
+ * FLASHCL_VARIANT_BACKWARD_TF32 for f32 whose attn.precision allows TF32; block_m
  * query rows and block_n keys per block, forced with kernel_options
  * "backward-tiled:block_m=..,block_n=.." or "backward:block_m=..,block_n=.."). */
 FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,

@@ -188,7 +188,8 @@ static size_t tf32_local_bytes(const struct device_desc *dev, const struct kerne
 {
     const int head_dim = p->head_dim;
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N], d = (size_t)head_dim;
-    return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float);
+    return ((m + n) * (d + 8) + n * (d + 4)) * sizeof(float) +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
 static void tf32_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
@@ -360,6 +361,29 @@ static void backward_mma_fused_options(const struct device_desc *dev, const stru
     snprintf(buf + used, size - used, " -DFUSED_DQ=1");
 }
 
+/* ---- backward on TF32 tensor cores: cl/flash_backward_tf32.cl (f32 data, precision TF32 or TF32X3) ---- */
+
+/* The larger of the two kernels' arrays, in floats (tiles of pitch d + 8):
+ * dK/dV: K, V once, Q and dO twice (double-buffered), the rows' LSE and D twice;
+ * dQ: Q, dO once, K and V twice. Emulated, each also declares the emulation's scratch. */
+static size_t backward_tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                        const struct problem *p)
+{
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], pitch = (size_t)p->head_dim + 8;
+    const size_t dkdv = (2 * n + 4 * m) * pitch + 4 * m;
+    const size_t dq = (2 * m + 4 * n) * pitch;
+    return (dkdv > dq ? dkdv : dq) * sizeof(float) +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
+}
+
+static void backward_tf32_options(const struct device_desc *dev, const struct problem *p,
+                                  const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
+{
+    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DCAUSAL=%d -DPASSES=%d",
+             p->head_dim, s->axis[M], s->axis[N], s->axis[W], 32 * s->axis[W], p->mask == FLASHCL_MASK_CAUSAL,
+             p->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1);
+}
+
 /* ---- decode: cl/flash_decode.cl, a KV head's query rows against its keys, split-KV ---- */
 
 /* The kernel's ROWS (kernel_table.h). */
@@ -496,6 +520,18 @@ static const struct builtin_shape backward_mma_builtin[] = {
     {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16)},
 };
 
+/* TF32 backward, warps x block_m x block_n, preferred first. Not measured on a GPU yet: the f16
+ * backward's shapes (above) where their f32 tiles (twice the bytes, pitch d + 8) fit. 4 x 64 x 64:
+ * 112 KB at d = 64 (two work-groups an H200 SM), 210 KB at d = 128 (one; 227 KB parts only);
+ * 2 x 32 x 32: 56 KB at d = 64 (99 KB parts), 105 KB at d = 128; 1 x 16 x 16: 53 KB at d = 128,
+ * what a 99 KB part takes there. One 16-key (16-row) tile a warp at d = 128: its dK and dV
+ * accumulators are 128 registers a thread already. */
+static const struct builtin_shape backward_tf32_builtin[] = {
+    {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64)},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32)},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16)},
+};
+
 #define SHAPE(w, t, n) {.axis = {[W] = (w), [T] = (t), [N] = (n)}}
 
 /* f16/bf16, preferred first (sweeps on the H200, docs/perf.md v0.5): 8 x 1 x
@@ -575,7 +611,7 @@ const struct kernel_info fcl_kernels[] = {
         .combine = "flash_forward_combine",
         .f32_precisions = PRECISION_BIT(FLASHCL_PRECISION_TF32) | PRECISION_BIT(FLASHCL_PRECISION_TF32X3),
         .head_dim_step = 8, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {MMA_AXES},
         .builtin = tf32_builtin, .n_builtin = sizeof(tf32_builtin) / sizeof(tf32_builtin[0]),
         .launchable = mma_launchable, .local_bytes = tf32_local_bytes, .geometry = mma_geometry,
@@ -637,6 +673,21 @@ const struct kernel_info fcl_kernels[] = {
         .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
         .launchable = backward_mma_launchable, .local_bytes = backward_mma_fused_local_bytes,
         .geometry = backward_mma_geometry, .options = backward_mma_fused_options,
+    },
+    {
+        .name = "backward-tf32", .variant = FLASHCL_VARIANT_BACKWARD_TF32, .op = OP_BACKWARD,
+        .source = flashcl_source_flash_backward_tf32, .entry = "flash_backward_dot",
+        .steps = {"flash_backward_dot", "flash_backward_tf32_dkdv", "flash_backward_tf32_dq"},
+        .dtypes = DTYPE_BIT(FLASHCL_F32),
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .f32_precisions = PRECISION_BIT(FLASHCL_PRECISION_TF32) | PRECISION_BIT(FLASHCL_PRECISION_TF32X3),
+        .head_dim_step = 16, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
+        .axes = {[M] = {16, 256, 16, {32, 64, 128}}, [N] = {16, 256, 16, {32, 64, 128}}, [W] = {1, 8, 1, {2, 4, 8}}},
+        .builtin = backward_tf32_builtin,
+        .n_builtin = sizeof(backward_tf32_builtin) / sizeof(backward_tf32_builtin[0]),
+        .launchable = backward_mma_launchable, .local_bytes = backward_tf32_local_bytes,
+        .geometry = backward_mma_geometry, .options = backward_tf32_options,
     },
     {
         .name = "backward-tiled", .variant = FLASHCL_VARIANT_BACKWARD_TILED, .op = OP_BACKWARD,

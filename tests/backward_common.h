@@ -24,6 +24,7 @@ struct bwd_case {
     int standard;              /* flashcl_standard_backward instead of flashcl_backward */
     int windowed;              /* mask FLASHCL_MASK_WINDOW with these (causal ignored) */
     int window_left, window_right;
+    enum flashcl_precision precision;  /* f32: attn.precision of both the forward and the backward */
 };
 
 /* One case's buffers on the device and their host images. */
@@ -52,8 +53,10 @@ void problem_forward(struct problem *p, flashcl_context *ctx);
 /* Runs the backward call on queue, with the case's workspace choice, and waits; records the variant. */
 void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue queue);
 unsigned char *read_back(const struct problem *p, int t);
-/* |got - ref| <= atol + rtol * max|ref| per output tensor, for the kernel that ran. */
-void backward_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, double *atol, double *rtol);
+/* |got - ref| <= atol + rtol * max|ref| per output tensor, for the kernel that ran (and the precision
+ * the call allowed, which only FLASHCL_VARIANT_BACKWARD_TF32 uses). */
+void backward_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
+                        double *atol, double *rtol);
 /* Compares with the reference; rows that see no key have dQ exactly 0; bytes outside the views kept their poison. */
 void problem_check(const struct problem *p, struct bwd_result *r);
 /* create, forward, backward, check, print one line, free; out may be NULL. ctx NULL: the shared one. */

@@ -1,10 +1,11 @@
 /* The tensor-core kernels (f16/bf16 mma.sync and TF32, forward; the f16/bf16
- * backward) on the cases that qualify for them: the kernel must be the one
- * that runs, and its output meets its bound. Where the device has no tensor
- * cores every check here would be vacuous, so the suite reports itself
- * skipped (exit 77) — unless FLASHCL_TEST_EMULATE_TENSOR_CORES=1: then the
- * f16/bf16 forward and decode cases run on the kernels' plain-OpenCL
- * emulation (a test hook: -DNV_EMULATE=1, cl/nv_emulate.h), on PoCL too. */
+ * and TF32 backward) on the cases that qualify for them: the kernel must be
+ * the one that runs, and its output meets its bound. Where the device has no
+ * tensor cores every check here would be vacuous, so the suite reports
+ * itself skipped (exit 77) — unless FLASHCL_TEST_EMULATE_TENSOR_CORES=1: then
+ * the f16/bf16 forward and decode cases, the TF32 forward's lighter cases
+ * and the TF32 backward's run on the kernels' plain-OpenCL emulation (a test
+ * hook: -DNV_EMULATE=1, cl/nv_emulate.h), on PoCL too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "test_hooks.h"
 
 extern const char flashcl_source_flash_backward_mma[];  /* src/internal.h */
+extern const char flashcl_source_flash_backward_tf32[];
 
 #define F32 FLASHCL_F32
 #define F16 FLASHCL_F16
@@ -340,7 +342,244 @@ START_TEST(backward_ptxas_report)
 }
 END_TEST
 
+/* ---- the f32 backward on TF32 tensor cores: FLASHCL_VARIANT_BACKWARD_TF32 ---- */
+
+#define BWD_TF32(b, nq, nk, hq, hk, d, causal, scale, layout, ws, precision)                                       \
+    {b, nq, nk, hq, hk, d, F32, causal, scale, layout, ws, 0, 0, 0, 0, precision}
+
+/* f32 calls that allow TF32 or 3xTF32 (both calls, the forward on the TF32 kernel too where it runs):
+ * head dims 16, 64, 80, 128, lengths 1, 17, 100, 129 (no multiple of a block), causal with Nq < Nk
+ * and Nq > Nk (rows with no key), GQA 4:2 and 6:1, a negative scale, several blocks each way. The
+ * padded view (rows not on 16 bytes) must take the register-tiled FMA backward, exact. */
+static const struct bwd_case tf32_backward_cases[] = {
+    BWD_TF32(1, 100, 129, 4, 2, 64, 1, 0, LAYOUT_BNHD, 0, TF32),       /* Nq < Nk, GQA 4:2 */
+    BWD_TF32(1, 129, 17, 2, 2, 80, 1, 0, LAYOUT_BHND, 1, TF32X3),      /* Nq > Nk: 112 rows see no key */
+    BWD_TF32(1, 100, 100, 6, 1, 16, 0, 0, LAYOUT_BNHD, 0, TF32X3),     /* GQA 6:1 */
+    BWD_TF32(1, 17, 100, 2, 2, 128, 0, 0, LAYOUT_BNHD, 0, TF32),
+    BWD_TF32(1, 1, 100, 2, 2, 128, 1, 0, LAYOUT_BNHD, 0, TF32X3),      /* one query sees every key */
+    BWD_TF32(1, 17, 1, 2, 1, 64, 1, 0, LAYOUT_BNHD, 0, TF32),          /* one key: 16 rows see none */
+    BWD_TF32(2, 129, 100, 2, 2, 128, 1, 0, LAYOUT_BNHD, 0, TF32X3),    /* Nq > Nk, two batches */
+    BWD_TF32(1, 100, 64, 2, 2, 64, 1, -0.2f, LAYOUT_BNHD, 0, TF32),    /* negative scale */
+    BWD_TF32(1, 40, 56, 4, 2, 64, 1, 0, LAYOUT_PADDED, 0, TF32),       /* not 16-byte rows: FMA units */
+};
+
+/* The cases again on forced shapes: several 16-key (16-row) tiles a warp, 16- and 32-query chunks.
+ * Emulated, the first shape on the first two cases only: each new head dim, mask, precision and shape
+ * is a program PoCL compiles for several seconds. */
+static const char *const tf32_backward_shapes[] = {
+    "decode:off;decode-tensor-core:off;backward-tf32:warps=1,block_m=32,block_n=32",
+    "decode:off;decode-tensor-core:off;backward-tf32:warps=2,block_m=32,block_n=64",
+};
+
+static void run_tf32_backward(const char *options, const struct bwd_case *c, uint64_t seed, const char *label)
+{
+    struct bwd_result r;
+    run_case(context_with_options(options), label, c, seed, &r);
+    ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
+                                                           : FLASHCL_VARIANT_BACKWARD_TF32);
+}
+
+START_TEST(backward_tf32)
+{
+    char label[32];
+    snprintf(label, sizeof(label), "bwd %s %d", tf32_backward_cases[_i].precision == TF32 ? "tf32" : "tf32x3", _i);
+    run_tf32_backward("decode:off;decode-tensor-core:off", &tf32_backward_cases[_i], 2000 + (uint64_t)_i, label);
+}
+END_TEST
+
+START_TEST(backward_tf32_shapes)
+{
+    const size_t n = emulated ? 1 : sizeof(tf32_backward_shapes) / sizeof(tf32_backward_shapes[0]);
+    for (size_t i = 0; i < n; i++) {
+        char label[32];
+        snprintf(label, sizeof(label), "bwd shape %zu %d", i, _i);
+        run_tf32_backward(tf32_backward_shapes[i], &tf32_backward_cases[_i], 2100 + 10 * (uint64_t)_i + i, label);
+    }
+}
+END_TEST
+
+/* Exact f32 (the default precision) never takes the TF32 backward, here on the same context. */
+START_TEST(backward_tf32_not_exact)
+{
+    const struct bwd_case c = BWD_TF32(1, 100, 129, 4, 2, 64, 1, 0, LAYOUT_BNHD, 0, FLASHCL_PRECISION_EXACT);
+    struct bwd_result r;
+    run_case(context_with_options("decode:off;decode-tensor-core:off"), "bwd exact f32", &c, 2200, &r);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+}
+END_TEST
+
+/* Same bits every run: dK, dV summed over 4 query heads, three blocks each way, both precisions (the
+ * head dims, mask and shape of backward_tf32's first two cases: the same programs). */
+START_TEST(backward_tf32_deterministic)
+{
+    struct bwd_case c = BWD_TF32(1, 150, 140, 4, 1, _i ? 80 : 64, 1, 0, LAYOUT_BNHD, 0, _i ? TF32X3 : TF32);
+    flashcl_context *ctx = context_with_options("decode:off;decode-tensor-core:off");
+    struct problem p;
+    problem_create(&p, &c, 2300 + (uint64_t)_i);
+    problem_forward(&p, ctx);
+    problem_backward(&p, ctx, test_env_get()->queue);
+    ck_assert_int_eq(p.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+    unsigned char *first[3];
+    for (int o = 0; o < 3; o++)
+        first[o] = read_back(&p, T_DQ + o);
+    problem_backward(&p, ctx, test_env_get()->queue);
+    for (int o = 0; o < 3; o++) {
+        unsigned char *again = read_back(&p, T_DQ + o);
+        ck_assert_msg(memcmp(again, first[o], p.count[T_DQ + o] * p.esize) == 0, "a second run gave other %s bits",
+                      tensor_names[T_DQ + o]);
+        free(again);
+        free(first[o]);
+    }
+    struct bwd_result r;
+    problem_check(&p, &r);
+    printf("backward-tf32 deterministic (%s): 2 runs bit-identical; max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
+           _i ? "tf32x3" : "tf32", r.max_err[0], r.max_err[1], r.max_err[2]);
+    problem_free(&p);
+}
+END_TEST
+
+#define LOCAL_SLACK 64  /* src/kernel_table.h's FCL_LOCAL_SLACK: what a compiler may add to the arrays */
+
+/* Builds the TF32 backward with the options the plan of tile t gives (src/kernels.c's
+ * backward_tf32_options, the planner's -cl-std and -DNV_EMULATE) plus `extra`; the build log into log. */
+static cl_program build_backward_tf32(const struct flashcl_tile *t, int head_dim, int causal, int passes,
+                                      const char *extra, char **log)
+{
+    struct test_env *e = test_env_get();
+    char options[320];
+    snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d "
+             "-DCAUSAL=%d -DPASSES=%d%s %s", head_dim, t->block_m, t->block_n, t->warps, t->workgroup_size, causal,
+             passes, emulated ? " -DNV_EMULATE=1" : "", extra);
+    const char *src = flashcl_source_flash_backward_tf32;
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(e->cl, 1, &src, NULL, &err);
+    ck_assert_cl(err);
+    const cl_int built = clBuildProgram(prog, 1, &e->device, options, NULL, NULL);
+    size_t size = 0;
+    clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+    *log = calloc(size + 1, 1);
+    ck_assert_ptr_nonnull(*log);
+    clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, size, *log, NULL);
+    printf("backward-tf32 build (%s, %zu bytes local in the table): %s\n%s\n", options, t->local_bytes,
+           built == CL_SUCCESS ? "built" : "FAILED", *log);
+    ck_assert_cl(built);
+    return prog;
+}
+
+/* The table's footprint is what the larger of the two built block kernels declares, on the planner's
+ * shape and a forced one (with the emulation's scratch where emulated); natively also the compiler's
+ * report (registers, spills) of the planner's shapes at d = 64 and 128, both precisions. */
+START_TEST(backward_tf32_footprint)
+{
+    struct test_env *e = test_env_get();
+    const struct { const char *options; int head_dim, causal; enum flashcl_precision precision; } builds[] = {
+        {"decode:off;decode-tensor-core:off", 128, 1, TF32X3},
+        {"decode:off;decode-tensor-core:off;backward-tf32:warps=2,block_m=32,block_n=64", 80, 0, TF32X3},
+        {"decode:off;decode-tensor-core:off", 64, 0, TF32X3},
+        {"decode:off;decode-tensor-core:off", 128, 0, TF32X3},
+    };
+    for (int i = 0; i < (emulated ? 1 : 4); i++) {  /* emulated: one (PoCL's compile is slow) */
+        const struct bwd_case c = BWD_TF32(1, 64, 64, 2, 2, builds[i].head_dim, builds[i].causal, 0, LAYOUT_BNHD, 0,
+                                           builds[i].precision);
+        struct problem p;
+        problem_create(&p, &c, 1);
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_backward_config(context_with_options(builds[i].options), &p.a, &p.g, &t));
+        problem_free(&p);
+        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+        char *log;
+        cl_program prog = build_backward_tf32(&t, c.head_dim, c.causal, c.precision == TF32X3 ? 3 : 1,
+                                              emulated ? "" : "-cl-nv-verbose", &log);
+        free(log);
+        cl_ulong largest = 0;
+        const char *const steps[] = {"flash_backward_tf32_dkdv", "flash_backward_tf32_dq"};
+        for (int step = 0; step < 2; step++) {
+            cl_int err;
+            cl_kernel kernel = clCreateKernel(prog, steps[step], &err);
+            ck_assert_cl(err);
+            cl_ulong declared = 0;
+            ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
+                                                  &declared, NULL));
+            printf("  %s: %llu bytes local\n", steps[step], (unsigned long long)declared);
+            largest = declared > largest ? declared : largest;
+            clReleaseKernel(kernel);
+        }
+        clReleaseProgram(prog);
+        ck_assert_msg(largest + LOCAL_SLACK >= t.local_bytes && largest <= t.local_bytes + LOCAL_SLACK,
+                      "%dx%dx%d at d = %d: the kernels declare at most %llu bytes, the table says %zu", t.warps,
+                      t.block_m, t.block_n, c.head_dim, (unsigned long long)largest, t.local_bytes);
+    }
+}
+END_TEST
+
+/* Which backward a TF32 call plans where tensor cores are assumed (nothing launched): backward-tf32 with
+ * the shapes of src/kernels.c's list that fit an H200's 227 KB and a 99 KB part; exact f32 never. */
+START_TEST(backward_tf32_planned)
+{
+    struct test_env *e = test_env_get();
+    const struct {
+        size_t local;
+        int compute_capability, head_dim;
+        enum flashcl_precision precision;
+        enum flashcl_variant variant;
+        int warps, block_m, block_n;
+    } plans[] = {
+        {232448, 90, 64, TF32, FLASHCL_VARIANT_BACKWARD_TF32, 4, 64, 64},     /* 112 KB */
+        {232448, 90, 128, TF32X3, FLASHCL_VARIANT_BACKWARD_TF32, 4, 64, 64},  /* 210 KB */
+        {101376, 86, 64, TF32X3, FLASHCL_VARIANT_BACKWARD_TF32, 2, 32, 32},   /* 56 KB */
+        {101376, 86, 112, TF32, FLASHCL_VARIANT_BACKWARD_TF32, 2, 32, 32},    /* 93 KB */
+        {101376, 86, 128, TF32, FLASHCL_VARIANT_BACKWARD_TF32, 1, 16, 16},    /* 53 KB */
+        {232448, 90, 64, FLASHCL_PRECISION_EXACT, FLASHCL_VARIANT_BACKWARD_TILED, 0, 64, 64},
+        {232448, 90, 72, TF32, FLASHCL_VARIANT_BACKWARD_TILED, 0, 64, 64},    /* not a multiple of 16 */
+    };
+    for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {
+        struct flashcl_context_params params = {0};
+        params.context = e->cl;
+        params.device = e->device;
+        params.local_mem_bytes = plans[i].local;
+        params.tuning_file = "";
+        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true,
+                                             .assume_compute_capability = plans[i].compute_capability};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
+        const struct bwd_case c = BWD_TF32(1, 64, 64, 2, 2, plans[i].head_dim, 1, 0, LAYOUT_BNHD, 0,
+                                           plans[i].precision);
+        struct problem p;
+        problem_create(&p, &c, 1);
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p.a, &p.g, &t));
+        problem_free(&p);
+        flashcl_context_destroy(&ctx);
+        printf("backward planned with %zu bytes local, d = %d, precision %d: %s %dx%dx%d, %zu bytes\n",
+               plans[i].local, plans[i].head_dim, (int)plans[i].precision, flashcl_variant_name(t.variant), t.warps,
+               t.block_m, t.block_n, t.local_bytes);
+        ck_assert_int_eq(t.variant, plans[i].variant);
+        if (t.variant == FLASHCL_VARIANT_BACKWARD_TF32) {
+            ck_assert_int_eq(t.warps, plans[i].warps);
+            ck_assert_int_eq(t.block_m, plans[i].block_m);
+            ck_assert_int_eq(t.block_n, plans[i].block_n);
+            ck_assert_uint_le(t.local_bytes + LOCAL_SLACK, plans[i].local);
+        }
+    }
+}
+END_TEST
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The TF32 backward's tests, natively and emulated (the same cases, small enough for the emulation;
+ * fewer forced shapes and builds there). */
+static TCase *backward_tf32_tcase(void)
+{
+    TCase *tc = tcase_create("backward-tf32");
+    tcase_set_timeout(tc, 1800);
+    tcase_add_test(tc, backward_tf32_planned);
+    tcase_add_test(tc, backward_tf32_footprint);
+    tcase_add_loop_test(tc, backward_tf32, 0, COUNT(tf32_backward_cases));
+    tcase_add_loop_test(tc, backward_tf32_shapes, 0, emulated ? 2 : COUNT(tf32_backward_cases));
+    tcase_add_test(tc, backward_tf32_not_exact);
+    tcase_add_loop_test(tc, backward_tf32_deterministic, 0, 2);
+    return tc;
+}
 
 int main(void)
 {
@@ -360,7 +599,8 @@ int main(void)
     Suite *s = suite_create("tensor_cores");
     if (emulated) {
         /* The kernels with an emulation: the f16/bf16 forward and decode (not TF32, not the backward). */
-        printf("tensor cores emulated (FLASHCL_TEST_EMULATE_TENSOR_CORES=1): f16/bf16 forward and decode only\n");
+        printf("tensor cores emulated (FLASHCL_TEST_EMULATE_TENSOR_CORES=1): f16/bf16 forward and decode, TF32 "
+               "forward and backward\n");
         TCase *tc = tcase_create("emulated tensor-core kernels against the double reference");
         tcase_set_timeout(tc, 1800);
         tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
@@ -368,6 +608,11 @@ int main(void)
         tcase_add_loop_test(tc, decode_tensor_core, 0, COUNT(decode_cases));
         tcase_add_test(tc, decode_tensor_core_repeatable);
         suite_add_tcase(s, tc);
+        TCase *tf = tcase_create("emulated TF32 forward");
+        tcase_set_timeout(tf, 1800);
+        tcase_add_loop_test(tf, tf32, 0, COUNT(tf32_cases));  /* not split: the f16 cases cover split.h */
+        suite_add_tcase(s, tf);
+        suite_add_tcase(s, backward_tf32_tcase());
         const int rc = test_run_suite(s);
         for (int i = 0; i < n_emulated; i++)
             flashcl_context_destroy(&emulated_contexts[i].ctx);
@@ -389,5 +634,6 @@ int main(void)
     tcase_add_loop_test(bw, backward_other_shapes, 0, COUNT(backward_cases));
     tcase_add_loop_test(bw, backward_deterministic, 0, 2);
     suite_add_tcase(s, bw);
+    suite_add_tcase(s, backward_tf32_tcase());
     return test_run_suite(s);
 }

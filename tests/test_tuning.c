@@ -643,7 +643,8 @@ END_TEST
 
 /* Asks which backward kernel and tile a call of this shape would use under ctx (aligned views, LSE,
  * gradients in a buffer of their own). */
-static struct flashcl_tile backward_config_of(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal)
+static struct flashcl_tile backward_config_precision(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
+                                                     enum flashcl_precision precision)
 {
     struct test_env *e = test_env_get();
     const size_t rows = 64 * (size_t)d * flashcl_dtype_size(dtype);
@@ -652,6 +653,7 @@ static struct flashcl_tile backward_config_of(flashcl_context *ctx, int d, flash
     cl_mem grads = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 4 * rows, NULL, NULL);
     ck_assert(mem && lse && grads);
     struct flashcl_attention a = shape(d, dtype, causal, mem);
+    a.precision = precision;
     a.lse = flashcl_tensor_lse(lse, 64, 1);
     struct flashcl_attention_grad g = {0};
     flashcl_tensor *views[] = {&g.d_o, &g.d_q, &g.d_k, &g.d_v};
@@ -666,6 +668,46 @@ static struct flashcl_tile backward_config_of(flashcl_context *ctx, int d, flash
     clReleaseMemObject(grads);
     return t;
 }
+
+static struct flashcl_tile backward_config_of(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal)
+{
+    return backward_config_precision(ctx, d, dtype, causal, FLASHCL_PRECISION_EXACT);
+}
+
+/* The TF32 backward's built-in shapes where tensor cores are assumed (nothing launched): for every
+ * head dim it takes, both precisions and masks, an H200's 227 KB and a 99 KB part plan it with a
+ * shape whose footprint fits; exact f32, and head dims that are no multiple of 16, never. */
+START_TEST(backward_tf32_shapes_fit)
+{
+    static const size_t locals[] = {232448, 101376};
+    for (int i = 0; i < 2; i++) {
+        flashcl_context *ctx = assumed_tensor_cores(locals[i], 0, 0, 0, 0);
+        for (int d = 8; d <= 136; d += 8)
+            for (int causal = 0; causal < 2; causal++) {
+                for (int precision = FLASHCL_PRECISION_TF32; precision <= FLASHCL_PRECISION_TF32X3; precision++) {
+                    const struct flashcl_tile t = backward_config_precision(ctx, d, FLASHCL_F32, causal, precision);
+                    if (d % 16 != 0 || d > 128) {
+                        ck_assert_int_ne(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+                        continue;
+                    }
+                    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+                    ck_assert_int_eq(t.source, FLASHCL_TILE_DEFAULT);
+                    ck_assert_uint_le(t.local_bytes + FCL_LOCAL_SLACK, locals[i]);
+                    /* The first built-in shape wherever it fits: on the H200 up to d = 128. */
+                    if (i == 0) {
+                        ck_assert_int_eq(t.warps, 4);
+                        ck_assert_int_eq(t.block_m, 64);
+                        ck_assert_int_eq(t.block_n, 64);
+                    }
+                }
+                const struct flashcl_tile exact = backward_config_precision(ctx, d, FLASHCL_F32, causal,
+                                                                            FLASHCL_PRECISION_EXACT);
+                ck_assert_int_ne(exact.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+            }
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
 
 /* A kind=backward line (what flashcl-probe --tune writes for a backward key) is read by a fresh context and
  * used by the backward planner for its key only. 32 x 16 is not the rule's 64 x 64 tile. */
@@ -930,6 +972,7 @@ int main(void)
     tcase_add_test(tc, decode_kernels_match_built_kernels);
     tcase_add_test(tc, backward_tiled_matches_built_kernels);
     tcase_add_test(tc, backward_entry_used);
+    tcase_add_test(tc, backward_tf32_shapes_fit);
     tcase_add_test(tc, decode_entry_used);
     tcase_add_test(tc, decode_forced_wins_and_old_lines);
     tcase_add_test(tc, decode_entry_malformed);
