@@ -142,7 +142,7 @@ static inline void wait_turn(__global const int *turn, int expected)
     int seen;
     do
         __asm__ volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(turn) : "memory");
-    while (seen != expected);
+    while (seen < expected);  /* no pass comes after ours until every warp of ours has seen it: == then */
 }
 
 static inline void pass_turn(__global int *turn)
@@ -442,7 +442,9 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
     }
     COPY_ASYNC_WAIT(0);
 #if FUSED_DQ
-    warp_sync();
+    /* A work-group barrier, not a warp's: every warp must have seen its last turn before any passes it
+     * (inside the loop the next chunk's barrier does this), and it orders all lanes' adds first. */
+    barrier(CLK_GLOBAL_MEM_FENCE);
     if (lane == 0 && held_turn)
         pass_turn(held_turn);
 #endif

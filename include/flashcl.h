@@ -130,8 +130,8 @@ enum flashcl_variant {
                                            the group's rows as one 16-row mma tile */
     FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED = 10, /* cl/flash_backward_mma.cl with FUSED_DQ: as
                                            BACKWARD_TENSOR_CORE, dQ added up by the dK/dV pass in key-block
-                                           order (no second pass; still bitwise deterministic). Planned
-                                           only with "backward-tensor-core:off": slower on the H200
+                                           order (no second pass; still bitwise deterministic). Opt-in,
+                                           "backward-tensor-core-fused:on": slower on the H200
                                            (docs/backward.md) */
     FLASHCL_VARIANT_BACKWARD_TF32 = 11  /* cl/flash_backward_tf32.cl: the backward pass on NVIDIA sm_80+
                                            tensor cores for f32 data with precision TF32 or TF32X3,
@@ -207,7 +207,9 @@ struct flashcl_context_params {
      * by ';', each a kernel name (flashcl_variant_name) and ':' then
      * comma-separated settings — `axis=value` fixes an axis of its shape
      * (block_m, block_n, warps, m_tiles, as the kernel has them; the others
-     * stay automatic), `off` keeps every call off that kernel. E.g.
+     * stay automatic), `off` keeps every call off that kernel, `on` only
+     * names it (an opt-in kernel, backward-tensor-core-fused, is planned
+     * only where a clause names it). E.g.
      * "tensor-core:warps=4,m_tiles=2,block_n=64;register-tiled:off".
      * A fixed shape whose local memory does not fit leaves the call to the
      * next kernel; where no kernel is left, the call fails with
@@ -485,7 +487,8 @@ struct flashcl_attention_grad {
 /* Bytes of scratch flashcl_backward needs for this problem under this
  * context's plan: O(batch · heads_q · seq_q) (the row terms D = rowsum(dO ∘
  * O)), with the fused tensor-core kernel also dQ's f32 accumulator (4 ·
- * head_dim bytes a row) and a counter per 32 query rows; never N×N.
+ * head_dim bytes a row, 256-byte aligned) and a counter per 16 or 32 query
+ * rows (its chunk) plus one; never N×N.
  * Validates like the call itself. */
 FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
                                                            const struct flashcl_attention *attn,

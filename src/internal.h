@@ -119,6 +119,7 @@ void fcl_config_to_shape(const struct kernel_info *k, const struct flashcl_tuned
 
 struct kernel_override {
     bool off;                  /* never plan this kernel */
+    bool named;                /* a clause names it (not off): an opt_in kernel may be planned */
     int splits;                /* split-KV forced (kernels that take it); 0 automatic */
     unsigned fixed;            /* a bit per axis fixed in `shape` */
     struct kernel_shape shape;

@@ -114,9 +114,12 @@ struct kernel_info {
      * the KV head's group (group x seq_q of at most FCL_DECODE_MAX_ROWS); the
      * grid is (splits, heads_kv, batch). false: (query blocks x splits, heads_q, batch). */
     bool packs_group;
-    /* Backward: the dK/dV step also adds up dQ in the workspace (fcl_backward_accum_bytes), and the
+    /* Backward: the dK/dV step also adds up dQ in the workspace (src/backward.c's layout), and the
      * last step converts it; false: the last step computes dQ itself. */
     bool dq_accumulated;
+    /* Planned only where the kernel options name it ("name:on", or a shape): not the default, and not
+     * a retry's fallback either. */
+    bool opt_in;
     struct axis_spec axes[AXIS_COUNT];
     /* Built-in shapes, preferred first; the first that applies and fits wins. */
     const struct builtin_shape *builtin;
@@ -151,12 +154,13 @@ struct kernel_info {
 #define FCL_LOCAL_SLACK 64
 
 #define FCL_MAX_SPLITS 64  /* split-KV work-groups per query block at most */
-#define FCL_DECODE_MAX_ROWS 16
+#define FCL_DECODE_MAX_ROWS 16  /* query rows (group x seq_q) a decode work-group holds at most */
+
 /* cl/flash_backward_mma.cl's Q_CHUNK: the query rows of its inner step (and of a fused dQ turn). */
 static inline int fcl_backward_mma_chunk(int block_m)
 {
     return block_m % 32 == 0 ? 32 : 16;
-}  /* query rows (group x seq_q) a decode work-group holds at most */
+}
 
 extern const struct kernel_info fcl_kernels[];
 extern const int fcl_kernel_count;

@@ -38,6 +38,7 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
         }
         struct kernel_override *ov = &parsed[fcl_kernel_index(k)];
         ov->off = false;  /* a clause naming the kernel uses it, unless it says off (a deprecated field may have) */
+        ov->named = true;
         for (const char *s = colon + 1; s < end;) {
             const char *s_end = s + strcspn(s, ",;");
             if (s_end > end)
@@ -46,6 +47,9 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
             const char *eq = memchr(s, '=', len);
             if (len == 3 && strncmp(s, "off", 3) == 0) {
                 ov->off = true;
+                ov->named = false;
+            } else if (len == 2 && strncmp(s, "on", 2) == 0) {
+                /* named: enough for an opt-in kernel */
             } else if (eq && eq - s == 6 && strncmp(s, "splits", 6) == 0) {
                 char *num_end;
                 const bool digits = eq + 1 < s_end && eq[1] >= '0' && eq[1] <= '9';

@@ -200,6 +200,10 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         snprintf(why, why_size, "turned off by the kernel options");
         return false;
     }
+    if (k->opt_in && !ctx->overrides[index].named) {
+        snprintf(why, why_size, "opt-in: planned only where the kernel options name it (\"%s:on\")", k->name);
+        return false;
+    }
     memset(out, 0, sizeof(*out));
     const struct tuned_entry *tuned;
     if (!choose_shape(ctx, k, p, &out->shape, &out->source, &tuned, why, why_size))

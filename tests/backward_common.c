@@ -142,11 +142,17 @@ void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue 
         ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p->a, &p->g, &tile));
         if (tile.variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED) {
             ck_assert_uint_ge(bytes, rows * sizeof(float) * (1 + (size_t)p->c.head_dim));
-            /* A workspace 4 bytes short is refused before anything is enqueued. */
+            /* A workspace 4 bytes short is refused before anything is enqueued: dQ keeps its poison. */
             cl_int err;
             cl_mem small = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes - 4, NULL, &err);
             ck_assert_ptr_nonnull(small);
+            unsigned char *before = read_back(p, T_DQ);
             ck_assert_int_eq(flashcl_backward(ctx, &p->a, &p->g, small, queue, 0, NULL, NULL), FLASHCL_INVALID_VALUE);
+            ck_assert_cl(clFinish(queue));
+            unsigned char *after = read_back(p, T_DQ);
+            ck_assert(memcmp(before, after, p->count[T_DQ] * p->esize) == 0);
+            free(before);
+            free(after);
             clReleaseMemObject(small);
         } else {
             ck_assert_uint_eq(bytes, rows * sizeof(float));

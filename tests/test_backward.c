@@ -57,7 +57,7 @@ static flashcl_context *tiled_context(int block_m, int block_n)
 {
     char options[128];
     snprintf(options, sizeof(options),
-             "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:block_m=%d,block_n=%d", block_m,
+             "backward-tensor-core:off;backward-tiled:block_m=%d,block_n=%d", block_m,
              block_n);
     return test_context_with_options(options);
 }
@@ -133,7 +133,7 @@ START_TEST(tiled_fallback)
 {
     struct test_env *e = test_env_get();
     flashcl_context *off =
-        test_context_with_options("backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off");
+        test_context_with_options("backward-tensor-core:off;backward-tiled:off");
     static const int dims[] = {1, 6, 30, 33, 255, 4, 64, 256};
     for (int i = 0; i < (int)(sizeof(dims) / sizeof(dims[0])); i++) {
         const struct bwd_case c = {1, 20, 24, 2, 1, dims[i], F32, 1, 0, LAYOUT_BNHD, 0};
@@ -172,7 +172,7 @@ START_TEST(windows)
     standard.own_workspace = 0;
     run_case(NULL, "window, standard", &standard, 700 + (uint64_t)_i, NULL);
     struct bwd_case tiny = window_cases[_i];
-    run_case(test_context_with_options("backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off;"
+    run_case(test_context_with_options("backward-tensor-core:off;backward-tiled:off;"
                                        "backward:block_m=3,block_n=5"),
              "window, 3x5 tile",
              &tiny, 710 + (uint64_t)_i, NULL);
@@ -303,7 +303,7 @@ START_TEST(forced_tiles)
     /* The tile of the portable kernel: the tensor-core one (f16/bf16 where the device has it) and the
      * register-tiled one (head dims that are multiples of 4) are off. */
     char options[192];
-    snprintf(options, sizeof(options), "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off;%s",
+    snprintf(options, sizeof(options), "backward-tensor-core:off;backward-tiled:off;%s",
              tile);
     params.kernel_options = options;
     flashcl_context *ctx = NULL;
@@ -384,8 +384,8 @@ END_TEST
 
 /* The register-tiled kernel with many blocks, then the portable one. */
 static const char *const deterministic_options[] = {
-    "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:block_m=32,block_n=16",
-    "backward-tensor-core-fused:off;backward-tensor-core:off;backward-tiled:off"};
+    "backward-tensor-core:off;backward-tiled:block_m=32,block_n=16",
+    "backward-tensor-core:off;backward-tiled:off"};
 static const enum flashcl_variant deterministic_variants[] = {FLASHCL_VARIANT_BACKWARD_TILED,
                                                               FLASHCL_VARIANT_BACKWARD};
 

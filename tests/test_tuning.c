@@ -643,8 +643,8 @@ END_TEST
 
 /* Asks which backward kernel and tile a call of this shape would use under ctx (aligned views, LSE,
  * gradients in a buffer of their own). */
-static struct flashcl_tile backward_config_precision(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
-                                                     enum flashcl_precision precision)
+static struct flashcl_tile backward_config_and_workspace(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
+                                                         enum flashcl_precision precision, size_t *workspace)
 {
     struct test_env *e = test_env_get();
     const size_t rows = 64 * (size_t)d * flashcl_dtype_size(dtype);
@@ -663,10 +663,18 @@ static struct flashcl_tile backward_config_precision(flashcl_context *ctx, int d
     }
     struct flashcl_tile t;
     ck_assert_flashcl_ok(flashcl_backward_config(ctx, &a, &g, &t));
+    if (workspace)
+        ck_assert_flashcl_ok(flashcl_backward_workspace_size(ctx, &a, &g, workspace));
     clReleaseMemObject(mem);
     clReleaseMemObject(lse);
     clReleaseMemObject(grads);
     return t;
+}
+
+static struct flashcl_tile backward_config_precision(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
+                                                     enum flashcl_precision precision)
+{
+    return backward_config_and_workspace(ctx, d, dtype, causal, precision, NULL);
 }
 
 static struct flashcl_tile backward_config_of(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal)
@@ -704,6 +712,43 @@ START_TEST(backward_tf32_shapes_fit)
                                                                             FLASHCL_PRECISION_EXACT);
                 ck_assert_int_ne(exact.variant, FLASHCL_VARIANT_BACKWARD_TF32);
             }
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
+
+/* backward-tensor-core-fused is opt-in: planned only where a clause names it ("on" or a shape), not when
+ * the two-pass kernel is merely off; its workspace adds dQ's f32 accumulator (64 rows, d = 64 here) and
+ * the counters. With tensor cores assumed (an H200's local memory), nothing runs. */
+START_TEST(fused_backward_opt_in)
+{
+    static const char *const options[] = {"", "backward-tensor-core-fused:on", "backward-tensor-core:off",
+                                          "backward-tensor-core-fused:warps=2,block_m=32,block_n=32"};
+    static const enum flashcl_variant expected[] = {
+        FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED,
+        FLASHCL_VARIANT_BACKWARD_TILED, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED};
+    struct test_env *e = test_env_get();
+    for (int i = 0; i < 4; i++) {
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.local_mem_bytes = 232448;
+        p.tuning_file = "";
+        p.kernel_options = options[i];
+        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_compute_capability = 90};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+        size_t bytes = 0;
+        const struct flashcl_tile t =
+            backward_config_and_workspace(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, &bytes);
+        ck_assert_int_eq(t.variant, expected[i]);
+        const size_t rows = 64;  /* batch 1, one head, 64 queries (shape()) */
+        if (expected[i] == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED) {
+            const size_t chunk = t.block_m % 32 == 0 ? 32 : 16;
+            ck_assert_uint_eq(bytes, 4 * ((rows + 63) / 64 * 64 + rows * 64 + 1 + (rows + chunk - 1) / chunk));
+        } else {
+            ck_assert_uint_eq(bytes, 4 * rows);
+        }
         flashcl_context_destroy(&ctx);
     }
 }
@@ -972,6 +1017,7 @@ int main(void)
     tcase_add_test(tc, decode_kernels_match_built_kernels);
     tcase_add_test(tc, backward_tiled_matches_built_kernels);
     tcase_add_test(tc, backward_entry_used);
+    tcase_add_test(tc, fused_backward_opt_in);
     tcase_add_test(tc, backward_tf32_shapes_fit);
     tcase_add_test(tc, decode_entry_used);
     tcase_add_test(tc, decode_forced_wins_and_old_lines);
