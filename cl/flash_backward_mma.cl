@@ -53,7 +53,14 @@
  * zeroes the accumulator and the counters.
  *
  * No float atomics race: every dQ, dK, dV element is summed in a fixed
- * order, so the results are the same bits every run. Causal masking is
+ * order, so the results are the same bits every run.
+ *
+ * -DNV_EMULATE=1 runs both kernels anywhere (PoCL) on cl/nv_emulate.h, whose
+ * lane exchanges are work-group barriers: every work-item must reach every
+ * ldmatrix and mma together, so there the causal skips are the work-group's
+ * (a tile or chunk past every query is masked, not skipped) and every warp
+ * computes a dQ tile (a warp without one discards it); the turns become
+ * OpenCL atomics. Causal masking is
  * bottom-right (query i sees key j iff j <= i + seq_kv - seq_q); a row whose
  * LSE is -inf, or past seq_q, gets lse2 = +inf here, so its P is exactly 0.
  * Keys past seq_kv load as zero rows: they add nothing to dQ (masked), and
@@ -135,7 +142,42 @@ static inline float row_lse2(__global const float *lse, ulong index, int row, in
     return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
 }
 
-#if FUSED_DQ
+/* Causal skips: a warp's own, or (emulated) the work-group's, whose primitives must be reached by all. */
+#if NV_EMULATE
+#define WARP_SKIP(warp_cond, group_cond) (group_cond)
+#else
+#define WARP_SKIP(warp_cond, group_cond) (warp_cond)
+#endif
+
+#if FUSED_DQ && NV_EMULATE
+/* The turns and adds as OpenCL 1.2 atomics; a "warp" sync is the work-group's barrier (reached by all). */
+static inline void wait_turn(__global const int *turn, int expected)
+{
+    while (atomic_add((volatile __global int *)turn, 0) < expected)
+        ;
+}
+
+static inline void pass_turn(__global int *turn)
+{
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    atomic_inc(turn);
+}
+
+static inline void warp_sync(void)
+{
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+}
+
+static inline void accumulate(__global float *p, float v)
+{
+    volatile __global uint *word = (volatile __global uint *)p;
+    uint seen = *word, old;
+    do {
+        old = seen;
+        seen = atomic_cmpxchg(word, old, as_uint(as_float(old) + v));
+    } while (seen != old);
+}
+#elif FUSED_DQ
 /* The turn counters' PTX: an acquire load to wait on, a release add to pass the turn (sm_70+). */
 static inline void wait_turn(__global const int *turn, int expected)
 {
@@ -184,6 +226,7 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
     __local uint4 do_tiles[2 * BLOCK_M * CHUNKS] __attribute__((aligned(16)));
     __local float lse_rows[2 * BLOCK_M];    /* base 2, +inf: hidden row */
     __local float delta_rows[2 * BLOCK_M];
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -226,11 +269,11 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
     load_tile(v_tile, BLOCK_N, v_base, v_ss, k0, seq_kv, tid);
 
     float dk[KEY_TILES][D_TILES][4], dv[KEY_TILES][D_TILES][4];
-#pragma unroll
+NV_UNROLL
     for (int kt = 0; kt < KEY_TILES; kt++)
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < D_TILES; n++)
-#pragma unroll
+NV_UNROLL
             for (int e = 0; e < 4; e++)
                 dk[kt][n][e] = dv[kt][n][e] = 0.0f;
 
@@ -281,12 +324,12 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
 #if FUSED_DQ
             __local uint *ds = ds_tiles + (chunk_count++ & 1) * BLOCK_N * DS_WORDS;
 #endif
-#pragma unroll
+NV_UNROLL
             for (int kt = 0; kt < KEY_TILES; kt++) {
                 const int key0 = (warp * KEY_TILES + kt) * 16;  /* the tile's first key, in the block */
 #if CAUSAL
-                /* Every key of the tile after every query of the chunk: nothing to add. */
-                if (k0 + key0 > q0 + qc + Q_CHUNK - 1 + diag) {
+                /* Every key of the tile (emulated: of the block) after every query of the chunk: nothing to add. */
+                if (WARP_SKIP(k0 + key0 > q0 + qc + Q_CHUNK - 1 + diag, k0 > q0 + qc + Q_CHUNK - 1 + diag)) {
 #if FUSED_DQ
                     for (int i = lane; i < 16 * (Q_CHUNK / 2); i += 32)  /* its dS rows are zeros */
                         ds[(key0 + i / (Q_CHUNK / 2)) * DS_WORDS + i % (Q_CHUNK / 2)] = 0u;
@@ -301,18 +344,18 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                 const bool past_end = k0 + key0 + 15 >= seq_kv;
 #endif
                 float s[Q_CHUNK / 8][4], dp[Q_CHUNK / 8][4];
-#pragma unroll
+NV_UNROLL
                 for (int n = 0; n < Q_CHUNK / 8; n++)
-#pragma unroll
+NV_UNROLL
                     for (int e = 0; e < 4; e++)
                         s[n][e] = dp[n][e] = 0.0f;
                 /* Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for 16 keys x Q_CHUNK queries. */
-#pragma unroll
+NV_UNROLL
                 for (int kk = 0; kk < KSTEPS; kk++) {
                     uint ka[4], va[4];
                     ldmatrix_x4(local_address(&k_tile[swizzle(key0 + a_row, kk * 2 + a_chunk)]), ka);
                     ldmatrix_x4(local_address(&v_tile[swizzle(key0 + a_row, kk * 2 + a_chunk)]), va);
-#pragma unroll
+NV_UNROLL
                     for (int np = 0; np < Q_CHUNK / 16; np++) {
                         uint qb[4], ob[4];
                         ldmatrix_x4(local_address(&q_tile[swizzle(qc + np * 16 + b_row, kk * 2 + (j & 1))]), qb);
@@ -324,9 +367,9 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                     }
                 }
                 /* Pᵀ and dSᵀ: this thread holds keys key0 + g (+8), queries qc + 8n + 2t (+1). */
-#pragma unroll
+NV_UNROLL
                 for (int n = 0; n < Q_CHUNK / 8; n++)
-#pragma unroll
+NV_UNROLL
                     for (int e = 0; e < 4; e++) {
                         const int qi = qc + n * 8 + 2 * t + (e & 1);
                         float p = native_exp2(fma(s[n][e], scale_log2, -lse2[qi]));
@@ -343,7 +386,7 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                         dp[n][e] = p * (dp[n][e] - drow[qi]);
                     }
                 uint pa[Q_CHUNK / 16][4], dsa[Q_CHUNK / 16][4];
-#pragma unroll
+NV_UNROLL
                 for (int kc = 0; kc < Q_CHUNK / 16; kc++) {
                     pa[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
                     pa[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
@@ -363,9 +406,9 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
 #endif
                 }
                 /* dV += Pᵀ dO, dK += dSᵀ Q: dO and Q [query][d] as B (k = query) by ldmatrix .trans. */
-#pragma unroll
+NV_UNROLL
                 for (int kc = 0; kc < Q_CHUNK / 16; kc++)
-#pragma unroll
+NV_UNROLL
                     for (int np = 0; np < D_TILES / 2; np++) {
                         uint ob[4], qb[4];
                         ldmatrix_x4_trans(local_address(&do_tile[swizzle(qc + kc * 16 + tr_row, np * 2 + tr_chunk)]),
@@ -383,18 +426,29 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
             if (q0 + qc < seq_q) {
                 /* dQ_chunk = dS K over the block's keys: warp w takes 16 x 16 tiles w, w + WARPS, ...,
                  * all computed before the turn. */
-                const bool chunk_sees_keys = !CAUSAL || k0 <= q0 + qc + Q_CHUNK - 1 + diag;
+#if CAUSAL
+                const bool chunk_sees_keys = k0 <= q0 + qc + Q_CHUNK - 1 + diag;
+#else
+                const bool chunk_sees_keys = true;
+#endif
                 float acc[DQ_PER_WARP][2][4];
-#pragma unroll
+NV_UNROLL
                 for (int i = 0; i < DQ_PER_WARP; i++) {
+#if NV_EMULATE
+                    /* A warp past the last tile computes tile 0's again (all must reach the mma) and discards it. */
+                    const int tile = warp + i * WARPS < DQ_TILES ? warp + i * WARPS : 0;
+                    const bool no_tile = false;
+#else
                     const int tile = warp + i * WARPS;
+                    const bool no_tile = tile >= DQ_TILES;
+#endif
                     const int mt = tile / (HEAD_DIM / 16), np = tile % (HEAD_DIM / 16);
-#pragma unroll
+NV_UNROLL
                     for (int e = 0; e < 4; e++)
                         acc[i][0][e] = acc[i][1][e] = 0.0f;
-                    if (tile >= DQ_TILES || !chunk_sees_keys)
+                    if (no_tile || !chunk_sees_keys)
                         continue;
-#pragma unroll
+NV_UNROLL
                     for (int ks = 0; ks < BLOCK_N / 16; ks++) {
                         uint a[4], kb4[4];
                         /* A = dS (queries x keys) from [key][query]: matrix lane / 8 is keys 8 (lane / 16)
@@ -415,19 +469,19 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                 }
                 warp_sync();
                 if (chunk_sees_keys) {
-#pragma unroll
+NV_UNROLL
                     for (int i = 0; i < DQ_PER_WARP; i++) {
                         const int tile = warp + i * WARPS;
                         const int mt = tile / (HEAD_DIM / 16), np = tile % (HEAD_DIM / 16);
                         if (tile >= DQ_TILES)
                             continue;
-#pragma unroll
+NV_UNROLL
                         for (int r = 0; r < 2; r++) {
                             const int row = q0 + qc + mt * 16 + g + 8 * r;
                             if (row >= seq_q)
                                 continue;
                             __global float *dst = accum_head + (ulong)row * HEAD_DIM + np * 16 + 2 * t;
-#pragma unroll
+NV_UNROLL
                             for (int nt = 0; nt < 2; nt++) {
                                 accumulate(dst + nt * 8, acc[i][nt][2 * r]);
                                 accumulate(dst + nt * 8 + 1, acc[i][nt][2 * r + 1]);
@@ -451,16 +505,16 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
 
     __global ushort *dk_base = d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh;
     __global ushort *dv_base = d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh;
-#pragma unroll
+NV_UNROLL
     for (int kt = 0; kt < KEY_TILES; kt++)
-#pragma unroll
+NV_UNROLL
         for (int r = 0; r < 2; r++) {
             const int key = k0 + (warp * KEY_TILES + kt) * 16 + g + 8 * r;
             if (key >= seq_kv)
                 continue;
             __global uint *dk_dst = (__global uint *)(dk_base + (ulong)key * dk_ss + 2 * t);
             __global uint *dv_dst = (__global uint *)(dv_base + (ulong)key * dv_ss + 2 * t);
-#pragma unroll
+NV_UNROLL
             for (int n = 0; n < D_TILES; n++) {
                 dk_dst[n * 4] = pack_pair(dk[kt][n][2 * r] * scale, dk[kt][n][2 * r + 1] * scale);
                 dv_dst[n * 4] = pack_pair(dv[kt][n][2 * r], dv[kt][n][2 * r + 1]);
@@ -483,6 +537,7 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
     __local uint4 do_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
     __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
     __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
@@ -512,9 +567,9 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
     {
         const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
         const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
-#pragma unroll
+NV_UNROLL
         for (int mt = 0; mt < ROW_TILES; mt++)
-#pragma unroll
+NV_UNROLL
             for (int r = 0; r < 2; r++) {
                 const int row = warp_row0 + 16 * mt + g + 8 * r;
                 lse2[mt][r] = row_lse2(lse, lse_base + (ulong)row * l_ss, row, seq_q);
@@ -523,11 +578,11 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
     }
 
     float dq[ROW_TILES][D_TILES][4];
-#pragma unroll
+NV_UNROLL
     for (int mt = 0; mt < ROW_TILES; mt++)
-#pragma unroll
+NV_UNROLL
         for (int n = 0; n < D_TILES; n++)
-#pragma unroll
+NV_UNROLL
             for (int e = 0; e < 4; e++)
                 dq[mt][n][e] = 0.0f;
 
@@ -552,38 +607,38 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
             if (key_first >= seq_kv)
                 break;
 #if CAUSAL
-            /* Every key of the chunk after every row of the warp: nothing to add. */
-            if (key_first > warp_row0 + 16 * ROW_TILES - 1 + diag)
+            /* Every key of the chunk after every row of the warp (emulated: of the block): nothing to add. */
+            if (WARP_SKIP(key_first > warp_row0 + 16 * ROW_TILES - 1 + diag, key_first > q0 + BLOCK_M - 1 + diag))
                 break;
             const bool edge = key_first + K_CHUNK > seq_kv || key_first + K_CHUNK - 1 > warp_row0 + diag;
 #else
             const bool edge = key_first + K_CHUNK > seq_kv;
 #endif
             float s[ROW_TILES][K_CHUNK / 8][4], dp[ROW_TILES][K_CHUNK / 8][4];
-#pragma unroll
+NV_UNROLL
             for (int mt = 0; mt < ROW_TILES; mt++)
-#pragma unroll
+NV_UNROLL
                 for (int n = 0; n < K_CHUNK / 8; n++)
-#pragma unroll
+NV_UNROLL
                     for (int e = 0; e < 4; e++)
                         s[mt][n][e] = dp[mt][n][e] = 0.0f;
             /* S = Q Kᵀ, dP = dO Vᵀ. */
-#pragma unroll
+NV_UNROLL
             for (int kk = 0; kk < KSTEPS; kk++) {
                 uint qa[ROW_TILES][4], oa[ROW_TILES][4];
-#pragma unroll
+NV_UNROLL
                 for (int mt = 0; mt < ROW_TILES; mt++) {
                     ldmatrix_x4(local_address(&q_tile[swizzle(warp_local0 + 16 * mt + a_row, kk * 2 + a_chunk)]),
                                 qa[mt]);
                     ldmatrix_x4(local_address(&do_tile[swizzle(warp_local0 + 16 * mt + a_row, kk * 2 + a_chunk)]),
                                 oa[mt]);
                 }
-#pragma unroll
+NV_UNROLL
                 for (int np = 0; np < K_CHUNK / 16; np++) {
                     uint kb4[4], vb4[4];
                     ldmatrix_x4(local_address(&k_tile[swizzle(kc0 + np * 16 + b_row, kk * 2 + (j & 1))]), kb4);
                     ldmatrix_x4(local_address(&v_tile[swizzle(kc0 + np * 16 + b_row, kk * 2 + (j & 1))]), vb4);
-#pragma unroll
+NV_UNROLL
                     for (int mt = 0; mt < ROW_TILES; mt++) {
                         mma_16x8x16(s[mt][2 * np], qa[mt], kb4[0], kb4[1]);
                         mma_16x8x16(s[mt][2 * np + 1], qa[mt], kb4[2], kb4[3]);
@@ -594,11 +649,11 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
             }
             /* P, dS: this thread holds rows warp_row0 + 16 mt + g (+8), keys key_first + 8n + 2t (+1). */
             uint dsa[ROW_TILES][K_CHUNK / 16][4];
-#pragma unroll
+NV_UNROLL
             for (int mt = 0; mt < ROW_TILES; mt++) {
-#pragma unroll
+NV_UNROLL
                 for (int n = 0; n < K_CHUNK / 8; n++)
-#pragma unroll
+NV_UNROLL
                     for (int e = 0; e < 4; e++) {
                         float p = native_exp2(fma(s[mt][n][e], scale_log2, -lse2[mt][e >> 1]));
                         if (edge) {
@@ -611,7 +666,7 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
                         }
                         dp[mt][n][e] = p * (dp[mt][n][e] - drow[mt][e >> 1]);
                     }
-#pragma unroll
+NV_UNROLL
                 for (int kc = 0; kc < K_CHUNK / 16; kc++) {
                     dsa[mt][kc][0] = pack_pair(dp[mt][2 * kc][0], dp[mt][2 * kc][1]);
                     dsa[mt][kc][1] = pack_pair(dp[mt][2 * kc][2], dp[mt][2 * kc][3]);
@@ -620,14 +675,14 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
                 }
             }
             /* dQ += dS K: K [key][d] as B (k = key) by ldmatrix .trans. */
-#pragma unroll
+NV_UNROLL
             for (int kc = 0; kc < K_CHUNK / 16; kc++)
-#pragma unroll
+NV_UNROLL
                 for (int np = 0; np < D_TILES / 2; np++) {
                     uint kb4[4];
                     ldmatrix_x4_trans(local_address(&k_tile[swizzle(kc0 + kc * 16 + tr_row, np * 2 + tr_chunk)]),
                                       kb4);
-#pragma unroll
+NV_UNROLL
                     for (int mt = 0; mt < ROW_TILES; mt++) {
                         mma_16x8x16(dq[mt][2 * np], dsa[mt][kc], kb4[0], kb4[1]);
                         mma_16x8x16(dq[mt][2 * np + 1], dsa[mt][kc], kb4[2], kb4[3]);
@@ -638,15 +693,15 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
     COPY_ASYNC_WAIT(0);
 
     __global ushort *dq_base = d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh;
-#pragma unroll
+NV_UNROLL
     for (int mt = 0; mt < ROW_TILES; mt++)
-#pragma unroll
+NV_UNROLL
         for (int r = 0; r < 2; r++) {
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;
             __global uint *dst = (__global uint *)(dq_base + (ulong)row * dq_ss + 2 * t);
-#pragma unroll
+NV_UNROLL
             for (int n = 0; n < D_TILES; n++)
                 dst[n * 4] = pack_pair(dq[mt][n][2 * r] * scale, dq[mt][n][2 * r + 1] * scale);
         }

@@ -325,7 +325,7 @@ static size_t backward_mma_local_bytes(const struct device_desc *dev, const stru
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
     const size_t dkdv = (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float);
     const size_t dq = (2 * m + 4 * n) * d * 2;
-    return dkdv > dq ? dkdv : dq;
+    return (dkdv > dq ? dkdv : dq) + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
 /* backward_mma_local_bytes' dK/dV kernel plus the fused one's two dS buffers (BLOCK_N keys x
@@ -335,7 +335,8 @@ static size_t backward_mma_fused_local_bytes(const struct device_desc *dev, cons
 {
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)p->head_dim;
     const size_t ds_words = (size_t)fcl_backward_mma_chunk(s->axis[M]) / 2 + 4;
-    return (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float) + 2 * n * ds_words * 4 + sizeof(cl_int);
+    return (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float) + 2 * n * ds_words * 4 + sizeof(cl_int) +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
 static void backward_mma_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
@@ -653,7 +654,7 @@ const struct kernel_info fcl_kernels[] = {
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
         .head_dim_step = 16, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},
         .builtin = backward_mma_builtin,
         .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
@@ -667,7 +668,7 @@ const struct kernel_info fcl_kernels[] = {
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
         .head_dim_step = 16, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},
         .builtin = backward_mma_builtin,
         .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),

@@ -224,15 +224,20 @@ static const struct bwd_case backward_cases[] = {
 };
 
 /* The default plan: the two-pass kernel (measured faster than the fused one, docs/perf.md v0.9). */
-START_TEST(backward)
+static void check_backward_default(int i)
 {
-    const struct bwd_case *c = &backward_cases[_i];
+    const struct bwd_case *c = &backward_cases[i];
     char label[32];
-    snprintf(label, sizeof(label), "backward %2d", _i);
+    snprintf(label, sizeof(label), "backward %2d", i);
     struct bwd_result r;
-    run_case(NULL, label, c, 1000 + (uint64_t)_i, &r);
+    run_case(context_with_options(""), label, c, 1000 + (uint64_t)i, &r);
     ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
                                                            : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+}
+
+START_TEST(backward)
+{
+    check_backward_default(_i);
 }
 END_TEST
 
@@ -240,20 +245,34 @@ END_TEST
  * built-in shape and two small forced ones (several K/V blocks take turns on each chunk; one chunk a
  * query block, so the two dS buffers alternate across blocks). */
 static const char *const backward_fused = "backward-tensor-core-fused:on";
-START_TEST(backward_other_shapes)
+static void check_backward_fused(int index)
 {
-    const struct bwd_case *c = &backward_cases[_i];
+    const struct bwd_case *c = &backward_cases[index];
     static const char *const options[] = {"backward-tensor-core-fused:on",
                                           "backward-tensor-core-fused:warps=2,block_m=32,block_n=32",
                                           "backward-tensor-core-fused:warps=1,block_m=16,block_n=16"};
     for (int i = 0; i < 3; i++) {
         char label[48];
-        snprintf(label, sizeof(label), "backward %2d/%d", _i, i);
+        snprintf(label, sizeof(label), "backward %2d/%d", index, i);
         struct bwd_result r;
-        run_case(context_with_options(options[i]), label, c, 1000 + (uint64_t)_i, &r);
+        run_case(context_with_options(options[i]), label, c, 1000 + (uint64_t)index, &r);
         ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
                                                                : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
     }
+}
+
+START_TEST(backward_other_shapes)
+{
+    check_backward_fused(_i);
+}
+END_TEST
+
+/* Emulated (slow: about 2 minutes a case on 2 cores): Nq > Nk (rows with no key) at d = 128, d = 16 bf16, one key. */
+static const int emulated_backward_cases[] = {3, 5, 11};
+START_TEST(backward_emulated)
+{
+    check_backward_default(emulated_backward_cases[_i]);
+    check_backward_fused(emulated_backward_cases[_i]);
 }
 END_TEST
 
@@ -264,8 +283,7 @@ START_TEST(backward_deterministic)
     struct test_env *e = test_env_get();
     const struct bwd_case c = {1, 300, 280, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 0};
     /* The fused kernel at 32 x 32 blocks: 9 K/V blocks add to every chunk, so an unordered sum would show. */
-    flashcl_context *ctx =
-        _i == 0 ? e->ctx : context_with_options("backward-tensor-core-fused:warps=2,block_m=32,block_n=32");
+    flashcl_context *ctx = context_with_options(_i == 0 ? "" : "backward-tensor-core-fused:warps=2,block_m=32,block_n=32");
     struct problem p;
     problem_create(&p, &c, 1500);
     problem_forward(&p, ctx);
@@ -606,9 +624,9 @@ int main(void)
         return 77;  /* skipped */
     Suite *s = suite_create("tensor_cores");
     if (emulated) {
-        /* The kernels with an emulation: the f16/bf16 forward and decode (not TF32, not the backward). */
-        printf("tensor cores emulated (FLASHCL_TEST_EMULATE_TENSOR_CORES=1): f16/bf16 forward and decode, TF32 "
-               "forward and backward\n");
+        /* Every tensor-core kernel has an emulation: run a subset of each kernel's cases. */
+        printf("tensor cores emulated (FLASHCL_TEST_EMULATE_TENSOR_CORES=1): f16/bf16 forward, decode and "
+               "backward, TF32 forward and backward\n");
         TCase *tc = tcase_create("emulated tensor-core kernels against the double reference");
         tcase_set_timeout(tc, 1800);
         tcase_add_loop_test(tc, tensor_core, 0, COUNT(tensor_core_cases));
@@ -621,6 +639,11 @@ int main(void)
         tcase_add_loop_test(tf, tf32, 0, COUNT(tf32_cases));  /* not split: the f16 cases cover split.h */
         suite_add_tcase(s, tf);
         suite_add_tcase(s, backward_tf32_tcase());
+        TCase *bw = tcase_create("emulated backward (two-pass and fused)");
+        tcase_set_timeout(bw, 1800);
+        tcase_add_loop_test(bw, backward_emulated, 0, COUNT(emulated_backward_cases));
+        tcase_add_loop_test(bw, backward_deterministic, 0, 2);
+        suite_add_tcase(s, bw);
         const int rc = test_run_suite(s);
         for (int i = 0; i < n_emulated; i++)
             flashcl_context_destroy(&emulated_contexts[i].ctx);
