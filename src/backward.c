@@ -120,7 +120,7 @@ static void backward_problem(const struct flashcl_attention *attn, const struct 
  * accumulator where the planned kernel adds dQ up) the given one must hold. */
 static flashcl_status validate_and_plan(const flashcl_context *ctx, const struct flashcl_attention *a,
                                         const struct flashcl_attention_grad *g, cl_mem workspace,
-                                        struct problem *p, struct backward_workspace *w)
+                                        struct problem *p, struct plan *plan, struct backward_workspace *w)
 {
     size_t rows = 0;
     if (!backward_workspace_elements(a, &rows))
@@ -130,11 +130,10 @@ static flashcl_status validate_and_plan(const flashcl_context *ctx, const struct
     if (st != FLASHCL_SUCCESS)
         return st;
     backward_problem(a, g, p);
-    struct plan plan;
-    st = fcl_plan(ctx, p, fcl_scale_log2(a), &plan);
+    st = fcl_plan(ctx, p, fcl_scale_log2(a), plan);
     if (st != FLASHCL_SUCCESS)
         return st;
-    if (!backward_workspace_layout(a, &plan, w))
+    if (!backward_workspace_layout(a, plan, w))
         return fcl_fail(ctx, FLASHCL_ERROR_OVERFLOW, "the backward workspace for batch %d x heads_q %d x seq_q %d x "
                     "head_dim %d overflows size_t", a->batch, a->heads_q, a->seq_q, a->head_dim);
     return workspace ? fcl_backward_validate(ctx, a, g, true, workspace, w->bytes) : FLASHCL_SUCCESS;
@@ -149,9 +148,10 @@ flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struc
                     !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "bytes");
     flashcl_status st = fcl_validate_attention(ctx, attn);
     struct problem p;
+    struct plan plan;
     struct backward_workspace w;
     if (st == FLASHCL_SUCCESS)
-        st = validate_and_plan(ctx, attn, grad, NULL, &p, &w);
+        st = validate_and_plan(ctx, attn, grad, NULL, &p, &plan, &w);
     if (st == FLASHCL_SUCCESS)
         *bytes = w.bytes;
     return st;
@@ -314,9 +314,7 @@ flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashc
     struct backward_workspace w;
     struct plan plan;
     if (st == FLASHCL_SUCCESS)
-        st = validate_and_plan(ctx, attn, grad, NULL, &p, &w);
-    if (st == FLASHCL_SUCCESS)
-        st = fcl_plan(ctx, &p, fcl_scale_log2(attn), &plan);
+        st = validate_and_plan(ctx, attn, grad, NULL, &p, &plan, &w);
     if (st == FLASHCL_SUCCESS)
         fcl_plan_to_tile(&plan, out);
     return st;
@@ -351,9 +349,10 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
 {
     flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
     struct problem p;
+    struct plan plan;
     struct backward_workspace w;
     if (st == FLASHCL_SUCCESS)
-        st = validate_and_plan(ctx, attn, grad, workspace, &p, &w);
+        st = validate_and_plan(ctx, attn, grad, workspace, &p, &plan, &w);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -370,7 +369,7 @@ flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_atten
     }
     /* A retry after a kernel failure enqueues every step anew (D, and dQ's accumulator, are rewritten whole). */
     struct backward_call call = {attn, grad, ws, ws_bytes, queue, num_wait_events, wait_list, event};
-    st = fcl_run_planned(ctx, &p, fcl_scale_log2(attn), enqueue_backward_call, &call);
+    st = fcl_run_planned(ctx, &p, fcl_scale_log2(attn), &plan, enqueue_backward_call, &call);  /* planned once */
     /* Released now: OpenCL frees it once the enqueued kernels that use it have completed. */
     if (!workspace)
         clReleaseMemObject(ws);

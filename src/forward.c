@@ -226,6 +226,7 @@ bool fcl_kernel_failure(flashcl_status st)
 }
 
 flashcl_status fcl_run_planned(flashcl_context *ctx, const struct problem *p, float scale_log2,
+                               const struct plan *planned,
                                flashcl_status (*enqueue)(flashcl_context *ctx, const struct plan *plan, void *call),
                                void *call)
 {
@@ -236,8 +237,9 @@ flashcl_status fcl_run_planned(flashcl_context *ctx, const struct problem *p, fl
     char first_message[1024] = "";
     for (int attempt = 0; attempt < fcl_kernel_count; attempt++) {
         struct plan plan;
-        st = fcl_plan(ctx, p, scale_log2, &plan);
-        if (st != FLASHCL_SUCCESS)
+        if (attempt == 0 && planned)
+            plan = *planned;
+        else if ((st = fcl_plan(ctx, p, scale_log2, &plan)) != FLASHCL_SUCCESS)
             break;
         st = enqueue(ctx, &plan, call);
         if (st == FLASHCL_SUCCESS || !fcl_kernel_failure(st))
@@ -275,7 +277,7 @@ flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_at
                                    cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
 {
     struct forward_call call = {attn, varlen, queue, num_wait_events, wait_list, event};
-    return fcl_run_planned(ctx, p, fcl_scale_log2(attn), enqueue_forward_call, &call);
+    return fcl_run_planned(ctx, p, fcl_scale_log2(attn), NULL, enqueue_forward_call, &call);
 }
 
 flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,

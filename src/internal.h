@@ -138,11 +138,13 @@ struct fcl_varlen_args {
     cl_int page_size, pages_per_seq, num_pages;
 };
 
-/* Plans p and calls enqueue(ctx, plan, call); a kernel that fails to build
- * or launch is set aside (with those options, for this context) and the
- * call planned again; with no kernel left, the first failure is returned
- * with its message. The one retry loop of every operation. */
+/* Plans p (planned: the plan the caller already made for it, or NULL) and calls
+ * enqueue(ctx, plan, call); a kernel that fails to build or launch is set
+ * aside (with those options, for this context) and the call planned again;
+ * with no kernel left, the first failure is returned with its message. The
+ * one retry loop of every operation. */
 flashcl_status fcl_run_planned(flashcl_context *ctx, const struct problem *p, float scale_log2,
+                               const struct plan *planned,
                                flashcl_status (*enqueue)(flashcl_context *ctx, const struct plan *plan, void *call),
                                void *call);
 /* Plans and enqueues a validated forward (varlen NULL: dense) through fcl_run_planned. */

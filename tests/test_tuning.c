@@ -451,6 +451,26 @@ END_TEST
  * gives fewer, and the footprint the table computes is what the built
  * kernel declares (CL_KERNEL_LOCAL_MEM_SIZE), for the kernels this device
  * can build: a few candidates each, through the same plan a call makes. */
+/* Builds the plan's kernel (its entry) and checks its CL_KERNEL_LOCAL_MEM_SIZE against the table's
+ * footprint: the arrays the table counts, give or take what a compiler adds of its own (the planner
+ * keeps that slack free). */
+static void check_built_footprint(flashcl_context *ctx, const struct plan *plan, const char *label)
+{
+    cl_kernel kernel;
+    pthread_mutex_lock(&ctx->lock);
+    const flashcl_status st = fcl_program_get_kernel(ctx, plan->kernel->source, plan->kernel->entry, plan->options,
+                                                     &kernel);
+    pthread_mutex_unlock(&ctx->lock);
+    ck_assert_flashcl_ok(st);
+    cl_ulong declared = 0;
+    ck_assert_cl(clGetKernelWorkGroupInfo(kernel, test_env_get()->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
+                                          &declared, NULL));
+    ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan->local_bytes && declared <= plan->local_bytes + FCL_LOCAL_SLACK,
+                  "%s: the kernel declares %llu bytes, the table says %zu", label, (unsigned long long)declared,
+                  plan->local_bytes);
+    printf("%s: declared %llu, table %zu\n", label, (unsigned long long)declared, plan->local_bytes);
+}
+
 START_TEST(candidates_match_built_kernels)
 {
     struct test_env *e = test_env_get();
@@ -505,21 +525,7 @@ START_TEST(candidates_match_built_kernels)
             ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
             ck_assert_int_eq(plan.kernel->variant, variants[v]);
             ck_assert_int_eq(plan.source, FLASHCL_TILE_FORCED);
-            cl_kernel kernel;
-            pthread_mutex_lock(&ctx->lock);
-            const flashcl_status st = fcl_program_get_kernel(ctx, plan.kernel->source, plan.kernel->entry,
-                                                             plan.options, &kernel);
-            pthread_mutex_unlock(&ctx->lock);
-            ck_assert_flashcl_ok(st);
-            cl_ulong declared = 0;
-            ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
-                                                  &declared, NULL));
-            /* The arrays the table counts, give or take what a compiler adds of its own (the planner keeps
-             * that slack free). */
-            ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan.local_bytes && declared <= plan.local_bytes + FCL_LOCAL_SLACK,
-                          "%s: the kernel declares %llu bytes, the table says %zu", options,
-                          (unsigned long long)declared, plan.local_bytes);
-            printf("%s: declared %llu, table %zu\n", options, (unsigned long long)declared, plan.local_bytes);
+            check_built_footprint(ctx, &plan, options);
             clReleaseMemObject(mem);
             if (++built == 2 * (v + 1))  /* two per kernel: the contexts are cached, eight at most */
                 break;
@@ -568,20 +574,9 @@ START_TEST(decode_kernels_match_built_kernels)
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, kernels[i].variant);
-        cl_kernel kernel;
-        pthread_mutex_lock(&ctx->lock);
-        const flashcl_status st = fcl_program_get_kernel(ctx, plan.kernel->source, plan.kernel->entry, plan.options,
-                                                         &kernel);
-        pthread_mutex_unlock(&ctx->lock);
-        ck_assert_flashcl_ok(st);
-        cl_ulong declared = 0;
-        ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
-                                              &declared, NULL));
-        ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan.local_bytes && declared <= plan.local_bytes + FCL_LOCAL_SLACK,
-                      "%s (varlen %d): the kernel declares %llu bytes, the table says %zu", kernels[i].options,
-                      kernels[i].varlen, (unsigned long long)declared, plan.local_bytes);
-        printf("%s (varlen %d): declared %llu, table %zu\n", kernels[i].options, kernels[i].varlen,
-               (unsigned long long)declared, plan.local_bytes);
+        char label[160];
+        snprintf(label, sizeof(label), "%s (varlen %d)", kernels[i].options, kernels[i].varlen);
+        check_built_footprint(ctx, &plan, label);
     }
     clReleaseMemObject(mem);
 }
