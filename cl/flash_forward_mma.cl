@@ -5,7 +5,7 @@
  * Same algorithm and same results contract as flash_forward.cl; the host
  * only picks this file on an NVIDIA device of compute capability >= 8.0
  * whose compiler passed the probe (src/variant.c), for 16-byte-aligned
- * views and a head dim this file supports (HEAD_DIM a multiple of 16, <= 128).
+ * views and a head dim this file supports (HEAD_DIM a multiple of 16, <= 256).
  *
  * A work-group is WARPS warps; warp w owns M_TILES x 16 consecutive query
  * rows of the block. With M_TILES = 2 every K/V fragment loaded with ldmatrix
@@ -60,9 +60,13 @@
 #define S_TILES (BLOCK_N / 8)          /* n-tiles of S per warp */
 #define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
 
-#if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
-#error "HEAD_DIM must be a multiple of 16, at most 128"
+#if HEAD_DIM % 16 != 0 || HEAD_DIM > 256
+#error "HEAD_DIM must be a multiple of 16, at most 256"
 #endif
+/* Q's fragments held in registers for the whole key loop: one 16-row tile up to d = 128; past it
+ * (O's accumulator alone is HEAD_DIM / 2 registers) and with two tiles they are read from local
+ * memory at each k-step instead. */
+#define Q_IN_REGISTERS (M_TILES == 1 && HEAD_DIM <= 128)
 #if BLOCK_N % 16 != 0
 #error "BLOCK_N must be a multiple of 16"
 #endif
@@ -130,7 +134,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
 
     /* Q fragments (a0..a3 per k-step) of this warp's rows, from q_tile. */
     const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
-#if M_TILES == 1
+#if Q_IN_REGISTERS
     uint qf[KSTEPS][4];
 NV_UNROLL
     for (int kk = 0; kk < KSTEPS; kk++)
@@ -172,7 +176,7 @@ NV_UNROLL
             const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
 NV_UNROLL
             for (int kk = 0; kk < KSTEPS; kk++) {
-#if M_TILES == 1
+#if Q_IN_REGISTERS
                 const uint *qa[1] = {qf[kk]};
 #else
                 uint qr[M_TILES][4];

@@ -540,6 +540,10 @@ static const struct builtin_shape backward_tf32_builtin[] = {
  * for devices whose local memory those do not fit. */
 static const struct builtin_shape mma_builtin[] = {
     {ARCH_NVIDIA_SM90, 128, 128, FLASHCL_MASK_NONE, SHAPE(8, 1, 128)},
+    /* Past d = 128 (not yet measured): one 16-row tile a warp (O is HEAD_DIM / 2 registers), 32 keys. */
+    {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 32)},
+    {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 16)},
+    {ARCH_ANY, 129, 256, -1, SHAPE(2, 1, 16)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
@@ -596,7 +600,7 @@ const struct kernel_info fcl_kernels[] = {
         .masks = ALL_MASKS,
         .varlen = true,
         .combine = "flash_forward_combine",
-        .head_dim_step = 16, .head_dim_max = 128,
+        .head_dim_step = 16, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {MMA_AXES},
         .builtin = mma_builtin, .n_builtin = sizeof(mma_builtin) / sizeof(mma_builtin[0]),

@@ -41,6 +41,9 @@ static const struct test_case tensor_core_cases[] = {
     {2, 300, 300, 4, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 40, 0},    /* sliding window */
     {1, 150, 330, 2, 2, 128, BF16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 64, 16},  /* window both sides, Nq < Nk */
     {1, 257, 100, 2, 1, 64, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, -1, 20},    /* right window only, Nq > Nk */
+    {1, 150, 170, 2, 2, 160, F16, 1, 0, LAYOUT_BNHD, 1},   /* past d = 128: Q read from local memory */
+    {1, 97, 200, 4, 2, 192, BF16, 1, 0, LAYOUT_BHND, 1},
+    {1, 130, 100, 2, 1, 256, F16, 0, 0, LAYOUT_BNHD, 1},
 };
 
 /* f32 calls that allow TF32 (or 3xTF32): the TF32 kernel (d a multiple of
