@@ -17,7 +17,7 @@
 #                    table's N=16k shapes without and with the tuning file; then the tests)
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n,
 #                    forced through FLASHCL_KERNELS; each is checked by the tensor-core tests, then timed at N=16k next to FA2;
-#                    SWEEP_D picks head dims, QUICK=1 skips the per-shape forward tests)
+#                    SWEEP_D picks head dims (SWEEP_HIDDEN heads*d, 2048), QUICK=1 skips the per-shape forward tests)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
 #                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
@@ -156,7 +156,7 @@ if [ "$MODE" = mma-sweep ]; then
     meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
     grep -E "^ *[0-9]+/[0-9]+ " "$OUT/tests.log" | head -10
   fi
-  SHAPES=(--n 16384 --d "${SWEEP_D:-64,128}" --dtype f16 --causal 0,1 --paths flash)
+  SHAPES=(--n 16384 --d "${SWEEP_D:-64,128}" --hidden "${SWEEP_HIDDEN:-2048}" --dtype f16 --causal 0,1 --paths flash)
   [ "$CONFIGS" = none ] && CONFIGS=
   for cfg in $CONFIGS; do
     # QUICK=1 times a shape without its forward-suite run (the bench still checks sampled rows).
@@ -171,7 +171,7 @@ if [ "$MODE" = mma-sweep ]; then
     rm -f "$OUT/forward-$cfg.log"
   done
   if [ -z "${SKIP_TORCH:-}" ]; then
-    python3 bench/torch_sdpa.py --n 16384 --d "${SWEEP_D:-64,128}" --dtype f16 --causal 0,1 --csv "$OUT/torch.csv" 2>/dev/null
+    python3 bench/torch_sdpa.py --n 16384 --d "${SWEEP_D:-64,128}" --hidden "${SWEEP_HIDDEN:-2048}" --dtype f16 --causal 0,1 --csv "$OUT/torch.csv" 2>/dev/null
     grep fa2 "$OUT/torch.csv" | tee -a "$OUT/sweep.log"
   fi
   rm -f "$OUT"/sweep-*.csv
