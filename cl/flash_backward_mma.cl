@@ -220,10 +220,10 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
                              __global ushort *d_v, ulong dv_off, ulong dv_sb, ulong dv_ss, ulong dv_sh,
                              int seq_q, int seq_kv, int group, float scale_log2, float scale)
 {
-    __local uint4 k_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 v_tile[BLOCK_N * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 q_tiles[2 * BLOCK_M * CHUNKS] __attribute__((aligned(16)));   /* two buffers */
-    __local uint4 do_tiles[2 * BLOCK_M * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tile[BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 v_tile[BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 q_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(16)));   /* two buffers */
+    __local uint4 do_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(16)));
     __local float lse_rows[2 * BLOCK_M];    /* base 2, +inf: hidden row */
     __local float delta_rows[2 * BLOCK_M];
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
@@ -291,8 +291,8 @@ NV_UNROLL
         if (it + 1 < total) {
             const int nh = (it + 1) / q_blocks, nq0 = q_begin + (it + 1) % q_blocks * BLOCK_M;
             const int h = hk * group + nh;
-            __local uint4 *qt = q_tiles + (stage ^ 1) * BLOCK_M * CHUNKS;
-            __local uint4 *ot = do_tiles + (stage ^ 1) * BLOCK_M * CHUNKS;
+            __local uint4 *qt = q_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS;
+            __local uint4 *ot = do_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS;
             load_tile(qt, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, nq0, seq_q, tid);
             load_tile(ot, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
             const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
@@ -308,8 +308,8 @@ NV_UNROLL
             continue;
 
         const int q0 = q_begin + it % q_blocks * BLOCK_M;
-        __local const uint4 *q_tile = q_tiles + stage * BLOCK_M * CHUNKS;
-        __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * CHUNKS;
+        __local const uint4 *q_tile = q_tiles + stage * BLOCK_M * ROW_CHUNKS;
+        __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * ROW_CHUNKS;
         __local const float *lse2 = lse_rows + stage * BLOCK_M;
         __local const float *drow = delta_rows + stage * BLOCK_M;
 #if FUSED_DQ
@@ -533,10 +533,10 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
                            __global ushort *d_q, ulong dq_off, ulong dq_sb, ulong dq_ss, ulong dq_sh,
                            int seq_q, int seq_kv, int group, float scale_log2, float scale)
 {
-    __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 do_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
-    __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 do_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -595,12 +595,12 @@ NV_UNROLL
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
-            load_tile(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
-            load_tile(v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
+            load_tile(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+            load_tile(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
         }
         copy_async_commit();
-        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         for (int kc0 = 0; kc0 < BLOCK_N; kc0 += K_CHUNK) {
             const int key_first = kb + kc0;

@@ -118,9 +118,9 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
                       __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
-    __local uint4 q_tile[ROWS * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
-    __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 q_tile[ROWS * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
     __local float warp_m[WARPS * ROWS], warp_l[WARPS * ROWS];  /* each warp's running max and sum a row */
     /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM] floats, in the K
      * buffers (WARPS x 16 x HEAD_DIM x 4 bytes <= 2 x BLOCK_N x HEAD_DIM x 2: KW >= 16). */
@@ -202,11 +202,11 @@ NV_UNROLL
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end)
-            LOAD_BLOCK(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, stage ^ 1,
+            LOAD_BLOCK(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, stage ^ 1,
                        kb + BLOCK_N);
         copy_async_commit();
-        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         float s[S_TILES][4];
 NV_UNROLL

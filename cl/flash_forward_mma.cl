@@ -90,9 +90,9 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                        __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
-    __local uint4 q_tile[BLOCK_M * CHUNKS] __attribute__((aligned(16)));
-    __local uint4 k_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));  /* two buffers */
-    __local uint4 v_tiles[2 * BLOCK_N * CHUNKS] __attribute__((aligned(16)));
+    __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -160,11 +160,11 @@ NV_UNROLL
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
-            LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * CHUNKS, kb + BLOCK_N);
+            LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
         }
         copy_async_commit();
-        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * CHUNKS;
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * CHUNKS;
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         float s[M_TILES][S_TILES][4];
 NV_UNROLL

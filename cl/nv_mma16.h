@@ -12,10 +12,16 @@
 #ifndef FLASHCL_NV_MMA16_H
 #define FLASHCL_NV_MMA16_H
 
-#define CHUNKS (HEAD_DIM / 8)  /* 16-byte chunks a row */
-/* XOR swizzle within aligned groups of 8 chunks (or fewer, when a row has
- * fewer or a non-multiple of 8): a group must divide CHUNKS. */
-#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : CHUNKS % 4 == 0 ? 3 : CHUNKS % 2 == 0 ? 1 : 0)
+#define CHUNKS (HEAD_DIM / 8)  /* 16-byte chunks of a row's data */
+/* ldmatrix reads one chunk from each of 8 consecutive rows a phase: the 8
+ * must fall in different 16-byte bank groups (a row's chunk p in group
+ * p % 8). Rows of a multiple of 8 chunks take an XOR swizzle within groups
+ * of 8; any other row takes an odd stride, ROW_CHUNKS (CHUNKS | 1): 8
+ * consecutive multiples of an odd number are distinct mod 8. (An XOR within
+ * groups of 4 or 2, as before, left pairs of rows on the same banks.)
+ * src/kernels.c's nv_tile_row_bytes sizes the tiles the same way. */
+#define ROW_CHUNKS (CHUNKS % 8 == 0 ? CHUNKS : (CHUNKS | 1))
+#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : 0)
 
 #if !NV_EMULATE  /* else nv_emulate.h (through nv_async.h) has them */
 #if DTYPE == 1
@@ -59,10 +65,10 @@ static inline uint pack_pair(float lo, float hi)
 }
 #endif /* !NV_EMULATE */
 
-/* Swizzled position of (row, chunk) in a [rows][CHUNKS] tile of uint4. */
+/* Position of (row, chunk) in a [rows][ROW_CHUNKS] tile of uint4. */
 static inline int swizzle(int row, int chunk)
 {
-    return row * CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
+    return row * ROW_CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
 }
 
 /* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row

@@ -162,13 +162,22 @@ static bool mma_launchable(const struct device_desc *dev, const struct kernel_sh
     return (size_t)(32 * s->axis[W]) <= dev->max_workgroup;
 }
 
-/* Q, and K and V twice (double-buffered), in 2-byte elements. */
+/* Bytes a row of a [rows][HEAD_DIM] tile of 2-byte elements takes (cl/nv_mma16.h's ROW_CHUNKS): a
+ * row of a multiple of 8 16-byte chunks as it is, any other one chunk more (an odd stride, free of
+ * ldmatrix's bank conflicts). */
+static size_t nv_tile_row_bytes(int head_dim)
+{
+    const size_t chunks = (size_t)head_dim / 8;
+    return 16 * (chunks % 8 == 0 ? chunks : (chunks | 1));
+}
+
+/* Q, and K and V twice (double-buffered), in 2-byte-element tiles. */
 static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                               const struct problem *p)
 {
     const int head_dim = p->head_dim;
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N];
-    return (m + 4 * n) * (size_t)head_dim * 2 +
+    return (m + 4 * n) * nv_tile_row_bytes(head_dim) +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -322,9 +331,9 @@ static size_t backward_mma_local_bytes(const struct device_desc *dev, const stru
                                        const struct problem *p)
 {
     const int head_dim = p->head_dim;
-    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
-    const size_t dkdv = (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float);
-    const size_t dq = (2 * m + 4 * n) * d * 2;
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], row = nv_tile_row_bytes(head_dim);
+    const size_t dkdv = (2 * n + 4 * m) * row + 4 * m * sizeof(float);
+    const size_t dq = (2 * m + 4 * n) * row;
     return (dkdv > dq ? dkdv : dq) + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -333,9 +342,9 @@ static size_t backward_mma_local_bytes(const struct device_desc *dev, const stru
 static size_t backward_mma_fused_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                              const struct problem *p)
 {
-    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)p->head_dim;
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], row = nv_tile_row_bytes(p->head_dim);
     const size_t ds_words = (size_t)fcl_backward_mma_chunk(s->axis[M]) / 2 + 4;
-    return (2 * n + 4 * m) * d * 2 + 4 * m * sizeof(float) + 2 * n * ds_words * 4 + sizeof(cl_int) +
+    return (2 * n + 4 * m) * row + 4 * m * sizeof(float) + 2 * n * ds_words * 4 + sizeof(cl_int) +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -464,9 +473,9 @@ static void decode_options(const struct device_desc *dev, const struct problem *
 static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                      const struct problem *p)
 {
-    const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, warps = (size_t)s->axis[W];
+    const size_t n = (size_t)s->axis[N], warps = (size_t)s->axis[W];
     const size_t page_tables = p->varlen == 3 ? 4 * n * sizeof(cl_ulong) : 0;  /* K's and V's, two blocks */
-    return (16 + 4 * n) * d * 2 + 2 * warps * 16 * sizeof(float) + page_tables +
+    return (16 + 4 * n) * nv_tile_row_bytes(p->head_dim) + 2 * warps * 16 * sizeof(float) + page_tables +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(warps) : 0);
 }
 
