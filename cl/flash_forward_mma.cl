@@ -23,8 +23,9 @@
  * Masks (causal, sliding windows: mask.h), packed varlen batches and KV
  * caches, paged too (varlen.h), and split-KV partials (split.h) as the FMA
  * kernels take them, so prefill chunks against a cache run here.
- * Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk index XORed
- * with (row % 8) so ldmatrix's eight row addresses hit distinct banks.
+ * Local tiles are [row][HEAD_DIM] in 16-byte chunks laid out so ldmatrix's
+ * eight row addresses hit distinct banks (nv_mma16.h: the chunk index XORed
+ * with row % 8, or an odd row stride where a row is not 8k chunks).
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
