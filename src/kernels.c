@@ -549,9 +549,11 @@ static const struct builtin_shape backward_tf32_builtin[] = {
  * for devices whose local memory those do not fit. */
 static const struct builtin_shape mma_builtin[] = {
     {ARCH_NVIDIA_SM90, 128, 128, FLASHCL_MASK_NONE, SHAPE(8, 1, 128)},
-    /* Past d = 128: one 16-row tile a warp (O is HEAD_DIM / 2 registers). 8 warps x 64 keys ran best
-     * on the H200 at d = 160-256 (docs/perf.md, v0.10: 1.2-1.5x 4 x 1 x 32); 8 x 1 x 32 where
-     * 64-key blocks do not fit (f16 d = 256: 192 KB against 128 KB). */
+    /* Past d = 128: one 16-row tile a warp (O is HEAD_DIM / 2 registers). On the H200 (docs/perf.md,
+     * v0.10) 8 warps x 128 keys ran best at d = 160 (210 KB; past d = 160 it does not fit), 8 x 64 at
+     * d = 192 and 256 (1.2-1.5x 4 x 1 x 32); 8 x 1 x 32 where 64-key blocks do not fit (f16 d = 256:
+     * 192 KB against 128 KB). */
+    {ARCH_NVIDIA_SM90, 129, 160, -1, SHAPE(8, 1, 128)},
     {ARCH_ANY, 129, 256, -1, SHAPE(8, 1, 64)},
     {ARCH_ANY, 129, 256, -1, SHAPE(8, 1, 32)},
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 32)},
