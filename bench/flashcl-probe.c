@@ -344,7 +344,22 @@ struct tune_key {
     int d, causal;
     enum bench_pass pass;  /* forward or backward: which kernels the key tunes */
     int group;             /* > 0: a decode key, one query a sequence and this many query heads a KV head */
+    enum flashcl_precision precision;  /* f32 keys: TF32 or TF32X3 tunes the TF32 kernels for that precision */
 };
+
+/* A key's dtype as the tables print it: tf32 / tf32x3 for the TF32 keys. */
+static const char *key_dtype_name(const struct tune_key *key)
+{
+    return key->precision == FLASHCL_PRECISION_TF32     ? "tf32"
+           : key->precision == FLASHCL_PRECISION_TF32X3 ? "tf32x3"
+                                                        : flashcl_dtype_name(key->dtype);
+}
+
+/* Whether the variant is one of the TF32 kernels, which a TF32 key tunes. */
+static bool tf32_variant(enum flashcl_variant v)
+{
+    return v == FLASHCL_VARIANT_TF32 || v == FLASHCL_VARIANT_BACKWARD_TF32;
+}
 
 #define MAX_SPLITS 64  /* what kernel_options' splits takes (1..64) */
 
@@ -429,7 +444,7 @@ static bool problem_create(flashcl_context *ctx, cl_command_queue queue, const s
 /* The small problem every candidate is checked on. */
 static struct bench_case check_case(const struct tune_key *key)
 {
-    const struct bench_case c = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, FLASHCL_PRECISION_EXACT, key->pass, 0};
+    const struct bench_case c = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, key->precision, key->pass, 0};
     return c;
 }
 
@@ -438,7 +453,7 @@ static struct bench_case timed_case(const struct tune_key *key, const struct opt
 {
     const struct bench_case c = {opt->n, key->d, opt->tokens / opt->n > 0 ? (int)(opt->tokens / opt->n) : 1,
                                  opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal,
-                                 key->dtype, FLASHCL_PRECISION_EXACT, key->pass, 0};
+                                 key->dtype, key->precision, key->pass, 0};
     return c;
 }
 
@@ -622,24 +637,35 @@ static void progress(int done, int total, const char *what)
 static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const struct probe *p,
                 const struct options *opt)
 {
-    /* Decode keys last: groups of 4 query heads a KV head (Llama's 32:8) and MHA (1). */
+    /* dtype, d, causal, pass, decode group, precision (0: exact). Decode keys after the others: groups of 4
+     * query heads a KV head (Llama's 32:8) and MHA (1); the TF32 keys last. */
     static const struct tune_key full[] = {
-        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0},   {FLASHCL_F32, 64, 1, BENCH_PASS_FORWARD, 0},
-        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_F32, 128, 1, BENCH_PASS_FORWARD, 0},
-        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 0},   {FLASHCL_F16, 64, 1, BENCH_PASS_FORWARD, 0},
-        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD, 0},
-        {FLASHCL_BF16, 64, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 0},
-        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0},  {FLASHCL_F32, 64, 1, BENCH_PASS_BACKWARD, 0},
-        {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD, 0}, {FLASHCL_F16, 64, 0, BENCH_PASS_BACKWARD, 0},
-        {FLASHCL_F16, 128, 0, BENCH_PASS_BACKWARD, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_BACKWARD, 0},
-        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4},  {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 1},
-        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 4},   {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 4},
-        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 4},  {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 1},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0, 0},   {FLASHCL_F32, 64, 1, BENCH_PASS_FORWARD, 0, 0},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 0, 0},  {FLASHCL_F32, 128, 1, BENCH_PASS_FORWARD, 0, 0},
+        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 0, 0},   {FLASHCL_F16, 64, 1, BENCH_PASS_FORWARD, 0, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 0, 0},  {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD, 0, 0},
+        {FLASHCL_BF16, 64, 0, BENCH_PASS_FORWARD, 0, 0},  {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 0, 0},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0, 0},  {FLASHCL_F32, 64, 1, BENCH_PASS_BACKWARD, 0, 0},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD, 0, 0}, {FLASHCL_F16, 64, 0, BENCH_PASS_BACKWARD, 0, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_BACKWARD, 0, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_BACKWARD, 0, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4, 0},  {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 1, 0},
+        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 4, 0},   {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 4, 0},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 4, 0},  {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 1, 0},
+        /* f32 calls that allow TF32 (the TF32 kernels, tuned apart per precision): */
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0, FLASHCL_PRECISION_TF32},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 0, FLASHCL_PRECISION_TF32},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0, FLASHCL_PRECISION_TF32X3},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 0, FLASHCL_PRECISION_TF32X3},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0, FLASHCL_PRECISION_TF32},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD, 0, FLASHCL_PRECISION_TF32},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0, FLASHCL_PRECISION_TF32X3},
+        {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD, 0, FLASHCL_PRECISION_TF32X3},
     };
     static const struct tune_key quick[] = {
-        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0},  {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 0},
-        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD, 0},
-        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0}, {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0, 0},  {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 0, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 0, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD, 0, 0},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0, 0}, {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4, 0},
+        {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0, FLASHCL_PRECISION_TF32X3},
     };
     enum { MAX_KEYS = sizeof(full) / sizeof(full[0]) };
     const struct tune_key *keys = opt->quick ? quick : full;
@@ -663,8 +689,10 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
     enum flashcl_variant variant_of[MAX_KEYS];
     for (int i = 0; i < n_keys; i++) {
         variant_of[i] = planned_variant(base, queue, &keys[i], opt);
-        if (!variant_of[i] && !keys[i].group)
+        if (!variant_of[i] && !keys[i].group && !keys[i].precision)
             variant_of[i] = keys[i].pass == BENCH_PASS_FORWARD ? FLASHCL_VARIANT_PORTABLE : FLASHCL_VARIANT_BACKWARD;
+        if (keys[i].precision && !tf32_variant(variant_of[i]))
+            continue;  /* skipped below: no TF32 kernel here */
         int n = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
         n *= keys[i].group ? 5 : 1;
         total += (n < max_candidates ? n : max_candidates) + 1;
@@ -687,6 +715,11 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         if (key->group && var != FLASHCL_VARIANT_DECODE && var != FLASHCL_VARIANT_DECODE_TENSOR_CORE) {
             printf("%-8s %-5s %4d %6d  not planned on a decode kernel here (%s); skipped\n", pass,
                    flashcl_dtype_name(key->dtype), key->d, key->causal, var ? flashcl_variant_name(var) : "no plan");
+            continue;
+        }
+        if (key->precision && !tf32_variant(var)) {  /* the FMA kernels' own keys tune those */
+            printf("%-8s %-6s %3d %6d  not planned on a TF32 kernel here (%s); skipped\n", pass, key_dtype_name(key),
+                   key->d, key->causal, var ? flashcl_variant_name(var) : "no plan");
             continue;
         }
         /* Inputs: a small problem to check, a realistic one to time. */
@@ -735,7 +768,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             char what[64];
             char shape[96] = "";
             flashcl_tuning_override(&cand[j], shape, sizeof(shape));
-            snprintf(what, sizeof(what), "%s %s d=%d %s %s", pass, flashcl_dtype_name(key->dtype), key->d,
+            snprintf(what, sizeof(what), "%s %s d=%d %s %s", pass, key_dtype_name(key), key->d,
                      key->causal ? "causal" : "full", shape);
             progress(done++, total, what);
             flashcl_context *ctx = candidate_context(cl, dev, &cand[j], p->usable_local);
@@ -775,16 +808,17 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         if (best_j >= 0 && var == base_tile.variant) {
             struct flashcl_tuned_config w = cand[best_j];
             w.causal = key->causal;
+            w.precision = tf32_variant(var) ? key->precision : FLASHCL_PRECISION_EXACT;
             w.ms = final_tuned;
             winners[n_winners++] = w;
             char shape[96] = "";
             flashcl_tuning_override(&w, shape, sizeof(shape));
-            printf("%-8s %-5s %4d %6d  %-40s %10.3f %10.3f %7.2fx%s\n", pass, flashcl_dtype_name(key->dtype), key->d,
+            printf("%-8s %-5s %4d %6d  %-40s %10.3f %10.3f %7.2fx%s\n", pass, key_dtype_name(key), key->d,
                    key->causal, shape, final_tuned, final_untuned, final_untuned / final_tuned,
                    rejected ? "  (wrong candidates dropped)" : "");
         } else {
             printf("%-8s %-5s %4d %6d  no candidate ran correctly (%d disagreed with the reference)\n", pass,
-                   flashcl_dtype_name(key->dtype), key->d, key->causal, rejected);
+                   key_dtype_name(key), key->d, key->causal, rejected);
         }
         problem_release(&check);
         problem_release(&timed);

@@ -48,7 +48,12 @@ struct flashcl_tuned_config {
      * fastest, not more (docs/tuning.md). */
     int rows;
     int splits, groups;
-    unsigned char reserved[20];  /* zero */
+    /* The TF32 kernels only (tf32, backward-tf32; 0 for the others): the
+     * precision measured, FLASHCL_PRECISION_TF32 or _TF32X3, and the only
+     * one the entry applies to; 0 (EXACT, which those kernels never run):
+     * either. */
+    enum flashcl_precision precision;
+    unsigned char reserved[16];  /* zero */
 };
 
 /* Candidate configurations of a kernel for a dtype and head_dim (causal is

@@ -54,6 +54,7 @@ struct tuned_entry {
     struct kernel_shape shape;
     int rows;            /* packs_group kernels: the work-group's query rows it is for; 0 any */
     int splits, groups;  /* packs_group kernels: splits measured on groups (sequence, KV head) pairs; 0 the rule */
+    enum flashcl_precision precision;  /* the TF32 kernels: the precision it is for; EXACT either */
     double ms;
     bool fallback;  /* measured with another driver or flashcl version of this device */
 };
@@ -61,7 +62,8 @@ struct tuned_entry {
 void fcl_tuning_load(flashcl_context *ctx, const char *param_path);
 void fcl_tuning_free(flashcl_context *ctx);
 /* The entry for this kernel and problem (its dtype, head dim, mask and, for
- * packs_group kernels, rows unless the entry says any): one for this exact
+ * packs_group kernels, rows unless the entry says any; for the TF32 kernels
+ * the precision unless the entry says either): one for this exact
  * identity, else one of another driver or flashcl version of the same
  * device; NULL if none. */
 const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const struct kernel_info *k,

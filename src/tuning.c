@@ -6,10 +6,12 @@
  *     device=...|driver=...|flashcl=...|kind=forward|kernel=portable|dtype=f32|d=64|mask=none|block_m=64|block_n=48|ms=1.2
  *     device=...|kind=forward|kernel=tensor-core|dtype=f16|d=128|mask=causal|warps=4|m_tiles=2|block_n=64|ms=4.9
  *     device=...|kind=forward|kernel=decode|dtype=f16|d=128|mask=none|rows=4|block_n=64|splits=6|groups=32|ms=0.4
+ *     device=...|kind=backward|kernel=backward-tf32|dtype=f32|d=64|mask=none|precision=tf32x3|warps=4|...
  *
  * Each entry names a kernel of the table and gives every axis it has; the
  * decode kernel's may add the rows they are for and a split count with the
- * grid it was measured on (flashcl_tuned_config says how it applies). Lines
+ * grid it was measured on, the TF32 kernels' the precision they are for
+ * (flashcl_tuned_config says how each applies). Lines
  * of another device are skipped; lines of this device measured with another
  * driver or flashcl version are kept as fallbacks (used where no entry of
  * this exact identity exists, with an INFO line saying so). Version-1 files
@@ -56,6 +58,26 @@ static const char *mask_word(int mask)
 
 #define MAX_GROUPS (1 << 30)
 _Static_assert(FCL_DECODE_MAX_ROWS == 16 && FCL_MAX_SPLITS == 64, "the reasons below quote them");
+
+/* A TF32 kernel's precision field: its word ("tf32", "tf32x3"), NULL for 0 (either). */
+static const char *precision_word(enum flashcl_precision precision)
+{
+    return precision == FLASHCL_PRECISION_TF32 ? "tf32" : precision == FLASHCL_PRECISION_TF32X3 ? "tf32x3" : NULL;
+}
+
+/* The precision field, checked alike in configurations and in lines: only
+ * a kernel that runs f32 at the TF32 precisions alone has one (the others
+ * run whatever the precision); NULL if valid, else why. */
+static const char *precision_invalid(const struct kernel_info *k, enum flashcl_precision precision)
+{
+    const bool tf32_kernel = k->dtypes == DTYPE_BIT(FLASHCL_F32) &&
+                             !(k->f32_precisions & PRECISION_BIT(FLASHCL_PRECISION_EXACT));
+    if (precision == FLASHCL_PRECISION_EXACT)
+        return NULL;
+    if (!tf32_kernel)
+        return "precision is only the TF32 kernels'";
+    return precision_word(precision) ? NULL : "precision must be tf32 or tf32x3";
+}
 
 /* What entries of a packs_group kernel (decode) add, checked alike in
  * configurations and in lines (0: unset); NULL if valid, else why. */
@@ -129,6 +151,8 @@ flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct fl
             return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config has variant %d, dtype %d, head_dim %d",
                             (int)c->variant, (int)c->dtype, c->head_dim);
         const char *group_why = group_fields_invalid(k, c->rows, c->splits, c->groups);
+        if (!group_why)
+            group_why = precision_invalid(k, c->precision);
         if (group_why)
             return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config: %s", group_why);
         struct kernel_shape shape;
@@ -139,6 +163,10 @@ flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct fl
         if (n >= 0 && (size_t)n < size - used && c->rows) {  /* a key field: beside the mask */
             used += (size_t)n;
             n = snprintf(line + used, size - used, "|rows=%d", c->rows);
+        }
+        if (n >= 0 && (size_t)n < size - used && c->precision) {  /* a key field too */
+            used += (size_t)n;
+            n = snprintf(line + used, size - used, "|precision=%s", precision_word(c->precision));
         }
         for (int a = 0; a < AXIS_COUNT && n >= 0 && (size_t)n < size - used; a++) {
             used += (size_t)n;
@@ -275,6 +303,15 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
         const char *group_why = group_fields_invalid(e->kernel, e->rows, e->splits, e->groups);
         if (group_why)
             return group_why;
+        const char *precision = field(&f, "precision");
+        if (precision) {
+            if (strcmp(precision, "tf32") != 0 && strcmp(precision, "tf32x3") != 0)
+                return "precision must be tf32 or tf32x3";
+            e->precision = strcmp(precision, "tf32") == 0 ? FLASHCL_PRECISION_TF32 : FLASHCL_PRECISION_TF32X3;
+            const char *precision_why = precision_invalid(e->kernel, e->precision);
+            if (precision_why)
+                return precision_why;
+        }
         if (ms) {
             char *end;
             e->ms = strtod(ms, &end);
@@ -427,7 +464,7 @@ const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const stru
     for (int i = ctx->n_tuned - 1; i >= 0; i--) {  /* the last line for a key wins */
         const struct tuned_entry *e = &ctx->tuned[i];
         if (e->kernel != k || e->dtype != p->dtype || e->head_dim != p->head_dim || e->mask != mask ||
-            (e->rows && e->rows != fcl_group_rows(p)))
+            (e->rows && e->rows != fcl_group_rows(p)) || (e->precision && e->precision != p->precision))
             continue;
         if (!e->fallback)
             return e;

@@ -1003,6 +1003,86 @@ START_TEST(decode_entry_malformed)
 }
 END_TEST
 
+/* The TF32 kernels' entries name the precision they were measured with and apply to it alone; one
+ * without a precision applies to both. A precision on another kernel's entry, or one of another word,
+ * is refused: in a configuration (its status) and in a line (the file ignored, with a WARN). */
+static void check_tf32_tile(struct flashcl_tile t, enum flashcl_tile_source source, int block_m, int block_n,
+                            int warps)
+{
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+    ck_assert_int_eq(t.source, source);
+    ck_assert_int_eq(t.block_m, block_m);
+    ck_assert_int_eq(t.block_n, block_n);
+    ck_assert_int_eq(t.warps, warps);
+}
+
+START_TEST(tf32_entries_by_precision)
+{
+    const size_t h200 = 232448;
+    struct flashcl_tuned_config tf32 = {FLASHCL_VARIANT_BACKWARD_TF32, FLASHCL_F32, 64, 0, 32, 64, 2, 0, 1.0};
+    struct flashcl_tuned_config x3 = {FLASHCL_VARIANT_BACKWARD_TF32, FLASHCL_F32, 64, 0, 64, 32, 2, 0, 2.0};
+    tf32.precision = FLASHCL_PRECISION_TF32;
+    x3.precision = FLASHCL_PRECISION_TF32X3;
+    char a[512], b[512], text[1400];
+    line_for(&tf32, a, sizeof(a));
+    line_for(&x3, b, sizeof(b));
+    ck_assert_ptr_nonnull(strstr(a, "|mask=none|precision=tf32|"));
+    ck_assert_ptr_nonnull(strstr(b, "|mask=none|precision=tf32x3|"));
+    snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n%s\n", a, b);
+    write_file(text);
+    flashcl_context *ctx = assumed_tensor_cores(h200, 0, 0, 0, 1);
+    check_tf32_tile(backward_config_precision(ctx, 64, FLASHCL_F32, 0, FLASHCL_PRECISION_TF32), FLASHCL_TILE_TUNED,
+                    32, 64, 2);
+    check_tf32_tile(backward_config_precision(ctx, 64, FLASHCL_F32, 0, FLASHCL_PRECISION_TF32X3), FLASHCL_TILE_TUNED,
+                    64, 32, 2);
+    check_tf32_tile(backward_config_precision(ctx, 64, FLASHCL_F32, 1, FLASHCL_PRECISION_TF32),  /* causal: none */
+                    FLASHCL_TILE_DEFAULT, 64, 64, 4);
+    flashcl_context_destroy(&ctx);
+
+    tf32.precision = FLASHCL_PRECISION_EXACT;  /* measured for either */
+    line_for(&tf32, a, sizeof(a));
+    ck_assert_ptr_null(strstr(a, "precision"));
+    write_one_entry(&tf32);
+    ctx = assumed_tensor_cores(h200, 0, 0, 0, 1);
+    for (int precision = FLASHCL_PRECISION_TF32; precision <= FLASHCL_PRECISION_TF32X3; precision++)
+        check_tf32_tile(backward_config_precision(ctx, 64, FLASHCL_F32, 0, precision), FLASHCL_TILE_TUNED, 32, 64, 2);
+    flashcl_context_destroy(&ctx);
+
+    struct flashcl_tuned_config mma = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 128, 0, 128, 64, 4, 2, 1.0};
+    mma.precision = FLASHCL_PRECISION_TF32;
+    x3.precision = (enum flashcl_precision)7;
+    const struct flashcl_tuned_config *bad[2] = {&mma, &x3};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(flashcl_tuning_format(test_env_get()->ctx, bad[i], 0, a, sizeof(a)), FLASHCL_INVALID_VALUE);
+        ck_assert_ptr_nonnull(strstr(flashcl_last_error(), i == 0 ? "only the TF32 kernels'" : "tf32 or tf32x3"));
+    }
+
+    mma.precision = FLASHCL_PRECISION_EXACT;
+    char mma_line[512];
+    line_for(&mma, mma_line, sizeof(mma_line));
+    const char *at = strstr(mma_line, "|mask=none|");
+    ck_assert_ptr_nonnull(at);
+    char lines[2][600];
+    snprintf(lines[0], sizeof(lines[0]), "%.*s|mask=none|precision=tf32|%s", (int)(at - mma_line), mma_line,
+             at + strlen("|mask=none|"));
+    at = strstr(b, "|precision=tf32x3|");
+    snprintf(lines[1], sizeof(lines[1]), "%.*s|precision=exact|%s", (int)(at - b), b,
+             at + strlen("|precision=tf32x3|"));
+    for (int i = 0; i < 2; i++) {
+        snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n", lines[i]);
+        write_file(text);
+        struct test_warn_log w = {0};
+        ctx = context_with_file(&w, PLAN_LOCAL);
+        ck_assert_msg(w.warnings == 1, "line %d: %d warnings", i, w.warnings);
+        ck_assert_msg(strstr(w.last, i == 0 ? "only the TF32 kernels'" : "precision must be tf32 or tf32x3") &&
+                          strstr(w.last, "ignoring the file"),
+                      "line %d: %s", i, w.last);
+        flashcl_context_destroy(&ctx);
+    }
+    unlink(path);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tuning");
@@ -1022,6 +1102,7 @@ int main(void)
     tcase_add_test(tc, backward_entry_used);
     tcase_add_test(tc, fused_backward_opt_in);
     tcase_add_test(tc, backward_tf32_shapes_fit);
+    tcase_add_test(tc, tf32_entries_by_precision);
     tcase_add_test(tc, decode_entry_used);
     tcase_add_test(tc, decode_forced_wins_and_old_lines);
     tcase_add_test(tc, decode_entry_malformed);
