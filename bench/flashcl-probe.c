@@ -702,7 +702,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
            "first checked against the double reference on N=%d (decode/G: one query a sequence, G query heads a\n"
            "KV head, a cache of N keys, checked on one sequence)\n", p->name, opt->quick ? "quick" : "full", opt->n,
            opt->tokens, opt->hidden, reps, CHECK_N);
-    printf("%-8s %-5s %4s %6s  %-40s %10s %10s %8s\n", "pass", "dtype", "d", "causal", "winner (kernel:shape)",
+    printf("%-8s %-6s %3s %6s  %-40s %10s %10s %8s\n", "pass", "dtype", "d", "causal", "winner (kernel:shape)",
            "tuned ms", "untuned ms", "speedup");
     for (int i = 0; i < n_keys; i++) {
         const struct tune_key *key = &keys[i];
@@ -713,7 +713,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             snprintf(pass, sizeof(pass), "%s", bench_pass_name(key->pass));
         const enum flashcl_variant var = variant_of[i];
         if (key->group && var != FLASHCL_VARIANT_DECODE && var != FLASHCL_VARIANT_DECODE_TENSOR_CORE) {
-            printf("%-8s %-5s %4d %6d  not planned on a decode kernel here (%s); skipped\n", pass,
+            printf("%-8s %-6s %3d %6d  not planned on a decode kernel here (%s); skipped\n", pass,
                    flashcl_dtype_name(key->dtype), key->d, key->causal, var ? flashcl_variant_name(var) : "no plan");
             continue;
         }
@@ -813,11 +813,11 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             winners[n_winners++] = w;
             char shape[96] = "";
             flashcl_tuning_override(&w, shape, sizeof(shape));
-            printf("%-8s %-5s %4d %6d  %-40s %10.3f %10.3f %7.2fx%s\n", pass, key_dtype_name(key), key->d,
+            printf("%-8s %-6s %3d %6d  %-40s %10.3f %10.3f %7.2fx%s\n", pass, key_dtype_name(key), key->d,
                    key->causal, shape, final_tuned, final_untuned, final_untuned / final_tuned,
                    rejected ? "  (wrong candidates dropped)" : "");
         } else {
-            printf("%-8s %-5s %4d %6d  no candidate ran correctly (%d disagreed with the reference)\n", pass,
+            printf("%-8s %-6s %3d %6d  no candidate ran correctly (%d disagreed with the reference)\n", pass,
                    key_dtype_name(key), key->d, key->causal, rejected);
         }
         problem_release(&check);

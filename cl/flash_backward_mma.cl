@@ -67,9 +67,9 @@
  * their own dK/dV rows are never stored.
  *
  * Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16" (g = lane/4,
- * t = lane%4). Local tiles are [row][HEAD_DIM] in 16-byte chunks, the chunk
- * index XORed with the row so ldmatrix's eight row addresses hit distinct
- * banks (as in flash_forward_mma.cl). Keep backward_mma_local_bytes() in
+ * t = lane%4). Local tiles are [row][HEAD_DIM] in 16-byte chunks laid out
+ * so ldmatrix's eight row addresses hit distinct banks (nv_mma16.h's
+ * swizzle: an XOR with the row, or an odd row stride). Keep backward_mma_local_bytes() in
  * src/kernels.c in step with the __local arrays below.
  */
 

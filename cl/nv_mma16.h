@@ -2,7 +2,7 @@
  * nv_mma16.h: f16/bf16 tensor-core primitives from OpenCL C through inline
  * PTX, shared by the kernels that stream K/V tiles into local memory
  * (flash_forward_mma.cl, flash_decode_mma.cl): mma.sync m16n8k16, ldmatrix,
- * the f32-pair packing, the swizzled [row][HEAD_DIM] tile layout and its
+ * the f32-pair packing, the bank-conflict-free [row][HEAD_DIM] tile layout and its
  * cp.async loaders (dense, and a paged cache's K and V blocks).
  *
  * The includer defines DTYPE (1 f16, 2 bf16), HEAD_DIM, WG (work-items a

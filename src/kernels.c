@@ -163,8 +163,8 @@ static bool mma_launchable(const struct device_desc *dev, const struct kernel_sh
 }
 
 /* Bytes a row of a [rows][HEAD_DIM] tile of 2-byte elements takes (cl/nv_mma16.h's ROW_CHUNKS): a
- * row of a multiple of 8 16-byte chunks as it is, any other one chunk more (an odd stride, free of
- * ldmatrix's bank conflicts). */
+ * row of a multiple of 8 16-byte chunks as it is, any other CHUNKS | 1 chunks (an odd stride, free
+ * of ldmatrix's bank conflicts; one chunk more for these kernels' head dims, multiples of 16). */
 static size_t nv_tile_row_bytes(int head_dim)
 {
     const size_t chunks = (size_t)head_dim / 8;

@@ -107,6 +107,8 @@ flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, cha
     if (!reserved_zero(c))
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.reserved is not zero");
     const char *group_why = group_fields_invalid(k, c->rows, c->splits, c->groups);
+    if (!group_why)
+        group_why = precision_invalid(k, c->precision);
     if (group_why)
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config: %s", group_why);
     struct kernel_shape shape;

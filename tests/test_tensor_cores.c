@@ -21,7 +21,7 @@ extern const char flashcl_source_flash_backward_tf32[];
 #define BF16 FLASHCL_BF16
 
 /* Eligible for the tensor-core kernel (f16/bf16, d a multiple of 16 up to
- * 128, 16-byte rows): it must run. Odd lengths, both causal alignments,
+ * 256, 16-byte rows): it must run. Odd lengths, both causal alignments,
  * GQA, N = 1 and several K/V blocks. */
 static const struct test_case tensor_core_cases[] = {
     {2, 200, 200, 4, 4, 64, F16, 0, 0, LAYOUT_BNHD, 1},

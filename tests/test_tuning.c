@@ -644,6 +644,79 @@ START_TEST(backward_tiled_matches_built_kernels)
 }
 END_TEST
 
+/* The tensor-core kernels' footprints where their tile rows take the odd stride (d = 96: 13 chunks of 16
+ * bytes a row for 12 of data; d = 160: 21 for 20) and where they do not (d = 64), against
+ * CL_KERNEL_LOCAL_MEM_SIZE of the kernels built under the emulation (NV_EMULATE=1: the same arrays in
+ * plain OpenCL C, plus the emulator's scratch, which the table counts there): the forward, the decode
+ * kernel, the two-pass backward's two block kernels and the fused backward's dK/dV kernel. Built only,
+ * nothing runs (tests/test_tensor_cores.c runs them). */
+START_TEST(emulated_tensor_core_footprints)
+{
+    struct test_env *e = test_env_get();
+    static const struct {
+        enum kernel_op op;
+        int d, seq_q;
+        const char *options;
+        enum flashcl_variant variant;
+    } kernels[] = {
+        {OP_FORWARD, 96, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
+        {OP_FORWARD, 160, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
+        {OP_FORWARD, 96, 1, "", FLASHCL_VARIANT_DECODE_TENSOR_CORE},
+        {OP_BACKWARD, 96, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
+        {OP_BACKWARD, 64, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
+        {OP_BACKWARD, 96, 64, "backward-tensor-core-fused:on", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED},
+    };
+    for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++) {
+        struct flashcl_context_params params = {0};
+        params.context = e->cl;
+        params.device = e->device;
+        params.kernel_options = kernels[i].options;
+        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                             .assume_compute_capability = 80};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
+        const int d = kernels[i].d;
+        cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * (size_t)d * 4, NULL, NULL);
+        ck_assert_ptr_nonnull(mem);
+        struct flashcl_attention a = shape(d, FLASHCL_F16, 0, mem);
+        a.seq_q = kernels[i].seq_q;
+        a.heads_q = kernels[i].seq_q == 1 ? 4 : 1;  /* decode: a group of 4 query heads a KV head */
+        a.q = a.o = flashcl_tensor_bnhd(mem, FLASHCL_F16, (size_t)a.seq_q, (size_t)a.heads_q, (size_t)d);
+        struct problem p;
+        fcl_forward_problem(&a, &p);
+        p.op = kernels[i].op;
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
+        ck_assert_int_eq(plan.kernel->variant, kernels[i].variant);
+        char label[96];
+        snprintf(label, sizeof(label), "%s d=%d", flashcl_variant_name(kernels[i].variant), d);
+        if (p.op == OP_FORWARD) {
+            check_built_footprint(ctx, &plan, label);
+        } else {  /* steps 1 and 2 (dK/dV, dQ or the fused kernel's convert step): the larger is the table's */
+            cl_ulong largest = 0;
+            for (int step = 1; step <= 2; step++) {
+                cl_kernel kernel;
+                pthread_mutex_lock(&ctx->lock);
+                const flashcl_status st = fcl_program_get_kernel(ctx, plan.kernel->source, plan.kernel->steps[step],
+                                                                 plan.options, &kernel);
+                pthread_mutex_unlock(&ctx->lock);
+                ck_assert_flashcl_ok(st);
+                cl_ulong declared = 0;
+                ck_assert_cl(clGetKernelWorkGroupInfo(kernel, e->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
+                                                      &declared, NULL));
+                largest = declared > largest ? declared : largest;
+            }
+            ck_assert_msg(largest + FCL_LOCAL_SLACK >= plan.local_bytes && largest <= plan.local_bytes + FCL_LOCAL_SLACK,
+                          "%s: the kernels declare at most %llu bytes, the table says %zu", label,
+                          (unsigned long long)largest, plan.local_bytes);
+            printf("%s: declared %llu, table %zu\n", label, (unsigned long long)largest, plan.local_bytes);
+        }
+        clReleaseMemObject(mem);
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
+
 /* Asks which backward kernel and tile a call of this shape would use under ctx (aligned views, LSE,
  * gradients in a buffer of their own). */
 static struct flashcl_tile backward_config_and_workspace(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
@@ -1055,6 +1128,8 @@ START_TEST(tf32_entries_by_precision)
     for (int i = 0; i < 2; i++) {
         ck_assert_int_eq(flashcl_tuning_format(test_env_get()->ctx, bad[i], 0, a, sizeof(a)), FLASHCL_INVALID_VALUE);
         ck_assert_ptr_nonnull(strstr(flashcl_last_error(), i == 0 ? "only the TF32 kernels'" : "tf32 or tf32x3"));
+        ck_assert_int_eq(flashcl_tuning_override(bad[i], a, sizeof(a)), FLASHCL_INVALID_VALUE);
+        ck_assert_ptr_nonnull(strstr(flashcl_last_error(), i == 0 ? "only the TF32 kernels'" : "tf32 or tf32x3"));
     }
 
     mma.precision = FLASHCL_PRECISION_EXACT;
@@ -1103,6 +1178,7 @@ int main(void)
     tcase_add_test(tc, fused_backward_opt_in);
     tcase_add_test(tc, backward_tf32_shapes_fit);
     tcase_add_test(tc, tf32_entries_by_precision);
+    tcase_add_test(tc, emulated_tensor_core_footprints);
     tcase_add_test(tc, decode_entry_used);
     tcase_add_test(tc, decode_forced_wins_and_old_lines);
     tcase_add_test(tc, decode_entry_malformed);
