@@ -1112,6 +1112,25 @@ START_TEST(tf32_entries_by_precision)
                     FLASHCL_TILE_DEFAULT, 64, 64, 4);
     flashcl_context_destroy(&ctx);
 
+    /* The forward TF32 kernel's lines alike: a 3xTF32 line leaves TF32 calls their built-in shape. */
+    struct flashcl_tuned_config fwd = {FLASHCL_VARIANT_TF32, FLASHCL_F32, 64, 0, 64, 32, 4, 1, 1.0};
+    fwd.precision = FLASHCL_PRECISION_TF32X3;
+    write_one_entry(&fwd);
+    ctx = assumed_tensor_cores(h200, 0, 0, 0, 1);
+    cl_mem mem = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, 2 * 64 * 64 * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(mem);
+    struct flashcl_attention attn = shape(64, FLASHCL_F32, 0, mem);
+    struct flashcl_tile t;
+    attn.precision = FLASHCL_PRECISION_TF32X3;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &attn, &t));
+    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TF32);
+    check_mma_shape(t, FLASHCL_TILE_TUNED, 4, 1, 32, h200);
+    attn.precision = FLASHCL_PRECISION_TF32;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &attn, &t));
+    check_mma_shape(t, FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
+    clReleaseMemObject(mem);
+    flashcl_context_destroy(&ctx);
+
     tf32.precision = FLASHCL_PRECISION_EXACT;  /* measured for either */
     line_for(&tf32, a, sizeof(a));
     ck_assert_ptr_null(strstr(a, "precision"));
