@@ -169,6 +169,19 @@ static cl_int set_tail_args(cl_kernel kernel, cl_uint *arg, const struct flashcl
     return err | clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale);
 }
 
+/* The arguments that open flash_backward_dkdv's and flash_backward_dq's lists: Q, K, V, dO, LSE and the
+ * workspace (D's rows). */
+static cl_int set_input_args(cl_kernel kernel, cl_uint *arg, const struct flashcl_attention *a,
+                             const struct flashcl_attention_grad *g, cl_mem ws, size_t esize)
+{
+    cl_int err = fcl_set_view_args(kernel, arg, &a->q, esize);
+    err |= fcl_set_view_args(kernel, arg, &a->k, esize);
+    err |= fcl_set_view_args(kernel, arg, &a->v, esize);
+    err |= fcl_set_view_args(kernel, arg, &g->d_o, esize);
+    err |= fcl_set_view_args(kernel, arg, &a->lse, sizeof(float));
+    return err | clSetKernelArg(kernel, (*arg)++, sizeof(cl_mem), &ws);
+}
+
 /* dot -> dkdv -> dq, each gated by the previous one's event, so the chain
  * holds on out-of-order queues too. Caller holds ctx->lock. */
 static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashcl_attention *a,
@@ -207,12 +220,7 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
 
     /* flash_backward_dkdv (q, k, v, d_o, lse, delta, d_k, d_v, seq_q, seq_kv, group, scale_log2, scale) */
     arg = 0;
-    err |= fcl_set_view_args(dkdv, &arg, &a->q, esize);
-    err |= fcl_set_view_args(dkdv, &arg, &a->k, esize);
-    err |= fcl_set_view_args(dkdv, &arg, &a->v, esize);
-    err |= fcl_set_view_args(dkdv, &arg, &g->d_o, esize);
-    err |= fcl_set_view_args(dkdv, &arg, &a->lse, sizeof(float));
-    err |= clSetKernelArg(dkdv, arg++, sizeof(cl_mem), &ws);
+    err |= set_input_args(dkdv, &arg, a, g, ws, esize);
     if (k->dq_accumulated) {  /* (workspace, accum_off, turns_off) */
         err |= clSetKernelArg(dkdv, arg++, sizeof(cl_mem), &ws);
         err |= clSetKernelArg(dkdv, arg++, sizeof(cl_ulong), &accum_off);
@@ -233,12 +241,7 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
         err |= clSetKernelArg(dq, arg++, sizeof(cl_float), &scale);
     } else {
         /* flash_backward_dq (q, k, v, d_o, lse, delta, d_q, seq_q, seq_kv, group, scale_log2, scale) */
-        err |= fcl_set_view_args(dq, &arg, &a->q, esize);
-        err |= fcl_set_view_args(dq, &arg, &a->k, esize);
-        err |= fcl_set_view_args(dq, &arg, &a->v, esize);
-        err |= fcl_set_view_args(dq, &arg, &g->d_o, esize);
-        err |= fcl_set_view_args(dq, &arg, &a->lse, sizeof(float));
-        err |= clSetKernelArg(dq, arg++, sizeof(cl_mem), &ws);
+        err |= set_input_args(dq, &arg, a, g, ws, esize);
         err |= fcl_set_view_args(dq, &arg, &g->d_q, esize);
         err |= set_tail_args(dq, &arg, a);
     }

@@ -576,6 +576,16 @@ static const struct builtin_shape tf32_builtin[] = {
 #define MMA_AXES                                                                                                   \
     [W] = {1, 8, 1, {4, 8}}, [T] = {1, 2, 1, {1, 2}}, [N] = {16, 128, 16, {32, 48, 64, 128}}
 
+/* What the two f16/bf16 tensor-core backward kernels (two-pass, fused) share: cl/flash_backward_mma.cl's
+ * dtypes, masks, head dims, shapes. */
+#define BACKWARD_MMA_COMMON                                                                                       \
+    .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),                                                  \
+    .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL), .head_dim_step = 16,                 \
+    .head_dim_max = 128, .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,                            \
+    .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},     \
+    .builtin = backward_mma_builtin, .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]), \
+    .launchable = backward_mma_launchable, .geometry = backward_mma_geometry
+
 /* In order of preference: the planner takes the first that runs a call. */
 const struct kernel_info fcl_kernels[] = {
     {
@@ -670,29 +680,13 @@ const struct kernel_info fcl_kernels[] = {
         .op = OP_BACKWARD, .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq_convert"},
         .dq_accumulated = true, .opt_in = true,
-        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
-        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
-        .head_dim_step = 16, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
-        .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},
-        .builtin = backward_mma_builtin,
-        .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
-        .launchable = backward_mma_launchable, .local_bytes = backward_mma_fused_local_bytes,
-        .geometry = backward_mma_geometry, .options = backward_mma_fused_options,
+        BACKWARD_MMA_COMMON, .local_bytes = backward_mma_fused_local_bytes, .options = backward_mma_fused_options,
     },
     {
         .name = "backward-tensor-core", .variant = FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, .op = OP_BACKWARD,
         .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq"},
-        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
-        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
-        .head_dim_step = 16, .head_dim_max = 128,
-        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
-        .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},
-        .builtin = backward_mma_builtin,
-        .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]),
-        .launchable = backward_mma_launchable, .local_bytes = backward_mma_local_bytes,
-        .geometry = backward_mma_geometry, .options = backward_mma_options,
+        BACKWARD_MMA_COMMON, .local_bytes = backward_mma_local_bytes, .options = backward_mma_options,
     },
     {
         .name = "backward-tf32", .variant = FLASHCL_VARIANT_BACKWARD_TF32, .op = OP_BACKWARD,

@@ -58,6 +58,19 @@ static struct {
 } optioned[MAX_OPTIONED];
 static int n_optioned;
 
+cl_command_queue test_second_queue(bool *out_of_order)
+{
+    struct test_env *e = test_env_get();
+    cl_command_queue_properties supported = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
+    cl_int err;
+    cl_command_queue queue = clCreateCommandQueue(e->cl, e->device, supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE,
+                                                  &err);
+    ck_assert_ptr_nonnull(queue);
+    *out_of_order = (supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) != 0;
+    return queue;
+}
+
 flashcl_context *test_context_with_options(const char *kernel_options)
 {
     struct test_env *e = test_env_get();

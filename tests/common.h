@@ -5,6 +5,7 @@
 #define FLASHCL_TESTS_COMMON_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "flashcl.h"
@@ -41,6 +42,9 @@ struct test_env {
     cl_command_queue queue;
 };
 struct test_env *test_env_get(void);
+/* A second queue on the shared device: out-of-order where the device has it (*out_of_order says which),
+ * so only the library's events order what is enqueued there. The caller releases it. */
+cl_command_queue test_second_queue(bool *out_of_order);
 /* A context on the shared device with these kernel options (as
  * params.kernel_options), cached per string; destroyed with the suite. */
 flashcl_context *test_context_with_options(const char *kernel_options);

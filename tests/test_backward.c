@@ -405,12 +405,8 @@ START_TEST(deterministic)
         first[o] = read_back(&p, T_DQ + o);
 
     /* A second queue: out-of-order where the device has it, so the event chain is what orders the kernels. */
-    cl_command_queue_properties supported = 0;
-    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
-    cl_int err;
-    cl_command_queue second = clCreateCommandQueue(e->cl, e->device,
-                                                   supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-    ck_assert_ptr_nonnull(second);
+    bool out_of_order;
+    cl_command_queue second = test_second_queue(&out_of_order);
     for (int run = 0; run < 3; run++) {
         problem_backward(&p, ctx, run == 2 ? second : e->queue);
         for (int o = 0; o < 3; o++) {
@@ -422,7 +418,7 @@ START_TEST(deterministic)
         }
     }
     printf("deterministic, %s: 4 runs bit-identical (second queue %s)\n", flashcl_variant_name(p.variant),
-           supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE ? "out-of-order" : "in-order");
+           out_of_order ? "out-of-order" : "in-order");
     struct bwd_result r;
     problem_check(&p, &r);
     clReleaseCommandQueue(second);
@@ -437,18 +433,14 @@ END_TEST
 START_TEST(event_chain)
 {
     struct test_env *e = test_env_get();
-    cl_command_queue_properties supported = 0;
-    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
-    cl_int err;
-    cl_command_queue queue = clCreateCommandQueue(e->cl, e->device,
-                                                  supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-    ck_assert_ptr_nonnull(queue);
+    bool out_of_order;
+    cl_command_queue queue = test_second_queue(&out_of_order);
     const struct bwd_case c = {2, 70, 90, 4, 2, 32, F32, 1, 0, LAYOUT_BHND, 1};
     struct problem p;
     problem_create(&p, &c, 700);
     size_t bytes = 0;
     ck_assert_flashcl_ok(flashcl_backward_workspace_size(e->ctx, &p.a, &p.g, &bytes));
-    cl_mem ws = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem ws = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, bytes, NULL, NULL);
     ck_assert_ptr_nonnull(ws);
     cl_event forward_done = NULL, backward_done = NULL;
     ck_assert_flashcl_ok(flashcl_forward(e->ctx, &p.a, queue, 0, NULL, &forward_done));
@@ -459,7 +451,7 @@ START_TEST(event_chain)
     struct bwd_result r;
     problem_check(&p, &r);
     printf("event chain (%s queue): max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
-           supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE ? "out-of-order" : "in-order", r.max_err[0],
+           out_of_order ? "out-of-order" : "in-order", r.max_err[0],
            r.max_err[1], r.max_err[2]);
     clReleaseMemObject(ws);
     clReleaseCommandQueue(queue);

@@ -298,12 +298,8 @@ START_TEST(backward_deterministic)
         first[o] = read_back(&p, T_DQ + o);
     /* The second run on an out-of-order queue where the device has one (the library's events order
      * the steps there; the fused kernel's turns do not depend on which work-group starts first). */
-    cl_command_queue_properties supported = 0;
-    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(supported), &supported, NULL));
-    cl_int err;
-    cl_command_queue other = clCreateCommandQueue(e->cl, e->device,
-                                                  supported & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
-    ck_assert_ptr_nonnull(other);
+    bool out_of_order;
+    cl_command_queue other = test_second_queue(&out_of_order);
     for (int run = 0; run < 2; run++) {
         for (int o = 0; o < 3; o++) {  /* poisoned again: a run that wrote nothing cannot compare equal */
             const cl_uchar poison = 0xff;
@@ -330,6 +326,28 @@ START_TEST(backward_deterministic)
 }
 END_TEST
 
+/* Builds `source` with `options` on the test device, prints the build log (NVIDIA's -cl-nv-verbose puts
+ * ptxas's registers and spills there) beside the table's footprint, and asserts it built; the log into
+ * *log (the caller frees it and releases the program). */
+static cl_program build_with_log(const char *source, const char *options, const char *what, size_t table_bytes,
+                                 char **log)
+{
+    struct test_env *e = test_env_get();
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(e->cl, 1, &source, NULL, &err);
+    ck_assert_cl(err);
+    const cl_int built = clBuildProgram(prog, 1, &e->device, options, NULL, NULL);
+    size_t size = 0;
+    clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+    *log = calloc(size + 1, 1);
+    ck_assert_ptr_nonnull(*log);
+    clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, size, *log, NULL);
+    printf("%s build (%s, %zu bytes local in the table): %s\n%s\n", what, options, table_bytes,
+           built == CL_SUCCESS ? "built" : "FAILED", *log);
+    ck_assert_cl(built);
+    return prog;
+}
+
 /* The compiler's report (registers, spills, local memory) for the built-in
  * shapes at d = 64 and 128, causal or not: the plan's own options plus
  * -cl-nv-verbose (NVIDIA's), built here so the whole log prints. */
@@ -352,21 +370,11 @@ START_TEST(backward_ptxas_report)
         snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d "
                  "-DDTYPE=1 -DCAUSAL=%d -DFUSED_DQ=%d -cl-nv-verbose", c.head_dim, t.block_m, t.block_n, t.warps,
                  t.workgroup_size, c.causal, fused);
-        const char *src = flashcl_source_flash_backward_mma;
-        cl_int err;
-        cl_program prog = clCreateProgramWithSource(e->cl, 1, &src, NULL, &err);
-        ck_assert_cl(err);
-        const cl_int built = clBuildProgram(prog, 1, &e->device, options, NULL, NULL);
-        size_t size = 0;
-        clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
-        char *log = calloc(size + 1, 1);
-        ck_assert_ptr_nonnull(log);
-        clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, size, log, NULL);
-        printf("backward tensor-core build (%s, %zu bytes local in the table): %s\n%s\n", options, t.local_bytes,
-               built == CL_SUCCESS ? "built" : "FAILED", log);
+        char *log;
+        cl_program prog = build_with_log(flashcl_source_flash_backward_mma, options, "backward tensor-core",
+                                         t.local_bytes, &log);
         free(log);
         clReleaseProgram(prog);
-        ck_assert_cl(built);
     }
 }
 END_TEST
@@ -474,25 +482,11 @@ END_TEST
 static cl_program build_backward_tf32(const struct flashcl_tile *t, int head_dim, int causal, int passes,
                                       const char *extra, char **log)
 {
-    struct test_env *e = test_env_get();
     char options[320];
     snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d "
              "-DCAUSAL=%d -DPASSES=%d%s %s", head_dim, t->block_m, t->block_n, t->warps, t->workgroup_size, causal,
              passes, emulated ? " -DNV_EMULATE=1" : "", extra);
-    const char *src = flashcl_source_flash_backward_tf32;
-    cl_int err;
-    cl_program prog = clCreateProgramWithSource(e->cl, 1, &src, NULL, &err);
-    ck_assert_cl(err);
-    const cl_int built = clBuildProgram(prog, 1, &e->device, options, NULL, NULL);
-    size_t size = 0;
-    clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
-    *log = calloc(size + 1, 1);
-    ck_assert_ptr_nonnull(*log);
-    clGetProgramBuildInfo(prog, e->device, CL_PROGRAM_BUILD_LOG, size, *log, NULL);
-    printf("backward-tf32 build (%s, %zu bytes local in the table): %s\n%s\n", options, t->local_bytes,
-           built == CL_SUCCESS ? "built" : "FAILED", *log);
-    ck_assert_cl(built);
-    return prog;
+    return build_with_log(flashcl_source_flash_backward_tf32, options, "backward-tf32", t->local_bytes, log);
 }
 
 /* The table's footprint is what the larger of the two built block kernels declares, on the planner's
