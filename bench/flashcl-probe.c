@@ -954,6 +954,8 @@ int main(int argc, char **argv)
     p.usable_local = probe_local(cl, dev, queue, (size_t)p.reported_local);
     measure_rates(cl, dev, queue, &p, gpu);
     const int tensor = flashcl_context_has_tensor_cores(ctx, &p.tensor_note);
+    const char *wgmma_note = NULL;
+    const int wgmma = flashcl_context_has_wgmma(ctx, &wgmma_note);
     if (tensor)
         measure_mma(cl, dev, queue, &p);
     const double ridge_fma = p.fma_tflops * 1e12 / (p.copy_gbs * 1e9);
@@ -963,11 +965,12 @@ int main(int argc, char **argv)
         printf("  \"probed\": {\"name\": \"%s\", \"vendor\": \"%s\", \"driver\": \"%s\", \"compute_units\": %u, "
                "\"clock_mhz\": %u, \"global_mem\": %llu, \"max_alloc\": %llu, \"reported_local_mem\": %llu, "
                "\"usable_local_mem\": %zu, \"max_work_group\": %zu, \"fp16\": %s, \"bf16_storage\": true, "
-               "\"tensor_cores\": %s, \"tensor_core_note\": \"%s\", \"copy_gb_s\": %.1f, \"fma_tflops\": %.2f, "
+               "\"tensor_cores\": %s, \"tensor_core_note\": \"%s\", \"wgmma\": %s, \"wgmma_note\": \"%s\", \"copy_gb_s\": %.1f, \"fma_tflops\": %.2f, "
                "\"mma_tflops\": %.1f, \"ridge_fma\": %.2f, \"ridge_mma\": %.2f},\n",
                p.name, p.vendor, p.driver, p.compute_units, p.clock_mhz, (unsigned long long)p.global_mem,
                (unsigned long long)p.max_alloc, (unsigned long long)p.reported_local, p.usable_local, p.max_wg,
-               p.fp16 ? "true" : "false", tensor ? "true" : "false", p.tensor_note, p.copy_gbs, p.fma_tflops,
+               p.fp16 ? "true" : "false", tensor ? "true" : "false", p.tensor_note, wgmma ? "true" : "false",
+               wgmma_note, p.copy_gbs, p.fma_tflops,
                p.mma_tflops, ridge_fma, tensor ? ridge_mma : 0.0);
         roofline(&p, opt.n, opt.d, true);
         printf("  \"sizing_rule_d%d\": {\"reported\": %zu, \"probed\": %zu}\n}\n", opt.d,
@@ -985,6 +988,7 @@ int main(int argc, char **argv)
         printf("  f16: %s; bf16: storage (read and written by shifts, arithmetic in f32)\n",
                p.fp16 ? "cl_khr_fp16" : "storage only (vload_half), no cl_khr_fp16");
         printf("  tensor cores: %s (%s)\n", tensor ? "yes" : "no", p.tensor_note);
+        printf("  wgmma (sm_90a route): %s\n", wgmma_note);
         printf("  copy bandwidth %.0f GB/s (read + write), fp32 FMA %.2f TFLOP/s", p.copy_gbs, p.fma_tflops);
         if (tensor)
             printf(", mma.sync f16 %.0f TFLOP/s", p.mma_tflops);

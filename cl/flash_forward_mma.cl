@@ -27,6 +27,14 @@
  * eight row addresses hit distinct banks (nv_mma16.h: the chunk index XORed
  * with row % 8, or an odd row stride where a row is not 8k chunks).
  *
+ * -DWGMMA=1 (Hopper, built through the sm_90a route: nv_wgmma.h) computes
+ * both products with wgmma instead: each group of 4 warps (a warpgroup) issues
+ * S = QKᵀ as 64 x BLOCK_N products and O += PV as 64 x HEAD_DIM ones, B read
+ * from local memory by the tensor cores themselves (no ldmatrix), K and V
+ * tiles in wgmma's panel layout (nv_mma16.h's kv_index). The fragments of S
+ * and O are the same as mma.sync's, so the softmax and the stores are shared.
+ * It needs HEAD_DIM 64 or 128, BLOCK_N 64 or 128, WARPS a multiple of 4, M_TILES 1.
+ *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
  * work-item must reach every ldmatrix, mma and quad_xor together, as they
@@ -74,6 +82,15 @@
 #if M_TILES != 1 && M_TILES != 2
 #error "M_TILES must be 1 or 2"
 #endif
+#ifndef WGMMA
+#define WGMMA 0
+#endif
+#if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (HEAD_DIM != 64 && HEAD_DIM != 128) || \
+              (BLOCK_N != 64 && BLOCK_N != 128) || NV_EMULATE)
+#error "WGMMA needs M_TILES 1, WARPS a multiple of 4, HEAD_DIM and BLOCK_N 64 or 128, real tensor cores"
+#endif
+/* wgmma's local tiles start on 1024 bytes (its swizzle's atoms); mma.sync's on 16. */
+#define TILE_ALIGN (WGMMA ? 1024 : 16)
 
 #include "storage.h"  /* the split-KV merge's stores */
 #include "mask.h"     /* before nv_mma.h: its softmax masks by mask_visible */
@@ -82,6 +99,13 @@
 #include "nv_mma.h"
 #include "block_order.h"
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
+#if WGMMA
+#include "nv_wgmma.h"
+#define CAT3_(a, b, c) a##b##c
+#define CAT3(a, b, c) CAT3_(a, b, c)
+#define WGMMA_QK CAT3(wgmma_n, BLOCK_N, _kmajor)  /* S[64 x BLOCK_N] += Q[64 x 16] Kᵀ[16 x BLOCK_N] */
+#define WGMMA_PV CAT3(wgmma_n, HEAD_DIM, _trans)  /* O[64 x HEAD_DIM] += P[64 x 16] V[16 x HEAD_DIM] */
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -91,9 +115,9 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                        __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
-    __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(16)));
-    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* two buffers */
-    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -131,6 +155,9 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     }
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
+#if WGMMA
+    fence_proxy_async();  /* the landed K/V (and zero rows) to wgmma's reads */
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* Q fragments (a0..a3 per k-step) of this warp's rows, from q_tile. */
@@ -159,6 +186,9 @@ NV_UNROLL
          * all, and tells that every warp is done with the other buffer (the
          * previous block), which the next block then streams into. */
         COPY_ASYNC_WAIT(0);
+#if WGMMA
+        fence_proxy_async();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
             LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
@@ -168,6 +198,18 @@ NV_UNROLL
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         float s[M_TILES][S_TILES][4];
+#if WGMMA
+        /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
+         * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
+        wgmma_fence();
+NV_UNROLL
+        for (int kk = 0; kk < KSTEPS; kk++)
+            WGMMA_QK(&s[0][0][0], qf[kk],
+                     wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
+#else
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++)
 NV_UNROLL
@@ -201,6 +243,7 @@ NV_UNROLL
                 }
             }
         }
+#endif
 
         /* Online softmax on the fragments, in base 2. Masks only where some key of the block may be
          * absent or hidden from some row of this warp. */
@@ -225,6 +268,17 @@ NV_UNROLL
             }
         }
 
+#if WGMMA
+        /* 16 keys a wgmma: 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in
+         * the next panel, BLOCK_N rows of 128 bytes further. */
+        wgmma_fence();
+NV_UNROLL
+        for (int kc = 0; kc < BLOCK_N / 16; kc++)
+            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+#else
         {
             const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
 NV_UNROLL
@@ -241,6 +295,7 @@ NV_UNROLL
                 }
             }
         }
+#endif
     }
     COPY_ASYNC_WAIT(0);
 

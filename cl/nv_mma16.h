@@ -13,6 +13,9 @@
 #define FLASHCL_NV_MMA16_H
 
 #define CHUNKS (HEAD_DIM / 8)  /* 16-byte chunks of a row's data */
+#ifndef WGMMA
+#define WGMMA 0
+#endif
 /* ldmatrix reads one chunk from each of 8 consecutive rows a phase: the 8
  * must fall in different 16-byte bank groups (a row's chunk p in group
  * p % 8). Rows of a multiple of 8 chunks take an XOR swizzle within groups
@@ -71,19 +74,37 @@ static inline int swizzle(int row, int chunk)
     return row * ROW_CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
 }
 
-/* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row
- * exists, zeros past the end (plain stores; visible after the barrier). */
-static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
+/* Position of (row, chunk) in a K or V tile of BLOCK_N rows. With -DWGMMA=1 (nv_wgmma.h's operands):
+ * panels of 64 columns, each [BLOCK_N][8 chunks] with the 128-byte swizzle, HEAD_DIM / 64 of them;
+ * for HEAD_DIM = 64 the same place as swizzle's. */
+#if WGMMA
+static inline int kv_index(int row, int chunk)
+{
+    return ((chunk >> 3) * BLOCK_N + row) * 8 + ((chunk & 7) ^ (row & 7));
+}
+#else
+#define kv_index swizzle
+#endif
+
+/* rows x HEAD_DIM of a [seq, d] slice into a tile (a K or V tile's layout where `kv`): cp.async where
+ * the row exists, zeros past the end (plain stores; visible after the barrier). */
+static inline void load_rows(__local uint4 *tile, int rows, bool kv, __global const ushort *base, ulong row_stride,
                              int first_row, int seq, int tid)
 {
     for (int c = tid; c < rows * CHUNKS; c += WG) {
         const int r = c / CHUNKS, ch = c % CHUNKS;
-        __local uint4 *dst = &tile[swizzle(r, ch)];
+        __local uint4 *dst = &tile[kv ? kv_index(r, ch) : swizzle(r, ch)];
         if (first_row + r < seq)
             copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 8);
         else
             *dst = (uint4)(0u);
     }
+}
+
+static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
+                             int first_row, int seq, int tid)
+{
+    load_rows(tile, rows, false, base, row_stride, first_row, seq, tid);
 }
 
 #if VARLEN == 3
@@ -113,7 +134,7 @@ NV_UNROLL
         const int c = tid + i * WG;
         if (c < BLOCK_N * CHUNKS) {
             const int r = c / CHUNKS, ch = c % CHUNKS;
-            __local uint4 *k_dst = &k_tile[swizzle(r, ch)], *v_dst = &v_tile[swizzle(r, ch)];
+            __local uint4 *k_dst = &k_tile[kv_index(r, ch)], *v_dst = &v_tile[kv_index(r, ch)];
             if (first_row + r < seq) {
                 copy_async_16(local_address(k_dst), k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
                 copy_async_16(local_address(v_dst), v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
@@ -129,8 +150,8 @@ NV_UNROLL
 #else
 #define LOAD_KV(k_dst, v_dst, first)                                                                                 \
     do {                                                                                                             \
-        load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid);                                               \
-        load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid);                                               \
+        load_rows(k_dst, BLOCK_N, true, k_base, k_ss, first, seq_kv, tid);                                         \
+        load_rows(v_dst, BLOCK_N, true, v_base, v_ss, first, seq_kv, tid);                                         \
     } while (0)
 #endif
 

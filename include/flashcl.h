@@ -133,9 +133,13 @@ enum flashcl_variant {
                                            order (no second pass; still bitwise deterministic). Opt-in,
                                            "backward-tensor-core-fused:on": slower on the H200
                                            (docs/backward.md) */
-    FLASHCL_VARIANT_BACKWARD_TF32 = 11  /* cl/flash_backward_tf32.cl: the backward pass on NVIDIA sm_80+
+    FLASHCL_VARIANT_BACKWARD_TF32 = 11, /* cl/flash_backward_tf32.cl: the backward pass on NVIDIA sm_80+
                                            tensor cores for f32 data with precision TF32 or TF32X3,
                                            d % 16 == 0 up to 128, mma.sync m16n8k8; deterministic */
+    FLASHCL_VARIANT_TENSOR_CORE_WGMMA = 12 /* cl/flash_forward_mma.cl with WGMMA: Hopper (compute capability
+                                           9.0), f16/bf16, d = 64 or 128, wgmma through the sm_90a route
+                                           (docs/design.md), planned where its probe at context creation
+                                           computed right; opt-in ("tensor-core-wgmma:on") */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
@@ -636,6 +640,13 @@ FLASHCL_API size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx);
  * or why not. A tensor-core kernel that later fails to build or launch is
  * turned off alone, for this context (a WARN says which). */
 FLASHCL_API int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why);
+
+/* Nonzero when the kernels built through the sm_90a route (Hopper's wgmma:
+ * FLASHCL_VARIANT_TENSOR_CORE_WGMMA) may be planned here: compute capability
+ * 9.0, and a probe at context creation built one through the route and
+ * computed its products exactly. *why (if not NULL) gets a sentence starting
+ * "on" or "off" that says why. */
+FLASHCL_API int flashcl_context_has_wgmma(const flashcl_context *ctx, const char **why);
 
 #ifdef __cplusplus
 }

@@ -198,11 +198,11 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
                         w.bytes, ws_bytes);
     const cl_ulong accum_off = w.accum_off, turns_off = w.turns_off;
     cl_kernel dot, dkdv, dq;
-    flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->steps[0], plan->options, &dot);
+    flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->steps[0], plan->options, false, &dot);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, k->source, k->steps[1], plan->options, &dkdv);
+        st = fcl_program_get_kernel(ctx, k->source, k->steps[1], plan->options, false, &dkdv);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, k->source, k->steps[2], plan->options, &dq);
+        st = fcl_program_get_kernel(ctx, k->source, k->steps[2], plan->options, false, &dq);
     if (st != FLASHCL_SUCCESS)
         return st;
 

@@ -38,9 +38,13 @@ void fcl_log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const
 struct program_entry;
 
 /* Returns (building on first use) the kernel `name` (a string literal) of
- * the embedded source `source` built with `options`. Caller holds ctx->lock. */
+ * the embedded source `source` built with `options`; `sm90a`: through the
+ * sm_90a route (cl/nv_wgmma.h). Caller holds ctx->lock. */
 flashcl_status fcl_program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
-                                  const char *options, cl_kernel *out);
+                                  const char *options, bool sm90a, cl_kernel *out);
+/* Builds `source` with `options` through the sm_90a route outside the program cache (the probe). */
+flashcl_status fcl_program_build_sm90a(flashcl_context *ctx, const char *source, const char *options,
+                                       cl_program *out);
 void fcl_program_cache_free(flashcl_context *ctx);
 
 /* ---- tuning.c: the tuning file ---- */
@@ -101,6 +105,7 @@ extern const char flashcl_source_flash_backward_tiled[];
 extern const char flashcl_source_standard_backward[];
 extern const char flashcl_source_flash_decode[];
 extern const char flashcl_source_flash_decode_mma[];
+extern const char flashcl_source_wgmma_probe[];
 
 /* ---- planner.c: one plan per call from the kernel table ---- */
 
@@ -268,6 +273,7 @@ struct flashcl_context {
     size_t probed_local_mem;  /* from the tuning file; 0 if none */
     size_t arch_local_mem;    /* known for the architecture (NVIDIA sm_80+); 0 if not */
     char tensor_core_note[160];  /* why or why not */
+    char wgmma_note[256];        /* why the sm_90a route's kernels are planned or not */
 
     struct fcl_env env;
     struct fcl_test_hooks hooks;

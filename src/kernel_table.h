@@ -44,6 +44,7 @@ struct device_desc {
     size_t max_workgroup;
     bool tensor_cores;        /* NVIDIA sm_80+ with the inline-PTX probe built */
     bool tensor_cores_emulated;  /* a test hook's: the tensor-core kernels built with -DNV_EMULATE=1 */
+    bool wgmma;               /* sm_90a's wgmma through the sm_90a route: its probe built and computed right */
     int compute_units;        /* CL_DEVICE_MAX_COMPUTE_UNITS */
     int nv_major, nv_minor;   /* NVIDIA compute capability; 0 elsewhere */
 };
@@ -85,6 +86,7 @@ struct builtin_shape {
 #define NEEDS_TENSOR_CORES 1u
 #define NEEDS_ROWS_16B 2u  /* cp.async copies 16-byte chunks */
 #define NV_EMULATES 4u     /* with NEEDS_TENSOR_CORES: builds with -DNV_EMULATE=1 (cl/nv_emulate.h) too */
+#define NEEDS_SM90A 8u     /* Hopper's wgmma, built through the sm_90a route (cl/nv_wgmma.h, src/program.c) */
 /* cl/nv_emulate.h's scratch: NV_SCRATCH_WORDS 32-bit words a warp. */
 #define NV_EMULATE_SCRATCH_BYTES(warps) ((size_t)(warps) * 192 * 4)
 

@@ -192,6 +192,15 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
              fcl_dtype_define(p->dtype), p->varlen);
 }
 
+/* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): the same arguments and tiles. */
+static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                          float scale_log2, char *buf, size_t size)
+{
+    mma_options(dev, p, s, scale_log2, buf, size);
+    const size_t used = strlen(buf);
+    snprintf(buf + used, size - used, " -DWGMMA=1");
+}
+
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                const struct problem *p)
 {
@@ -564,6 +573,14 @@ static const struct builtin_shape mma_builtin[] = {
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
 };
 
+/* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d = 64 or 128, 64 or 128 keys a block. Not yet
+ * measured when written: FlashAttention-3's 128 x 128 blocks (two warpgroups) where they fit (160 KB at
+ * d = 128), then 64 x 64. */
+static const struct builtin_shape wgmma_builtin[] = {
+    {ARCH_ANY, 1, 128, -1, SHAPE(8, 1, 128)},
+    {ARCH_ANY, 1, 128, -1, SHAPE(4, 1, 64)},
+};
+
 /* TF32 (H200 sweep, docs/perf.md v0.5): 8 x 2 x 32 past d = 64, 4 x 2 x 64 up to it. */
 static const struct builtin_shape tf32_builtin[] = {
     {ARCH_ANY, 65, 256, -1, SHAPE(8, 2, 32)},
@@ -617,6 +634,21 @@ const struct kernel_info fcl_kernels[] = {
         .rule = decode_rule, .shrink = decode_shrink,
         .launchable = decode_launchable, .local_bytes = decode_local_bytes, .geometry = decode_geometry,
         .options = decode_options,
+    },
+    {
+        .name = "tensor-core-wgmma", .variant = FLASHCL_VARIANT_TENSOR_CORE_WGMMA, .op = OP_FORWARD,
+        .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
+        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = ALL_MASKS,
+        .varlen = true,
+        .combine = "flash_forward_combine",
+        .head_dim_step = 64, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A,
+        .opt_in = true,
+        .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 128, 64, {64, 128}}},
+        .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
+        .launchable = mma_launchable, .local_bytes = mma_local_bytes, .geometry = mma_geometry,
+        .options = wgmma_options,
     },
     {
         .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,

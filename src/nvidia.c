@@ -81,10 +81,130 @@ static bool has_extension(cl_device_id device, const char *name)
 }
 
 
+/* Small integers -2..2 as f16 bits, pseudo-random by index and matrix: every product exact in f32. */
+static cl_ushort probe_value(unsigned i, unsigned matrix, int *value)
+{
+    static const cl_ushort bits[5] = {0xC000, 0xBC00, 0x0000, 0x3C00, 0x4000};
+    const unsigned x = (i * 2654435761u + matrix * 40503u) >> 13;
+    *value = (int)(x % 5) - 2;
+    return bits[x % 5];
+}
+
+/* cl/wgmma_probe.cl built through the sm_90a route, run, and checked against the host's sums; the
+ * first wrong value (or what failed) into the note. */
+static bool wgmma_probe(flashcl_context *ctx, char *note, size_t note_size)
+{
+    enum { ROWS = 64, D = 128, KEYS = 64 };
+    static const size_t elems[4] = {ROWS * D, KEYS * D, ROWS * KEYS, KEYS * D};  /* q, k, p, v */
+    cl_ushort *host[4] = {NULL};
+    int *ints[4] = {NULL};
+    float *s = malloc(ROWS * KEYS * sizeof(float)), *o = malloc(ROWS * D * sizeof(float));
+    cl_mem bufs[6] = {NULL};
+    cl_program program = NULL;
+    cl_kernel kernel = NULL;
+    cl_command_queue queue = NULL;
+    bool ok = false;
+    snprintf(note, note_size, "out of host memory");
+    for (int m = 0; m < 4; m++) {
+        host[m] = malloc(elems[m] * sizeof(cl_ushort));
+        ints[m] = malloc(elems[m] * sizeof(int));
+        if (!host[m] || !ints[m] || !s || !o)
+            goto done;
+        for (size_t i = 0; i < elems[m]; i++)
+            host[m][i] = probe_value((unsigned)i, (unsigned)m, &ints[m][i]);
+    }
+    if (fcl_program_build_sm90a(ctx, flashcl_source_wgmma_probe, "-cl-std=CL1.2", &program) != FLASHCL_SUCCESS) {
+        snprintf(note, note_size, "its probe did not build: %.140s", flashcl_last_error());
+        goto done;
+    }
+    cl_int err;
+    kernel = clCreateKernel(program, "wgmma_probe", &err);
+    if (kernel)
+        queue = clCreateCommandQueue(ctx->cl_ctx, ctx->device, 0, &err);
+    for (int m = 0; m < 4 && queue && err == CL_SUCCESS; m++)
+        bufs[m] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, elems[m] * sizeof(cl_ushort),
+                                 host[m], &err);
+    if (queue && err == CL_SUCCESS)
+        bufs[4] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, ROWS * KEYS * sizeof(float), NULL, &err);
+    if (queue && err == CL_SUCCESS)
+        bufs[5] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, ROWS * D * sizeof(float), NULL, &err);
+    for (cl_uint a = 0; a < 6 && err == CL_SUCCESS; a++)
+        err = clSetKernelArg(kernel, a, sizeof(cl_mem), &bufs[a]);
+    const size_t global = 128, local = 128;
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &local, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(queue, bufs[4], CL_TRUE, 0, ROWS * KEYS * sizeof(float), s, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(queue, bufs[5], CL_TRUE, 0, ROWS * D * sizeof(float), o, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        snprintf(note, note_size, "its probe did not run (%d)", err);
+        goto done;
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < KEYS; c++) {
+            int want = 0;
+            for (int i = 0; i < D; i++)
+                want += ints[0][r * D + i] * ints[1][c * D + i];
+            if (s[r * KEYS + c] != (float)want) {
+                snprintf(note, note_size, "its probe computed QK^T wrong: S[%d][%d] = %g, not %d", r, c,
+                         s[r * KEYS + c], want);
+                goto done;
+            }
+        }
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < D; c++) {
+            int want = 0;
+            for (int j = 0; j < KEYS; j++)
+                want += ints[2][r * KEYS + j] * ints[3][j * D + c];
+            if (o[r * D + c] != (float)want) {
+                snprintf(note, note_size, "its probe computed PV wrong: O[%d][%d] = %g, not %d", r, c, o[r * D + c],
+                         want);
+                goto done;
+            }
+        }
+    ok = true;
+done:
+    for (int m = 0; m < 6; m++)
+        if (bufs[m])
+            clReleaseMemObject(bufs[m]);
+    if (queue)
+        clReleaseCommandQueue(queue);
+    if (kernel)
+        clReleaseKernel(kernel);
+    if (program)
+        clReleaseProgram(program);
+    for (int m = 0; m < 4; m++) {
+        free(host[m]);
+        free(ints[m]);
+    }
+    free(s);
+    free(o);
+    return ok;
+}
+
+/* Hopper's wgmma (sm_90a, compute capability 9.0 exactly): planned only where the probe ran right. */
+static void probe_sm90a_route(flashcl_context *ctx)
+{
+    struct device_desc *dev = &ctx->dev;
+    char why[200];
+    if (dev->nv_major != 9 || dev->nv_minor != 0) {
+        snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "off: wgmma needs compute capability 9.0 (sm_90a)");
+        return;
+    }
+    dev->wgmma = wgmma_probe(ctx, why, sizeof(why));
+    fcl_clear_error();
+    snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "%s: %s", dev->wgmma ? "on" : "off",
+             dev->wgmma ? "the sm_90a route's probe built and computed both products exactly" : why);
+    fcl_log_msg(ctx, dev->wgmma ? FLASHCL_LOG_INFO : FLASHCL_LOG_WARN, "wgmma %s", ctx->wgmma_note);
+}
+
 void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl_test_hooks *hooks)
 {
     struct device_desc *dev = &ctx->dev;
     dev->tensor_cores = false;
+    dev->wgmma = false;
+    snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "off: no tensor cores");
     if (portable_only) {
         snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
                  "disabled: portable_only or FLASHCL_PORTABLE=1");
@@ -95,6 +215,8 @@ void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl
         dev->nv_major = hooks->assume_compute_capability / 10;
         dev->nv_minor = hooks->assume_compute_capability % 10;
         dev->tensor_cores_emulated = hooks->emulate_tensor_cores;
+        dev->wgmma = hooks->assume_wgmma && !hooks->emulate_tensor_cores;
+        snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "%s (a test hook)", dev->wgmma ? "on" : "off");
         snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note), "%s (a test hook)",
                  hooks->emulate_tensor_cores ? "emulated" : "assumed");
         return;
@@ -132,6 +254,7 @@ void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl
     snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note),
              "compute capability %u.%u, inline-PTX probe built", major, minor);
     fcl_log_msg(ctx, FLASHCL_LOG_INFO, "tensor cores on: %s", ctx->tensor_core_note);
+    probe_sm90a_route(ctx);
 }
 
 int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why)
@@ -139,4 +262,11 @@ int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **wh
     if (why)
         *why = ctx ? ctx->tensor_core_note : "ctx is NULL";
     return ctx && ctx->dev.tensor_cores;
+}
+
+int flashcl_context_has_wgmma(const flashcl_context *ctx, const char **why)
+{
+    if (why)
+        *why = ctx ? ctx->wgmma_note : "ctx is NULL";
+    return ctx && ctx->dev.wgmma;
 }

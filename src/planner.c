@@ -192,6 +192,10 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         snprintf(why, why_size, "no tensor cores (%s)", ctx->tensor_core_note);
         return false;
     }
+    if ((k->needs & NEEDS_SM90A) && !ctx->dev.wgmma) {
+        snprintf(why, why_size, "wgmma %.200s", ctx->wgmma_note);
+        return false;
+    }
     if ((k->needs & NEEDS_TENSOR_CORES) && ctx->dev.tensor_cores_emulated && !(k->needs & NV_EMULATES)) {
         snprintf(why, why_size, "tensor cores emulated, and this kernel has no emulation");
         return false;

@@ -73,7 +73,83 @@ static void program_free(struct program_entry *p)
     free(p);
 }
 
-static flashcl_status program_get(flashcl_context *ctx, const char *source, const char *options,
+/* cl/nv_wgmma.h's marker: an inline-asm comment that starts with it is an sm_90a instruction. */
+static const char sm90a_marker[] = "// @fcl-sm90a ";
+
+/* The sm_90a route (cl/nv_wgmma.h): from the PTX the compiler made for sm_90,
+ * the same PTX with every marked comment turned into code and the target
+ * sm_90a, or NULL (no PTX target line, no marker: not a program of the route). */
+static char *sm90a_patch(const char *ptx, size_t size, size_t *out_size)
+{
+    const char *target = strstr(ptx, ".target sm_90");
+    if (!target || target[strlen(".target sm_90")] == 'a' || !strstr(ptx, sm90a_marker))
+        return NULL;
+    char *out = malloc(size + 2);
+    if (!out)
+        return NULL;
+    const size_t marker_len = strlen(sm90a_marker), head = (size_t)(target - ptx) + strlen(".target sm_90");
+    size_t n = 0;
+    memcpy(out, ptx, head);
+    n = head;
+    out[n++] = 'a';
+    for (const char *p = ptx + head, *end = ptx + size; p < end;) {
+        const char *m = strstr(p, sm90a_marker);
+        const char *stop = m && m < end ? m : end;
+        memcpy(out + n, p, (size_t)(stop - p));
+        n += (size_t)(stop - p);
+        p = stop == end ? end : stop + marker_len;
+    }
+    out[n] = '\0';
+    *out_size = n;
+    return out;
+}
+
+/* Rebuilds `built` (from source, for sm_90) through the sm_90a route; the new program or NULL with the
+ * error set (FLASHCL_BUILD_PROGRAM_FAILURE). */
+static cl_program build_sm90a(flashcl_context *ctx, cl_program built, const char *options)
+{
+    size_t size = 0;
+    char *ptx = NULL;
+    if (clGetProgramInfo(built, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) != CL_SUCCESS || size == 0 ||
+        !(ptx = malloc(size + 1))) {
+        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the compiler gave no PTX");
+        return NULL;
+    }
+    unsigned char *bins[1] = {(unsigned char *)ptx};
+    if (clGetProgramInfo(built, CL_PROGRAM_BINARIES, sizeof(bins), bins, NULL) != CL_SUCCESS) {
+        free(ptx);
+        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the compiler gave no PTX");
+        return NULL;
+    }
+    ptx[size] = '\0';
+    size_t patched_size = 0;
+    char *patched = sm90a_patch(ptx, strlen(ptx), &patched_size);
+    free(ptx);
+    if (!patched) {
+        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the binary is not PTX for sm_90 with marked "
+                 "instructions");
+        return NULL;
+    }
+    const unsigned char *src[1] = {(const unsigned char *)patched};
+    const size_t length = patched_size + 1;  /* with its NUL, as the driver's own PTX binaries */
+    cl_int bin_status = CL_SUCCESS, err;
+    cl_program program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &length, src, &bin_status, &err);
+    free(patched);
+    if (program && bin_status == CL_SUCCESS)
+        err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+    if (!program || bin_status != CL_SUCCESS || err != CL_SUCCESS) {
+        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the patched PTX did not build (%d, %d)", err,
+                 bin_status);
+        if (program) {
+            append_build_log(program, ctx->device);
+            clReleaseProgram(program);
+        }
+        return NULL;
+    }
+    return program;
+}
+
+static flashcl_status program_get(flashcl_context *ctx, const char *source, const char *options, bool sm90a,
                                   struct program_entry **out)
 {
     for (struct program_entry *p = ctx->programs; p; p = p->next)
@@ -110,7 +186,17 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
         program_free(p);
         return st;
     }
-    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "built a program in %.0f ms", now_ms() - start);
+    if (sm90a) {
+        cl_program patched = build_sm90a(ctx, p->program, options);
+        if (!patched) {
+            program_free(p);
+            return FLASHCL_BUILD_PROGRAM_FAILURE;
+        }
+        clReleaseProgram(p->program);
+        p->program = patched;
+    }
+    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "built a program%s in %.0f ms", sm90a ? " (sm_90a route)" : "",
+                now_ms() - start);
     fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "build options: %s", options);
     if (ctx->log && ctx->log_level >= FLASHCL_LOG_DEBUG)
         log_build_log(ctx, p->program);
@@ -119,6 +205,25 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     ctx->programs = p;
     *out = p;
     return FLASHCL_SUCCESS;
+}
+
+flashcl_status fcl_program_build_sm90a(flashcl_context *ctx, const char *source, const char *options,
+                                       cl_program *out)
+{
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    if (!program)
+        return fcl_fail(ctx, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
+    err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        flashcl_status st = fcl_fail(ctx, (flashcl_status)err, "building \"%s\" failed (%d)", options, err);
+        append_build_log(program, ctx->device);
+        clReleaseProgram(program);
+        return st;
+    }
+    *out = build_sm90a(ctx, program, options);
+    clReleaseProgram(program);
+    return *out ? FLASHCL_SUCCESS : FLASHCL_BUILD_PROGRAM_FAILURE;
 }
 
 bool fcl_program_failed(const flashcl_context *ctx, const struct kernel_info *k, const char *options)
@@ -152,10 +257,10 @@ void fcl_program_mark_failed(flashcl_context *ctx, const struct kernel_info *k, 
 }
 
 flashcl_status fcl_program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
-                                  const char *options, cl_kernel *out)
+                                  const char *options, bool sm90a, cl_kernel *out)
 {
     struct program_entry *p = NULL;
-    flashcl_status st = program_get(ctx, source, options, &p);
+    flashcl_status st = program_get(ctx, source, options, sm90a, &p);
     if (st != FLASHCL_SUCCESS)
         return st;
     for (struct kernel_entry *k = p->kernels; k; k = k->next)

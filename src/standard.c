@@ -255,11 +255,11 @@ static flashcl_status enqueue_standard(flashcl_context *ctx, const struct flashc
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "FLASHCL_BUILD_OPTIONS is too long (%zu characters)",
                         strlen(ctx->env.build_options));
     cl_kernel pack, unpack, softmax;
-    flashcl_status st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "pack_rows", options, &pack);
+    flashcl_status st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "pack_rows", options, false, &pack);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "unpack_rows", options, &unpack);
+        st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "unpack_rows", options, false, &unpack);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "row_softmax", options, &softmax);
+        st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "row_softmax", options, false, &softmax);
     if (st != FLASHCL_SUCCESS)
         return st;
 

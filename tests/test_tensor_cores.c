@@ -202,6 +202,45 @@ START_TEST(tensor_core_split)
 }
 END_TEST
 
+/* ---- Hopper's wgmma forward (the sm_90a route): FLASHCL_VARIANT_TENSOR_CORE_WGMMA ---- */
+
+/* The route's kernels are planned on compute capability 9.0 only; there its probe must have passed. */
+static bool wgmma_expected(void)
+{
+    flashcl_context *ctx = context_with_options("");
+    const char *why = NULL;
+    if (flashcl_context_has_wgmma(ctx, &why))
+        return true;
+    ck_assert_msg(strstr(why, "needs compute capability 9.0") != NULL, "wgmma off on an sm_90 device: %s", why);
+    printf("wgmma: %s: not run here\n", why);
+    return false;
+}
+
+/* The tensor-core cases of d = 64 and 128 (what the wgmma kernel takes) on it, the default shape and a
+ * forced one split three ways (64-key blocks, so splits cut mid-sequence). */
+static void run_wgmma_case(const char *options, int i, uint64_t seed, const char *what)
+{
+    const struct test_case *c = &tensor_core_cases[i];
+    if ((c->head_dim != 64 && c->head_dim != 128) || !wgmma_expected())
+        return;
+    char label[40];
+    snprintf(label, sizeof(label), "wgmma %s case %2d", what, i);
+    run_tensor_core_case(options, c, seed, label, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+}
+
+START_TEST(tensor_core_wgmma)
+{
+    run_wgmma_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:on", _i, (uint64_t)_i + 400, "");
+}
+END_TEST
+
+START_TEST(tensor_core_wgmma_split)
+{
+    run_wgmma_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=3", _i,
+                   (uint64_t)_i + 450, "4x64 split 3");
+}
+END_TEST
+
 /* ---- the backward pass: FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED) ---- */
 
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace.
@@ -655,6 +694,11 @@ int main(void)
     tcase_add_loop_test(tc, decode_tensor_core, 0, COUNT(decode_cases));
     tcase_add_test(tc, decode_tensor_core_repeatable);
     suite_add_tcase(s, tc);
+    TCase *wg = tcase_create("wgmma forward against the double reference");
+    tcase_set_timeout(wg, 600);
+    tcase_add_loop_test(wg, tensor_core_wgmma, 0, COUNT(tensor_core_cases));
+    tcase_add_loop_test(wg, tensor_core_wgmma_split, 0, COUNT(tensor_core_cases));
+    suite_add_tcase(s, wg);
     TCase *bw = tcase_create("backward");
     tcase_set_timeout(bw, 600);
     tcase_add_test(bw, backward_ptxas_report);

@@ -467,7 +467,7 @@ static void check_built_footprint(flashcl_context *ctx, const struct plan *plan,
     cl_kernel kernel;
     pthread_mutex_lock(&ctx->lock);
     const flashcl_status st = fcl_program_get_kernel(ctx, plan->kernel->source, plan->kernel->entry, plan->options,
-                                                     &kernel);
+                                                     (plan->kernel->needs & NEEDS_SM90A) != 0, &kernel);
     pthread_mutex_unlock(&ctx->lock);
     ck_assert_flashcl_ok(st);
     cl_ulong declared = 0;
@@ -488,7 +488,7 @@ static void check_built_steps_footprint(flashcl_context *ctx, const struct plan 
         cl_kernel kernel;
         pthread_mutex_lock(&ctx->lock);
         const flashcl_status st = fcl_program_get_kernel(ctx, plan->kernel->source, plan->kernel->steps[step],
-                                                         plan->options, &kernel);
+                                                         plan->options, false, &kernel);
         pthread_mutex_unlock(&ctx->lock);
         ck_assert_flashcl_ok(st);
         cl_ulong declared = 0;

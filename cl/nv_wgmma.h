@@ -1,0 +1,141 @@
+/*
+ * nv_wgmma.h: Hopper's warpgroup matrix multiply (wgmma, sm_90a) from OpenCL
+ * C, for the kernels built through src/program.c's sm_90a route.
+ *
+ * NVIDIA's OpenCL compiler targets sm_90 and refuses sm_90a's instructions,
+ * so each one is written as an inline-asm comment that starts with SM90A:
+ * the compiler substitutes its operands (registers it allocated) and passes
+ * the comment into the PTX; the host then turns the comments into code,
+ * retargets the PTX to sm_90a and builds that (fcl_sm90a_patch). Built the
+ * plain way, the kernel computes nothing through these: never run it so.
+ *
+ * A warpgroup is 4 consecutive warps (warp % 4 == 0 first). A operands come
+ * from registers in mma.sync's m16n8k16 A layout, warp w % 4 holding rows
+ * 16 (w % 4) .. + 15; D's registers are mma.sync's m16n8 C fragments of those
+ * rows side by side, 4 a block of 8 columns: the online softmax of
+ * nv_mma.h runs on them unchanged. B comes from local memory through a
+ * descriptor: tiles of rows of 64 two-byte elements (128 bytes), 8-row atoms
+ * of 1024 bytes, 16-byte chunk c of row r at c ^ (r % 8) (the 128-byte
+ * swizzle; a tile starts 1024-byte aligned).
+ */
+#ifndef FLASHCL_NV_WGMMA_H
+#define FLASHCL_NV_WGMMA_H
+
+#define SM90A "// @fcl-sm90a "  /* src/program.c's marker: keep the two in step */
+
+#if DTYPE == 1
+#define WGMMA_OP(n) "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.f16.f16"
+#elif DTYPE == 2
+#define WGMMA_OP(n) "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.bf16.bf16"
+#else
+#error "DTYPE must be 1 (f16) or 2 (bf16)"
+#endif
+
+/* A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and
+ * stride byte offsets in 16-byte units, 128-byte swizzle. */
+static inline ulong wgmma_desc(uint address, uint leading_bytes, uint stride_bytes)
+{
+    return (ulong)((address & 0x3FFFFu) >> 4) | ((ulong)(leading_bytes >> 4) << 16) |
+           ((ulong)(stride_bytes >> 4) << 32) | (1ul << 62);
+}
+
+/* Orders this thread's register writes (accumulators, A fragments) before the wgmma that reads them. */
+static inline void wgmma_fence(void)
+{
+    __asm__ volatile(SM90A "wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+static inline void wgmma_commit(void)
+{
+    __asm__ volatile(SM90A "wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+/* Waits for every committed wgmma; the accumulators are readable after it. */
+static inline void wgmma_wait_all(void)
+{
+    __asm__ volatile(SM90A "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+
+/* Ties n accumulators to this point: the compiler neither reads them before (an earlier wait) nor keeps
+ * them in other registers across it. */
+#define WGMMA_HOLD(d, n)                                                                                             \
+    do {                                                                                                             \
+        NV_UNROLL                                                                                                    \
+        for (int hold_ = 0; hold_ < (n); hold_++)                                                                    \
+            __asm__ volatile("" : "+f"((d)[hold_])::"memory");                                                      \
+    } while (0)
+
+/* Writes to local memory by plain stores or cp.async made visible to wgmma's reads (the async proxy):
+ * each writer after its writes, before the barrier. */
+static inline void fence_proxy_async(void)
+{
+    __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* D[64 x 64] (+)= A[64 x 16] (registers) x B[16 x 64] (local memory, K-major: B's columns contiguous). */
+static inline void wgmma_n64_kmajor(float *d, const uint *a, ulong desc_b, int accumulate)
+{
+    __asm__ volatile(SM90A "{ .reg .pred p; setp.ne.b32 p, %36, 0; " WGMMA_OP(64) " "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "{%32,%33,%34,%35}, %37, p, 1, 1, 0; }"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+/* D[64 x 64] (+)= A[64 x 16] (registers) x B[16 x 64] (local memory, N-major: B's rows contiguous, transposed on read). */
+static inline void wgmma_n64_trans(float *d, const uint *a, ulong desc_b, int accumulate)
+{
+    __asm__ volatile(SM90A "{ .reg .pred p; setp.ne.b32 p, %36, 0; " WGMMA_OP(64) " "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                     "{%32,%33,%34,%35}, %37, p, 1, 1, 1; }"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+/* D[64 x 128] (+)= A[64 x 16] (registers) x B[16 x 128] (local memory, K-major: B's columns contiguous). */
+static inline void wgmma_n128_kmajor(float *d, const uint *a, ulong desc_b, int accumulate)
+{
+    __asm__ volatile(SM90A "{ .reg .pred p; setp.ne.b32 p, %68, 0; " WGMMA_OP(128) " "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "{%64,%65,%66,%67}, %69, p, 1, 1, 0; }"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                       "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                       "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                       "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                       "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+/* D[64 x 128] (+)= A[64 x 16] (registers) x B[16 x 128] (local memory, N-major: B's rows contiguous, transposed on read). */
+static inline void wgmma_n128_trans(float *d, const uint *a, ulong desc_b, int accumulate)
+{
+    __asm__ volatile(SM90A "{ .reg .pred p; setp.ne.b32 p, %68, 0; " WGMMA_OP(128) " "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                     "{%64,%65,%66,%67}, %69, p, 1, 1, 1; }"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                       "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                       "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                       "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                       "+f"(d[63])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+#endif /* FLASHCL_NV_WGMMA_H */
