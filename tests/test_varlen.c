@@ -623,8 +623,21 @@ static bool has_tensor_cores(void)
     return flashcl_context_has_tensor_cores(test_env_get()->ctx, &why) == 1;
 }
 
+/* Where Hopper's wgmma kernel is planned (flashcl_context_has_wgmma), the cases it takes (f16/bf16,
+ * d = 64 or 128) run on it too, named in the kernel options (it is opt-in). */
+#define WGMMA_OPTIONS "decode:off;decode-tensor-core:off;tensor-core-wgmma:on"
+static bool wgmma_takes(flashcl_dtype dtype, int head_dim)
+{
+    const char *why;
+    return dtype != F32 && (head_dim == 64 || head_dim == 128) &&
+           flashcl_context_has_wgmma(test_env_get()->ctx, &why) == 1;
+}
+
 START_TEST(tensor_core_varlen)
 {
+    if (wgmma_takes(tc_cases[_i].dtype, tc_cases[_i].head_dim))
+        ck_assert_int_eq(run(test_context_with_options(WGMMA_OPTIONS), &tc_cases[_i], 780 + (uint64_t)_i, "wgmma"),
+                         FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
     const enum flashcl_variant by_default = run(NULL, &tc_cases[_i], 700 + (uint64_t)_i, "default kernel");
     const enum flashcl_variant split = run(test_context_with_options(TC_SPLIT_OPTIONS), &tc_cases[_i],
                                            710 + (uint64_t)_i, "split 3, block_n 16");
@@ -637,6 +650,9 @@ END_TEST
 
 START_TEST(tensor_core_kv_cache)
 {
+    if (wgmma_takes(tc_kv_cases[_i].dtype, tc_kv_cases[_i].head_dim))
+        ck_assert_int_eq(run_kv(test_context_with_options(WGMMA_OPTIONS), &tc_kv_cases[_i], 790 + (uint64_t)_i, false),
+                         FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
     const enum flashcl_variant by_default = run_kv(NULL, &tc_kv_cases[_i], 720 + (uint64_t)_i, false);
     const enum flashcl_variant split = run_kv(test_context_with_options(TC_SPLIT_OPTIONS), &tc_kv_cases[_i],
                                               730 + (uint64_t)_i, false);
