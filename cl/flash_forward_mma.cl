@@ -61,9 +61,6 @@
 #ifndef M_TILES
 #define M_TILES 1            /* 16-row mma tiles per warp: 1 or 2 */
 #endif
-#ifndef PIPELINE_S
-#define PIPELINE_S 0         /* 1: a block's scores computed under the previous block's softmax */
-#endif
 
 #define WARP_ROWS (16 * M_TILES)
 #define BLOCK_M (WARP_ROWS * WARPS)
@@ -108,52 +105,6 @@
 #define CAT3(a, b, c) CAT3_(a, b, c)
 #define WGMMA_QK CAT3(wgmma_n, BLOCK_N, _kmajor)  /* S[64 x BLOCK_N] += Q[64 x 16] Kᵀ[16 x BLOCK_N] */
 #define WGMMA_PV CAT3(wgmma_n, HEAD_DIM, _trans)  /* O[64 x HEAD_DIM] += P[64 x 16] V[16 x HEAD_DIM] */
-#endif
-
-#if PIPELINE_S && (VARLEN == 3 || WGMMA)  /* a paged cache's loader takes K and V together; wgmma has its own */  /* a paged cache's loader takes K and V together */
-#undef PIPELINE_S
-#define PIPELINE_S 0
-#endif
-
-#if PIPELINE_S
-/* S = Q Kᵀ for one block of keys (the loop below, as one call for the overlapped schedule). */
-static inline __attribute__((always_inline)) void block_scores(float s[M_TILES][S_TILES][4], uint qf[][4],
-                                                               __local const uint4 *q_tile,
-                                __local const uint4 *k_tile, int warp, int lane NV_SCRATCH_PARAM)
-{
-NV_UNROLL
-    for (int mt = 0; mt < M_TILES; mt++)
-NV_UNROLL
-        for (int n = 0; n < S_TILES; n++)
-            s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
-    const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
-NV_UNROLL
-    for (int kk = 0; kk < KSTEPS; kk++) {
-#if Q_IN_REGISTERS
-        const uint *qa[1] = {qf[kk]};
-#else
-        const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
-        uint qr[M_TILES][4];
-        const uint *qa[M_TILES];
-NV_UNROLL
-        for (int mt = 0; mt < M_TILES; mt++) {
-            ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + 16 * mt + q_lane_row, kk * 2 + q_lane_chunk)]),
-                        qr[mt]);
-            qa[mt] = qr[mt];
-        }
-#endif
-NV_UNROLL
-        for (int np = 0; np < S_TILES / 2; np++) {
-            uint bf[4];
-            ldmatrix_x4(local_address(&k_tile[swizzle(np * 16 + key, kk * 2 + (j & 1))]), bf);
-NV_UNROLL
-            for (int mt = 0; mt < M_TILES; mt++) {
-                mma_16x8x16(s[mt][2 * np], qa[mt], bf[0], bf[1]);
-                mma_16x8x16(s[mt][2 * np + 1], qa[mt], bf[2], bf[3]);
-            }
-        }
-    }
-}
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -216,8 +167,6 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
 NV_UNROLL
     for (int kk = 0; kk < KSTEPS; kk++)
         ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
-#elif PIPELINE_S
-    uint qf[1][4];  /* unused: block_scores reads Q from q_tile */
 #endif
 
     float acc[M_TILES][O_TILES][4];
@@ -232,87 +181,6 @@ NV_UNROLL
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 
-#if PIPELINE_S
-    /* K runs one block ahead of V: block kb + 1's scores are computed in the same stretch of code as
-     * block kb's softmax, so the tensor cores work under the exponentials (FlashAttention-3's
-     * overlap, within a warp, on mma.sync). At block kb the copies in flight are K(kb + 2) and
-     * V(kb + 1): two buffers each, as without the overlap. Past the last block the next scores
-     * read a buffer no copy filled: computed anyway (no branch between them and the softmax),
-     * never used. */
-    float s[M_TILES][S_TILES][4];
-    if (kv_begin < kv_end) {  /* K(kv_begin) is in buffer 0 (the prologue's barrier); K(+1) streams */
-        if (kv_begin + BLOCK_N < kv_end) {
-            LOAD_K(k_tiles + BLOCK_N * ROW_CHUNKS, kv_begin + BLOCK_N);
-        }
-        copy_async_commit();
-        block_scores(s, qf, q_tile, k_tiles, warp, lane NV_SCRATCH_ARG);
-    }
-    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
-        /* V(kb) and K(kb + 1) have landed; every warp is done with K(kb) and V(kb - 1). */
-        COPY_ASYNC_WAIT(0);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (kb + 2 * BLOCK_N < kv_end) {
-            LOAD_K(k_tiles + stage * BLOCK_N * ROW_CHUNKS, kb + 2 * BLOCK_N);
-        }
-        if (kb + BLOCK_N < kv_end) {
-            LOAD_V(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
-        }
-        copy_async_commit();
-        __local const uint4 *k_tile = k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS;
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
-        float s_next[M_TILES][S_TILES][4];
-        block_scores(s_next, qf, q_tile, k_tile, warp, lane NV_SCRATCH_ARG);
-
-        /* Online softmax on the fragments, in base 2. Masks only where some key of the block may be
-         * absent or hidden from some row of this warp. */
-        bool edge = kb + BLOCK_N > seq_kv;
-#if WINDOW_RIGHT >= 0
-        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag + WINDOW_RIGHT;
-#endif
-#if WINDOW_LEFT >= 0
-        edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
-#endif
-        uint pf[M_TILES][BLOCK_N / 16][4];
-NV_UNROLL
-        for (int mt = 0; mt < M_TILES; mt++) {
-            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
-                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
-NV_UNROLL
-            for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-                pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-                pf[mt][kc][1] = pack_pair(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-                pf[mt][kc][2] = pack_pair(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-                pf[mt][kc][3] = pack_pair(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
-            }
-        }
-
-        {
-            const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
-NV_UNROLL
-            for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-NV_UNROLL
-                for (int np = 0; np < O_TILES / 2; np++) {
-                    uint bf[4];
-                    ldmatrix_x4_trans(local_address(&v_tile[swizzle(kc * 16 + key, np * 2 + upper)]), bf);
-NV_UNROLL
-                    for (int mt = 0; mt < M_TILES; mt++) {
-                        mma_16x8x16(acc[mt][2 * np], pf[mt][kc], bf[0], bf[1]);
-                        mma_16x8x16(acc[mt][2 * np + 1], pf[mt][kc], bf[2], bf[3]);
-                    }
-                }
-            }
-        }
-NV_UNROLL
-        for (int mt = 0; mt < M_TILES; mt++)
-NV_UNROLL
-            for (int n = 0; n < S_TILES; n++) {
-                s[mt][n][0] = s_next[mt][n][0];
-                s[mt][n][1] = s_next[mt][n][1];
-                s[mt][n][2] = s_next[mt][n][2];
-                s[mt][n][3] = s_next[mt][n][3];
-            }
-    }
-#else
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         /* Block kb has landed for this thread; the barrier makes it visible to
          * all, and tells that every warp is done with the other buffer (the
@@ -429,7 +297,6 @@ NV_UNROLL
         }
 #endif
     }
-#endif
     COPY_ASYNC_WAIT(0);
 
     __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;

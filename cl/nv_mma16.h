@@ -153,9 +153,6 @@ NV_UNROLL
         load_rows(k_dst, BLOCK_N, true, k_base, k_ss, first, seq_kv, tid);                                         \
         load_rows(v_dst, BLOCK_N, true, v_base, v_ss, first, seq_kv, tid);                                         \
     } while (0)
-/* K's and V's blocks apart (flash_forward_mma.cl's PIPELINE_S streams K one block ahead). */
-#define LOAD_K(k_dst, first) load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid)
-#define LOAD_V(v_dst, first) load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid)
 #endif
 
 #endif /* FLASHCL_NV_MMA16_H */
