@@ -198,17 +198,24 @@ NV_UNROLL
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         float s[M_TILES][S_TILES][4];
-#if WGMMA
+#if WGMMA && WGMMA_DEBUG_MIX != 2
         /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
          * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
+        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
         wgmma_fence();
 NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
+        {
             WGMMA_QK(&s[0][0][0], qf[kk],
                      wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
+#if WGMMA_DEBUG_SERIAL
+            wgmma_commit(); wgmma_wait_all(); WGMMA_HOLD(&s[0][0][0], S_TILES * 4); wgmma_fence();
+#endif
+        }
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
+        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
 #else
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++)
@@ -268,16 +275,24 @@ NV_UNROLL
             }
         }
 
-#if WGMMA
+#if WGMMA && WGMMA_DEBUG_MIX != 1
         /* 16 keys a wgmma: 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in
          * the next panel, BLOCK_N rows of 128 bytes further. */
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);  /* the softmax's rescaling done */
+        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);
         wgmma_fence();
 NV_UNROLL
         for (int kc = 0; kc < BLOCK_N / 16; kc++)
+        {
             WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
+#if WGMMA_DEBUG_SERIAL
+            wgmma_commit(); wgmma_wait_all(); WGMMA_HOLD(&acc[0][0][0], O_TILES * 4); wgmma_fence();
+#endif
+        }
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);  /* P's registers stay P's until the wait */
 #else
         {
             const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */

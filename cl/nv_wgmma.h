@@ -56,13 +56,22 @@ static inline void wgmma_wait_all(void)
     __asm__ volatile(SM90A "wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
-/* Ties n accumulators to this point: the compiler neither reads them before (an earlier wait) nor keeps
- * them in other registers across it. */
+/* Ties n registers (accumulators: WGMMA_HOLD; A fragments: WGMMA_HOLD_A) to this point, so the compiler
+ * neither moves their writes past it nor their reads before it, nor gives their registers to other values
+ * across it. Around every wgmma batch: before the fence (what the batch reads is written by then: the
+ * fence orders only what precedes it) and after the wait (a wgmma reads its A registers and writes its
+ * accumulators asynchronously, until the wait). */
 #define WGMMA_HOLD(d, n)                                                                                             \
     do {                                                                                                             \
         NV_UNROLL                                                                                                    \
         for (int hold_ = 0; hold_ < (n); hold_++)                                                                    \
             __asm__ volatile("" : "+f"((d)[hold_])::"memory");                                                      \
+    } while (0)
+#define WGMMA_HOLD_A(a, n)                                                                                           \
+    do {                                                                                                             \
+        NV_UNROLL                                                                                                    \
+        for (int hold_ = 0; hold_ < (n); hold_++)                                                                    \
+            __asm__ volatile("" : "+r"((a)[hold_])::"memory");                                                      \
     } while (0)
 
 /* Writes to local memory by plain stores or cp.async made visible to wgmma's reads (the async proxy):

@@ -43,6 +43,7 @@ NV_UNROLL
         ldmatrix_x4(local_address(&q_tile[swizzle(warp * 16 + q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
 
     float s[BLOCK_N / 8][4];
+    WGMMA_HOLD_A(&qf[0][0], HEAD_DIM / 4);
     wgmma_fence();
 NV_UNROLL
     for (int kk = 0; kk < HEAD_DIM / 16; kk++)
@@ -51,6 +52,7 @@ NV_UNROLL
     wgmma_commit();
     wgmma_wait_all();
     WGMMA_HOLD(&s[0][0], BLOCK_N / 2);
+    WGMMA_HOLD_A(&qf[0][0], HEAD_DIM / 4);
 
     /* P's A fragments straight from global memory (mma.sync's A layout). */
     __global const uint *p2 = (__global const uint *)p;
