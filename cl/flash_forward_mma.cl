@@ -206,8 +206,15 @@ NV_UNROLL
 NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
         {
+#if WGMMA_DEBUG_SPLIT_S
+            CAT3(wgmma_n, WGMMA_DEBUG_SPLIT_S, _kmajor)(&s[0][0][0], qf[kk],
+                     wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
+            CAT3(wgmma_n, WGMMA_DEBUG_SPLIT_S, _kmajor)(&s[0][WGMMA_DEBUG_SPLIT_S / 8][0], qf[kk],
+                     wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32 + WGMMA_DEBUG_SPLIT_S * 128, 16, 1024), kk);
+#else
             WGMMA_QK(&s[0][0][0], qf[kk],
                      wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
+#endif
 #if WGMMA_DEBUG_SERIAL
             wgmma_commit(); wgmma_wait_all(); WGMMA_HOLD(&s[0][0][0], S_TILES * 4); wgmma_fence();
 #endif

@@ -81,6 +81,30 @@ static inline void fence_proxy_async(void)
     __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+/* D[64 x 32] (+)= A[64 x 16] (registers) x B[16 x 32] (local memory, K-major: B's columns contiguous). */
+static inline void wgmma_n32_kmajor(float *d, const uint *a, ulong desc_b, int accumulate)
+{
+    __asm__ volatile(SM90A "{ .reg .pred p; setp.ne.b32 p, %20, 0; " WGMMA_OP(32) " "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+                     "{%16,%17,%18,%19}, %21, p, 1, 1, 0; }"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
+/* D[64 x 32] (+)= A[64 x 16] (registers) x B[16 x 32] (local memory, N-major: B's rows contiguous, transposed on read). */
+static inline void wgmma_n32_trans(float *d, const uint *a, ulong desc_b, int accumulate)
+{
+    __asm__ volatile(SM90A "{ .reg .pred p; setp.ne.b32 p, %20, 0; " WGMMA_OP(32) " "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+                     "{%16,%17,%18,%19}, %21, p, 1, 1, 1; }"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                       "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));
+}
+
 /* D[64 x 64] (+)= A[64 x 16] (registers) x B[16 x 64] (local memory, K-major: B's columns contiguous). */
 static inline void wgmma_n64_kmajor(float *d, const uint *a, ulong desc_b, int accumulate)
 {

@@ -157,7 +157,8 @@ void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flas
         *lse_tol = 1e-4;
         return;
     }
-    if (variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_DECODE_TENSOR_CORE) {
+    if (variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_DECODE_TENSOR_CORE ||
+        variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA) {
         /* P is rounded to the storage type for the P·V mma: 2 x half an ulp x max|v|. */
         *atol = dtype == FLASHCL_F16 ? 1e-3 : 8e-3;
         *rtol = dtype == FLASHCL_F16 ? 1.2e-3 : 8e-3;
