@@ -34,6 +34,7 @@
  * tiles in wgmma's panel layout (nv_mma16.h's kv_index). The fragments of S
  * and O are the same as mma.sync's, so the softmax and the stores are shared.
  * It needs HEAD_DIM 64 or 128, BLOCK_N 64 or 128, WARPS a multiple of 4, M_TILES 1.
+ * S's wgmma is split where it would have PV's shape (S_PART below).
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
@@ -103,7 +104,17 @@
 #include "nv_wgmma.h"
 #define CAT3_(a, b, c) a##b##c
 #define CAT3(a, b, c) CAT3_(a, b, c)
-#define WGMMA_QK CAT3(wgmma_n, BLOCK_N, _kmajor)  /* S[64 x BLOCK_N] += Q[64 x 16] Kᵀ[16 x BLOCK_N] */
+/* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
+ * keys) the H200 (driver 580.159) gave sampled errors of 1e-2, each product right alone and waiting on every
+ * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf.md, v0.11). */
+#if BLOCK_N == 64 && HEAD_DIM == 64
+#define S_PART 32
+#elif BLOCK_N == 128 && HEAD_DIM == 128
+#define S_PART 64
+#else
+#define S_PART BLOCK_N
+#endif
+#define WGMMA_QK CAT3(wgmma_n, S_PART, _kmajor)  /* S[64 x S_PART] += Q[64 x 16] Kᵀ[16 x S_PART] */
 #define WGMMA_PV CAT3(wgmma_n, HEAD_DIM, _trans)  /* O[64 x HEAD_DIM] += P[64 x 16] V[16 x HEAD_DIM] */
 #endif
 
@@ -198,27 +209,18 @@ NV_UNROLL
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         float s[M_TILES][S_TILES][4];
-#if WGMMA && WGMMA_DEBUG_MIX != 2
+#if WGMMA
         /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
          * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
         WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
         wgmma_fence();
 NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
-        {
-#if WGMMA_DEBUG_SPLIT_S
-            CAT3(wgmma_n, WGMMA_DEBUG_SPLIT_S, _kmajor)(&s[0][0][0], qf[kk],
-                     wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
-            CAT3(wgmma_n, WGMMA_DEBUG_SPLIT_S, _kmajor)(&s[0][WGMMA_DEBUG_SPLIT_S / 8][0], qf[kk],
-                     wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32 + WGMMA_DEBUG_SPLIT_S * 128, 16, 1024), kk);
-#else
-            WGMMA_QK(&s[0][0][0], qf[kk],
-                     wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
-#endif
-#if WGMMA_DEBUG_SERIAL
-            wgmma_commit(); wgmma_wait_all(); WGMMA_HOLD(&s[0][0][0], S_TILES * 4); wgmma_fence();
-#endif
-        }
+NV_UNROLL
+            for (int part = 0; part < BLOCK_N / S_PART; part++)
+                WGMMA_QK(&s[0][part * S_PART / 8][0], qf[kk],
+                         wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
+                                    16, 1024), kk);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
@@ -282,7 +284,7 @@ NV_UNROLL
             }
         }
 
-#if WGMMA && WGMMA_DEBUG_MIX != 1
+#if WGMMA
         /* 16 keys a wgmma: 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in
          * the next panel, BLOCK_N rows of 128 bytes further. */
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);  /* the softmax's rescaling done */
@@ -290,12 +292,7 @@ NV_UNROLL
         wgmma_fence();
 NV_UNROLL
         for (int kc = 0; kc < BLOCK_N / 16; kc++)
-        {
             WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
-#if WGMMA_DEBUG_SERIAL
-            wgmma_commit(); wgmma_wait_all(); WGMMA_HOLD(&acc[0][0][0], O_TILES * 4); wgmma_fence();
-#endif
-        }
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
