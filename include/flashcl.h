@@ -139,7 +139,8 @@ enum flashcl_variant {
     FLASHCL_VARIANT_TENSOR_CORE_WGMMA = 12 /* cl/flash_forward_mma.cl with WGMMA: Hopper (compute capability
                                            9.0), f16/bf16, d = 64 or 128, wgmma through the sm_90a route
                                            (docs/design.md), planned where its probe at context creation
-                                           computed right; opt-in ("tensor-core-wgmma:on") */
+                                           computed right, ahead of TENSOR_CORE ("tensor-core-wgmma:off"
+                                           plans mma.sync there) */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its

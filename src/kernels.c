@@ -573,11 +573,14 @@ static const struct builtin_shape mma_builtin[] = {
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
 };
 
-/* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d = 64 or 128, 64 or 128 keys a block. Not yet
- * measured when written: FlashAttention-3's 128 x 128 blocks (two warpgroups) where they fit (160 KB at
- * d = 128), then 64 x 64. */
+/* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d = 64 or 128, 64 or 128 keys a block. H200,
+ * N = 16k, f16, TFLOP/s non-causal / causal (docs/perf.md v0.11): d = 64: 12 x 128 345 / 337, 8 x 64 303 / 301,
+ * 8 x 128 254 / 260, 4 x 64 257 / 258; d = 128: 12 x 64 400 / 400, 12 x 128 361 / 361 (spilled), 8 x 128
+ * 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. Then smaller ones where those do not fit. */
 static const struct builtin_shape wgmma_builtin[] = {
-    {ARCH_ANY, 1, 128, -1, SHAPE(8, 1, 128)},
+    {ARCH_ANY, 1, 64, -1, SHAPE(12, 1, 128)},
+    {ARCH_ANY, 65, 128, -1, SHAPE(12, 1, 64)},
+    {ARCH_ANY, 1, 128, -1, SHAPE(8, 1, 64)},
     {ARCH_ANY, 1, 128, -1, SHAPE(4, 1, 64)},
 };
 
@@ -644,7 +647,6 @@ const struct kernel_info fcl_kernels[] = {
         .combine = "flash_forward_combine",
         .head_dim_step = 64, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A,
-        .opt_in = true,
         .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 128, 64, {64, 128}}},
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = mma_local_bytes, .geometry = mma_geometry,

@@ -424,3 +424,10 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     for (int i = 0; i < 4; i++)
         free(img[i]);
 }
+
+enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim)
+{
+    const char *why;
+    return (head_dim == 64 || head_dim == 128) && flashcl_context_has_wgmma(ctx, &why) ? FLASHCL_VARIANT_TENSOR_CORE_WGMMA
+                                                                                       : FLASHCL_VARIANT_TENSOR_CORE;
+}

@@ -109,4 +109,8 @@ void test_case_window(int causal, int windowed, int window_left, int window_righ
  * current Check test on any mismatch or on a changed byte outside the views. */
 void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_result *result);
 
+/* The f16/bf16 forward kernel a device with tensor cores runs by default for this head dim (16-byte rows):
+ * Hopper's wgmma kernel where the context plans it (d = 64, 128), else mma.sync. */
+enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim);
+
 #endif

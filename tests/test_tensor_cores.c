@@ -150,7 +150,8 @@ START_TEST(tensor_core)
 {
     char label[32];
     snprintf(label, sizeof(label), "tensor-core case %2d", _i);
-    run_tensor_core_case("decode:off;decode-tensor-core:off", &tensor_core_cases[_i], (uint64_t)_i + 100, label, FLASHCL_VARIANT_TENSOR_CORE);
+    run_tensor_core_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:off", &tensor_core_cases[_i], (uint64_t)_i + 100,
+                         label, FLASHCL_VARIANT_TENSOR_CORE);
 }
 END_TEST
 
@@ -197,7 +198,8 @@ START_TEST(tensor_core_split)
 {
     char label[32];
     snprintf(label, sizeof(label), "split 3 case %2d", _i);
-    run_tensor_core_case("decode:off;decode-tensor-core:off;tensor-core:block_n=16,splits=3", &tensor_core_cases[_i], (uint64_t)_i + 150,
+    run_tensor_core_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:off;tensor-core:block_n=16,splits=3",
+                         &tensor_core_cases[_i], (uint64_t)_i + 150,
                          label, FLASHCL_VARIANT_TENSOR_CORE);
 }
 END_TEST
@@ -230,7 +232,7 @@ static void run_wgmma_case(const char *options, int i, uint64_t seed, const char
 
 START_TEST(tensor_core_wgmma)
 {
-    run_wgmma_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:on", _i, (uint64_t)_i + 400, "");
+    run_wgmma_case("decode:off;decode-tensor-core:off", _i, (uint64_t)_i + 400, "");
 }
 END_TEST
 

@@ -455,6 +455,50 @@ START_TEST(tensor_core_shapes_must_fit)
 }
 END_TEST
 
+/* Hopper's wgmma kernel (assumed here, as its probe would find it on sm_90; nothing is launched): planned
+ * ahead of mma.sync for f16/bf16 at d = 64 and 128 with its built-in shapes, smaller ones where those do
+ * not fit, mma.sync for other head dims, where it is turned off, and where the route is off. */
+START_TEST(wgmma_planned_where_it_runs)
+{
+    const size_t h200 = 232448, small = 65536;
+    struct test_env *e = test_env_get();
+    const char *const options[3] = {"", "tensor-core-wgmma:off", ""};
+    const size_t locals[3] = {h200, h200, small};
+    for (int i = 0; i < 4; i++) {
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.local_mem_bytes = i < 3 ? locals[i] : h200;
+        p.kernel_options = i < 3 ? options[i] : "";
+        p.tuning_file = "";
+        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_wgmma = i < 3,
+                                             .assume_compute_capability = 90};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+        const char *why = NULL;
+        ck_assert_int_eq(flashcl_context_has_wgmma(ctx, &why), i < 3);
+        ck_assert_ptr_nonnull(strstr(why, i < 3 ? "on" : "off"));
+        const struct flashcl_tile d64 = config_of(ctx, 64, FLASHCL_F16, 1), d128 = config_of(ctx, 128, FLASHCL_BF16, 0);
+        const struct flashcl_tile d96 = config_of(ctx, 96, FLASHCL_F16, 0);
+        ck_assert_int_eq(d96.variant, FLASHCL_VARIANT_TENSOR_CORE);
+        if (i == 0) {  /* 12 warps x 128 keys at d = 64 (91 KB), 12 x 64 at d = 128 (113 KB) */
+            ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+            check_mma_shape(d64, FLASHCL_TILE_DEFAULT, 12, 1, 128, h200);
+            ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+            check_mma_shape(d128, FLASHCL_TILE_DEFAULT, 12, 1, 64, h200);
+        } else if (i == 2) {  /* 64 KB: 8 x 64 at d = 64 (48 KB); at d = 128 even 4 x 64 (80 KB) does not fit */
+            ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+            check_mma_shape(d64, FLASHCL_TILE_DEFAULT, 8, 1, 64, small);
+            ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
+        } else {
+            ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE);
+            ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
+        }
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
+
 /* Candidates fit the local memory they were asked for, more memory never
  * gives fewer, and the footprint the table computes is what the built
  * kernel declares (CL_KERNEL_LOCAL_MEM_SIZE), for the kernels this device
@@ -1193,6 +1237,7 @@ int main(void)
     tcase_add_test(tc, malformed_files_ignored);
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
+    tcase_add_test(tc, wgmma_planned_where_it_runs);
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, decode_kernels_match_built_kernels);
     tcase_add_test(tc, backward_tiled_matches_built_kernels);

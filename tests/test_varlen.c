@@ -609,10 +609,16 @@ static const struct kv_case tc_kv_cases[] = {
     {2, 24, 96, {50, 96}, 4, 2, 64, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, 32, 0, FLASHCL_PRECISION_TF32X3},
 };
 
-#define TC_SPLIT_OPTIONS "decode:off;decode-tensor-core:off;tensor-core:block_n=16,splits=3;tf32:block_n=16,splits=3"
+#define TC_SPLIT_OPTIONS                                                                                             \
+    "decode:off;decode-tensor-core:off;tensor-core-wgmma:off;tensor-core:block_n=16,splits=3;tf32:block_n=16,splits=3"
 
-/* The tensor-core kernel a case must run where tensor cores exist. */
-static enum flashcl_variant tensor_core_variant(flashcl_dtype dtype)
+/* The tensor-core kernel a case must run where tensor cores exist: by default, and with TC_SPLIT_OPTIONS. */
+static enum flashcl_variant tensor_core_variant(flashcl_dtype dtype, int head_dim)
+{
+    return dtype == F32 ? FLASHCL_VARIANT_TF32 : test_tensor_core_forward(test_env_get()->ctx, head_dim);
+}
+
+static enum flashcl_variant tensor_core_split_variant(flashcl_dtype dtype)
 {
     return dtype == F32 ? FLASHCL_VARIANT_TF32 : FLASHCL_VARIANT_TENSOR_CORE;
 }
@@ -624,8 +630,8 @@ static bool has_tensor_cores(void)
 }
 
 /* Where Hopper's wgmma kernel is planned (flashcl_context_has_wgmma), the cases it takes (f16/bf16,
- * d = 64 or 128) run on it too, named in the kernel options (it is opt-in). */
-#define WGMMA_OPTIONS "decode:off;decode-tensor-core:off;tensor-core-wgmma:on"
+ * d = 64 or 128) run on it with a forced shape too (one warpgroup, 64-key blocks, 3 splits). */
+#define WGMMA_OPTIONS "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=3"
 static bool wgmma_takes(flashcl_dtype dtype, int head_dim)
 {
     const char *why;
@@ -642,8 +648,8 @@ START_TEST(tensor_core_varlen)
     const enum flashcl_variant split = run(test_context_with_options(TC_SPLIT_OPTIONS), &tc_cases[_i],
                                            710 + (uint64_t)_i, "split 3, block_n 16");
     if (has_tensor_cores()) {
-        ck_assert_int_eq(by_default, tensor_core_variant(tc_cases[_i].dtype));
-        ck_assert_int_eq(split, tensor_core_variant(tc_cases[_i].dtype));
+        ck_assert_int_eq(by_default, tensor_core_variant(tc_cases[_i].dtype, tc_cases[_i].head_dim));
+        ck_assert_int_eq(split, tensor_core_split_variant(tc_cases[_i].dtype));
     }
 }
 END_TEST
@@ -657,8 +663,8 @@ START_TEST(tensor_core_kv_cache)
     const enum flashcl_variant split = run_kv(test_context_with_options(TC_SPLIT_OPTIONS), &tc_kv_cases[_i],
                                               730 + (uint64_t)_i, false);
     if (has_tensor_cores()) {
-        ck_assert_int_eq(by_default, tensor_core_variant(tc_kv_cases[_i].dtype));
-        ck_assert_int_eq(split, tensor_core_variant(tc_kv_cases[_i].dtype));
+        ck_assert_int_eq(by_default, tensor_core_variant(tc_kv_cases[_i].dtype, tc_kv_cases[_i].head_dim));
+        ck_assert_int_eq(split, tensor_core_split_variant(tc_kv_cases[_i].dtype));
     }
     run_kv(NULL, &tc_kv_cases[_i], 740 + (uint64_t)_i, true);  /* garbage lengths stay inside */
 }
