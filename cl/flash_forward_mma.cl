@@ -117,64 +117,6 @@
 #define WGMMA_QK CAT3(wgmma_n, S_PART, _kmajor)  /* S[64 x S_PART] += Q[64 x 16] Kᵀ[16 x S_PART] */
 #define WGMMA_PV CAT3(wgmma_n, HEAD_DIM, _trans)  /* O[64 x HEAD_DIM] += P[64 x 16] V[16 x HEAD_DIM] */
 #endif
-#define KV_STAGES (WGMMA ? 3 : 2)  /* K/V buffers */
-
-/* Masks only where some key of the block at kb may be absent or hidden from some row of this warp. */
-static inline __attribute__((always_inline)) bool block_edge(int kb, int seq_kv, int warp_row0, int diag)
-{
-    bool edge = kb + BLOCK_N > seq_kv;
-#if WINDOW_RIGHT >= 0
-    edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag + WINDOW_RIGHT;
-#endif
-#if WINDOW_LEFT >= 0
-    edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
-#endif
-    return edge;
-}
-
-/* P packed from one tile's probabilities into the A fragments of the PV product (16 keys each). */
-static inline __attribute__((always_inline)) void pack_scores(uint pf[BLOCK_N / 16][4], float s[S_TILES][4])
-{
-NV_UNROLL
-    for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-        pf[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
-        pf[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
-        pf[kc][2] = pack_pair(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-        pf[kc][3] = pack_pair(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-    }
-}
-
-#if WGMMA
-/* Issues S = Q Kᵀ for the warpgroup's 64 rows and one block of keys, one k-step of 16 a wgmma (the first
- * overwrites S), and commits it; K's k-step kk is panel kk / 4, 32 bytes a k-step within its rows. */
-static inline __attribute__((always_inline)) void wgmma_scores(float s[S_TILES][4], uint qf[KSTEPS][4], __local const uint4 *k_tile)
-{
-    WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
-    wgmma_fence();
-NV_UNROLL
-    for (int kk = 0; kk < KSTEPS; kk++)
-NV_UNROLL
-        for (int part = 0; part < BLOCK_N / S_PART; part++)
-            WGMMA_QK(&s[part * S_PART / 8][0], qf[kk],
-                     wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
-                                16, 1024), kk);
-    wgmma_commit();
-}
-
-/* Issues O += P V for one block, 16 keys a wgmma (2048 bytes of V: two 8-row atoms 1024 bytes apart; O's
- * columns past 64 in the next panel, BLOCK_N rows of 128 bytes further), and commits it. */
-static inline __attribute__((always_inline)) void wgmma_values(float acc[O_TILES][4], uint pf[BLOCK_N / 16][4], __local const uint4 *v_tile)
-{
-    WGMMA_HOLD(&acc[0][0], O_TILES * 4);  /* the rescaling done */
-    WGMMA_HOLD_A(&pf[0][0], BLOCK_N / 4);
-    wgmma_fence();
-NV_UNROLL
-    for (int kc = 0; kc < BLOCK_N / 16; kc++)
-        WGMMA_PV(&acc[0][0], pf[kc], wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
-    wgmma_commit();
-}
-#endif
-
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
@@ -185,8 +127,8 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
-    __local uint4 k_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
-    __local uint4 v_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -217,21 +159,15 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     split_keys(split, n_splits, &kv_begin, &kv_end);
 #endif
 
-    /* Prologue: Q and the first K/V block into buffer 0 (with wgmma the second into buffer 1 as well). */
+    /* Prologue: Q and the first K/V block into buffer 0. */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
     if (kv_begin < kv_end) {
         LOAD_KV(k_tiles, v_tiles, kv_begin);
     }
     copy_async_commit();
-#if WGMMA
-    if (kv_begin + BLOCK_N < kv_end) {
-        LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + BLOCK_N * ROW_CHUNKS, kv_begin + BLOCK_N);
-    }
-    copy_async_commit();
-    COPY_ASYNC_WAIT(1);
-    fence_proxy_async();  /* the landed K/V (and zero rows) to wgmma's reads */
-#else
     COPY_ASYNC_WAIT(0);
+#if WGMMA
+    fence_proxy_async();  /* the landed K/V (and zero rows) to wgmma's reads */
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -256,56 +192,14 @@ NV_UNROLL
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 
-#if WGMMA
-    /* FlashAttention-3's schedule within a warpgroup: block j + 1's S = QKᵀ is issued, then block j's
-     * O += PV; the softmax of block j + 1 runs on the CUDA cores while the tensor cores do block j's PV.
-     * Three K/V buffers: block j (PV), j + 1 (S), j + 2 (streaming in). The accumulator is rescaled to
-     * block j's max just before its PV, once the previous PV is done. */
-    float s[1][S_TILES][4], alpha[2];
-    uint pf[1][BLOCK_N / 16][4];
-    if (kv_begin < kv_end) {
-        wgmma_scores(s[0], qf, k_tiles);
-        wgmma_wait(0);
-        WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
-        softmax_scores(s[0], m_row[0], l_row[0], alpha, block_edge(kv_begin, seq_kv, warp_row0, diag), kv_begin,
-                       warp_row0 + g, warp_row0 + g + 8, t, seq_kv, diag, scale_log2);
-        pack_scores(pf[0], s[0]);
-    }
-    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = stage == 2 ? 0 : stage + 1) {
-        const int next = stage == 2 ? 0 : stage + 1, after = next == 2 ? 0 : next + 1;
-        const bool more = kb + BLOCK_N < kv_end;
-        /* Block kb + 1 has landed; past the barrier every warpgroup is done with block kb - 1's buffer,
-         * which block kb + 2 then streams into. */
-        COPY_ASYNC_WAIT(0);
-        fence_proxy_async();
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (kb + 2 * BLOCK_N < kv_end) {
-            LOAD_KV(k_tiles + after * BLOCK_N * ROW_CHUNKS, v_tiles + after * BLOCK_N * ROW_CHUNKS, kb + 2 * BLOCK_N);
-        }
-        copy_async_commit();
-        rescale_rows(acc[0], alpha);
-        /* Past the last block the next scores read a buffer no copy filled: issued anyway (ptxas
-         * serialises every wgmma of a pipeline it cannot follow through a branch), never used. */
-        wgmma_scores(s[0], qf, k_tiles + next * BLOCK_N * ROW_CHUNKS);
-        wgmma_values(acc[0], pf[0], v_tiles + stage * BLOCK_N * ROW_CHUNKS);
-        wgmma_wait(1);  /* S of block kb + 1 (the older group) */
-        WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
-        if (more) {
-            softmax_scores(s[0], m_row[0], l_row[0], alpha, block_edge(kb + BLOCK_N, seq_kv, warp_row0, diag),
-                           kb + BLOCK_N, warp_row0 + g, warp_row0 + g + 8, t, seq_kv, diag, scale_log2);
-        }
-        wgmma_wait(0);  /* block kb's PV */
-        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 4);
-        if (more)
-            pack_scores(pf[0], s[0]);
-    }
-#else
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         /* Block kb has landed for this thread; the barrier makes it visible to
          * all, and tells that every warp is done with the other buffer (the
          * previous block), which the next block then streams into. */
         COPY_ASYNC_WAIT(0);
+#if WGMMA
+        fence_proxy_async();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
             LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
@@ -315,6 +209,23 @@ NV_UNROLL
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         float s[M_TILES][S_TILES][4];
+#if WGMMA
+        /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
+         * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
+        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+        wgmma_fence();
+NV_UNROLL
+        for (int kk = 0; kk < KSTEPS; kk++)
+NV_UNROLL
+            for (int part = 0; part < BLOCK_N / S_PART; part++)
+                WGMMA_QK(&s[0][part * S_PART / 8][0], qf[kk],
+                         wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
+                                    16, 1024), kk);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
+        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+#else
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++)
 NV_UNROLL
@@ -348,17 +259,45 @@ NV_UNROLL
                 }
             }
         }
+#endif
 
-        /* Online softmax on the fragments, in base 2. */
-        const bool edge = block_edge(kb, seq_kv, warp_row0, diag);
+        /* Online softmax on the fragments, in base 2. Masks only where some key of the block may be
+         * absent or hidden from some row of this warp. */
+        bool edge = kb + BLOCK_N > seq_kv;
+#if WINDOW_RIGHT >= 0
+        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag + WINDOW_RIGHT;
+#endif
+#if WINDOW_LEFT >= 0
+        edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
+#endif
         uint pf[M_TILES][BLOCK_N / 16][4];
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++) {
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
                            warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
-            pack_scores(pf[mt], s[mt]);
+NV_UNROLL
+            for (int kc = 0; kc < BLOCK_N / 16; kc++) {
+                pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+                pf[mt][kc][1] = pack_pair(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+                pf[mt][kc][2] = pack_pair(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+                pf[mt][kc][3] = pack_pair(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+            }
         }
 
+#if WGMMA
+        /* 16 keys a wgmma: 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in
+         * the next panel, BLOCK_N rows of 128 bytes further. */
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);  /* the softmax's rescaling done */
+        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);
+        wgmma_fence();
+NV_UNROLL
+        for (int kc = 0; kc < BLOCK_N / 16; kc++)
+            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);  /* P's registers stay P's until the wait */
+#else
         {
             const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
 NV_UNROLL
@@ -375,8 +314,8 @@ NV_UNROLL
                 }
             }
         }
-    }
 #endif
+    }
     COPY_ASYNC_WAIT(0);
 
     __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;

@@ -43,14 +43,13 @@ static inline float quad_xor(float v, int mask)
  * Folds one block of raw scores s (one 16-row mma tile: this thread's rows
  * g and g + 8, whose query positions for the mask are row_lo and row_hi,
  * keys kb + 8n + 2t + {0,1}) into the running max
- * m (of scale·s, in base 2) and the per-thread partial sum l; on return s
- * holds the unnormalised probabilities P and alpha the factor the
- * accumulator's rows take for the new max (rescale_rows).
+ * m (of scale·s, in base 2), the per-thread partial sum l and the
+ * accumulator acc; on return s holds the unnormalised probabilities P.
  * `edge`: some key of this block may be absent or (masked) hidden from some
  * row of the tile, so masks are applied; elsewhere none is computed.
  */
-static inline __attribute__((always_inline)) void softmax_scores(float s[S_TILES][4], float m_row[2], float l_row[2], float alpha[2], bool edge,
-                                  int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
+static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
+                                  bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
                                   float scale_log2 NV_SCRATCH_PARAM)
 {
     if (edge) {
@@ -77,7 +76,7 @@ NV_UNROLL
         const float m_new = fmax(m_row[r], ext * scale_log2);  /* -inf when every key is hidden */
         /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[r] = native_exp2(m_row[r] - m_ref);
+        const float alpha = native_exp2(m_row[r] - m_ref);
         float sum = 0.0f;
 NV_UNROLL
         for (int n = 0; n < S_TILES; n++) {
@@ -85,31 +84,14 @@ NV_UNROLL
             s[n][2 * r + 1] = native_exp2(fma(s[n][2 * r + 1], scale_log2, -m_ref));
             sum += s[n][2 * r] + s[n][2 * r + 1];
         }
-        l_row[r] = l_row[r] * alpha[r] + sum;
+        l_row[r] = l_row[r] * alpha + sum;
         m_row[r] = m_new;
-    }
-}
-
-/* The accumulator's rows g and g + 8 times their softmax_scores factors. */
-static inline __attribute__((always_inline)) void rescale_rows(float acc[O_TILES][4], const float alpha[2])
-{
 NV_UNROLL
-    for (int n = 0; n < O_TILES; n++) {
-        acc[n][0] *= alpha[0];
-        acc[n][1] *= alpha[0];
-        acc[n][2] *= alpha[1];
-        acc[n][3] *= alpha[1];
+        for (int n = 0; n < O_TILES; n++) {
+            acc[n][2 * r] *= alpha;
+            acc[n][2 * r + 1] *= alpha;
+        }
     }
-}
-
-/* softmax_scores, and the accumulator rescaled at once. */
-static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
-                                  bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
-                                  float scale_log2 NV_SCRATCH_PARAM)
-{
-    float alpha[2];
-    softmax_scores(s, m_row, l_row, alpha, edge, kb, row_lo, row_hi, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
-    rescale_rows(acc, alpha);
 }
 
 /* The quad's four partial sums of l, then 1/l (0 for a row that saw no

@@ -50,9 +50,11 @@ static inline void wgmma_commit(void)
     __asm__ volatile(SM90A "wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
-/* Waits until at most n committed wgmma groups are pending (groups complete in order); the registers of
- * those done are readable after it (a literal n). */
-#define wgmma_wait(n) __asm__ volatile(SM90A "wgmma.wait_group.sync.aligned " #n ";" ::: "memory")
+/* Waits for every committed wgmma; the accumulators are readable after it. */
+static inline void wgmma_wait_all(void)
+{
+    __asm__ volatile(SM90A "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
 
 /* Ties n registers (accumulators: WGMMA_HOLD; A fragments: WGMMA_HOLD_A) to this point, so the compiler
  * neither moves their writes past it nor their reads before it, nor gives their registers to other values

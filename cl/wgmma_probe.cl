@@ -50,7 +50,7 @@ NV_UNROLL
         wgmma_n64_kmajor(&s[0][0], qf[kk],
                          wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
     wgmma_commit();
-    wgmma_wait(0);
+    wgmma_wait_all();
     WGMMA_HOLD(&s[0][0], BLOCK_N / 2);
     WGMMA_HOLD_A(&qf[0][0], HEAD_DIM / 4);
 
@@ -70,7 +70,7 @@ NV_UNROLL
         wgmma_n128_trans(&o[0][0], a, wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
     }
     wgmma_commit();
-    wgmma_wait(0);
+    wgmma_wait_all();
     WGMMA_HOLD(&o[0][0], HEAD_DIM / 2);
 
 NV_UNROLL

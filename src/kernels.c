@@ -192,16 +192,7 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
              fcl_dtype_define(p->dtype), p->varlen);
 }
 
-/* cl/flash_forward_mma.cl with -DWGMMA=1: Q, and K and V three times (KV_STAGES: the block in PV, the next
- * in S, the one after streaming in), rows of 64 columns a panel (as ROW_CHUNKS for d = 64, 128). */
-static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
-                                const struct problem *p)
-{
-    const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N];
-    return (m + 6 * n) * nv_tile_row_bytes(p->head_dim);
-}
-
-/* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): the same arguments. */
+/* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): the same arguments and tiles. */
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
@@ -658,7 +649,7 @@ const struct kernel_info fcl_kernels[] = {
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A,
         .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 128, 64, {64, 128}}},
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
-        .launchable = mma_launchable, .local_bytes = wgmma_local_bytes, .geometry = mma_geometry,
+        .launchable = mma_launchable, .local_bytes = mma_local_bytes, .geometry = mma_geometry,
         .options = wgmma_options,
     },
     {
