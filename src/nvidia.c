@@ -90,6 +90,25 @@ static cl_ushort probe_value(unsigned i, unsigned matrix, int *value)
     return bits[x % 5];
 }
 
+/* Whether got[r][c] (row-major, cols wide) is exactly sum_i a[r * a_row + i * a_step] b[c * b_col + i * b_step]
+ * everywhere; else the first wrong value into the note. */
+static bool exact_product(const char *what, const float *got, const int *a, size_t a_row, size_t a_step, const int *b,
+                          size_t b_col, size_t b_step, int rows, int cols, int inner, char *note, size_t note_size)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            int want = 0;
+            for (int i = 0; i < inner; i++)
+                want += a[r * a_row + i * a_step] * b[c * b_col + i * b_step];
+            if (got[r * cols + c] != (float)want) {
+                snprintf(note, note_size, "its probe computed %s wrong: [%d][%d] = %g, not %d", what, r, c,
+                         got[r * cols + c], want);
+                return false;
+            }
+        }
+    return true;
+}
+
 /* cl/wgmma_probe.cl built through the sm_90a route, run, and checked against the host's sums; the
  * first wrong value (or what failed) into the note. */
 static bool wgmma_probe(flashcl_context *ctx, char *note, size_t note_size)
@@ -141,28 +160,9 @@ static bool wgmma_probe(flashcl_context *ctx, char *note, size_t note_size)
         snprintf(note, note_size, "its probe did not run (%d)", err);
         goto done;
     }
-    for (int r = 0; r < ROWS; r++)
-        for (int c = 0; c < KEYS; c++) {
-            int want = 0;
-            for (int i = 0; i < D; i++)
-                want += ints[0][r * D + i] * ints[1][c * D + i];
-            if (s[r * KEYS + c] != (float)want) {
-                snprintf(note, note_size, "its probe computed QK^T wrong: S[%d][%d] = %g, not %d", r, c,
-                         s[r * KEYS + c], want);
-                goto done;
-            }
-        }
-    for (int r = 0; r < ROWS; r++)
-        for (int c = 0; c < D; c++) {
-            int want = 0;
-            for (int j = 0; j < KEYS; j++)
-                want += ints[2][r * KEYS + j] * ints[3][j * D + c];
-            if (o[r * D + c] != (float)want) {
-                snprintf(note, note_size, "its probe computed PV wrong: O[%d][%d] = %g, not %d", r, c, o[r * D + c],
-                         want);
-                goto done;
-            }
-        }
+    if (!exact_product("QK^T", s, ints[0], D, 1, ints[1], D, 1, ROWS, KEYS, D, note, note_size) ||
+        !exact_product("PV", o, ints[2], KEYS, 1, ints[3], 1, D, ROWS, D, KEYS, note, note_size))
+        goto done;
     ok = true;
 done:
     for (int m = 0; m < 6; m++)
