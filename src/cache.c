@@ -347,19 +347,22 @@ void fcl_cache_store(flashcl_context *ctx, const char *source, const char *optio
     if (!ctx->cache_dir[0])
         return;
     size_t size = 0;
-    if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) != CL_SUCCESS || size == 0 ||
-        size > CACHE_MAX_FILE / 2)
+    unsigned char *bin = fcl_program_binary(ctx->device, program, &size);
+    if (!bin || size > CACHE_MAX_FILE / 2) {
+        free(bin);
         return;
+    }
     char *key = cache_key(ctx, source, options);
     const uint64_t key_len = key ? strlen(key) : 0, bin_len = size;
     const size_t magic_len = strlen(CACHE_MAGIC), total = entry_size((size_t)key_len, size);
     unsigned char *entry = key ? malloc(total) : NULL;
-    unsigned char *bins[1] = {entry ? entry + magic_len + 16 + key_len : NULL};
-    if (!entry || clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(bins), bins, NULL) != CL_SUCCESS) {
-        free(entry);
+    if (!entry) {
+        free(bin);
         free(key);
         return;
     }
+    memcpy(entry + magic_len + 16 + key_len, bin, size);
+    free(bin);
     memcpy(entry, CACHE_MAGIC, magic_len);
     memcpy(entry + magic_len, &key_len, 8);
     memcpy(entry + magic_len + 8, key, (size_t)key_len);

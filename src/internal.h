@@ -42,9 +42,16 @@ struct program_entry;
  * sm_90a route (cl/nv_wgmma.h). Caller holds ctx->lock. */
 flashcl_status fcl_program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
                                   const char *options, bool sm90a, cl_kernel *out);
-/* Builds `source` with `options` through the sm_90a route outside the program cache (the probe). */
-flashcl_status fcl_program_build_sm90a(flashcl_context *ctx, const char *source, const char *options,
-                                       cl_program *out);
+/* The binary (NVIDIA: PTX text) of a built program for `device`, NUL-terminated, malloc'd; NULL if there
+ * is none. The program may belong to a context of several devices. */
+unsigned char *fcl_program_binary(cl_device_id device, cl_program program, size_t *size);
+/* The sm_90a route (cl/nv_wgmma.h): from the PTX the compiler made for sm_90 (size bytes), the same PTX
+ * with every marked comment turned into code and the target sm_90a, malloc'd (its length in *out_size),
+ * or NULL: no `.target sm_90` line, already sm_90a, or no marker (not a program of the route). */
+char *fcl_sm90a_patch(const char *ptx, size_t size, size_t *out_size);
+/* Builds `source` with `options` through the sm_90a route for `device` in `cl`, outside any context's
+ * program cache and log (the probe); NULL with the error set. */
+cl_program fcl_program_build_sm90a(cl_context cl, cl_device_id device, const char *source, const char *options);
 void fcl_program_cache_free(flashcl_context *ctx);
 
 /* ---- tuning.c: the tuning file ---- */

@@ -122,6 +122,9 @@ struct kernel_info {
     /* Planned only where the kernel options name it ("name:on", or a shape): not the default, and not
      * a retry's fallback either. */
     bool opt_in;
+    /* Off where the kernel options name that kernel (a shape, splits or "on") and not this one: a forced
+     * mma.sync shape runs on mma.sync though this entry comes first. NULL: none. */
+    const char *gives_way_to;
     struct axis_spec axes[AXIS_COUNT];
     /* Built-in shapes, preferred first; the first that applies and fits wins. */
     const struct builtin_shape *builtin;

@@ -110,8 +110,9 @@ static bool exact_product(const char *what, const float *got, const int *a, size
 }
 
 /* cl/wgmma_probe.cl built through the sm_90a route, run, and checked against the host's sums; the
- * first wrong value (or what failed) into the note. */
-static bool wgmma_probe(flashcl_context *ctx, char *note, size_t note_size)
+ * first wrong value (or what failed) into the note. In a cl_context of its own: a fault of untried
+ * instructions cannot spoil the caller's. */
+static bool wgmma_probe(cl_device_id device, char *note, size_t note_size)
 {
     enum { ROWS = 64, D = 128, KEYS = 64 };
     static const size_t elems[4] = {ROWS * D, KEYS * D, ROWS * KEYS, KEYS * D};  /* q, k, p, v */
@@ -119,6 +120,8 @@ static bool wgmma_probe(flashcl_context *ctx, char *note, size_t note_size)
     int *ints[4] = {NULL};
     float *s = malloc(ROWS * KEYS * sizeof(float)), *o = malloc(ROWS * D * sizeof(float));
     cl_mem bufs[6] = {NULL};
+    cl_int err;
+    cl_context cl = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
     cl_program program = NULL;
     cl_kernel kernel = NULL;
     cl_command_queue queue = NULL;
@@ -132,21 +135,24 @@ static bool wgmma_probe(flashcl_context *ctx, char *note, size_t note_size)
         for (size_t i = 0; i < elems[m]; i++)
             host[m][i] = probe_value((unsigned)i, (unsigned)m, &ints[m][i]);
     }
-    if (fcl_program_build_sm90a(ctx, flashcl_source_wgmma_probe, "-cl-std=CL1.2", &program) != FLASHCL_SUCCESS) {
+    if (!cl) {
+        snprintf(note, note_size, "its probe's cl_context was not created (%d)", err);
+        goto done;
+    }
+    if (!(program = fcl_program_build_sm90a(cl, device, flashcl_source_wgmma_probe, "-cl-std=CL1.2"))) {
         snprintf(note, note_size, "its probe did not build: %.140s", flashcl_last_error());
         goto done;
     }
-    cl_int err;
     kernel = clCreateKernel(program, "wgmma_probe", &err);
     if (kernel)
-        queue = clCreateCommandQueue(ctx->cl_ctx, ctx->device, 0, &err);
+        queue = clCreateCommandQueue(cl, device, 0, &err);
     for (int m = 0; m < 4 && queue && err == CL_SUCCESS; m++)
-        bufs[m] = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, elems[m] * sizeof(cl_ushort),
-                                 host[m], &err);
+        bufs[m] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, elems[m] * sizeof(cl_ushort), host[m],
+                                 &err);
     if (queue && err == CL_SUCCESS)
-        bufs[4] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, ROWS * KEYS * sizeof(float), NULL, &err);
+        bufs[4] = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, ROWS * KEYS * sizeof(float), NULL, &err);
     if (queue && err == CL_SUCCESS)
-        bufs[5] = clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, ROWS * D * sizeof(float), NULL, &err);
+        bufs[5] = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, ROWS * D * sizeof(float), NULL, &err);
     for (cl_uint a = 0; a < 6 && err == CL_SUCCESS; a++)
         err = clSetKernelArg(kernel, a, sizeof(cl_mem), &bufs[a]);
     const size_t global = 128, local = 128;
@@ -174,6 +180,8 @@ done:
         clReleaseKernel(kernel);
     if (program)
         clReleaseProgram(program);
+    if (cl)
+        clReleaseContext(cl);
     for (int m = 0; m < 4; m++) {
         free(host[m]);
         free(ints[m]);
@@ -192,7 +200,12 @@ static void probe_sm90a_route(flashcl_context *ctx)
         snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "off: wgmma needs compute capability 9.0 (sm_90a)");
         return;
     }
-    dev->wgmma = wgmma_probe(ctx, why, sizeof(why));
+    const struct kernel_info *k = fcl_kernel_by_name("tensor-core-wgmma", strlen("tensor-core-wgmma"));
+    if (k && ctx->overrides[fcl_kernel_index(k)].off) {
+        snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "off: turned off by the kernel options (not probed)");
+        return;
+    }
+    dev->wgmma = wgmma_probe(ctx->device, why, sizeof(why));
     fcl_clear_error();
     snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "%s: %s", dev->wgmma ? "on" : "off",
              dev->wgmma ? "the sm_90a route's probe built and computed both products exactly" : why);

@@ -130,8 +130,11 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
         const struct kernel_info *k = &fcl_kernels[i];
         if (!(k->needs & NEEDS_TENSOR_CORES))
             continue;
-        /* The deprecated fields name the forward tensor-core and TF32 kernels' shape only. */
-        const bool named = k->op == OP_FORWARD && !k->packs_group;
+        /* The deprecated fields name the forward tensor-core and TF32 kernels' shape only; the wgmma
+         * kernel, whose place a forced tensor-core shape takes, is off where they are set. */
+        const bool named = k->op == OP_FORWARD && !k->packs_group && !(k->needs & NEEDS_SM90A);
+        if ((k->needs & NEEDS_SM90A) && (params->mma_warps || params->mma_m_tiles || params->mma_block_n))
+            ov[i].off = true;
         const int values[3] = {params->mma_warps, params->mma_m_tiles, params->mma_block_n};
         const enum axis axes[3] = {AXIS_WARPS, AXIS_M_TILES, AXIS_BLOCK_N};
         for (int j = 0; j < 3 && named; j++)
@@ -147,9 +150,14 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
     if (params->kernel_options) {
         if (parse(params->kernel_options, ov, why, sizeof(why)))
             return fcl_fail(NULL, FLASHCL_ERROR_INVALID_CONFIG, "params.kernel_options: %s", why);
-        return FLASHCL_SUCCESS;
-    }
-    if (ctx->env.kernels[0] && parse(ctx->env.kernels, ov, why, sizeof(why)))
+    } else if (ctx->env.kernels[0] && parse(ctx->env.kernels, ov, why, sizeof(why))) {
         fcl_log_msg(ctx, FLASHCL_LOG_WARN, "FLASHCL_KERNELS=\"%s\" ignored: %s", ctx->env.kernels, why);
+    }
+    for (int i = 0; i < fcl_kernel_count; i++) {
+        const struct kernel_info *k = &fcl_kernels[i], *other;
+        if (k->gives_way_to && (other = fcl_kernel_by_name(k->gives_way_to, strlen(k->gives_way_to))) &&
+            ov[fcl_kernel_index(other)].named && !ov[i].named)
+            ov[i].off = true;
+    }
     return FLASHCL_SUCCESS;
 }

@@ -245,12 +245,9 @@ flashcl_status fcl_plan(const flashcl_context *ctx, const struct problem *p, flo
 {
     char reasons[1024] = "";
     size_t used = 0;
-    /* Kernels the kernel options name (a shape, splits or "on") first, then the table's order: a
-     * forced tensor-core shape runs on that kernel though wgmma's comes before it. */
-    for (int turn = 0; turn < 2 * fcl_kernel_count; turn++) {
-        const int i = turn % fcl_kernel_count;
+    for (int i = 0; i < fcl_kernel_count; i++) {
         const struct kernel_info *k = &fcl_kernels[i];
-        if (k->op != p->op || (turn < fcl_kernel_count) != ctx->overrides[i].named)
+        if (k->op != p->op)
             continue;
         char why[256];
         if (plan_kernel(ctx, k, p, scale_log2, out, why, sizeof(why)))

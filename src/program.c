@@ -76,10 +76,7 @@ static void program_free(struct program_entry *p)
 /* cl/nv_wgmma.h's marker: an inline-asm comment that starts with it is an sm_90a instruction. */
 static const char sm90a_marker[] = "// @fcl-sm90a ";
 
-/* The sm_90a route (cl/nv_wgmma.h): from the PTX the compiler made for sm_90,
- * the same PTX with every marked comment turned into code and the target
- * sm_90a, or NULL (no PTX target line, no marker: not a program of the route). */
-static char *sm90a_patch(const char *ptx, size_t size, size_t *out_size)
+char *fcl_sm90a_patch(const char *ptx, size_t size, size_t *out_size)
 {
     const char *target = strstr(ptx, ".target sm_90");
     if (!target || target[strlen(".target sm_90")] == 'a' || !strstr(ptx, sm90a_marker))
@@ -104,47 +101,97 @@ static char *sm90a_patch(const char *ptx, size_t size, size_t *out_size)
     return out;
 }
 
-/* Rebuilds `built` (from source, for sm_90) through the sm_90a route; the new program or NULL with the
- * error set (FLASHCL_BUILD_PROGRAM_FAILURE). */
-static cl_program build_sm90a(flashcl_context *ctx, cl_program built, const char *options)
+unsigned char *fcl_program_binary(cl_device_id device, cl_program program, size_t *size)
+{
+    cl_uint n = 0;
+    if (clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof(n), &n, NULL) != CL_SUCCESS || n == 0 || n > 64)
+        return NULL;
+    cl_device_id devices[64];
+    size_t sizes[64];
+    if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, n * sizeof(devices[0]), devices, NULL) != CL_SUCCESS ||
+        clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, n * sizeof(sizes[0]), sizes, NULL) != CL_SUCCESS)
+        return NULL;
+    cl_uint mine = n;
+    for (cl_uint i = 0; i < n; i++)
+        if (devices[i] == device)
+            mine = i;
+    if (mine == n || sizes[mine] == 0)
+        return NULL;
+    unsigned char *bins[64] = {NULL}, *bin = malloc(sizes[mine] + 1);
+    if (!bin)
+        return NULL;
+    bins[mine] = bin;  /* the others' NULL: not copied */
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, n * sizeof(bins[0]), bins, NULL) != CL_SUCCESS) {
+        free(bin);
+        return NULL;
+    }
+    bin[sizes[mine]] = '\0';
+    *size = sizes[mine];
+    return bin;
+}
+
+/* Rebuilds `built` (from source, for sm_90) through the sm_90a route in `cl`; the new program or NULL with
+ * the error set (logged through `log`, which may be NULL). */
+static cl_program build_sm90a(const flashcl_context *log, cl_context cl, cl_device_id device, cl_program built,
+                              const char *options)
 {
     size_t size = 0;
-    char *ptx = NULL;
-    if (clGetProgramInfo(built, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL) != CL_SUCCESS || size == 0 ||
-        !(ptx = malloc(size + 1))) {
-        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the compiler gave no PTX");
+    char *ptx = (char *)fcl_program_binary(device, built, &size);
+    if (!ptx) {
+        fcl_fail(log, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the compiler gave no PTX");
         return NULL;
     }
-    unsigned char *bins[1] = {(unsigned char *)ptx};
-    if (clGetProgramInfo(built, CL_PROGRAM_BINARIES, sizeof(bins), bins, NULL) != CL_SUCCESS) {
-        free(ptx);
-        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the compiler gave no PTX");
-        return NULL;
-    }
-    ptx[size] = '\0';
     size_t patched_size = 0;
-    char *patched = sm90a_patch(ptx, strlen(ptx), &patched_size);
+    char *patched = fcl_sm90a_patch(ptx, strlen(ptx), &patched_size);
     free(ptx);
     if (!patched) {
-        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the binary is not PTX for sm_90 with marked "
+        fcl_fail(log, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the binary is not PTX for sm_90 with marked "
                  "instructions");
         return NULL;
     }
     const unsigned char *src[1] = {(const unsigned char *)patched};
     const size_t length = patched_size + 1;  /* with its NUL, as the driver's own PTX binaries */
     cl_int bin_status = CL_SUCCESS, err;
-    cl_program program = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &length, src, &bin_status, &err);
+    cl_program program = clCreateProgramWithBinary(cl, 1, &device, &length, src, &bin_status, &err);
     free(patched);
     if (program && bin_status == CL_SUCCESS)
-        err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
+        err = clBuildProgram(program, 1, &device, options, NULL, NULL);
     if (!program || bin_status != CL_SUCCESS || err != CL_SUCCESS) {
-        fcl_fail(ctx, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the patched PTX did not build (%d, %d)", err,
+        fcl_fail(log, FLASHCL_BUILD_PROGRAM_FAILURE, "sm_90a route: the patched PTX did not build (%d, %d)", err,
                  bin_status);
         if (program) {
-            append_build_log(program, ctx->device);
+            append_build_log(program, device);
             clReleaseProgram(program);
         }
         return NULL;
+    }
+    return program;
+}
+
+/* `source` built with `options` for `device` in `cl` (through the sm_90a route where `sm90a`); NULL with the
+ * error set (and logged through `log`, which may be NULL) and the build log appended. */
+static cl_program build_program(const flashcl_context *log, cl_context cl, cl_device_id device, const char *source,
+                                const char *options, bool sm90a, flashcl_status *st)
+{
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(cl, 1, &source, NULL, &err);
+    if (!program) {
+        *st = fcl_fail(log, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
+        return NULL;
+    }
+    err = clBuildProgram(program, 1, &device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        *st = fcl_fail(log, (flashcl_status)err, "building a program with \"%s\" on \"%s\" failed (%d)", options,
+                       log ? log->dev.name : "its device", err);
+        append_build_log(program, device);
+        clReleaseProgram(program);
+        return NULL;
+    }
+    if (sm90a) {
+        cl_program patched = build_sm90a(log, cl, device, program, options);
+        clReleaseProgram(program);
+        program = patched;
+        *st = FLASHCL_BUILD_PROGRAM_FAILURE;
     }
     return program;
 }
@@ -163,7 +210,6 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
         return fcl_fail(ctx, FLASHCL_OUT_OF_HOST_MEMORY, "cannot allocate a program entry");
     }
     p->source = source;
-    cl_int err;
     const double start = now_ms();
     p->program = fcl_cache_load(ctx, source, options);
     if (p->program) {
@@ -173,27 +219,11 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
         *out = p;
         return FLASHCL_SUCCESS;
     }
-    p->program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    flashcl_status st = FLASHCL_SUCCESS;
+    p->program = build_program(ctx, ctx->cl_ctx, ctx->device, source, options, sm90a, &st);
     if (!p->program) {
         program_free(p);
-        return fcl_fail(ctx, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
-    }
-    err = clBuildProgram(p->program, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        flashcl_status st = fcl_fail(ctx, (flashcl_status)err, "building a program with \"%s\" on \"%s\" failed (%d)",
-                                 options, ctx->dev.name, err);
-        append_build_log(p->program, ctx->device);
-        program_free(p);
         return st;
-    }
-    if (sm90a) {
-        cl_program patched = build_sm90a(ctx, p->program, options);
-        if (!patched) {
-            program_free(p);
-            return FLASHCL_BUILD_PROGRAM_FAILURE;
-        }
-        clReleaseProgram(p->program);
-        p->program = patched;
     }
     fcl_log_msg(ctx, FLASHCL_LOG_INFO, "built a program%s in %.0f ms", sm90a ? " (sm_90a route)" : "",
                 now_ms() - start);
@@ -207,23 +237,10 @@ static flashcl_status program_get(flashcl_context *ctx, const char *source, cons
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status fcl_program_build_sm90a(flashcl_context *ctx, const char *source, const char *options,
-                                       cl_program *out)
+cl_program fcl_program_build_sm90a(cl_context cl, cl_device_id device, const char *source, const char *options)
 {
-    cl_int err;
-    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
-    if (!program)
-        return fcl_fail(ctx, (flashcl_status)err, "clCreateProgramWithSource failed (%d)", err);
-    err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        flashcl_status st = fcl_fail(ctx, (flashcl_status)err, "building \"%s\" failed (%d)", options, err);
-        append_build_log(program, ctx->device);
-        clReleaseProgram(program);
-        return st;
-    }
-    *out = build_sm90a(ctx, program, options);
-    clReleaseProgram(program);
-    return *out ? FLASHCL_SUCCESS : FLASHCL_BUILD_PROGRAM_FAILURE;
+    flashcl_status st;
+    return build_program(NULL, cl, device, source, options, true, &st);
 }
 
 bool fcl_program_failed(const flashcl_context *ctx, const struct kernel_info *k, const char *options)

@@ -425,9 +425,14 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         free(img[i]);
 }
 
-enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim)
+bool test_wgmma_takes(const flashcl_context *ctx, flashcl_dtype dtype, int head_dim)
 {
     const char *why;
-    return (head_dim == 64 || head_dim == 128) && flashcl_context_has_wgmma(ctx, &why) ? FLASHCL_VARIANT_TENSOR_CORE_WGMMA
-                                                                                       : FLASHCL_VARIANT_TENSOR_CORE;
+    return dtype != FLASHCL_F32 && (head_dim == 64 || head_dim == 128) && flashcl_context_has_wgmma(ctx, &why);
+}
+
+enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim)
+{
+    return test_wgmma_takes(ctx, FLASHCL_F16, head_dim) ? FLASHCL_VARIANT_TENSOR_CORE_WGMMA
+                                                       : FLASHCL_VARIANT_TENSOR_CORE;
 }

@@ -553,6 +553,39 @@ START_TEST(mutated_entries_rebuild_or_load)
 }
 END_TEST
 
+/* The sm_90a route's text step (src/program.c): marked comments become code, the target becomes sm_90a,
+ * the rest stays byte for byte; PTX that is not the route's is refused. */
+START_TEST(sm90a_patch_text)
+{
+    const char ptx[] = ".version 9.0\n.target sm_90, texmode_independent\n"
+                       "\t// begin inline asm\n\t// @fcl-sm90a wgmma.fence.sync.aligned;\n\t// end inline asm\n"
+                       "\tadd.s32 %r1, %r2, 3; // a comment\n\t// @fcl-sm90a { .reg .pred p; setp.ne.b32 p, %r4, 0; }";
+    const char want[] = ".version 9.0\n.target sm_90a, texmode_independent\n"
+                        "\t// begin inline asm\n\twgmma.fence.sync.aligned;\n\t// end inline asm\n"
+                        "\tadd.s32 %r1, %r2, 3; // a comment\n\t{ .reg .pred p; setp.ne.b32 p, %r4, 0; }";
+    size_t n = 0;
+    char *got = fcl_sm90a_patch(ptx, strlen(ptx), &n);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_str_eq(got, want);
+    ck_assert_uint_eq(n, strlen(want));
+    free(got);
+    /* Only a prefix of the input counts: the marker cut off past `size` stays as it is. */
+    got = fcl_sm90a_patch(ptx, strlen(ptx) - 60, &n);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_uint_eq(n, strlen(ptx) - 60 + 1 - strlen("// @fcl-sm90a "));
+    ck_assert_int_eq(memcmp(got, want, n), 0);
+    free(got);
+    const char *const refused[] = {
+        ".version 9.0\n.target sm_80\n\t// @fcl-sm90a wgmma.fence.sync.aligned;\n",   /* another target */
+        ".version 9.0\n.target sm_90a\n\t// @fcl-sm90a wgmma.fence.sync.aligned;\n",  /* already sm_90a */
+        ".version 9.0\n.target sm_90\n\tadd.s32 %r1, %r2, 3;\n",                       /* no marker */
+        "\t// @fcl-sm90a wgmma.fence.sync.aligned;\n",                                 /* no target line */
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        ck_assert_ptr_null(fcl_sm90a_patch(refused[i], strlen(refused[i]), &n));
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -567,6 +600,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, forged_entries_never_reach_the_driver);
     tcase_add_test(tc, key_file_must_be_private);
     tcase_add_test(tc, unusable_folder);
+    tcase_add_test(tc, sm90a_patch_text);
     suite_add_tcase(s, tc);
     TCase *fuzz = tcase_create("entry fuzzer");
     tcase_set_timeout(fuzz, 86400);  /* long runs; meson's timeout bounds the default one */

@@ -482,16 +482,16 @@ START_TEST(wgmma_planned_where_it_runs)
         ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
         const char *why = NULL;
         ck_assert_int_eq(flashcl_context_has_wgmma(ctx, &why), i < 3);
-        ck_assert_ptr_nonnull(strstr(why, i < 3 ? "on" : "off"));
+        ck_assert_int_eq(strncmp(why, i < 3 ? "on" : "off", i < 3 ? 2 : 3), 0);
         const struct flashcl_tile d64 = config_of(ctx, 64, FLASHCL_F16, 1), d128 = config_of(ctx, 128, FLASHCL_BF16, 0);
         const struct flashcl_tile d96 = config_of(ctx, 96, FLASHCL_F16, 0);
         ck_assert_int_eq(d96.variant, FLASHCL_VARIANT_TENSOR_CORE);
-        if (i == 0) {  /* 12 warps x 128 keys at d = 64 (91 KB), 12 x 64 at d = 128 (113 KB) */
+        if (i == 0) {  /* 12 warps x 128 keys at d = 64 (88 KiB), 12 x 64 at d = 128 (112 KiB) */
             ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
             check_mma_shape(d64, FLASHCL_TILE_DEFAULT, 12, 1, 128, h200);
             ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
             check_mma_shape(d128, FLASHCL_TILE_DEFAULT, 12, 1, 64, h200);
-        } else if (i == 2) {  /* 64 KB: 8 x 64 at d = 64 (48 KB); at d = 128 even 4 x 64 (80 KB) does not fit */
+        } else if (i == 2) {  /* 64 KiB: 8 x 64 at d = 64 (48 KiB); at d = 128 even 4 x 64 (80 KiB) does not fit */
             ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
             check_mma_shape(d64, FLASHCL_TILE_DEFAULT, 8, 1, 64, small);
             ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
@@ -499,6 +499,49 @@ START_TEST(wgmma_planned_where_it_runs)
             ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE);
             ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
         }
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
+
+/* Naming tensor-core in the kernel options (a shape, splits) turns the wgmma kernel off, so the shape is
+ * mma.sync's (the probe's candidates rely on it); naming both keeps each; the deprecated mma_* fields, which
+ * mean tensor-core's shape, turn it off too. Assumed as on sm_90 with the probe passed; nothing launched. */
+START_TEST(wgmma_gives_way_to_tensor_core)
+{
+    struct test_env *e = test_env_get();
+    static const struct {
+        const char *options;
+        int mma_warps;
+        enum flashcl_variant want;
+        int warps, m_tiles, block_n;
+    } cases[] = {
+        {"tensor-core:warps=4,m_tiles=2,block_n=64", 0, FLASHCL_VARIANT_TENSOR_CORE, 4, 2, 64},
+        {"tensor-core:splits=2", 0, FLASHCL_VARIANT_TENSOR_CORE, 0, 0, 0},
+        {"tensor-core-wgmma:warps=8,block_n=64;tensor-core:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 8, 1, 64},
+        {"tf32:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 128},
+        {"", 4, FLASHCL_VARIANT_TENSOR_CORE, 4, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.local_mem_bytes = 232448;
+        p.kernel_options = cases[i].options;
+        p.mma_warps = cases[i].mma_warps;
+        p.tuning_file = "";
+        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_wgmma = true,
+                                             .assume_compute_capability = 90};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+        const struct flashcl_tile t = config_of(ctx, 64, FLASHCL_F16, 0);
+        ck_assert_msg(t.variant == cases[i].want, "\"%s\": %s", cases[i].options, flashcl_variant_name(t.variant));
+        if (cases[i].warps)
+            ck_assert_int_eq(t.warps, cases[i].warps);
+        if (cases[i].m_tiles)
+            ck_assert_int_eq(t.m_tiles, cases[i].m_tiles);
+        if (cases[i].block_n)
+            ck_assert_int_eq(t.block_n, cases[i].block_n);
         flashcl_context_destroy(&ctx);
     }
 }
@@ -1243,6 +1286,7 @@ int main(void)
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, wgmma_planned_where_it_runs);
+    tcase_add_test(tc, wgmma_gives_way_to_tensor_core);
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, decode_kernels_match_built_kernels);
     tcase_add_test(tc, backward_tiled_matches_built_kernels);

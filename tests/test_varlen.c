@@ -634,9 +634,7 @@ static bool has_tensor_cores(void)
 #define WGMMA_OPTIONS "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=3"
 static bool wgmma_takes(flashcl_dtype dtype, int head_dim)
 {
-    const char *why;
-    return dtype != F32 && (head_dim == 64 || head_dim == 128) &&
-           flashcl_context_has_wgmma(test_env_get()->ctx, &why) == 1;
+    return test_wgmma_takes(test_env_get()->ctx, dtype, head_dim);
 }
 
 START_TEST(tensor_core_varlen)
