@@ -87,8 +87,8 @@
 #define WGMMA 0
 #endif
 #if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (HEAD_DIM != 64 && HEAD_DIM != 128) || \
-              (BLOCK_N != 64 && BLOCK_N != 128) || NV_EMULATE)
-#error "WGMMA needs M_TILES 1, WARPS a multiple of 4, HEAD_DIM and BLOCK_N 64 or 128, real tensor cores"
+              (BLOCK_N != 64 && BLOCK_N != 128))
+#error "WGMMA needs M_TILES 1, WARPS a multiple of 4, HEAD_DIM and BLOCK_N 64 or 128"
 #endif
 /* wgmma's local tiles start on 1024 bytes (its swizzle's atoms); mma.sync's on 16. */
 #define TILE_ALIGN (WGMMA ? 1024 : 16)
@@ -219,7 +219,7 @@ NV_UNROLL
 NV_UNROLL
             for (int part = 0; part < BLOCK_N / S_PART; part++)
                 WGMMA_QK(&s[0][part * S_PART / 8][0], qf[kk],
-                         wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
+                         wgmma_desc(k_tile, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
                                     16, 1024), kk);
         wgmma_commit();
         wgmma_wait_all();
@@ -292,7 +292,7 @@ NV_UNROLL
         wgmma_fence();
 NV_UNROLL
         for (int kc = 0; kc < BLOCK_N / 16; kc++)
-            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
+            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024), 1);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);

@@ -31,14 +31,81 @@
 #error "DTYPE must be 1 (f16) or 2 (bf16)"
 #endif
 
-/* A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and
- * stride byte offsets in 16-byte units, 128-byte swizzle. */
-static inline ulong wgmma_desc(uint address, uint leading_bytes, uint stride_bytes)
+#if NV_EMULATE
+/* -DNV_EMULATE=1 (nv_emulate.h's plain OpenCL C): the descriptor is the tile and the offsets themselves. */
+typedef struct {
+    __local const uchar *tile;
+    uint offset, leading_bytes, stride_bytes;
+} wgmma_desc_t;
+
+NV_EMU_INLINE wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, uint leading_bytes, uint stride_bytes)
 {
+    const wgmma_desc_t d = {(__local const uchar *)tile, offset, leading_bytes, stride_bytes};
+    return d;
+}
+#else
+typedef ulong wgmma_desc_t;
+
+/* A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format") of the matrix `offset` bytes into
+ * `tile` (1024-byte aligned): start address, leading and stride byte offsets in 16-byte units, 128-byte
+ * swizzle. */
+static inline wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, uint leading_bytes, uint stride_bytes)
+{
+    const uint address = local_address(tile) + offset;
     return (ulong)((address & 0x3FFFFu) >> 4) | ((ulong)(leading_bytes >> 4) << 16) |
            ((ulong)(stride_bytes >> 4) << 32) | (1ul << 62);
 }
+#endif
 
+#if NV_EMULATE
+/* Emulated, every wgmma completes at once, and there is no compiler to hold back. */
+#define wgmma_fence() ((void)0)
+#define wgmma_commit() ((void)0)
+#define wgmma_wait_all() ((void)0)
+#define WGMMA_HOLD(d, n) ((void)0)
+#define WGMMA_HOLD_A(a, n) ((void)0)
+#define fence_proxy_async() ((void)0)
+#define wgmma_n32_kmajor(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 32, 0)
+#define wgmma_n64_kmajor(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 64, 0)
+#define wgmma_n128_kmajor(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 128, 0)
+#define wgmma_n64_trans(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 64, 1)
+#define wgmma_n128_trans(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 128, 1)
+
+/* wgmma.mma_async m64nNk16 with A from registers: the warpgroup's 4 warps put their A fragments (mma.sync's
+ * A layout, warp w % 4 holding rows 16 (w % 4) + 0..15) in their scratch; each thread then forms its
+ * accumulators (mma.sync's m16n8 C fragments of its warp's rows, N / 8 of them) from A and from B in local
+ * memory as the descriptor lays it out: 8-row atoms `stride_bytes` apart, 128-byte rows, 16-byte chunk c
+ * of row r at c ^ (r % 8) within its atom, and (transposed B) 64-column panels `leading_bytes` apart. */
+NV_EMU_INLINE void nv_emu_wgmma(__local uint *scratch, float *d, const uint *a, wgmma_desc_t b, int accumulate, int n,
+                                int trans)
+{
+    const int warp = (int)get_local_id(0) >> 5, lane = nv_lane(), g = lane >> 2, t = lane & 3;
+    __local uint *group = scratch + (warp & ~3) * NV_SCRATCH_WORDS;
+    __local uint *mine = group + (warp & 3) * NV_SCRATCH_WORDS;
+    for (int i = 0; i < 4; i++)
+        mine[lane * 4 + i] = a[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int j = 0; j < n / 8; j++)
+        for (int e = 0; e < 4; e++) {
+            const int row = 16 * (warp & 3) + g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
+            const int rw = row >> 4, rg = row & 7, upper = (row >> 3) & 1;
+            float sum = 0.0f;
+            for (int k = 0; k < 16; k++) {
+                const uint word = group[rw * NV_SCRATCH_WORDS + (rg * 4 + ((k & 7) >> 1)) * 4 + upper + 2 * (k >> 3)];
+                const float av = nv_emu_half(word, k & 1);
+                uint at = trans ? (uint)((k >> 3) * b.stride_bytes + (k & 7) * 128 + (col >> 6) * b.leading_bytes +
+                                         (col & 63) * 2)
+                                : (uint)((col >> 3) * b.stride_bytes + (col & 7) * 128 + k * 2);
+                at += b.offset;
+                at ^= ((at >> 7) & 7) << 4;  /* the 128-byte swizzle */
+                const float bv = nv_emu_to_float(((__local const ushort *)b.tile)[at >> 1]);
+                sum = fma(av, bv, sum);  /* the product is exact: fma or not, the same sum */
+            }
+            d[4 * j + e] = (accumulate ? d[4 * j + e] : 0.0f) + sum;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#else
 /* Orders this thread's register writes (accumulators, A fragments) before the wgmma that reads them. */
 static inline void wgmma_fence(void)
 {
@@ -128,5 +195,7 @@ WGMMA_FUNCTION(64, kmajor, 0)
 WGMMA_FUNCTION(128, kmajor, 0)
 WGMMA_FUNCTION(64, trans, 1)
 WGMMA_FUNCTION(128, trans, 1)
+
+#endif /* NV_EMULATE */
 
 #endif /* FLASHCL_NV_WGMMA_H */

@@ -48,7 +48,7 @@ NV_UNROLL
 NV_UNROLL
     for (int kk = 0; kk < HEAD_DIM / 16; kk++)
         wgmma_n64_kmajor(&s[0][0], qf[kk],
-                         wgmma_desc(local_address(k_tile) + (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
+                         wgmma_desc(k_tile, (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
     wgmma_commit();
     wgmma_wait_all();
     WGMMA_HOLD(&s[0][0], BLOCK_N / 2);
@@ -67,7 +67,7 @@ NV_UNROLL
         const uint a[4] = {p2[(row * BLOCK_N + 16 * kc + 2 * t) / 2], p2[((row + 8) * BLOCK_N + 16 * kc + 2 * t) / 2],
                            p2[(row * BLOCK_N + 16 * kc + 8 + 2 * t) / 2],
                            p2[((row + 8) * BLOCK_N + 16 * kc + 8 + 2 * t) / 2]};
-        wgmma_n128_trans(&o[0][0], a, wgmma_desc(local_address(v_tile) + kc * 2048, BLOCK_N * 128, 1024), 1);
+        wgmma_n128_trans(&o[0][0], a, wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024), 1);
     }
     wgmma_commit();
     wgmma_wait_all();

@@ -164,7 +164,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
     cl_kernel kernel, combine = NULL;
-    const bool sm90a = (k->needs & NEEDS_SM90A) != 0;
+    const bool sm90a = (k->needs & NEEDS_SM90A) && !ctx->dev.tensor_cores_emulated;  /* emulated: plain OpenCL C */
     flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->entry, plan->options, sm90a, &kernel);
     if (st == FLASHCL_SUCCESS && split)
         st = fcl_program_get_kernel(ctx, k->source, k->combine, plan->options, sm90a, &combine);

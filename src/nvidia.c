@@ -228,7 +228,7 @@ void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl
         dev->nv_major = hooks->assume_compute_capability / 10;
         dev->nv_minor = hooks->assume_compute_capability % 10;
         dev->tensor_cores_emulated = hooks->emulate_tensor_cores;
-        dev->wgmma = hooks->assume_wgmma && !hooks->emulate_tensor_cores;
+        dev->wgmma = hooks->assume_wgmma;  /* emulated too: cl/nv_wgmma.h has a plain-OpenCL wgmma */
         snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "%s (a test hook)", dev->wgmma ? "on" : "off");
         snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note), "%s (a test hook)",
                  hooks->emulate_tensor_cores ? "emulated" : "assumed");

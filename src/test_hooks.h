@@ -15,7 +15,8 @@ struct fcl_test_hooks {
     bool emulate_tensor_cores;  /* with assume_tensor_cores: build the tensor-core kernels that have a
                                    plain-OpenCL emulation (-DNV_EMULATE=1, cl/nv_emulate.h) so they run here
                                    (PoCL); plan none of those that have none (TF32, backward) */
-    bool assume_wgmma;  /* with assume_tensor_cores (not emulated): plan the sm_90a route's kernels unprobed */
+    bool assume_wgmma;  /* with assume_tensor_cores: plan the sm_90a route's kernels unprobed (emulated: built
+                           with -DNV_EMULATE=1, not through the route) */
     int assume_compute_capability;  /* with assume_tensor_cores: e.g. 90 for sm_90 (architecture-specific shapes) */
     size_t gemm_limit;         /* elements one CLBlast GEMM may index (0: 2^31), to run the chunked path small */
 };

@@ -402,6 +402,44 @@ START_TEST(portable_fallback)
 }
 END_TEST
 
+/* Hopper's wgmma forward on its plain-OpenCL emulation (cl/nv_wgmma.h with -DNV_EMULATE=1; a test hook
+ * assumes an sm_90 whose probe passed), so its tiles, descriptors and split S run in CI too: one warpgroup,
+ * 64-key blocks at d = 64 (S in two halves), split over the keys, GQA, causal and a window, both dtypes
+ * (tests/test_tensor_cores.c runs every case there and on the H200). */
+START_TEST(emulated_wgmma_forward)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.kernel_options = "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=2";
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                         .assume_wgmma = true, .assume_compute_capability = 90};
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+    const struct test_case cases[] = {
+        {1, 150, 130, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1},
+        {1, 70, 140, 2, 1, 64, BF16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 40, 8},
+    };
+    cl_ulong device_local = 0;
+    ck_assert_int_eq(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(device_local), &device_local, NULL),
+                     CL_SUCCESS);
+    if (device_local < 48 * 1024) {  /* the shape's 43 KB with the emulator's scratch */
+        printf("emulated wgmma forward: skipped (%llu bytes of local memory)\n", (unsigned long long)device_local);
+        flashcl_context_destroy(&ctx);
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        struct case_result r;
+        rng_seed(90 + (uint64_t)i);
+        test_run_case(ctx, &cases[i], &r);
+        printf("emulated wgmma case %d: max|err| %.2e, LSE %.2e\n", i, r.max_abs_err, r.max_lse_err);
+        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+    }
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
 /* If a tensor-core kernel cannot build or launch although the probe passed,
  * the call still succeeds on an FMA kernel, says why once, and that kernel
  * alone is off for this context. A device without tensor cores is told to
@@ -512,6 +550,7 @@ int main(void)
     tcase_add_loop_test(tc, each_kernel_forced, 0, COUNT(forced_kernels));
     tcase_add_test(tc, portable_fallback);
     tcase_add_test(tc, tensor_core_failure_falls_back);
+    tcase_add_test(tc, emulated_wgmma_forward);
     tcase_add_test(tc, build_failure_falls_back_or_reports);
     tcase_add_loop_test(tc, windows, 0, COUNT(window_cases));
     tcase_add_test(tc, window_plans_tensor_core_kernels);

@@ -98,16 +98,16 @@ static bool emulated;
 #define MAX_EMULATED 16
 static struct {
     const char *options;
+    bool sm90;
     flashcl_context *ctx;
 } emulated_contexts[MAX_EMULATED];
 static int n_emulated;
 
-static flashcl_context *context_with_options(const char *options)
+/* sm90: emulated as compute capability 9.0 with the wgmma kernel (its probe assumed passed). */
+static flashcl_context *emulated_context(const char *options, bool sm90)
 {
-    if (!emulated)
-        return test_context_with_options(options);
     for (int i = 0; i < n_emulated; i++)
-        if (strcmp(emulated_contexts[i].options, options) == 0)
+        if (strcmp(emulated_contexts[i].options, options) == 0 && emulated_contexts[i].sm90 == sm90)
             return emulated_contexts[i].ctx;
     ck_assert_int_lt(n_emulated, MAX_EMULATED);
     struct test_env *e = test_env_get();
@@ -116,12 +116,18 @@ static flashcl_context *context_with_options(const char *options)
     params.device = e->device;
     params.kernel_options = options;
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
-                                         .assume_compute_capability = 80};
+                                         .assume_wgmma = sm90, .assume_compute_capability = sm90 ? 90 : 80};
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
     emulated_contexts[n_emulated].options = options;
+    emulated_contexts[n_emulated].sm90 = sm90;
     emulated_contexts[n_emulated++].ctx = ctx;
     return ctx;
+}
+
+static flashcl_context *context_with_options(const char *options)
+{
+    return emulated ? emulated_context(options, false) : test_context_with_options(options);
 }
 
 /* Runs a case that qualifies for a tensor-core kernel on a context of these
@@ -206,10 +212,16 @@ END_TEST
 
 /* ---- Hopper's wgmma forward (the sm_90a route): FLASHCL_VARIANT_TENSOR_CORE_WGMMA ---- */
 
+/* The wgmma tests' contexts: emulated, as sm_90 with its plain-OpenCL wgmma. */
+static flashcl_context *wgmma_context(const char *options)
+{
+    return emulated ? emulated_context(options, true) : test_context_with_options(options);
+}
+
 /* The route's kernels are planned on compute capability 9.0 only; there its probe must have passed. */
 static bool wgmma_expected(void)
 {
-    flashcl_context *ctx = context_with_options("");
+    flashcl_context *ctx = wgmma_context("");
     const char *why = NULL;
     if (flashcl_context_has_wgmma(ctx, &why))
         return true;
@@ -223,11 +235,16 @@ static bool wgmma_expected(void)
 static void run_wgmma_case(const char *options, int i, uint64_t seed, const char *what)
 {
     const struct test_case *c = &tensor_core_cases[i];
-    if (!wgmma_expected() || !test_wgmma_takes(context_with_options(""), c->dtype, c->head_dim))
+    if (!wgmma_expected() || !test_wgmma_takes(wgmma_context(""), c->dtype, c->head_dim))
         return;
     char label[40];
     snprintf(label, sizeof(label), "wgmma %s case %2d", what, i);
-    run_tensor_core_case(options, c, seed, label, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+    struct case_result r;
+    rng_seed(seed);
+    test_run_case(wgmma_context(options), c, &r);
+    printf("%-17s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), label, r.max_abs_err,
+           r.rel_l2_err, r.max_lse_err);
+    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
 }
 
 START_TEST(tensor_core_wgmma)
@@ -677,6 +694,11 @@ int main(void)
         tcase_add_loop_test(tf, tf32, 0, COUNT(tf32_cases));  /* not split: the f16 cases cover split.h */
         suite_add_tcase(s, tf);
         suite_add_tcase(s, backward_tf32_tcase());
+        TCase *wg = tcase_create("emulated wgmma forward against the double reference");
+        tcase_set_timeout(wg, 1800);
+        tcase_add_loop_test(wg, tensor_core_wgmma, 0, COUNT(tensor_core_cases));
+        tcase_add_loop_test(wg, tensor_core_wgmma_split, 0, COUNT(tensor_core_cases));
+        suite_add_tcase(s, wg);
         TCase *bw = tcase_create("emulated backward (two-pass and fused)");
         tcase_set_timeout(bw, 1800);
         tcase_add_loop_test(bw, backward_emulated, 0, COUNT(emulated_backward_cases));

@@ -559,7 +559,7 @@ static void check_built_footprint(flashcl_context *ctx, const struct plan *plan,
     cl_kernel kernel;
     pthread_mutex_lock(&ctx->lock);
     const flashcl_status st = fcl_program_get_kernel(ctx, plan->kernel->source, plan->kernel->entry, plan->options,
-                                                     (plan->kernel->needs & NEEDS_SM90A) != 0, &kernel);
+                                                     (plan->kernel->needs & NEEDS_SM90A) && !ctx->dev.tensor_cores_emulated, &kernel);
     pthread_mutex_unlock(&ctx->lock);
     ck_assert_flashcl_ok(st);
     cl_ulong declared = 0;
@@ -766,6 +766,9 @@ START_TEST(emulated_tensor_core_footprints)
         {OP_BACKWARD, 96, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
         {OP_BACKWARD, 64, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
         {OP_BACKWARD, 96, 64, "backward-tensor-core-fused:on", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED},
+        /* Hopper's wgmma kernel (its plain-OpenCL wgmma; assumed sm_90), one warpgroup, 64-key blocks: 43 KB */
+        {OP_FORWARD, 64, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
+         FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
     };
     /* The smallest shapes these plans can shrink to (d = 160, 2 warps x 16 rows, 16 keys: 33 KB with the
      * emulator's scratch) need more than OpenCL 1.2's 32 KB minimum; a device with less plans the FMA
@@ -782,8 +785,9 @@ START_TEST(emulated_tensor_core_footprints)
         params.context = e->cl;
         params.device = e->device;
         params.kernel_options = kernels[i].options;
+        const bool wgmma = kernels[i].variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA;
         const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
-                                             .assume_compute_capability = 80};
+                                             .assume_wgmma = wgmma, .assume_compute_capability = wgmma ? 90 : 80};
         flashcl_context *ctx = NULL;
         ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
         const int d = kernels[i].d;
