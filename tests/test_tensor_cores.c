@@ -133,15 +133,21 @@ static flashcl_context *context_with_options(const char *options)
 /* Runs a case that qualifies for a tensor-core kernel on a context of these
  * kernel options: `expected` must run (the decode kernel, which would take
  * the one-query cases first, off). */
-static void run_tensor_core_case(const char *options, const struct test_case *c, uint64_t seed, const char *label,
-                                 enum flashcl_variant expected)
+static void run_case_on(flashcl_context *ctx, const struct test_case *c, uint64_t seed, const char *label,
+                        enum flashcl_variant expected)
 {
     struct case_result r;
     rng_seed(seed);
-    test_run_case(context_with_options(options), c, &r);
+    test_run_case(ctx, c, &r);
     printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), label,
            r.max_abs_err, r.rel_l2_err, r.max_lse_err);
     ck_assert_int_eq(r.variant, expected);
+}
+
+static void run_tensor_core_case(const char *options, const struct test_case *c, uint64_t seed, const char *label,
+                                 enum flashcl_variant expected)
+{
+    run_case_on(context_with_options(options), c, seed, label, expected);
 }
 
 START_TEST(tf32)
@@ -239,12 +245,7 @@ static void run_wgmma_case(const char *options, int i, uint64_t seed, const char
         return;
     char label[40];
     snprintf(label, sizeof(label), "wgmma %s case %2d", what, i);
-    struct case_result r;
-    rng_seed(seed);
-    test_run_case(wgmma_context(options), c, &r);
-    printf("%-17s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), label, r.max_abs_err,
-           r.rel_l2_err, r.max_lse_err);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+    run_case_on(wgmma_context(options), c, seed, label, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
 }
 
 START_TEST(tensor_core_wgmma)
