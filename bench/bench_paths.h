@@ -21,6 +21,9 @@ struct bench_env {
     flashcl_context *ctx;
     cl_command_queue queue;  /* in order, with profiling */
     char device_name[256];
+    /* Calls in one timed sample, back to back on the queue, reported per call (bench_time); 0 or 1:
+     * one call on an idle queue, its host-side enqueue inside the time. */
+    int calls;
 };
 
 /* What one timed run is. */

@@ -42,7 +42,7 @@ struct options {
     bool heads_given;
     int passes;  /* bit set of enum bench_pass */
     long tokens, hidden;
-    int warmup, reps;
+    int warmup, reps, calls;
     const char *csv, *json;
     bool verbose;
 };
@@ -73,6 +73,9 @@ static void usage(FILE *f)
             "  --hidden C      heads*d (default 2048)\n"
             "  --warmup W      untimed runs first (default 2)\n"
             "  --reps R        timed runs, median reported (default 10)\n"
+            "  --calls C       each timed run is C calls back to back, reported per call (the\n"
+            "                  host's enqueueing overlapped, as in a serving loop; default 1:\n"
+            "                  one call on an idle queue, its enqueueing inside the time)\n"
             "  --csv FILE      also write the results as CSV\n"
             "  --json FILE     also write the results as JSON\n"
             "  --verbose       the library's debug log on stderr (builds; with\n"
@@ -147,6 +150,7 @@ static void parse_options(int argc, char **argv, struct options *o)
     o->hidden = 2048;
     o->warmup = 2;
     o->reps = 10;
+    o->calls = 1;
     o->varlen.heads_q = 32;
     o->varlen.heads_kv = 8;
 
@@ -160,7 +164,8 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"verbose", no_argument, 0, 'v'},       {"pass", required_argument, 0, 'P'},
         {"decode", required_argument, 0, 'D'}, {"page-size", required_argument, 0, 'S'},
         {"varlen", required_argument, 0, 'L'}, {"heads", required_argument, 0, 'K'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"calls", required_argument, 0, 'N'},  {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     int opt, li = 0;
     while ((opt = getopt_long(argc, argv, "", longopts, &li)) != -1) {
@@ -187,6 +192,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'H': bad = (o->hidden = atol(optarg)) <= 0; break;
         case 'w': bad = (o->warmup = atoi(optarg)) < 0; break;
         case 'r': bad = (o->reps = atoi(optarg)) <= 0; break;
+        case 'N': bad = (o->calls = atoi(optarg)) <= 0; break;
         case 'C': o->csv = optarg; break;
         case 'J': o->json = optarg; break;
         case 'q':
@@ -540,6 +546,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "flashcl-bench: %s\n", flashcl_last_error());
         return EXIT_FAILURE;
     }
+    env.calls = opt.calls;
     if (opt.decode_count > 0 || opt.varlen.count > 0) {
         const int status = opt.decode_count > 0 ? run_decode(&env, &opt) : run_varlen(&env, &opt);
         bench_env_release(&env);

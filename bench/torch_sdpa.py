@@ -36,6 +36,10 @@ def ints(text):
 PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "both": 3.5}  # FlashAttention's convention
 
 
+def chosen_backends(args):
+    return [(name, BACKENDS[name]) for name in args.backends.split(",")]
+
+
 def time_backend(backend, q, k, v, causal, warmup, reps, pass_name="forward", d_o=None):
     """Median ms of the pass: the forward; autograd's backward alone (its
     forward runs untimed before each timed backward); or both."""
@@ -78,24 +82,30 @@ def decode(args, dev, name):
             gen = torch.Generator(device=dev).manual_seed(nk * 131 + d)
             dtype = DTYPES[dtype_name]
             q = torch.rand((b, hq, nq, d), device=dev, generator=gen).mul_(2).sub_(1).to(dtype)
-            k, v = (torch.rand((b, hkv, nk, d), device=dev, generator=gen).mul_(2).sub_(1).to(dtype) for _ in range(2))
+            # K and V as [B, Hkv, Nk, d] in memory (a head's keys contiguous, PyTorch's usual), or, with
+            # --kv-layout bnhd, as flashcl-bench's [B, Nk, Hkv, d] seen through a transpose (the same bytes).
+            shape = (b, hkv, nk, d) if args.kv_layout == "bhnd" else (b, nk, hkv, d)
+            k, v = (torch.rand(shape, device=dev, generator=gen).mul_(2).sub_(1).to(dtype) for _ in range(2))
+            if args.kv_layout == "bnhd":
+                k, v = k.transpose(1, 2), v.transpose(1, 2)
             kv_bytes = 2 * k.numel() * k.element_size()
-            for bname, backend in BACKENDS.items():
+            for bname, backend in chosen_backends(args):
                 try:
                     with sdpa_kernel([backend]):
                         times = []
                         for i in range(args.warmup + args.reps):
                             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                             start.record()
-                            if nq > 1:  # flashcl's causal mask: bottom-right aligned (is_causal aligns top-left)
-                                F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(nq, nk),
-                                                               enable_gqa=True)
-                            else:
-                                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                            for _ in range(args.calls):  # back to back: launches overlap the kernels
+                                if nq > 1:  # flashcl's causal mask: bottom-right aligned (is_causal: top-left)
+                                    F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(nq, nk),
+                                                                   enable_gqa=True)
+                                else:
+                                    F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                             end.record()
                             end.synchronize()
                             if i >= args.warmup:
-                                times.append(start.elapsed_time(end))
+                                times.append(start.elapsed_time(end) / args.calls)
                     ms = statistics.median(times)
                     row = [f"{ms:.6f}", f"{kv_bytes / (ms * 1e-3) / 1e9:.2f}", "ok"]
                 except Exception as e:  # a backend that refuses this shape
@@ -120,8 +130,15 @@ def main():
                     help="skip the math backend above this N (it materialises N*N per head)")
     ap.add_argument("--pass", dest="passes", default="forward", help="forward,backward,both")
     ap.add_argument("--decode", default="", help="B:Hq:Hkv:Nq:Nk,... (instead of the sweep)")
+    ap.add_argument("--calls", type=int, default=1,
+                    help="--decode: calls back to back per timed run, reported per call (launches overlapped)")
+    ap.add_argument("--kv-layout", default="bhnd", choices=["bhnd", "bnhd"],
+                    help="--decode: K/V memory layout (bnhd: flashcl-bench's [B, N, H, d])")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="which of " + ",".join(BACKENDS))
     ap.add_argument("--csv", required=True)
     args = ap.parse_args()
+    if any(b not in BACKENDS for b in args.backends.split(",")):
+        ap.error(f"--backends: one of {','.join(BACKENDS)}, comma-separated")
 
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(dev)
@@ -142,7 +159,7 @@ def main():
             d_o = (torch.rand(shape, device=dev, generator=gen, dtype=torch.float32)
                    .mul_(2).sub_(1).to(DTYPES[dtype_name])) if train else None
             flops = 4.0 * batch * heads * n * n * d * (0.5 if causal else 1.0) * PASS_FLOPS[pass_name]
-            for bname, backend in BACKENDS.items():
+            for bname, backend in chosen_backends(args):
                 if bname == "math" and n > args.math_max_n:
                     continue
                 try:
