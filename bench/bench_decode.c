@@ -247,6 +247,7 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
         r->kernel = flashcl_variant_name(t.variant);
         r->splits = t.splits;
         st = bench_time(env, BENCH_FLASH, &p.b, &p.c, warmup, reps, &r->median_ms, &r->min_ms);
+        r->last_ms = env->last_command_ms;
     }
     if (st == FLASHCL_SUCCESS) {
         const size_t kv_elems = (size_t)s->batch * (size_t)s->seq_kv * (size_t)s->heads_kv * (size_t)d;

@@ -18,6 +18,7 @@ struct decode_result {
     const char *kernel;
     int splits;
     double median_ms, min_ms, kv_gb_s, err_ref;
+    double last_ms;  /* the last command's own time: the split merge where splits > 1 */
 };
 
 /* "B:Hq:Hkv:Nq:Nk,..." into out; the count, or -1 on a malformed item. */

@@ -318,7 +318,7 @@ static double host_ms(void)
  * Falls back to the host clock around a finished queue where markers carry
  * no profiling information. */
 static flashcl_status time_one(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
-                               const struct bench_case *c, double *ms)
+                               const struct bench_case *c, double *ms, double *last_ms)
 {
     const int calls = env->calls > 1 ? env->calls : 1;
     cl_event marker = NULL, last = NULL;
@@ -341,6 +341,11 @@ static flashcl_status time_one(struct bench_env *env, enum bench_path path, stru
             *ms = (double)(end - start) * 1e-6 / calls;
         else
             *ms = (host_ms() - host_start) / calls;
+        cl_ulong last_start = 0;
+        *last_ms = clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_START, sizeof(last_start), &last_start, NULL) ==
+                               CL_SUCCESS && end > last_start
+                       ? (double)(end - last_start) * 1e-6
+                       : NAN;
     }
     if (marker)
         clReleaseEvent(marker);
@@ -354,20 +359,24 @@ flashcl_status bench_time(struct bench_env *env, enum bench_path path, struct be
                                 const struct bench_case *c, int warmup, int reps, double *median_ms,
                                 double *min_ms)
 {
-    double *ms = calloc((size_t)reps, sizeof(double));
+    double *ms = calloc(2 * (size_t)reps, sizeof(double)), *last = ms + reps;
     if (!ms)
         return FLASHCL_OUT_OF_HOST_MEMORY;
     flashcl_status st = FLASHCL_SUCCESS;
     for (int i = 0; st == FLASHCL_SUCCESS && i < warmup + reps; i++) {
-        double t = 0;
-        st = time_one(env, path, bufs, c, &t);
-        if (i >= warmup)
+        double t = 0, t_last = NAN;
+        st = time_one(env, path, bufs, c, &t, &t_last);
+        if (i >= warmup) {
             ms[i - warmup] = t;
+            last[i - warmup] = t_last;
+        }
     }
     if (st == FLASHCL_SUCCESS) {
         qsort(ms, (size_t)reps, sizeof(double), compare_doubles);
         *median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
         *min_ms = ms[0];
+        qsort(last, (size_t)reps, sizeof(double), compare_doubles);  /* NaNs (no profiling) compare equal */
+        env->last_command_ms = reps % 2 ? last[reps / 2] : 0.5 * (last[reps / 2 - 1] + last[reps / 2]);
     }
     free(ms);
     return st;

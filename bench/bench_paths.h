@@ -24,6 +24,9 @@ struct bench_env {
     /* Calls in one timed sample, back to back on the queue, reported per call (bench_time); 0 or 1:
      * one call on an idle queue, its host-side enqueue inside the time. */
     int calls;
+    /* Set by bench_time: the median over the timed runs of the last command's own time (START to END:
+     * the split-KV merge of a split call, else the call's one kernel). */
+    double last_command_ms;
 };
 
 /* What one timed run is. */

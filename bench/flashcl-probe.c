@@ -430,7 +430,7 @@ static bool problem_create(flashcl_context *ctx, cl_command_queue queue, const s
     bench_fill_random(t->v, c->dtype, elems);
     if (backward)
         bench_fill_random(t->d_o, c->dtype, elems);
-    struct bench_env env = {ctx, queue, ""};
+    struct bench_env env = {.ctx = ctx, .queue = queue};
     flashcl_status st = bench_buffers_create(&env, c, t->q, t->k, t->v, &t->bufs);
     if (st == FLASHCL_SUCCESS && backward)
         st = bench_buffers_add_grads(&env, c, t->d_o, &t->bufs);
@@ -480,7 +480,7 @@ static bool key_problem(flashcl_context *ctx, cl_command_queue queue, const stru
     }
     memset(t, 0, sizeof(*t));
     t->decode = malloc(sizeof(*t->decode));  /* not moved once made: its buffers point into it */
-    struct bench_env env = {ctx, queue, ""};
+    struct bench_env env = {.ctx = ctx, .queue = queue};
     const struct decode_shape s = decode_shape_of(key, opt, check);
     if (!t->decode || bench_decode_create(&env, &s, key->d, key->dtype, 0, t->decode) != FLASHCL_SUCCESS) {
         free(t->decode);
@@ -548,7 +548,7 @@ static flashcl_status time_pass(struct bench_env *env, const struct tune_problem
 static double evaluate(flashcl_context *ctx, cl_command_queue queue, enum flashcl_variant expected, int splits,
                        const struct tune_problem *check, const struct tune_problem *timed, int reps)
 {
-    struct bench_env env = {ctx, queue, ""};
+    struct bench_env env = {.ctx = ctx, .queue = queue};
     struct flashcl_tile t;
     if (problem_config(ctx, check, &t) != FLASHCL_SUCCESS || t.variant != expected || (splits && t.splits != splits))
         return -1;
@@ -787,7 +787,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             /* Noise can crown the wrong one: winner and untuned choice timed
              * again in alternation; the untuned one stays unless beaten. */
             flashcl_context *wctx = candidate_context(cl, dev, &cand[best_j], p->usable_local);
-            struct bench_env we = {wctx, queue, ""}, be = {base, queue, ""};
+            struct bench_env we = {.ctx = wctx, .queue = queue}, be = {.ctx = base, .queue = queue};
             double tw[3] = {0}, tb3[3] = {0};
             for (int r = 0; wctx && r < 3; r++) {
                 time_pass(&we, &timed, reps, &tw[r]);

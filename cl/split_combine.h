@@ -25,17 +25,22 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
         return;
     const ulong stride = (ulong)batch * (ulong)heads * (ulong)rows * (HEAD_DIM + 1);
     const ulong first = (((ulong)b * (ulong)heads + (ulong)h) * (ulong)rows + (ulong)row) * (HEAD_DIM + 1);
+    /* Loads not behind a branch, four splits an iteration: many splits (decode at long contexts) are
+     * then loads in flight together rather than one latency each. A split that saw no key has LSE
+     * -inf (weight 0) and a partial of 0, which the select also keeps out. */
     float m = -INFINITY;
+#pragma unroll 4
     for (int s = 0; s < n_splits; s++)
         m = fmax(m, part[first + (ulong)s * stride + HEAD_DIM]);
+    const float m_ref = m == -INFINITY ? 0.0f : m;
     float weight_sum = 0.0f, acc = 0.0f;
+#pragma unroll 4
     for (int s = 0; s < n_splits; s++) {
         const float l_s = part[first + (ulong)s * stride + HEAD_DIM];
-        if (l_s > -INFINITY) {
-            const float w = exp(l_s - m);
-            weight_sum += w;
-            acc = fma(w, part[first + (ulong)s * stride + (ulong)c], acc);
-        }
+        const float p_s = part[first + (ulong)s * stride + (ulong)c];
+        const float w = exp(l_s - m_ref);
+        weight_sum += w;
+        acc = fma(w, w > 0.0f ? p_s : 0.0f, acc);
     }
     const ulong o_base = o_off + (ulong)b * o_sb + (ulong)(start_q + row) * o_ss + (ulong)h * o_sh;
     STORE(o, o_base + (ulong)c, weight_sum > 0.0f ? acc / weight_sum : 0.0f);

@@ -360,6 +360,7 @@ void flashcl_context_destroy(flashcl_context **pctx)
         return;
     flashcl_context *ctx = *pctx;
     fcl_program_cache_free(ctx);
+    fcl_workspace_free(ctx);
     fcl_tuning_free(ctx);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);

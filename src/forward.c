@@ -149,17 +149,19 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const size_t combine_items = (size_t)attn->seq_q * (size_t)attn->head_dim;  /* one a (row, column) */
     const size_t combine_global[3] = {(combine_items + 63) / 64 * 64, (size_t)attn->heads_q, (size_t)attn->batch};
 
-    /* The partials: d + 1 floats per (split, sequence, head, row); the call's own, released once enqueued. */
-    cl_mem part = NULL;
+    /* The partials: d + 1 floats per (split, sequence, head, row); a buffer the context keeps where one
+     * is free (workspace.c), else the call's own. */
+    struct fcl_workspace ws = {NULL, -1};
     if (split) {
         const size_t floats = (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q * (size_t)attn->seq_q *
                               ((size_t)attn->head_dim + 1);
-        cl_int err;
-        part = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &err);
-        if (!part)
-            return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte split-KV workspace "
-                            "failed (%d)", floats * sizeof(float), err);
+        const flashcl_status wst = fcl_workspace_acquire(ctx, floats * sizeof(float), &ws);
+        if (wst != FLASHCL_SUCCESS)
+            return wst;
     }
+    cl_mem part = ws.mem;
+    cl_event done = NULL;  /* the last command that uses the workspace (our reference) */
+    bool used = false;     /* a command that uses it was enqueued */
 
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
@@ -193,6 +195,9 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         } else {
             err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait_events, wait_list,
                                          split ? &partials : event);
+            used = err == CL_SUCCESS;
+            if (used && split && clRetainEvent(partials) == CL_SUCCESS)
+                done = partials;  /* the workspace's last use unless the merge is enqueued */
             if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err,
                               "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, %zu bytes local) failed (%d)",
@@ -201,17 +206,27 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         }
         if (st == FLASHCL_SUCCESS && split) {
             /* Ordered by the partials' event, so out-of-order queues hold too. */
-            err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &partials, event);
-            if (err != CL_SUCCESS)
+            cl_event merged = NULL;
+            err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &partials, &merged);
+            if (err != CL_SUCCESS) {
                 st = fcl_fail(ctx, (flashcl_status)err, "enqueueing %s failed (%d)", k->combine, err);
+            } else {
+                if (done)
+                    clReleaseEvent(done);
+                done = clRetainEvent(merged) == CL_SUCCESS ? merged : NULL;
+                if (event)
+                    *event = merged;  /* the caller's reference */
+                else
+                    clReleaseEvent(merged);
+            }
         }
         if (partials)
             clReleaseEvent(partials);
     }
     pthread_mutex_unlock(&ctx->lock);
-    /* Released now: OpenCL keeps it until the kernels that use it are done. */
-    if (part)
-        clReleaseMemObject(part);
+    fcl_workspace_release(ctx, &ws, used, done);
+    if (done)
+        clReleaseEvent(done);
     if (st == FLASHCL_SUCCESS)
         fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s, %d split(s), %s", k->name, plan->splits, plan->options);
     return st;

@@ -54,6 +54,26 @@ char *fcl_sm90a_patch(const char *ptx, size_t size, size_t *out_size);
 cl_program fcl_program_build_sm90a(cl_context cl, cl_device_id device, const char *source, const char *options);
 void fcl_program_cache_free(flashcl_context *ctx);
 
+/* workspace.c: device scratch buffers kept for reuse across calls. */
+#define FCL_WORKSPACE_SLOTS 4
+#define FCL_WORKSPACE_KEPT_BYTES ((size_t)64 << 20)  /* larger requests get a buffer of their own */
+struct workspace_slot {
+    cl_mem mem;
+    size_t bytes;
+    cl_event last_use;  /* the last command that used it; handed out again once complete */
+    bool in_use;        /* between acquire and release */
+};
+struct fcl_workspace {
+    cl_mem mem;
+    int slot;  /* the context's slot, or -1: the call's own buffer */
+};
+/* A buffer of at least `bytes` that no command still uses. */
+flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, struct fcl_workspace *out);
+/* used: a command that uses it was enqueued; last_use: the last such command's event (NULL where it could
+ * not be had: the buffer is then not handed out again). */
+void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, bool used, cl_event last_use);
+void fcl_workspace_free(flashcl_context *ctx);
+
 /* ---- tuning.c: the tuning file ---- */
 
 /* One entry of the tuning file for a kernel of the table. */
@@ -299,8 +319,9 @@ struct flashcl_context {
     char cache_identity[640];    /* flashcl version, platform, device, driver */
     unsigned char cache_key[FCL_SIPHASH_KEY_BYTES];  /* the folder's secret: entries carry its MAC */
 
-    pthread_mutex_t lock;  /* guards the program cache and kernel arguments */
+    pthread_mutex_t lock;  /* guards the program cache, kernel arguments and the workspace slots */
     struct program_entry *programs;
+    struct workspace_slot workspace[FCL_WORKSPACE_SLOTS];
 };
 
 #endif /* FLASHCL_INTERNAL_H */

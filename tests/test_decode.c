@@ -246,6 +246,83 @@ START_TEST(split_calls_independent)
 }
 END_TEST
 
+/* Split calls enqueued together with no order between them (an out-of-order queue where the device
+ * has one, else in order), of two workspace sizes (one and two query heads), each with its own Q:
+ * the context's kept split workspaces (src/workspace.c) go to a call only once no command still uses
+ * them, so every output is its own reference's. */
+START_TEST(split_calls_in_flight)
+{
+    enum { NK = 777, D = 32, CALLS = 8 };
+    struct test_env *e = test_env_get();
+    flashcl_context *ctx = test_context_with_options(FMA_DECODE "decode:splits=5");
+    cl_command_queue_properties props = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(props), &props, NULL));
+    cl_int err;
+    cl_command_queue queue =
+        clCreateCommandQueue(e->cl, e->device, props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    ck_assert_cl(err);
+    float *k = malloc(NK * D * sizeof(float)), *v = malloc(NK * D * sizeof(float)), q[CALLS][2 * D], o[2 * D];
+    double *kd = malloc(NK * D * sizeof(double)), *vd = malloc(NK * D * sizeof(double)), qd[D], lse;
+    double ref[CALLS][2 * D], *scratch = malloc(NK * sizeof(double));
+    ck_assert(k && v && kd && vd && scratch);
+    rng_seed(7);
+    for (int i = 0; i < NK * D; i++) {
+        kd[i] = k[i] = (float)rng_uniform(-1.0, 1.0);
+        vd[i] = v[i] = (float)rng_uniform(-1.0, 1.0);
+    }
+    cl_mem kv[2] = {clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), k, &err),
+                    clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), v, &err)};
+    ck_assert(kv[0] && kv[1]);
+    cl_mem qb[CALLS], ob[CALLS];
+    cl_event done[CALLS];
+    for (int c = 0; c < CALLS; c++) {
+        const int heads = 1 + c % 2;
+        for (int h = 0; h < heads; h++) {
+            for (int i = 0; i < D; i++)
+                qd[i] = q[c][h * D + i] = (float)rng_uniform(-1.0, 1.0);
+            hostref_attention_row(qd, kd, vd, NK, D, 1.0 / sqrt((double)D), NK - 1, ref[c] + h * D, &lse, scratch);
+        }
+        qb[c] = clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(q[c]), q[c], &err);
+        float poison[2 * D];
+        memset(poison, 0xFF, sizeof(poison));  /* NaN: an unwritten element fails */
+        ob[c] = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(poison), poison, &err);
+        ck_assert(qb[c] && ob[c]);
+        struct flashcl_attention a = {0};
+        a.batch = a.seq_q = a.heads_kv = 1;
+        a.heads_q = heads;
+        a.seq_kv = NK;
+        a.head_dim = D;
+        a.q = flashcl_tensor_bnhd(qb[c], F32, 1, heads, D);
+        a.k = flashcl_tensor_bnhd(kv[0], F32, NK, 1, D);
+        a.v = flashcl_tensor_bnhd(kv[1], F32, NK, 1, D);
+        a.o = flashcl_tensor_bnhd(ob[c], F32, 1, heads, D);
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+        ck_assert_int_eq(t.splits, 5);
+        ck_assert_flashcl_ok(flashcl_forward(ctx, &a, queue, 0, NULL, &done[c]));
+    }
+    ck_assert_cl(clWaitForEvents(CALLS, done));
+    for (int c = 0; c < CALLS; c++) {
+        const int heads = 1 + c % 2;
+        ck_assert_cl(clEnqueueReadBuffer(queue, ob[c], CL_TRUE, 0, heads * D * sizeof(float), o, 0, NULL, NULL));
+        for (int i = 0; i < heads * D; i++)
+            ck_assert_msg(fabs(o[i] - ref[c][i]) <= 1e-5 + 1e-5 * fabs(ref[c][i]), "call %d: O[%d] = %g, reference %g",
+                          c, i, o[i], ref[c][i]);
+        clReleaseEvent(done[c]);
+        clReleaseMemObject(qb[c]);
+        clReleaseMemObject(ob[c]);
+    }
+    clReleaseMemObject(kv[0]);
+    clReleaseMemObject(kv[1]);
+    clReleaseCommandQueue(queue);
+    free(k);
+    free(v);
+    free(kd);
+    free(vd);
+    free(scratch);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode");
@@ -255,6 +332,7 @@ int main(void)
     tcase_add_test(tc, repeatable);
     tcase_add_test(tc, planned_where_rows_fit);
     tcase_add_test(tc, split_calls_independent);
+    tcase_add_test(tc, split_calls_in_flight);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
