@@ -476,41 +476,16 @@ static void decode_options(const struct device_desc *dev, const struct problem *
 
 /* ---- decode on tensor cores: cl/flash_decode_mma.cl, the group's rows as one 16-row mma tile ---- */
 
-/* Decode streams K/V at the rate the bytes in flight allow (docs/perf.md v0.12): as many buffers
- * (2..4) as put at least 48 KB of K and V in flight a work-group, fewer where they would not fit. */
-#define DECODE_MMA_IN_FLIGHT_BYTES (48 * 1024)
-
-/* Q's 16 rows and each warp's row max and sum (fixed); K and V of a block in 2-byte elements, and a
- * paged cache's row offsets for it (a stage). The warps' accumulators are merged in the K buffers
- * after the last block. */
-static size_t decode_mma_fixed_bytes(const struct device_desc *dev, const struct kernel_shape *s,
-                                     const struct problem *p)
-{
-    return 16 * nv_tile_row_bytes(p->head_dim) + 2 * (size_t)s->axis[W] * 16 * sizeof(float) +
-           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
-}
-
-static size_t decode_mma_stage_bytes(const struct kernel_shape *s, const struct problem *p)
-{
-    const size_t n = (size_t)s->axis[N];
-    return 2 * n * nv_tile_row_bytes(p->head_dim) + (p->varlen == 3 ? 2 * n * sizeof(cl_ulong) : 0);
-}
-
-static int decode_mma_stages(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
-{
-    const size_t fixed = decode_mma_fixed_bytes(dev, s, p), stage = decode_mma_stage_bytes(s, p);
-    int stages = 2;
-    while (stages < 4 && (size_t)(stages - 1) * 2 * (size_t)s->axis[N] * nv_tile_row_bytes(p->head_dim) <
-                             DECODE_MMA_IN_FLIGHT_BYTES &&
-           fixed + (size_t)(stages + 1) * stage <= dev->usable_local)
-        stages++;
-    return stages;
-}
-
+/* Q's 16 rows, K and V twice (double-buffered) in 2-byte elements; each warp's row max and sum; a
+ * paged cache's row offsets for two blocks. The warps' accumulators are merged in the K buffers after
+ * the last block. */
 static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                      const struct problem *p)
 {
-    return decode_mma_fixed_bytes(dev, s, p) + (size_t)decode_mma_stages(dev, s, p) * decode_mma_stage_bytes(s, p);
+    const size_t n = (size_t)s->axis[N], warps = (size_t)s->axis[W];
+    const size_t page_tables = p->varlen == 3 ? 4 * n * sizeof(cl_ulong) : 0;  /* K's and V's, two blocks */
+    return (16 + 4 * n) * nv_tile_row_bytes(p->head_dim) + 2 * warps * 16 * sizeof(float) + page_tables +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(warps) : 0);
 }
 
 /* Each warp takes a multiple of 16 keys of a block. */
@@ -530,10 +505,9 @@ static void decode_mma_options(const struct device_desc *dev, const struct probl
                                float scale_log2, char *buf, size_t size)
 {
     snprintf(buf, size,
-             "-DHEAD_DIM=%d -DWARPS=%d -DBLOCK_N=%d -DSTAGES=%d -DDTYPE=%d " WINDOW_OPTIONS
-             " -DNEGATIVE_SCALE=%d -DVARLEN=%d",
-             p->head_dim, s->axis[W], s->axis[N], decode_mma_stages(dev, s, p), fcl_dtype_define(p->dtype),
-             p->window_left, p->window_right, scale_log2 < 0.0f, p->varlen);
+             "-DHEAD_DIM=%d -DWARPS=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DNEGATIVE_SCALE=%d -DVARLEN=%d",
+             p->head_dim, s->axis[W], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right,
+             scale_log2 < 0.0f, p->varlen);
 }
 
 /* Four warps of 16 keys: about 70 KB at d = 128, three work-groups an H200 SM (as the FMA decode
