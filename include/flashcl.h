@@ -363,8 +363,13 @@ struct flashcl_attention {
 
 /* Enqueues O = softmax(scale·QKᵀ)·V (and LSE) on queue, after the events in
  * wait_list; *event (if not NULL) receives an event that completes with the
- * work. Does not block. Nothing is allocated on the device besides what the
- * caller passes: no N×N buffer exists. On any validation failure nothing is
+ * work. Does not block. No N×N buffer exists: the one device memory the call
+ * itself needs is a split-KV call's f32 partials (flashcl_tile.splits > 1:
+ * splits·batch·heads_q·seq_q·(head_dim + 1) floats), taken from up to four
+ * buffers of at most 64 MB the context keeps for later calls (one is reused
+ * only once every command that used it is complete, so calls never wait on
+ * each other; released with the context), else made for the call and
+ * released with its commands. On any validation failure nothing is
  * enqueued and the outputs are untouched. The queue must belong to the
  * context's cl_context and device.
  *
