@@ -172,6 +172,41 @@ START_TEST(planned_where_rows_fit)
 }
 END_TEST
 
+/* One KV head's nk x d random f32 keys and values: buffers, and the double copies the reference reads. */
+struct random_kv {
+    double *k, *v, *scratch;  /* scratch: nk doubles for hostref_attention_row */
+    cl_mem k_mem, v_mem;
+};
+
+static void random_kv_make(struct test_env *e, int nk, int d, struct random_kv *kv)
+{
+    const size_t n = (size_t)nk * (size_t)d;
+    float *k = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+    kv->k = malloc(n * sizeof(double));
+    kv->v = malloc(n * sizeof(double));
+    kv->scratch = malloc((size_t)nk * sizeof(double));
+    ck_assert(k && v && kv->k && kv->v && kv->scratch);
+    for (size_t i = 0; i < n; i++) {
+        kv->k[i] = k[i] = (float)rng_uniform(-1.0, 1.0);
+        kv->v[i] = v[i] = (float)rng_uniform(-1.0, 1.0);
+    }
+    cl_int err;
+    kv->k_mem = clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof(float), k, &err);
+    kv->v_mem = clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, n * sizeof(float), v, &err);
+    ck_assert(kv->k_mem && kv->v_mem);
+    free(k);
+    free(v);
+}
+
+static void random_kv_free(struct random_kv *kv)
+{
+    clReleaseMemObject(kv->k_mem);
+    clReleaseMemObject(kv->v_mem);
+    free(kv->k);
+    free(kv->v);
+    free(kv->scratch);
+}
+
 /* Split calls share nothing between them: one whose wait list fails (a user
  * event set to an error) leaves a later one, on another queue with no wait
  * list, to complete and be right. (A workspace kept between calls and ordered
@@ -184,32 +219,25 @@ START_TEST(split_calls_independent)
     cl_int err;
     cl_command_queue other = clCreateCommandQueue(e->cl, e->device, 0, &err);
     ck_assert_cl(err);
-    float q[D], *k = malloc(NK * D * sizeof(float)), *v = malloc(NK * D * sizeof(float)), o[D];
-    double qd[D], *kd = malloc(NK * D * sizeof(double)), *vd = malloc(NK * D * sizeof(double));
-    double ref[D], lse, *scratch = malloc(NK * sizeof(double));
-    ck_assert(k && v && kd && vd && scratch);
+    float q[D], o[D];
+    double qd[D], ref[D], lse;
     rng_seed(99);
     for (int i = 0; i < D; i++)
         qd[i] = q[i] = (float)rng_uniform(-1.0, 1.0);
-    for (int i = 0; i < NK * D; i++) {
-        kd[i] = k[i] = (float)rng_uniform(-1.0, 1.0);
-        vd[i] = v[i] = (float)rng_uniform(-1.0, 1.0);
-    }
-    hostref_attention_row(qd, kd, vd, NK, D, 0.125, NK - 1, ref, &lse, scratch);
-    cl_mem bufs[4] = {
-        clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(q), q, &err),
-        clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), k, &err),
-        clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), v, &err),
-        clCreateBuffer(e->cl, CL_MEM_READ_WRITE, sizeof(o), NULL, &err)};
-    ck_assert(bufs[0] && bufs[1] && bufs[2] && bufs[3]);
+    struct random_kv kv;
+    random_kv_make(e, NK, D, &kv);
+    hostref_attention_row(qd, kv.k, kv.v, NK, D, 0.125, NK - 1, ref, &lse, kv.scratch);
+    cl_mem bufs[2] = {clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(q), q, &err),
+                      clCreateBuffer(e->cl, CL_MEM_READ_WRITE, sizeof(o), NULL, &err)};
+    ck_assert(bufs[0] && bufs[1]);
     struct flashcl_attention a = {0};
     a.batch = a.seq_q = a.heads_q = a.heads_kv = 1;
     a.seq_kv = NK;
     a.head_dim = D;
     a.q = flashcl_tensor_bnhd(bufs[0], F32, 1, 1, D);
-    a.k = flashcl_tensor_bnhd(bufs[1], F32, NK, 1, D);
-    a.v = flashcl_tensor_bnhd(bufs[2], F32, NK, 1, D);
-    a.o = flashcl_tensor_bnhd(bufs[3], F32, 1, 1, D);
+    a.k = flashcl_tensor_bnhd(kv.k_mem, F32, NK, 1, D);
+    a.v = flashcl_tensor_bnhd(kv.v_mem, F32, NK, 1, D);
+    a.o = flashcl_tensor_bnhd(bufs[1], F32, 1, 1, D);
     struct flashcl_tile t;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
     ck_assert_int_eq(t.splits, 4);
@@ -228,21 +256,17 @@ START_TEST(split_calls_independent)
             nanosleep(&(struct timespec){0, 10000000}, NULL);
     }
     ck_assert_msg(status == CL_COMPLETE, "the second split call did not complete (status %d)", status);
-    ck_assert_cl(clEnqueueReadBuffer(other, bufs[3], CL_TRUE, 0, sizeof(o), o, 0, NULL, NULL));
+    ck_assert_cl(clEnqueueReadBuffer(other, bufs[1], CL_TRUE, 0, sizeof(o), o, 0, NULL, NULL));
     for (int c = 0; c < D; c++)
         ck_assert_msg(fabs(o[c] - ref[c]) <= 1e-5 + 1e-5 * fabs(ref[c]), "O[%d] = %g, reference %g", c, o[c], ref[c]);
     clWaitForEvents(1, &first);  /* completes with an error status: its wait list failed */
     clReleaseEvent(first);
     clReleaseEvent(second);
     clReleaseEvent(gate);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 2; i++)
         clReleaseMemObject(bufs[i]);
+    random_kv_free(&kv);
     clReleaseCommandQueue(other);
-    free(k);
-    free(v);
-    free(kd);
-    free(vd);
-    free(scratch);
 }
 END_TEST
 
@@ -261,18 +285,11 @@ START_TEST(split_calls_in_flight)
     cl_command_queue queue =
         clCreateCommandQueue(e->cl, e->device, props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
     ck_assert_cl(err);
-    float *k = malloc(NK * D * sizeof(float)), *v = malloc(NK * D * sizeof(float)), q[CALLS][2 * D], o[2 * D];
-    double *kd = malloc(NK * D * sizeof(double)), *vd = malloc(NK * D * sizeof(double)), qd[D], lse;
-    double ref[CALLS][2 * D], *scratch = malloc(NK * sizeof(double));
-    ck_assert(k && v && kd && vd && scratch);
+    float q[CALLS][2 * D], o[2 * D];
+    double qd[D], lse, ref[CALLS][2 * D];
     rng_seed(7);
-    for (int i = 0; i < NK * D; i++) {
-        kd[i] = k[i] = (float)rng_uniform(-1.0, 1.0);
-        vd[i] = v[i] = (float)rng_uniform(-1.0, 1.0);
-    }
-    cl_mem kv[2] = {clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), k, &err),
-                    clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, NK * D * sizeof(float), v, &err)};
-    ck_assert(kv[0] && kv[1]);
+    struct random_kv kv;
+    random_kv_make(e, NK, D, &kv);
     cl_mem qb[CALLS], ob[CALLS];
     cl_event done[CALLS];
     for (int c = 0; c < CALLS; c++) {
@@ -280,7 +297,8 @@ START_TEST(split_calls_in_flight)
         for (int h = 0; h < heads; h++) {
             for (int i = 0; i < D; i++)
                 qd[i] = q[c][h * D + i] = (float)rng_uniform(-1.0, 1.0);
-            hostref_attention_row(qd, kd, vd, NK, D, 1.0 / sqrt((double)D), NK - 1, ref[c] + h * D, &lse, scratch);
+            hostref_attention_row(qd, kv.k, kv.v, NK, D, 1.0 / sqrt((double)D), NK - 1, ref[c] + h * D, &lse,
+                                  kv.scratch);
         }
         qb[c] = clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(q[c]), q[c], &err);
         float poison[2 * D];
@@ -293,8 +311,8 @@ START_TEST(split_calls_in_flight)
         a.seq_kv = NK;
         a.head_dim = D;
         a.q = flashcl_tensor_bnhd(qb[c], F32, 1, heads, D);
-        a.k = flashcl_tensor_bnhd(kv[0], F32, NK, 1, D);
-        a.v = flashcl_tensor_bnhd(kv[1], F32, NK, 1, D);
+        a.k = flashcl_tensor_bnhd(kv.k_mem, F32, NK, 1, D);
+        a.v = flashcl_tensor_bnhd(kv.v_mem, F32, NK, 1, D);
         a.o = flashcl_tensor_bnhd(ob[c], F32, 1, heads, D);
         struct flashcl_tile t;
         ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
@@ -312,14 +330,8 @@ START_TEST(split_calls_in_flight)
         clReleaseMemObject(qb[c]);
         clReleaseMemObject(ob[c]);
     }
-    clReleaseMemObject(kv[0]);
-    clReleaseMemObject(kv[1]);
+    random_kv_free(&kv);
     clReleaseCommandQueue(queue);
-    free(k);
-    free(v);
-    free(kd);
-    free(vd);
-    free(scratch);
 }
 END_TEST
 
