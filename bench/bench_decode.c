@@ -238,6 +238,7 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
     r->d = d;
     r->dtype = dtype;
     r->page_size = page_size;
+    r->last_ms = NAN;  /* until a run measures it */
     struct decode_problem p;
     flashcl_status st = bench_decode_create(env, s, d, dtype, page_size, &p);
     struct flashcl_tile t;
@@ -246,8 +247,7 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
     if (st == FLASHCL_SUCCESS) {
         r->kernel = flashcl_variant_name(t.variant);
         r->splits = t.splits;
-        st = bench_time(env, BENCH_FLASH, &p.b, &p.c, warmup, reps, &r->median_ms, &r->min_ms);
-        r->last_ms = env->last_command_ms;
+        st = bench_time(env, BENCH_FLASH, &p.b, &p.c, warmup, reps, &r->median_ms, &r->min_ms, &r->last_ms);
     }
     if (st == FLASHCL_SUCCESS) {
         const size_t kv_elems = (size_t)s->batch * (size_t)s->seq_kv * (size_t)s->heads_kv * (size_t)d;

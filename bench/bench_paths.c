@@ -295,10 +295,19 @@ const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struc
     return st == FLASHCL_SUCCESS ? flashcl_variant_name(t.variant) : "?";
 }
 
+/* Ascending, NaNs (a run without profiling information) last. */
 static int compare_doubles(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
+    if (isnan(x) || isnan(y))
+        return isnan(x) - isnan(y);
     return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static double host_ms(void)
@@ -334,16 +343,19 @@ static flashcl_status time_one(struct bench_env *env, enum bench_path path, stru
     if (st == FLASHCL_SUCCESS && clWaitForEvents(1, &last) != CL_SUCCESS)
         st = FLASHCL_OUT_OF_RESOURCES;
     if (st == FLASHCL_SUCCESS) {
-        cl_ulong start = 0, end = 0;
-        if (clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof(start), &start, NULL) == CL_SUCCESS &&
-            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) == CL_SUCCESS &&
+        cl_ulong start = 0, end = 0, last_start = 0;
+        const bool have_end =
+            clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) == CL_SUCCESS;
+        if (have_end &&
+            clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof(start), &start, NULL) == CL_SUCCESS &&
             end > start)
             *ms = (double)(end - start) * 1e-6 / calls;
         else
             *ms = (host_ms() - host_start) / calls;
-        cl_ulong last_start = 0;
-        *last_ms = clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_START, sizeof(last_start), &last_start, NULL) ==
-                               CL_SUCCESS && end > last_start
+        *last_ms = have_end &&
+                           clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_START, sizeof(last_start), &last_start,
+                                                   NULL) == CL_SUCCESS &&
+                           end > last_start
                        ? (double)(end - last_start) * 1e-6
                        : NAN;
     }
@@ -357,7 +369,7 @@ static flashcl_status time_one(struct bench_env *env, enum bench_path path, stru
 /* Median (and minimum) of `reps` timed runs after `warmup` untimed ones. */
 flashcl_status bench_time(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
                                 const struct bench_case *c, int warmup, int reps, double *median_ms,
-                                double *min_ms)
+                                double *min_ms, double *last_command_ms)
 {
     double *ms = calloc(2 * (size_t)reps, sizeof(double)), *last = ms + reps;
     if (!ms)
@@ -372,11 +384,10 @@ flashcl_status bench_time(struct bench_env *env, enum bench_path path, struct be
         }
     }
     if (st == FLASHCL_SUCCESS) {
-        qsort(ms, (size_t)reps, sizeof(double), compare_doubles);
-        *median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+        *median_ms = median(ms, reps);
         *min_ms = ms[0];
-        qsort(last, (size_t)reps, sizeof(double), compare_doubles);  /* NaNs (no profiling) compare equal */
-        env->last_command_ms = reps % 2 ? last[reps / 2] : 0.5 * (last[reps / 2 - 1] + last[reps / 2]);
+        if (last_command_ms)
+            *last_command_ms = median(last, reps);
     }
     free(ms);
     return st;

@@ -24,9 +24,6 @@ struct bench_env {
     /* Calls in one timed sample, back to back on the queue, reported per call (bench_time); 0 or 1:
      * one call on an idle queue, its host-side enqueue inside the time. */
     int calls;
-    /* Set by bench_time: the median over the timed runs of the last command's own time (START to END:
-     * the split-KV merge of a split call, else the call's one kernel). */
-    double last_command_ms;
 };
 
 /* What one timed run is. */
@@ -110,7 +107,10 @@ double bench_sampled_dq_error(const struct bench_case *c, const void *q, const v
  * untimed ones; each run is timed from a marker enqueued before it to the
  * end of its last command (OpenCL profiling; host clock where markers have
  * no profiling information). */
+/* last_command_ms (may be NULL): the median of the last command's own time (START to END), the
+ * split-KV merge of a split call, NaN without profiling information. */
 flashcl_status bench_time(struct bench_env *env, enum bench_path path, struct bench_buffers *bufs,
-                          const struct bench_case *c, int warmup, int reps, double *median_ms, double *min_ms);
+                          const struct bench_case *c, int warmup, int reps, double *median_ms, double *min_ms,
+                          double *last_command_ms);
 
 #endif

@@ -120,7 +120,7 @@ static flashcl_status time_case(struct bench_env *env, const struct bench_case *
             b.varlen = varlen;
         }
         *kernel = bench_kernel_name(env, BENCH_FLASH, &b);
-        st = bench_time(env, BENCH_FLASH, &b, c, warmup, reps, median_ms, min_ms);
+        st = bench_time(env, BENCH_FLASH, &b, c, warmup, reps, median_ms, min_ms, NULL);
     }
     bench_buffers_release(&b);
     return st;

@@ -290,7 +290,7 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
         r->status = bench_prepare_path(env, r->path, &bufs, c, &r->device_bytes);
         r->kernel = bench_kernel_name(env, r->path, &bufs);
         if (r->status == FLASHCL_SUCCESS)
-            r->status = bench_time(env, r->path, &bufs, c, opt->warmup, opt->reps, &r->median_ms, &r->min_ms);
+            r->status = bench_time(env, r->path, &bufs, c, opt->warmup, opt->reps, &r->median_ms, &r->min_ms, NULL);
         if (r->status == FLASHCL_SUCCESS)
             r->status = bench_read_output(env, c, &bufs, o, elems * esize);
         if (r->status == FLASHCL_SUCCESS) {

@@ -536,7 +536,7 @@ static flashcl_status time_pass(struct bench_env *env, const struct tune_problem
     double min;
     flashcl_status st = bench_prepare_path(env, BENCH_FLASH, &b, &t->c, &device_bytes);
     if (st == FLASHCL_SUCCESS)
-        st = bench_time(env, BENCH_FLASH, &b, &t->c, 1, reps, median, &min);
+        st = bench_time(env, BENCH_FLASH, &b, &t->c, 1, reps, median, &min, NULL);
     bench_release_path(env, BENCH_FLASH, &b);
     return st;
 }

@@ -137,6 +137,8 @@ def main():
     ap.add_argument("--backends", default=",".join(BACKENDS), help="which of " + ",".join(BACKENDS))
     ap.add_argument("--csv", required=True)
     args = ap.parse_args()
+    if args.calls < 1:
+        ap.error("--calls: at least 1")
     if any(b not in BACKENDS for b in args.backends.split(",")):
         ap.error(f"--backends: one of {','.join(BACKENDS)}, comma-separated")
 

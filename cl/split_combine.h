@@ -27,12 +27,13 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
     const ulong first = (((ulong)b * (ulong)heads + (ulong)h) * (ulong)rows + (ulong)row) * (HEAD_DIM + 1);
     /* Loads not behind a branch, four splits an iteration: many splits (decode at long contexts) are
      * then loads in flight together rather than one latency each. A split that saw no key has LSE
-     * -inf (weight 0) and a partial of 0, which the select also keeps out. */
+     * -inf, so weight 0, and any partial (a NaN too: the portable kernel's 0 x inf), which the select
+     * keeps out of the sum. */
     float m = -INFINITY;
 #pragma unroll 4
     for (int s = 0; s < n_splits; s++)
         m = fmax(m, part[first + (ulong)s * stride + HEAD_DIM]);
-    const float m_ref = m == -INFINITY ? 0.0f : m;
+    const float m_ref = m == -INFINITY ? 0.0f : m;  /* every split empty: exp(-inf - -inf) would be NaN */
     float weight_sum = 0.0f, acc = 0.0f;
 #pragma unroll 4
     for (int s = 0; s < n_splits; s++) {

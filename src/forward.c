@@ -155,13 +155,13 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     if (split) {
         const size_t floats = (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q * (size_t)attn->seq_q *
                               ((size_t)attn->head_dim + 1);
-        const flashcl_status wst = fcl_workspace_acquire(ctx, floats * sizeof(float), &ws);
+        const flashcl_status wst = fcl_workspace_acquire(ctx, floats * sizeof(float), queue, &ws);
         if (wst != FLASHCL_SUCCESS)
             return wst;
     }
     cl_mem part = ws.mem;
-    cl_event done = NULL;  /* the last command that uses the workspace (our reference) */
-    bool used = false;     /* a command that uses it was enqueued */
+    cl_event last_use = NULL;  /* split: the last command enqueued that uses the workspace (our reference) */
+    bool used = false;         /* split: a command that uses it was enqueued */
 
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
@@ -189,15 +189,12 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
             err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &splits);
             err |= set_combine_args(combine, attn, part, splits, varlen);
         }
-        cl_event partials = NULL;
         if (err != CL_SUCCESS) {
             st = fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of %s failed", k->entry);
         } else {
             err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait_events, wait_list,
-                                         split ? &partials : event);
-            used = err == CL_SUCCESS;
-            if (used && split && clRetainEvent(partials) == CL_SUCCESS)
-                done = partials;  /* the workspace's last use unless the merge is enqueued */
+                                         split ? &last_use : event);
+            used = split && err == CL_SUCCESS;
             if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err,
                               "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, %zu bytes local) failed (%d)",
@@ -207,26 +204,21 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         if (st == FLASHCL_SUCCESS && split) {
             /* Ordered by the partials' event, so out-of-order queues hold too. */
             cl_event merged = NULL;
-            err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &partials, &merged);
+            err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &last_use, &merged);
             if (err != CL_SUCCESS) {
                 st = fcl_fail(ctx, (flashcl_status)err, "enqueueing %s failed (%d)", k->combine, err);
             } else {
-                if (done)
-                    clReleaseEvent(done);
-                done = clRetainEvent(merged) == CL_SUCCESS ? merged : NULL;
-                if (event)
+                clReleaseEvent(last_use);
+                last_use = merged;  /* now the workspace's last use */
+                if (event && (err = clRetainEvent(merged)) == CL_SUCCESS)
                     *event = merged;  /* the caller's reference */
-                else
-                    clReleaseEvent(merged);
+                else if (event)
+                    st = fcl_fail(ctx, (flashcl_status)err, "retaining %s's event failed (%d)", k->combine, err);
             }
         }
-        if (partials)
-            clReleaseEvent(partials);
     }
     pthread_mutex_unlock(&ctx->lock);
-    fcl_workspace_release(ctx, &ws, used, done);
-    if (done)
-        clReleaseEvent(done);
+    fcl_workspace_release(ctx, &ws, queue, used, last_use);  /* takes last_use's reference */
     if (st == FLASHCL_SUCCESS)
         fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s, %d split(s), %s", k->name, plan->splits, plan->options);
     return st;

@@ -60,18 +60,25 @@ void fcl_program_cache_free(flashcl_context *ctx);
 struct workspace_slot {
     cl_mem mem;
     size_t bytes;
-    cl_event last_use;  /* the last command that used it; handed out again once complete */
-    bool in_use;        /* between acquire and release */
+    cl_event last_use;       /* the last command that used it (the slot's reference), or NULL */
+    cl_command_queue queue;  /* the queue last_use was enqueued on (the slot's reference) */
+    bool in_use;             /* between acquire and release */
 };
 struct fcl_workspace {
     cl_mem mem;
     int slot;  /* the context's slot, or -1: the call's own buffer */
 };
-/* A buffer of at least `bytes` that no command still uses. */
-flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, struct fcl_workspace *out);
-/* used: a command that uses it was enqueued; last_use: the last such command's event (NULL where it could
- * not be had: the buffer is then not handed out again). */
-void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, bool used, cl_event last_use);
+/* A buffer of at least `bytes` that no command can still be using when commands enqueued next on
+ * `queue` run. */
+flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_command_queue queue,
+                                     struct fcl_workspace *out);
+/* used: a command that uses it was enqueued on queue; last_use: the last such command's event, whose
+ * reference the call hands over (NULL where it could not be had: the buffer is then not handed out
+ * again). */
+void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, cl_command_queue queue, bool used,
+                           cl_event last_use);
+/* Whether a slot is between acquire and release (tests: none may be once a call has returned). */
+bool fcl_workspace_busy(const flashcl_context *ctx);
 void fcl_workspace_free(flashcl_context *ctx);
 
 /* ---- tuning.c: the tuning file ---- */

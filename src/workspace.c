@@ -1,103 +1,192 @@
 /* workspace.c: device scratch buffers the context keeps for its calls (the
  * split-KV partials), so a decode step does not allocate and free device
- * memory each time. A kept buffer is handed out again only once every
- * command that used it is complete (the event recorded at its release), so
- * no call ever waits on another; when none is free, or the request is
- * larger than the context keeps, the call gets a buffer of its own, released
- * with it as before. */
+ * memory each time. A kept buffer goes to a call only where no command can
+ * still be using it when the call's own commands run: every command that
+ * used it is complete (the event recorded at its release), or its last use
+ * was on the call's own in-order queue, which runs the new commands after
+ * the old ones. Neither adds a wait list, so no call ever waits on another
+ * through the workspace (an earlier design that did was reverted: a failed
+ * wait list in one call then failed the next). When no buffer is free, or
+ * the request is larger than the context keeps, the call gets a buffer of
+ * its own, released with it. Device memory is allocated and released
+ * outside the context's lock, which also guards the program cache. */
 #include "internal.h"
 
-static bool slot_idle(const struct workspace_slot *s)
+#define KEPT_MIN_BYTES ((size_t)1 << 20)
+
+/* Kept sizes are powers of two from 1 MB (at most the cap): a decode whose split count grows with the
+ * cache replaces its buffer a few times, not at every growth. */
+static size_t kept_size(size_t bytes)
 {
-    if (s->in_use)
-        return false;
-    cl_int status = CL_COMPLETE;
-    if (s->last_use &&
-        clGetEventInfo(s->last_use, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL) != CL_SUCCESS)
-        return false;  /* cannot tell: leave it */
-    return status <= CL_COMPLETE;  /* done, or ended by an error: nothing reads or writes it any more */
+    size_t size = KEPT_MIN_BYTES;
+    while (size < bytes && size < FCL_WORKSPACE_KEPT_BYTES)
+        size *= 2;
+    return size < bytes ? bytes : size;
 }
 
-static void slot_clear(struct workspace_slot *s)
+static bool in_order(cl_command_queue queue)
 {
-    if (s->mem)
-        clReleaseMemObject(s->mem);
-    if (s->last_use)
-        clReleaseEvent(s->last_use);
+    cl_command_queue_properties props = 0;
+    return clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof(props), &props, NULL) == CL_SUCCESS &&
+           !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+}
+
+/* What a slot's last use allows: free for this call, still busy, or unknown (an event whose status cannot
+ * be read, or one that ended in an error, after which the state of its commands is the implementation's:
+ * such a slot is dropped, its buffer released once OpenCL is done with it). */
+enum slot_state { SLOT_FREE, SLOT_BUSY, SLOT_DROP };
+
+static enum slot_state slot_state(const struct workspace_slot *s, cl_command_queue queue, bool queue_in_order)
+{
+    if (s->in_use)
+        return SLOT_BUSY;
+    if (!s->last_use)
+        return SLOT_FREE;
+    cl_int status;
+    if (clGetEventInfo(s->last_use, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status), &status, NULL) != CL_SUCCESS ||
+        status < 0)
+        return SLOT_DROP;
+    if (status == CL_COMPLETE || (queue_in_order && s->queue == queue))
+        return SLOT_FREE;
+    return SLOT_BUSY;
+}
+
+/* Empties a slot under the lock; what it held goes to `later`, released after unlocking. */
+struct deferred {
+    cl_mem mem[2 * FCL_WORKSPACE_SLOTS + 2];  /* every slot emptied, then the chosen one and its last use */
+    cl_event event[2 * FCL_WORKSPACE_SLOTS + 2];
+    cl_command_queue queue[2 * FCL_WORKSPACE_SLOTS + 2];
+    int n;
+};
+
+static void slot_empty(struct workspace_slot *s, struct deferred *later)
+{
+    later->mem[later->n] = s->mem;
+    later->event[later->n] = s->last_use;
+    later->queue[later->n] = s->queue;
+    later->n++;
     *s = (struct workspace_slot){0};
 }
 
-flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, struct fcl_workspace *out)
+static void release_deferred(const struct deferred *later)
+{
+    for (int i = 0; i < later->n; i++) {
+        if (later->mem[i])
+            clReleaseMemObject(later->mem[i]);  /* OpenCL keeps it until the commands that use it are done */
+        if (later->event[i])
+            clReleaseEvent(later->event[i]);
+        if (later->queue[i])
+            clReleaseCommandQueue(later->queue[i]);
+    }
+}
+
+flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_command_queue queue,
+                                     struct fcl_workspace *out)
 {
     out->mem = NULL;
     out->slot = -1;
+    struct deferred later = {.n = 0};
+    int slot = -1;
+    bool fresh = false;  /* the slot needs a new buffer */
     if (bytes <= FCL_WORKSPACE_KEPT_BYTES) {
+        const bool queue_in_order = in_order(queue);
         pthread_mutex_lock(&ctx->lock);
-        int best = -1, empty = -1;
+        int unallocated = -1, small = -1;
         for (int i = 0; i < FCL_WORKSPACE_SLOTS; i++) {
             struct workspace_slot *s = &ctx->workspace[i];
+            const enum slot_state state = s->mem ? slot_state(s, queue, queue_in_order) : SLOT_FREE;
+            if (state == SLOT_DROP)
+                slot_empty(s, &later);
             if (!s->mem) {
-                empty = empty < 0 ? i : empty;
-            } else if (slot_idle(s)) {
-                if (s->bytes >= bytes && (best < 0 || s->bytes < ctx->workspace[best].bytes))
-                    best = i;  /* the smallest that fits */
-                else if (s->bytes < bytes && empty < 0)
-                    empty = i;  /* too small and idle: replaced by a larger one */
+                unallocated = unallocated < 0 ? i : unallocated;
+            } else if (state == SLOT_FREE) {
+                if (s->bytes >= bytes && (slot < 0 || s->bytes < ctx->workspace[slot].bytes))
+                    slot = i;  /* the smallest that fits */
+                else if (s->bytes < bytes && small < 0)
+                    small = i;
             }
         }
-        if (best < 0 && empty >= 0) {
-            struct workspace_slot *s = &ctx->workspace[empty];
-            slot_clear(s);
-            cl_int err;
-            s->mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-            s->bytes = bytes;
-            best = s->mem ? empty : -1;
-            if (!s->mem)
-                *s = (struct workspace_slot){0};
+        if (slot < 0 && (unallocated >= 0 || small >= 0)) {
+            slot = unallocated >= 0 ? unallocated : small;  /* replace a too-small one only where all are taken */
+            slot_empty(&ctx->workspace[slot], &later);
+            ctx->workspace[slot].bytes = kept_size(bytes);
+            fresh = true;
         }
-        if (best >= 0) {
-            ctx->workspace[best].in_use = true;
-            if (ctx->workspace[best].last_use)
-                clReleaseEvent(ctx->workspace[best].last_use);
-            ctx->workspace[best].last_use = NULL;
-            out->mem = ctx->workspace[best].mem;
-            out->slot = best;
+        if (slot >= 0) {
+            struct workspace_slot *s = &ctx->workspace[slot];
+            s->in_use = true;
+            later.event[later.n] = s->last_use;
+            later.queue[later.n] = s->queue;
+            later.mem[later.n++] = NULL;
+            s->last_use = NULL;
+            s->queue = NULL;
+            out->mem = s->mem;
         }
         pthread_mutex_unlock(&ctx->lock);
-        if (out->mem)
-            return FLASHCL_SUCCESS;
+        release_deferred(&later);
     }
-    cl_int err;
-    out->mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_int err = CL_SUCCESS;
+    if (slot < 0) {  /* none free, or too large to keep: the call's own */
+        out->mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    } else if (fresh) {
+        cl_mem mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ctx->workspace[slot].bytes, NULL, &err);
+        pthread_mutex_lock(&ctx->lock);
+        ctx->workspace[slot].mem = mem;
+        if (!mem)
+            ctx->workspace[slot] = (struct workspace_slot){0};
+        pthread_mutex_unlock(&ctx->lock);
+        out->mem = mem;
+        out->slot = mem ? slot : -1;
+    } else {
+        out->slot = slot;
+    }
     if (!out->mem)
-        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte workspace failed (%d)",
+        return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte split-KV workspace failed (%d)",
                         bytes, err);
     return FLASHCL_SUCCESS;
 }
 
-void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, bool used, cl_event last_use)
+void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, cl_command_queue queue, bool used,
+                           cl_event last_use)
 {
+    /* The slot keeps last_use (and a reference to the queue) only where it tracks a use. */
+    const bool keep = ws->mem && ws->slot >= 0 && used && last_use && clRetainCommandQueue(queue) == CL_SUCCESS;
+    if (last_use && !keep)
+        clReleaseEvent(last_use);
     if (!ws->mem)
         return;
     if (ws->slot < 0) {
         clReleaseMemObject(ws->mem);  /* OpenCL keeps it until the commands that use it are done */
     } else {
+        struct deferred later = {.n = 0};
         pthread_mutex_lock(&ctx->lock);
         struct workspace_slot *s = &ctx->workspace[ws->slot];
-        if (used && (!last_use || clRetainEvent(last_use) != CL_SUCCESS)) {
-            slot_clear(s);  /* its use cannot be tracked: not handed out again (OpenCL keeps it alive) */
-        } else {
-            s->last_use = used ? last_use : NULL;
-            s->in_use = false;
+        s->in_use = false;
+        if (keep) {
+            s->last_use = last_use;
+            s->queue = queue;
+        } else if (used) {
+            slot_empty(s, &later);  /* used, but its use cannot be tracked: not handed out again */
         }
         pthread_mutex_unlock(&ctx->lock);
+        release_deferred(&later);
     }
     ws->mem = NULL;
     ws->slot = -1;
 }
 
-void fcl_workspace_free(flashcl_context *ctx)
+bool fcl_workspace_busy(const flashcl_context *ctx)
 {
     for (int i = 0; i < FCL_WORKSPACE_SLOTS; i++)
-        slot_clear(&ctx->workspace[i]);
+        if (ctx->workspace[i].in_use)
+            return true;
+    return false;
+}
+
+void fcl_workspace_free(flashcl_context *ctx)
+{
+    struct deferred later = {.n = 0};
+    for (int i = 0; i < FCL_WORKSPACE_SLOTS; i++)
+        slot_empty(&ctx->workspace[i], &later);
+    release_deferred(&later);
 }

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "internal.h"  /* the context's kept workspaces (split_workspace_kept) */
 #include "test_hooks.h"
 
 #define F32 FLASHCL_F32
@@ -270,68 +271,156 @@ START_TEST(split_calls_independent)
 }
 END_TEST
 
-/* Split calls enqueued together with no order between them (an out-of-order queue where the device
- * has one, else in order), of two workspace sizes (one and two query heads), each with its own Q:
- * the context's kept split workspaces (src/workspace.c) go to a call only once no command still uses
- * them, so every output is its own reference's. */
+/* One decode call of `heads` (1 or 2) query heads against kv's keys, on a context forcing splits: its
+ * random Q, its O poisoned (NaN: an unwritten element fails) and its reference. */
+enum { CALL_NK = 777, CALL_D = 32 };
+struct split_call {
+    cl_mem q, o;
+    int heads;
+    double ref[2 * CALL_D];
+    struct flashcl_attention a;
+};
+
+static void split_call_make(struct test_env *e, const struct random_kv *kv, int heads, struct split_call *c)
+{
+    float q[2 * CALL_D], poison[2 * CALL_D];
+    double qd[CALL_D], lse;
+    c->heads = heads;
+    for (int h = 0; h < heads; h++) {
+        for (int i = 0; i < CALL_D; i++)
+            qd[i] = q[h * CALL_D + i] = (float)rng_uniform(-1.0, 1.0);
+        hostref_attention_row(qd, kv->k, kv->v, CALL_NK, CALL_D, 1.0 / sqrt((double)CALL_D), CALL_NK - 1,
+                              c->ref + h * CALL_D, &lse, kv->scratch);
+    }
+    memset(poison, 0xFF, sizeof(poison));
+    cl_int err;
+    c->q = clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(q), q, &err);
+    c->o = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(poison), poison, &err);
+    ck_assert(c->q && c->o);
+    struct flashcl_attention *a = &c->a;
+    *a = (struct flashcl_attention){0};
+    a->batch = a->seq_q = a->heads_kv = 1;
+    a->heads_q = heads;
+    a->seq_kv = CALL_NK;
+    a->head_dim = CALL_D;
+    a->q = flashcl_tensor_bnhd(c->q, F32, 1, (size_t)heads, CALL_D);
+    a->k = flashcl_tensor_bnhd(kv->k_mem, F32, CALL_NK, 1, CALL_D);
+    a->v = flashcl_tensor_bnhd(kv->v_mem, F32, CALL_NK, 1, CALL_D);
+    a->o = flashcl_tensor_bnhd(c->o, F32, 1, (size_t)heads, CALL_D);
+}
+
+static void split_call_check(cl_command_queue queue, struct split_call *c, const char *label)
+{
+    float o[2 * CALL_D];
+    ck_assert_cl(clEnqueueReadBuffer(queue, c->o, CL_TRUE, 0, (size_t)c->heads * CALL_D * sizeof(float), o, 0, NULL,
+                                     NULL));
+    for (int i = 0; i < c->heads * CALL_D; i++)
+        ck_assert_msg(fabs(o[i] - c->ref[i]) <= 1e-5 + 1e-5 * fabs(c->ref[i]), "%s: O[%d] = %g, reference %g", label,
+                      i, o[i], c->ref[i]);
+    clReleaseMemObject(c->q);
+    clReleaseMemObject(c->o);
+}
+
+/* Split calls enqueued together behind one user event, with no order between them (an out-of-order
+ * queue where the device has one), of two workspace sizes (one and two query heads), each with its own
+ * Q: a buffer the context keeps (src/workspace.c) goes to a call only where no command can still use
+ * it, so every output is its own reference's. On an in-order queue the calls share kept buffers in
+ * queue order instead, which the same check covers. */
 START_TEST(split_calls_in_flight)
 {
-    enum { NK = 777, D = 32, CALLS = 8 };
+    enum { CALLS = 8 };
     struct test_env *e = test_env_get();
     flashcl_context *ctx = test_context_with_options(FMA_DECODE "decode:splits=5");
     cl_command_queue_properties props = 0;
     ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_QUEUE_PROPERTIES, sizeof(props), &props, NULL));
+    if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE))
+        printf("split calls in flight: the device has no out-of-order queue; in order\n");
     cl_int err;
     cl_command_queue queue =
         clCreateCommandQueue(e->cl, e->device, props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
     ck_assert_cl(err);
-    float q[CALLS][2 * D], o[2 * D];
-    double qd[D], lse, ref[CALLS][2 * D];
     rng_seed(7);
     struct random_kv kv;
-    random_kv_make(e, NK, D, &kv);
-    cl_mem qb[CALLS], ob[CALLS];
-    cl_event done[CALLS];
+    random_kv_make(e, CALL_NK, CALL_D, &kv);
+    struct split_call calls[CALLS];
+    cl_event gate = clCreateUserEvent(e->cl, &err), done[CALLS];
+    ck_assert_cl(err);
     for (int c = 0; c < CALLS; c++) {
-        const int heads = 1 + c % 2;
-        for (int h = 0; h < heads; h++) {
-            for (int i = 0; i < D; i++)
-                qd[i] = q[c][h * D + i] = (float)rng_uniform(-1.0, 1.0);
-            hostref_attention_row(qd, kv.k, kv.v, NK, D, 1.0 / sqrt((double)D), NK - 1, ref[c] + h * D, &lse,
-                                  kv.scratch);
-        }
-        qb[c] = clCreateBuffer(e->cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(q[c]), q[c], &err);
-        float poison[2 * D];
-        memset(poison, 0xFF, sizeof(poison));  /* NaN: an unwritten element fails */
-        ob[c] = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(poison), poison, &err);
-        ck_assert(qb[c] && ob[c]);
-        struct flashcl_attention a = {0};
-        a.batch = a.seq_q = a.heads_kv = 1;
-        a.heads_q = heads;
-        a.seq_kv = NK;
-        a.head_dim = D;
-        a.q = flashcl_tensor_bnhd(qb[c], F32, 1, heads, D);
-        a.k = flashcl_tensor_bnhd(kv.k_mem, F32, NK, 1, D);
-        a.v = flashcl_tensor_bnhd(kv.v_mem, F32, NK, 1, D);
-        a.o = flashcl_tensor_bnhd(ob[c], F32, 1, heads, D);
+        split_call_make(e, &kv, 1 + c % 2, &calls[c]);
         struct flashcl_tile t;
-        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &calls[c].a, &t));
         ck_assert_int_eq(t.splits, 5);
-        ck_assert_flashcl_ok(flashcl_forward(ctx, &a, queue, 0, NULL, &done[c]));
+        ck_assert_flashcl_ok(flashcl_forward(ctx, &calls[c].a, queue, 1, &gate, &done[c]));
     }
+    ck_assert_cl(clSetUserEventStatus(gate, CL_COMPLETE));  /* all of them at once */
     ck_assert_cl(clWaitForEvents(CALLS, done));
     for (int c = 0; c < CALLS; c++) {
-        const int heads = 1 + c % 2;
-        ck_assert_cl(clEnqueueReadBuffer(queue, ob[c], CL_TRUE, 0, heads * D * sizeof(float), o, 0, NULL, NULL));
-        for (int i = 0; i < heads * D; i++)
-            ck_assert_msg(fabs(o[i] - ref[c][i]) <= 1e-5 + 1e-5 * fabs(ref[c][i]), "call %d: O[%d] = %g, reference %g",
-                          c, i, o[i], ref[c][i]);
+        char label[32];
+        snprintf(label, sizeof(label), "call %d", c);
+        split_call_check(queue, &calls[c], label);
         clReleaseEvent(done[c]);
-        clReleaseMemObject(qb[c]);
-        clReleaseMemObject(ob[c]);
     }
+    clReleaseEvent(gate);
     random_kv_free(&kv);
     clReleaseCommandQueue(queue);
+}
+END_TEST
+
+/* Which kept buffer a split call gets (src/workspace.c), with the first call held back by a user event
+ * so its buffer is in use for certain: the next call on the same in-order queue shares it (the queue
+ * runs them in turn), a call on another queue gets a second one, and once all are done a call takes a
+ * kept one again instead of making a third. No slot stays in use once a call has returned. */
+START_TEST(split_workspace_kept)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    params.kernel_options = FMA_DECODE "decode:splits=3";
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
+    cl_int err;
+    cl_command_queue first = clCreateCommandQueue(e->cl, e->device, 0, &err), second = NULL;
+    ck_assert_cl(err);
+    second = clCreateCommandQueue(e->cl, e->device, 0, &err);
+    ck_assert_cl(err);
+    rng_seed(11);
+    struct random_kv kv;
+    random_kv_make(e, CALL_NK, CALL_D, &kv);
+    struct split_call held, after, other, later;
+    split_call_make(e, &kv, 2, &held);
+    split_call_make(e, &kv, 1, &after);
+    split_call_make(e, &kv, 2, &other);
+    split_call_make(e, &kv, 1, &later);
+    cl_event gate = clCreateUserEvent(e->cl, &err);
+    ck_assert_cl(err);
+
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &held.a, first, 1, &gate, NULL));
+    ck_assert(!fcl_workspace_busy(ctx));
+    const cl_mem kept = ctx->workspace[0].mem;
+    ck_assert_ptr_nonnull(kept);
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &after.a, first, 0, NULL, NULL));
+    ck_assert_msg(ctx->workspace[0].mem == kept && !ctx->workspace[1].mem,
+                  "a call on the same in-order queue did not share the held call's buffer");
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &other.a, second, 0, NULL, NULL));
+    ck_assert_msg(ctx->workspace[1].mem && ctx->workspace[1].mem != kept,
+                  "a call on another queue did not get a buffer of its own while the first was in use");
+    ck_assert(!fcl_workspace_busy(ctx));
+    ck_assert_cl(clSetUserEventStatus(gate, CL_COMPLETE));
+    ck_assert_cl(clFinish(first));
+    ck_assert_cl(clFinish(second));
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &later.a, second, 0, NULL, NULL));
+    ck_assert_msg(!ctx->workspace[2].mem, "a call made a third buffer where two kept ones were free");
+    ck_assert_cl(clFinish(second));
+    split_call_check(first, &held, "held call");
+    split_call_check(first, &after, "the call after it");
+    split_call_check(second, &other, "the call on another queue");
+    split_call_check(second, &later, "the later call");
+    clReleaseEvent(gate);
+    random_kv_free(&kv);
+    clReleaseCommandQueue(first);
+    clReleaseCommandQueue(second);
+    flashcl_context_destroy(&ctx);
 }
 END_TEST
 
@@ -345,6 +434,7 @@ int main(void)
     tcase_add_test(tc, planned_where_rows_fit);
     tcase_add_test(tc, split_calls_independent);
     tcase_add_test(tc, split_calls_in_flight);
+    tcase_add_test(tc, split_workspace_kept);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -20,7 +20,9 @@
  *
  * Scenarios: context creation (the library's own cl_context, with a tuning
  * file and a fresh cache folder, and on the caller's context), a forward f32
- * (register-tiled) and f16 (portable, split-KV forced) with the LSE, a
+ * (register-tiled) and f16 (portable, split-KV forced) with the LSE, the
+ * latter again as a context's second call (its kept split workspace reused;
+ * no kept workspace may stay marked in use after any run), a
  * standard forward f32, a backward f32; each forward and backward starts on a
  * fresh context whose programs come from a warm disk cache, so the cache
  * load, build and kernel creation are inside the counted call. */
@@ -33,6 +35,7 @@
 #include "common.h"
 #include "fault.h"
 #include "flashcl_tools.h"
+#include "internal.h"  /* fcl_workspace_busy */
 
 static char cache_dir[256];
 
@@ -136,12 +139,15 @@ struct scenario {
     enum call_kind kind;
     flashcl_dtype dtype;
     const char *kernel_options;
+    bool second_call;  /* armed: the context's second call, a kept split workspace to reuse (src/workspace.c) */
 };
 
 static const struct scenario scenarios[] = {
     {"forward f32 (register-tiled)", CALL_FORWARD, FLASHCL_F32, "tensor-core:off;tf32:off"},
     {"forward f16 (portable, 3 splits)", CALL_FORWARD, FLASHCL_F16,
      "tensor-core:off;tf32:off;register-tiled:off;portable:splits=3,block_m=16,block_n=16"},
+    {"forward f16 (portable, 3 splits, second call)", CALL_FORWARD, FLASHCL_F16,
+     "tensor-core:off;tf32:off;register-tiled:off;portable:splits=3,block_m=16,block_n=16", true},
     {"standard forward f32", CALL_STANDARD, FLASHCL_F32, ""},
     {"backward f32", CALL_BACKWARD, FLASHCL_F32, ""},
 };
@@ -283,9 +289,23 @@ START_TEST(attention_calls)
     fault_reset_objects();
     for (long k = 0; k <= total; k++) {
         fixture_create(&f, s);
+        if (s->second_call) {
+            /* Nothing failing (call 0 never comes up) but its references tracked, as the armed call will
+             * release some (the kept workspace's last use); its outputs become what the armed call must
+             * leave untouched. */
+            fault_arm(0);
+            ck_assert_flashcl_ok(call(&f, s));
+            fault_disarm();
+            for (int t = 0; t < N_TENSORS; t++)
+                if (f.buf[t].mem)
+                    ck_assert_cl(clEnqueueReadBuffer(e->queue, f.buf[t].mem, CL_TRUE, 0, f.buf[t].bytes,
+                                                     f.buf[t].image, 0, NULL, NULL));
+        }
         fault_arm(k);
         const flashcl_status st = call(&f, s);
         const struct fault_report r = fault_disarm();
+        ck_assert_msg(!fcl_workspace_busy(f.ctx), "%s, call %ld (%s) failing: a kept workspace left in use", s->name,
+                      k, r.failed);
         ck_assert_cl(clFinish(e->queue));  /* whatever was enqueued has run */
         if (k == 0) {
             ck_assert_flashcl_ok(st);

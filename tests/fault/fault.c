@@ -259,12 +259,14 @@ WRAP_RETAIN(cl_context, clRetainContext)
 WRAP_RETAIN(cl_device_id, clRetainDevice)
 WRAP_RETAIN(cl_mem, clRetainMemObject)
 WRAP_RETAIN(cl_event, clRetainEvent)
+WRAP_RETAIN(cl_command_queue, clRetainCommandQueue)
 WRAP_RELEASE(cl_context, clReleaseContext)
 WRAP_RELEASE(cl_device_id, clReleaseDevice)
 WRAP_RELEASE(cl_mem, clReleaseMemObject)
 WRAP_RELEASE(cl_program, clReleaseProgram)
 WRAP_RELEASE(cl_kernel, clReleaseKernel)
 WRAP_RELEASE(cl_event, clReleaseEvent)
+WRAP_RELEASE(cl_command_queue, clReleaseCommandQueue)
 
 cl_int __real_clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t *off,
                                      const size_t *global, const size_t *local, cl_uint n, const cl_event *wait,
