@@ -16,8 +16,10 @@
  * from local memory once per row of the group and is limited by those loads
  * at four rows (docs/perf.md, v0.8); here an ldmatrix serves all 16 rows.
  *
- * K and V blocks of BLOCK_N keys stream through two buffers by cp.async (one
- * barrier a block, as flash_forward_mma.cl); warp w takes keys
+ * K and V blocks of BLOCK_N keys stream through STAGES buffers by cp.async
+ * (one barrier a block; STAGES - 1 blocks in flight while one is computed:
+ * decode is bound by how many bytes each work-group has in flight, as
+ * docs/perf.md v0.12 measures); warp w takes keys
  * [w KW, (w + 1) KW) of every block with its own running max, sum and
  * accumulator, and at the end the WARPS partial results are merged through
  * local memory in warp order, rescaled to the common max: no atomics, the
@@ -43,6 +45,9 @@
 #ifndef BLOCK_N
 #define BLOCK_N 64           /* keys per streamed block, WARPS x KW */
 #endif
+#ifndef STAGES
+#define STAGES 2             /* K/V buffers: blocks in flight + 1 */
+#endif
 
 #define ROWS 16                        /* the mma tile's rows: every query row of the group */
 #define WG (32 * WARPS)
@@ -57,6 +62,16 @@
 #if BLOCK_N % WARPS != 0 || KW % 16 != 0
 #error "BLOCK_N must be WARPS times a multiple of 16"
 #endif
+/* cp.async groups still pending when the oldest block has landed (wait_group takes a literal). */
+#if STAGES == 2
+#define WAIT_OLDEST_BLOCK() COPY_ASYNC_WAIT(0)
+#elif STAGES == 3
+#define WAIT_OLDEST_BLOCK() COPY_ASYNC_WAIT(1)
+#elif STAGES == 4
+#define WAIT_OLDEST_BLOCK() COPY_ASYNC_WAIT(2)
+#else
+#error "STAGES must be 2, 3 or 4"
+#endif
 
 #include "storage.h"   /* storage_t, STORE: O and the split merge */
 #include "mask.h"      /* before nv_mma.h: its softmax masks by mask_visible */
@@ -68,8 +83,9 @@
 #if VARLEN == 3
 /* A paged cache: the offsets of K's and V's rows key0 .. key0 + BLOCK_N - 1
  * (the block table and its clamp read once a key, as flash_decode.cl does),
- * written a block ahead into the other of two tables so the lookups' latency
- * hides behind the block in flight. Rows past the end are not read. */
+ * written into table j % STAGES an iteration before block j's copies are
+ * issued, so the lookups' latency hides behind the blocks in flight. Rows
+ * past the end are not read. */
 static inline void page_rows(__local ulong *k_rows, __local ulong *v_rows, int key0, int seq_kv, ulong k_sb,
                              ulong k_ss, ulong v_sb, ulong v_ss, int b, __global const int *pages, int page_size,
                              int pages_per_seq, int num_pages, int tid)
@@ -119,14 +135,14 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local uint4 q_tile[ROWS * ROW_CHUNKS] __attribute__((aligned(16)));
-    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* two buffers */
-    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 k_tiles[STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* block j in j % STAGES */
+    __local uint4 v_tiles[STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
     __local float warp_m[WARPS * ROWS], warp_l[WARPS * ROWS];  /* each warp's running max and sum a row */
     /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM] floats, in the K
-     * buffers (WARPS x 16 x HEAD_DIM x 4 bytes <= 2 x BLOCK_N x HEAD_DIM x 2: KW >= 16). */
+     * buffers (WARPS x 16 x HEAD_DIM x 4 bytes <= STAGES x BLOCK_N x HEAD_DIM x 2: KW >= 16). */
     __local float *merged = (__local float *)k_tiles;
 #if VARLEN == 3
-    __local ulong k_rows[2 * BLOCK_N], v_rows[2 * BLOCK_N];  /* block j's row offsets in table j % 2 */
+    __local ulong k_rows[STAGES * BLOCK_N], v_rows[STAGES * BLOCK_N];  /* block j's row offsets: table j % STAGES */
 #endif
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
@@ -166,18 +182,21 @@ void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulon
 #if SPLIT
     split_keys(split, n_splits, &kv_begin, &kv_end);
 #endif
-    if (kv_begin < kv_end) {
-        PAGE_ROWS(0, kv_begin);
-        if (kv_begin + BLOCK_N < kv_end)
-            PAGE_ROWS(1, kv_begin + BLOCK_N);
-    }
+    for (int i = 0; i < STAGES; i++)  /* the first STAGES blocks' row offsets */
+        if (kv_begin + i * BLOCK_N < kv_end)
+            PAGE_ROWS(i, kv_begin + i * BLOCK_N);
 #if VARLEN == 3
-    barrier(CLK_LOCAL_MEM_FENCE);  /* the first two blocks' row offsets */
+    barrier(CLK_LOCAL_MEM_FENCE);
 #endif
-    if (kv_begin < kv_end)
-        LOAD_BLOCK(k_tiles, v_tiles, 0, kv_begin);
-    copy_async_commit();
-    COPY_ASYNC_WAIT(0);
+    /* Blocks 0 .. STAGES - 2 in flight, one cp.async group each (Q's copies in block 0's; a group is
+     * committed where there is no block too, so the counting of wait_group stays the same). */
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (kv_begin + i * BLOCK_N < kv_end)
+            LOAD_BLOCK(k_tiles + i * BLOCK_N * ROW_CHUNKS, v_tiles + i * BLOCK_N * ROW_CHUNKS, i,
+                       kv_begin + i * BLOCK_N);
+        copy_async_commit();
+    }
+    WAIT_OLDEST_BLOCK();  /* Q and block 0 */
     barrier(CLK_LOCAL_MEM_FENCE);
 
     uint qf[KSTEPS][4];
@@ -196,14 +215,16 @@ NV_UNROLL
     const int pos_lo = g / group, pos_hi = (g + 8) / group;  /* this thread's rows' query positions */
     const int kw0 = warp * KW;                               /* this warp's keys in a block */
 
-    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = stage + 1 == STAGES ? 0 : stage + 1) {
         /* Block kb has landed for this thread; the barrier makes it visible to all and tells that
-         * every warp is done with the other buffer, which the next block then streams into. */
-        COPY_ASYNC_WAIT(0);
+         * every warp is done with the buffer of the block before, into which the block STAGES - 1
+         * ahead then streams. */
+        WAIT_OLDEST_BLOCK();
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (kb + BLOCK_N < kv_end)
-            LOAD_BLOCK(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, stage ^ 1,
-                       kb + BLOCK_N);
+        const int ahead = stage == 0 ? STAGES - 1 : stage - 1;  /* (block + STAGES - 1) % STAGES */
+        if (kb + (STAGES - 1) * BLOCK_N < kv_end)
+            LOAD_BLOCK(k_tiles + ahead * BLOCK_N * ROW_CHUNKS, v_tiles + ahead * BLOCK_N * ROW_CHUNKS, ahead,
+                       kb + (STAGES - 1) * BLOCK_N);
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
@@ -255,11 +276,11 @@ NV_UNROLL
                     mma_16x8x16(acc[2 * np + 1], pf[kc], bf[2], bf[3]);
                 }
         }
-        /* The block after next's row offsets into this block's table: every work-item read it (for
-         * this block's copies) before the barrier at the top of this iteration, and the next
-         * iteration's barrier publishes it before the copies that read it. */
-        if (kb + 2 * BLOCK_N < kv_end)
-            PAGE_ROWS(stage, kb + 2 * BLOCK_N);
+        /* Block j + STAGES's row offsets into block j's table: every work-item read it (for block j's
+         * copies) an iteration or more ago, before a barrier it has passed, and the next iteration's
+         * barrier publishes it before the copies that read it. */
+        if (kb + STAGES * BLOCK_N < kv_end)
+            PAGE_ROWS(stage, kb + STAGES * BLOCK_N);
     }
     COPY_ASYNC_WAIT(0);
 

@@ -167,6 +167,14 @@ static inline int fcl_backward_mma_chunk(int block_m)
     return block_m % 32 == 0 ? 32 : 16;
 }
 
+/* Work-groups of local_bytes a compute unit holds at once by local memory (1..8; the usable amount is
+ * about a unit's, less 1 KB each for the runtime's own). */
+static inline long long fcl_groups_per_unit(const struct device_desc *dev, size_t local_bytes)
+{
+    const long long n = (long long)(dev->usable_local / (local_bytes + 1024));
+    return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
 extern const struct kernel_info fcl_kernels[];
 extern const int fcl_kernel_count;
 

@@ -149,9 +149,7 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
         return (int)(splits > most ? (most > 1 ? most : 1) : splits > 1 ? splits : 1);
     }
     if (k->packs_group || (k->needs & NEEDS_TENSOR_CORES)) {
-        long long per_unit = (long long)(dev->usable_local / (local_bytes + 1024));
-        per_unit = per_unit < 1 ? 1 : per_unit > 8 ? 8 : per_unit;
-        const long long slots = units * per_unit;
+        const long long slots = units * fcl_groups_per_unit(dev, local_bytes);
         if (groups >= 4 * slots)
             return 1;
         /* The fewest splits that fill 90% of the waves they make; else the best filling. */

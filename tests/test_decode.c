@@ -424,6 +424,74 @@ START_TEST(split_workspace_kept)
 }
 END_TEST
 
+/* The tensor-core decode kernel (cl/flash_decode_mma.cl) on its plain-OpenCL emulation, so its K/V
+ * buffers run in CI: 2, 3 and 4 of them, as the planner picks by the local memory a context is given
+ * (the most K/V in flight a compute unit, docs/perf.md v0.12), over key counts that leave a split fewer
+ * blocks than buffers, and forced splits (tests/test_tensor_cores.c runs every case on the H200). */
+START_TEST(emulated_tensor_core_decode_stages)
+{
+    struct test_env *e = test_env_get();
+    static const struct {
+        size_t local;  /* params.local_mem_bytes */
+        int d, stages;
+    } configs[] = {{48 * 1024, 64, 2}, {227 * 1024, 128, 3}, {227 * 1024, 64, 4}};
+    cl_ulong device_local = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(device_local), &device_local, NULL));
+    for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
+        if (device_local < configs[i].local) {
+            printf("emulated decode, %d buffers: skipped (%llu bytes of local memory)\n", configs[i].stages,
+                   (unsigned long long)device_local);
+            continue;
+        }
+        const int d = configs[i].d;
+        const struct test_case runs[] = {
+            {2, 1, 300, 8, 2, d, F16, 0, 0, LAYOUT_BNHD, 1},                   /* GQA 4:1: 4 rows, 5 blocks */
+            {1, 2, 1000, 4, 1, d, BF16, 1, 0, LAYOUT_BHND, 1, 0, 0, 1, 200, 0}, /* 8 rows, a window */
+        };
+        for (int split = 0; split < 2; split++) {
+            struct flashcl_context_params p = {0};
+            p.context = e->cl;
+            p.device = e->device;
+            p.local_mem_bytes = configs[i].local;
+            p.kernel_options = split ? "decode:off;decode-tensor-core:splits=3" : "decode:off";
+            const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                                 .assume_compute_capability = 80};
+            flashcl_context *ctx = NULL;
+            ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+            for (int c = 0; c < 2; c++) {
+                struct case_result r;
+                rng_seed(500 + 10 * i + 2 * (uint64_t)split + (uint64_t)c);
+                test_run_case(ctx, &runs[c], &r);
+                printf("emulated decode, %d buffers, %s, case %d: max|err| %.2e, LSE %.2e\n", configs[i].stages,
+                       split ? "3 splits" : "planned splits", c, r.max_abs_err, r.max_lse_err);
+                ck_assert_int_eq(r.variant, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+            }
+            /* The buffers the plan built with: the count this context was meant to exercise. */
+            cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 1 << 20, NULL, NULL);
+            ck_assert_ptr_nonnull(mem);
+            struct flashcl_attention a = {0};
+            a.batch = 2;
+            a.seq_q = 1;
+            a.seq_kv = 300;
+            a.heads_q = 8;
+            a.heads_kv = 2;
+            a.head_dim = d;
+            a.q = a.o = flashcl_tensor_bnhd(mem, F16, 1, 8, (size_t)d);
+            a.k = a.v = flashcl_tensor_bnhd(mem, F16, 300, 2, (size_t)d);
+            struct problem prob;
+            fcl_forward_problem(&a, &prob);
+            struct plan plan;
+            ck_assert_flashcl_ok(fcl_plan(ctx, &prob, 1.0f, &plan));
+            char want[16];
+            snprintf(want, sizeof(want), "-DSTAGES=%d ", configs[i].stages);
+            ck_assert_msg(strstr(plan.options, want), "planned %s, not %s", plan.options, want);
+            clReleaseMemObject(mem);
+            flashcl_context_destroy(&ctx);
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode");
@@ -435,6 +503,7 @@ int main(void)
     tcase_add_test(tc, split_calls_independent);
     tcase_add_test(tc, split_calls_in_flight);
     tcase_add_test(tc, split_workspace_kept);
+    tcase_add_test(tc, emulated_tensor_core_decode_stages);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -759,10 +759,12 @@ START_TEST(emulated_tensor_core_footprints)
         int d, seq_q;
         const char *options;
         enum flashcl_variant variant;
+        int varlen;  /* 3: a paged cache (the decode kernel's row tables, one a buffer, count) */
     } kernels[] = {
         {OP_FORWARD, 96, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
         {OP_FORWARD, 160, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
         {OP_FORWARD, 96, 1, "", FLASHCL_VARIANT_DECODE_TENSOR_CORE},
+        {OP_FORWARD, 64, 1, "", FLASHCL_VARIANT_DECODE_TENSOR_CORE, 3},  /* 2-4 buffers, as local memory allows */
         {OP_BACKWARD, 96, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
         {OP_BACKWARD, 64, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
         {OP_BACKWARD, 96, 64, "backward-tensor-core-fused:on", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED},
@@ -800,11 +802,13 @@ START_TEST(emulated_tensor_core_footprints)
         struct problem p;
         fcl_forward_problem(&a, &p);
         p.op = kernels[i].op;
+        p.varlen = kernels[i].varlen;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, kernels[i].variant);
         char label[96];
-        snprintf(label, sizeof(label), "%s d=%d", flashcl_variant_name(kernels[i].variant), d);
+        snprintf(label, sizeof(label), "%s d=%d%s", flashcl_variant_name(kernels[i].variant), d,
+                 kernels[i].varlen == 3 ? " paged" : "");
         if (p.op == OP_FORWARD) {
             check_built_footprint(ctx, &plan, label);
         } else {
