@@ -210,10 +210,10 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
             } else {
                 clReleaseEvent(last_use);
                 last_use = merged;  /* now the workspace's last use */
-                if (event && (err = clRetainEvent(merged)) == CL_SUCCESS)
-                    *event = merged;  /* the caller's reference */
-                else if (event)
-                    st = fcl_fail(ctx, (flashcl_status)err, "retaining %s's event failed (%d)", k->combine, err);
+                if (event) {  /* the caller's reference; the workspace's own, or none (it then drops the buffer) */
+                    *event = merged;
+                    last_use = clRetainEvent(merged) == CL_SUCCESS ? merged : NULL;
+                }
             }
         }
     }

@@ -38,8 +38,6 @@ enum slot_state { SLOT_FREE, SLOT_BUSY, SLOT_DROP };
 
 static enum slot_state slot_state(const struct workspace_slot *s, cl_command_queue queue, bool queue_in_order)
 {
-    if (s->in_use)
-        return SLOT_BUSY;
     if (!s->last_use)
         return SLOT_FREE;
     cl_int status;
@@ -87,13 +85,15 @@ flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_comm
     out->slot = -1;
     struct deferred later = {.n = 0};
     int slot = -1;
-    bool fresh = false;  /* the slot needs a new buffer */
+    size_t fresh_bytes = 0;  /* > 0: the slot needs a new buffer of this size */
     if (bytes <= FCL_WORKSPACE_KEPT_BYTES) {
         const bool queue_in_order = in_order(queue);
         pthread_mutex_lock(&ctx->lock);
         int unallocated = -1, small = -1;
         for (int i = 0; i < FCL_WORKSPACE_SLOTS; i++) {
             struct workspace_slot *s = &ctx->workspace[i];
+            if (s->in_use)
+                continue;  /* another call's, perhaps still being allocated */
             const enum slot_state state = s->mem ? slot_state(s, queue, queue_in_order) : SLOT_FREE;
             if (state == SLOT_DROP)
                 slot_empty(s, &later);
@@ -109,18 +109,13 @@ flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_comm
         if (slot < 0 && (unallocated >= 0 || small >= 0)) {
             slot = unallocated >= 0 ? unallocated : small;  /* replace a too-small one only where all are taken */
             slot_empty(&ctx->workspace[slot], &later);
-            ctx->workspace[slot].bytes = kept_size(bytes);
-            fresh = true;
+            fresh_bytes = ctx->workspace[slot].bytes = kept_size(bytes);
         }
+        /* In use until released; its last use stays recorded until the call records a newer one, so a
+         * call that enqueues nothing leaves the slot as busy as it found it. */
         if (slot >= 0) {
-            struct workspace_slot *s = &ctx->workspace[slot];
-            s->in_use = true;
-            later.event[later.n] = s->last_use;
-            later.queue[later.n] = s->queue;
-            later.mem[later.n++] = NULL;
-            s->last_use = NULL;
-            s->queue = NULL;
-            out->mem = s->mem;
+            ctx->workspace[slot].in_use = true;
+            out->mem = ctx->workspace[slot].mem;
         }
         pthread_mutex_unlock(&ctx->lock);
         release_deferred(&later);
@@ -128,8 +123,8 @@ flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_comm
     cl_int err = CL_SUCCESS;
     if (slot < 0) {  /* none free, or too large to keep: the call's own */
         out->mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    } else if (fresh) {
-        cl_mem mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, ctx->workspace[slot].bytes, NULL, &err);
+    } else if (fresh_bytes) {
+        cl_mem mem = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, fresh_bytes, NULL, &err);
         pthread_mutex_lock(&ctx->lock);
         ctx->workspace[slot].mem = mem;
         if (!mem)
@@ -162,12 +157,15 @@ void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, cl_co
         pthread_mutex_lock(&ctx->lock);
         struct workspace_slot *s = &ctx->workspace[ws->slot];
         s->in_use = false;
-        if (keep) {
+        if (keep) {  /* the newer last use (on the same queue, or after the older one completed) */
+            later.event[later.n] = s->last_use;
+            later.queue[later.n] = s->queue;
+            later.mem[later.n++] = NULL;
             s->last_use = last_use;
             s->queue = queue;
         } else if (used) {
             slot_empty(s, &later);  /* used, but its use cannot be tracked: not handed out again */
-        }
+        }  /* unused: the recorded last use stands */
         pthread_mutex_unlock(&ctx->lock);
         release_deferred(&later);
     }

@@ -1,6 +1,8 @@
 /* One context used from several threads at once: each thread runs its own
  * problems (different head dims, so kernels build concurrently too) on its
- * own queue and checks them against the double reference itself. */
+ * own queue and checks them against the double reference itself; once as
+ * planned, once split over the keys (the context's kept split workspaces
+ * shared by the threads). */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -92,6 +94,14 @@ static void *work(void *arg)
     return NULL;
 }
 
+/* Each row of kernel options in turn: the planner's own kernels, and the same calls split over their
+ * keys (every call has at least three 16-key blocks), so the threads' first split calls reach the
+ * context's kept workspaces together (src/workspace.c) and later ones share and replace them. */
+static const char *const thread_options[] = {
+    NULL,
+    "register-tiled:block_n=16,splits=3;portable:block_n=16,splits=3",
+};
+
 START_TEST(concurrent_calls)
 {
     struct test_env *e = test_env_get();
@@ -100,6 +110,7 @@ START_TEST(concurrent_calls)
     p.context = e->cl;
     p.device = e->device;
     p.cache_dir = "";
+    p.kernel_options = thread_options[_i];
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
     pthread_t threads[THREADS];
@@ -110,8 +121,8 @@ START_TEST(concurrent_calls)
     }
     for (int i = 0; i < THREADS; i++) {
         ck_assert_int_eq(pthread_join(threads[i], NULL), 0);
-        printf("thread %d: %d of %d calls failed, max |err| %.2e\n", i, workers[i].failures, CALLS,
-               workers[i].max_err);
+        printf("%s, thread %d: %d of %d calls failed, max |err| %.2e\n", _i ? "split" : "planned", i,
+               workers[i].failures, CALLS, workers[i].max_err);
         ck_assert_int_eq(workers[i].failures, 0);
     }
     flashcl_context_destroy(&ctx);
@@ -123,7 +134,7 @@ int main(void)
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("one context, several threads");
     tcase_set_timeout(tc, 900);
-    tcase_add_test(tc, concurrent_calls);
+    tcase_add_loop_test(tc, concurrent_calls, 0, (int)(sizeof(thread_options) / sizeof(thread_options[0])));
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
