@@ -476,11 +476,6 @@ static void decode_options(const struct device_desc *dev, const struct problem *
 
 /* ---- decode on tensor cores: cl/flash_decode_mma.cl, the group's rows as one 16-row mma tile ---- */
 
-/* Decode streams K/V at the rate each work-group's bytes in flight allow (docs/perf.md v0.12): the
- * number of buffers (2..4) that puts the most K and V in flight a compute unit, counting the
- * work-groups a unit holds by local memory, but never fewer than two a unit where two buffers give two
- * (one's barriers and merge then overlap another's streaming). H200, d = 128, 4 warps x 64 keys: three
- * buffers, two work-groups an SM, 128 KB in flight instead of 96 (2-7% faster, measured). */
 /* Q's 16 rows and each warp's row max and sum (fixed); K and V of a block in 2-byte elements, and a
  * paged cache's row offsets for it (a stage). The warps' accumulators are merged in the K buffers
  * after the last block. */
@@ -497,6 +492,11 @@ static size_t decode_mma_stage_bytes(const struct kernel_shape *s, const struct 
     return 2 * n * nv_tile_row_bytes(p->head_dim) + (p->varlen == 3 ? 2 * n * sizeof(cl_ulong) : 0);
 }
 
+/* Decode streams K/V at the rate each work-group's bytes in flight allow (docs/perf.md v0.12): the
+ * number of buffers (2..4) that puts the most K and V in flight a compute unit, counting the
+ * work-groups a unit holds by local memory, but never fewer than two a unit where two buffers give two
+ * (one's barriers and merge then overlap another's streaming). H200, d = 128, 4 warps x 64 keys: three
+ * buffers, two work-groups an SM, 128 KB in flight instead of 96 (2-7% faster, measured). */
 static int decode_mma_stages(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
 {
     const size_t fixed = decode_mma_fixed_bytes(dev, s, p), stage = decode_mma_stage_bytes(s, p);
@@ -544,8 +544,8 @@ static void decode_mma_options(const struct device_desc *dev, const struct probl
              p->window_left, p->window_right, scale_log2 < 0.0f, p->varlen);
 }
 
-/* Four warps of 16 keys: about 70 KB at d = 128, three work-groups an H200 SM (as the FMA decode
- * kernel's); two warps of 16 where that does not fit. */
+/* Four warps of 16 keys: at d = 128 on an H200 three buffers, about 100 KB, two work-groups an SM
+ * (decode_mma_stages); two warps of 16 where that does not fit. */
 static const struct builtin_shape decode_mma_builtin[] = {
     {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 4, [N] = 64}}},
     {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 2, [N] = 32}}},
