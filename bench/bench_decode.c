@@ -122,8 +122,8 @@ flashcl_status bench_decode_create(struct bench_env *env, const struct decode_sh
     if (st == FLASHCL_SUCCESS) {
         rng_seed((uint64_t)s->seq_kv * 131 + (uint64_t)d);
         bench_fill_random(p->q, dtype, q_elems);
-        bench_fill_random(p->k, dtype, kv_elems);
-        bench_fill_random(p->v, dtype, kv_elems);
+        bench_fill_repeated(p->k, dtype, kv_elems);
+        bench_fill_repeated(p->v, dtype, kv_elems);
     }
     if (st == FLASHCL_SUCCESS && page_size > 0) {
         shuffled_table(table, n_pages);

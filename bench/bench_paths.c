@@ -400,6 +400,20 @@ void bench_fill_random(void *buf, flashcl_dtype dtype, size_t count)
         hostref_store(buf, dtype, i, (float)rng_uniform(-1.0, 1.0));
 }
 
+#define FILL_BLOCK ((size_t)1 << 22)
+
+void bench_fill_repeated(void *buf, flashcl_dtype dtype, size_t count)
+{
+    const size_t esize = flashcl_dtype_size(dtype);
+    size_t done = count < FILL_BLOCK ? count : FILL_BLOCK;
+    bench_fill_random(buf, dtype, done);
+    while (done < count) {  /* doubling copies of what is filled, never overlapping */
+        const size_t n = done < count - done ? done : count - done;
+        memcpy((unsigned char *)buf + done * esize, buf, n * esize);
+        done += n;
+    }
+}
+
 /* Largest |O - reference| over SAMPLED_ROWS rows spread over batches and
  * heads ([B, N, H, d] layout; causal aligned bottom-right, N_q = N_kv). */
 double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v,

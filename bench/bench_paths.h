@@ -95,6 +95,10 @@ flashcl_status bench_read_output(struct bench_env *env, const struct bench_case 
 
 /* Random values in [-1, 1) stored as dtype. */
 void bench_fill_random(void *buf, flashcl_dtype dtype, size_t count);
+/* Random values (bench_fill_random) for the first 4 M elements, repeated up to count: a long KV cache or
+ * a realistic varlen mix is 10^9 elements, ~12 ns each on one host thread (a decode shape took ~5 s to
+ * fill), and the timing does not depend on the values; the sampled checks read the same host data. */
+void bench_fill_repeated(void *buf, flashcl_dtype dtype, size_t count);
 /* Largest |O - reference| over sampled query rows of a [B, N, H, d] case
  * (causal aligned bottom-right, N_q = N_kv), computed in double. */
 double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v, const void *o);

@@ -86,23 +86,6 @@ double bench_varlen_flops(const int *lengths, int count, int d, int heads_q, int
     return causal ? 0.5 * flops : flops;
 }
 
-/* Random values in [-1, 1) (bench_fill_random) for the first FILL_BLOCK
- * elements, repeated up to count: a realistic mix is about 10^9 elements of
- * Q, K and V, ~10 s a case at bench_fill_random's ~15 ns an element, and the
- * timing does not depend on the values. */
-#define FILL_BLOCK ((size_t)1 << 22)
-static void fill_repeated(void *buf, flashcl_dtype dtype, size_t count)
-{
-    const size_t esize = flashcl_dtype_size(dtype);
-    size_t done = count < FILL_BLOCK ? count : FILL_BLOCK;
-    bench_fill_random(buf, dtype, done);
-    while (done < count) {  /* doubling copies of what is filled, never overlapping */
-        const size_t n = done < count - done ? done : count - done;
-        memcpy((unsigned char *)buf + done * esize, buf, n * esize);
-        done += n;
-    }
-}
-
 /* Creates the case's buffers from the host data (of at least its rows), names
  * the kernel its plan takes and times it; varlen non-NULL: as that packed
  * batch, whose sequences are the call's batch and the longest its seq_q. */
@@ -161,9 +144,9 @@ flashcl_status bench_varlen(struct bench_env *env, const struct varlen_batch *ba
     r->status = r->dense_status = st;
     if (st == FLASHCL_SUCCESS) {
         rng_seed((uint64_t)total * 131 + (uint64_t)d);
-        fill_repeated(q, dtype, q_elems);
-        fill_repeated(k, dtype, kv_elems);
-        fill_repeated(v, dtype, kv_elems);
+        bench_fill_repeated(q, dtype, q_elems);
+        bench_fill_repeated(k, dtype, kv_elems);
+        bench_fill_repeated(v, dtype, kv_elems);
         cu_seqlens[0] = 0;
         for (int i = 0; i < count; i++)
             cu_seqlens[i + 1] = cu_seqlens[i] + batch->lengths[i];
