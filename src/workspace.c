@@ -49,7 +49,7 @@ static enum slot_state slot_state(const struct workspace_slot *s, cl_command_que
     return SLOT_BUSY;
 }
 
-/* Empties a slot under the lock; what it held goes to `later`, released after unlocking. */
+/* References to release once the lock is dropped: what emptied slots held, and replaced last uses. */
 struct deferred {
     cl_mem mem[2 * FCL_WORKSPACE_SLOTS + 2];  /* every slot emptied, then the chosen one and its last use */
     cl_event event[2 * FCL_WORKSPACE_SLOTS + 2];
@@ -57,12 +57,18 @@ struct deferred {
     int n;
 };
 
+static void defer(struct deferred *later, cl_mem mem, cl_event event, cl_command_queue queue)
+{
+    later->mem[later->n] = mem;
+    later->event[later->n] = event;
+    later->queue[later->n] = queue;
+    later->n++;
+}
+
+/* Empties a slot under the lock; what it held is released after unlocking. */
 static void slot_empty(struct workspace_slot *s, struct deferred *later)
 {
-    later->mem[later->n] = s->mem;
-    later->event[later->n] = s->last_use;
-    later->queue[later->n] = s->queue;
-    later->n++;
+    defer(later, s->mem, s->last_use, s->queue);
     *s = (struct workspace_slot){0};
 }
 
@@ -158,9 +164,7 @@ void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, cl_co
         struct workspace_slot *s = &ctx->workspace[ws->slot];
         s->in_use = false;
         if (keep) {  /* the newer last use (on the same queue, or after the older one completed) */
-            later.event[later.n] = s->last_use;
-            later.queue[later.n] = s->queue;
-            later.mem[later.n++] = NULL;
+            defer(&later, NULL, s->last_use, s->queue);
             s->last_use = last_use;
             s->queue = queue;
         } else if (used) {

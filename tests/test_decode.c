@@ -309,7 +309,8 @@ static void split_call_make(struct test_env *e, const struct random_kv *kv, int 
     a->o = flashcl_tensor_bnhd(c->o, F32, 1, (size_t)heads, CALL_D);
 }
 
-static void split_call_check(cl_command_queue queue, struct split_call *c, const char *label)
+/* Checks the call's O against its reference, then releases its buffers. */
+static void split_call_finish(cl_command_queue queue, struct split_call *c, const char *label)
 {
     float o[2 * CALL_D];
     ck_assert_cl(clEnqueueReadBuffer(queue, c->o, CL_TRUE, 0, (size_t)c->heads * CALL_D * sizeof(float), o, 0, NULL,
@@ -357,7 +358,7 @@ START_TEST(split_calls_in_flight)
     for (int c = 0; c < CALLS; c++) {
         char label[32];
         snprintf(label, sizeof(label), "call %d", c);
-        split_call_check(queue, &calls[c], label);
+        split_call_finish(queue, &calls[c], label);
         clReleaseEvent(done[c]);
     }
     clReleaseEvent(gate);
@@ -412,10 +413,10 @@ START_TEST(split_workspace_kept)
     ck_assert_flashcl_ok(flashcl_forward(ctx, &later.a, second, 0, NULL, NULL));
     ck_assert_msg(!ctx->workspace[2].mem, "a call made a third buffer where two kept ones were free");
     ck_assert_cl(clFinish(second));
-    split_call_check(first, &held, "held call");
-    split_call_check(first, &after, "the call after it");
-    split_call_check(second, &other, "the call on another queue");
-    split_call_check(second, &later, "the later call");
+    split_call_finish(first, &held, "held call");
+    split_call_finish(first, &after, "the call after it");
+    split_call_finish(second, &other, "the call on another queue");
+    split_call_finish(second, &later, "the later call");
     clReleaseEvent(gate);
     random_kv_free(&kv);
     clReleaseCommandQueue(first);
