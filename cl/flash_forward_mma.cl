@@ -31,7 +31,7 @@
  * both products with wgmma instead: each group of 4 warps (a warpgroup) issues
  * S = QKᵀ as 64 x BLOCK_N products and O += PV as 64 x HEAD_DIM ones, B read
  * from local memory by the tensor cores themselves (no ldmatrix), K and V
- * tiles in wgmma's panel layout (nv_mma16.h's kv_index). The fragments of S
+ * tiles in wgmma's panel layout (nv_mma16.h's tile_index). The fragments of S
  * and O are the same as mma.sync's, so the softmax and the stores are shared.
  * It needs HEAD_DIM 64 or 128, BLOCK_N 64 or 128, WARPS a multiple of 4, M_TILES 1.
  * S's wgmma is split where it would have PV's shape (S_PART below).
@@ -86,9 +86,8 @@
 #ifndef WGMMA
 #define WGMMA 0
 #endif
-#if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (HEAD_DIM != 64 && HEAD_DIM != 128) || \
-              (BLOCK_N != 64 && BLOCK_N != 128))
-#error "WGMMA needs M_TILES 1, WARPS a multiple of 4, HEAD_DIM and BLOCK_N 64 or 128"
+#if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (BLOCK_N != 64 && BLOCK_N != 128))
+#error "WGMMA needs M_TILES 1, WARPS a multiple of 4, BLOCK_N 64 or 128"
 #endif
 /* wgmma's local tiles start on 1024 bytes (its swizzle's atoms); mma.sync's on 16. */
 #define TILE_ALIGN (WGMMA ? 1024 : 16)
@@ -102,20 +101,29 @@
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
 #if WGMMA
 #include "nv_wgmma.h"
-#define CAT3_(a, b, c) a##b##c
-#define CAT3(a, b, c) CAT3_(a, b, c)
 /* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
  * keys) the H200 (driver 580.159) gave sampled errors of 1e-2, each product right alone and waiting on every
  * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf.md, v0.11). */
-#if BLOCK_N == 64 && HEAD_DIM == 64
-#define S_PART 32
-#elif BLOCK_N == 128 && HEAD_DIM == 128
+#if BLOCK_N == HEAD_DIM && BLOCK_N == 64
+#define S_PART 32  /* one token: it names the product (wgmma_n32_kmajor) */
+#elif BLOCK_N == HEAD_DIM
 #define S_PART 64
 #else
 #define S_PART BLOCK_N
 #endif
-#define WGMMA_QK CAT3(wgmma_n, S_PART, _kmajor)  /* S[64 x S_PART] += Q[64 x 16] Kᵀ[16 x S_PART] */
-#define WGMMA_PV CAT3(wgmma_n, HEAD_DIM, _trans)  /* O[64 x HEAD_DIM] += P[64 x 16] V[16 x HEAD_DIM] */
+/* S[64 x S_PART] += Q[64 x 16] Kᵀ[16 x S_PART]: Q's fragments from registers up to d = 128, past it (O's
+ * accumulator alone is HEAD_DIM / 2 registers) read by the tensor cores from q_tile. */
+#if Q_IN_REGISTERS
+#define WGMMA_QK(d, kk, desc_k) wgmma_rs_kmajor(S_PART, d, qf[kk], desc_k, kk)
+#else
+#define WGMMA_QK(d, kk, desc_k)                                                                                      \
+    wgmma_ss_kmajor(S_PART, d,                                                                                    \
+                    wgmma_desc(q_tile, (kk >> 2) * BLOCK_M * 128 + (warp >> 2) * 64 * 128 + (kk & 3) * 32, 16,   \
+                               1024),                                                                             \
+                    desc_k, kk)
+#endif
+/* O[64 x HEAD_DIM] += P[64 x 16] V[16 x HEAD_DIM] */
+#define WGMMA_PV(d, a, desc_v) wgmma_rs_trans(HEAD_DIM, d, a, desc_v, 1)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -177,7 +185,8 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     uint qf[KSTEPS][4];
 NV_UNROLL
     for (int kk = 0; kk < KSTEPS; kk++)
-        ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
+        ldmatrix_x4(local_address(&q_tile[tile_index(BLOCK_M, warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]),
+                    qf[kk]);
 #endif
 
     float acc[M_TILES][O_TILES][4];
@@ -212,19 +221,23 @@ NV_UNROLL
 #if WGMMA
         /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
          * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
+#if Q_IN_REGISTERS
         WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+#endif
         wgmma_fence();
 NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
 NV_UNROLL
             for (int part = 0; part < BLOCK_N / S_PART; part++)
-                WGMMA_QK(&s[0][part * S_PART / 8][0], qf[kk],
+                WGMMA_QK(&s[0][part * S_PART / 8][0], kk,
                          wgmma_desc(k_tile, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
-                                    16, 1024), kk);
+                                    16, 1024));
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
+#if Q_IN_REGISTERS
         WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+#endif
 #else
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++)
@@ -242,8 +255,8 @@ NV_UNROLL
                 const uint *qa[M_TILES];
 NV_UNROLL
                 for (int mt = 0; mt < M_TILES; mt++) {
-                    ldmatrix_x4(local_address(&q_tile[swizzle(warp * WARP_ROWS + 16 * mt + q_lane_row,
-                                                              kk * 2 + q_lane_chunk)]), qr[mt]);
+                    ldmatrix_x4(local_address(&q_tile[tile_index(BLOCK_M, warp * WARP_ROWS + 16 * mt + q_lane_row,
+                                                                 kk * 2 + q_lane_chunk)]), qr[mt]);
                     qa[mt] = qr[mt];
                 }
 #endif
@@ -292,7 +305,7 @@ NV_UNROLL
         wgmma_fence();
 NV_UNROLL
         for (int kc = 0; kc < BLOCK_N / 16; kc++)
-            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024), 1);
+            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024));
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);

@@ -22,9 +22,16 @@
  * of 8; any other row takes an odd stride, ROW_CHUNKS (CHUNKS | 1): 8
  * consecutive multiples of an odd number are distinct mod 8. (An XOR within
  * groups of 4 or 2, as before, left pairs of rows on the same banks.)
- * src/kernels.c's nv_tile_row_bytes sizes the tiles the same way. */
+ * src/kernels.c's nv_tile_row_bytes sizes the tiles the same way. With
+ * -DWGMMA=1 a row is whole 64-column panels (tile_index below; the columns
+ * past HEAD_DIM are never read), src/kernels.c's wgmma_local_bytes. */
+#if WGMMA
+#define ROW_CHUNKS ((CHUNKS + 7) / 8 * 8)
+#define SWIZZLE_MASK 7
+#else
 #define ROW_CHUNKS (CHUNKS % 8 == 0 ? CHUNKS : (CHUNKS | 1))
 #define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : 0)
+#endif
 
 #if !NV_EMULATE  /* else nv_emulate.h (through nv_async.h) has them */
 #if DTYPE == 1
@@ -74,37 +81,32 @@ static inline int swizzle(int row, int chunk)
     return row * ROW_CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
 }
 
-/* Position of (row, chunk) in a K or V tile of BLOCK_N rows. With -DWGMMA=1 (nv_wgmma.h's operands):
- * panels of 64 columns, each [BLOCK_N][8 chunks] with the 128-byte swizzle, HEAD_DIM / 64 of them;
- * for HEAD_DIM = 64 the same place as swizzle's. */
+/* Position of (row, chunk) in a tile of `rows` rows. With -DWGMMA=1 (nv_wgmma.h's operands, Q's, K's and
+ * V's tiles alike): panels of 64 columns, each [rows][8 chunks] with the 128-byte swizzle, one after
+ * another; at HEAD_DIM = 64 the same place as swizzle's. */
 #if WGMMA
-static inline int kv_index(int row, int chunk)
+static inline int tile_index(int rows, int row, int chunk)
 {
-    return ((chunk >> 3) * BLOCK_N + row) * 8 + ((chunk & 7) ^ (row & 7));
+    return ((chunk >> 3) * rows + row) * 8 + ((chunk & 7) ^ (row & 7));
 }
 #else
-#define kv_index swizzle
+#define tile_index(rows, row, chunk) swizzle(row, chunk)
 #endif
+#define kv_index(row, chunk) tile_index(BLOCK_N, row, chunk)  /* a K or V tile's */
 
-/* rows x HEAD_DIM of a [seq, d] slice into a tile (a K or V tile's layout where `kv`): cp.async where
- * the row exists, zeros past the end (plain stores; visible after the barrier). */
-static inline void load_rows(__local uint4 *tile, int rows, bool kv, __global const ushort *base, ulong row_stride,
+/* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row exists, zeros past the end
+ * (plain stores; visible after the barrier). */
+static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
                              int first_row, int seq, int tid)
 {
     for (int c = tid; c < rows * CHUNKS; c += WG) {
         const int r = c / CHUNKS, ch = c % CHUNKS;
-        __local uint4 *dst = &tile[kv ? kv_index(r, ch) : swizzle(r, ch)];
+        __local uint4 *dst = &tile[tile_index(rows, r, ch)];
         if (first_row + r < seq)
             copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 8);
         else
             *dst = (uint4)(0u);
     }
-}
-
-static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
-                             int first_row, int seq, int tid)
-{
-    load_rows(tile, rows, false, base, row_stride, first_row, seq, tid);
 }
 
 #if VARLEN == 3
@@ -150,8 +152,8 @@ NV_UNROLL
 #else
 #define LOAD_KV(k_dst, v_dst, first)                                                                                 \
     do {                                                                                                             \
-        load_rows(k_dst, BLOCK_N, true, k_base, k_ss, first, seq_kv, tid);                                         \
-        load_rows(v_dst, BLOCK_N, true, v_base, v_ss, first, seq_kv, tid);                                         \
+        load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid);                                               \
+        load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid);                                               \
     } while (0)
 #endif
 

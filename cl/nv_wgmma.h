@@ -23,6 +23,9 @@
 
 #define SM90A "// @fcl-sm90a "  /* src/program.c's marker: keep the two in step */
 
+#define WGMMA_CAT3_(a, b, c) a##b##c
+#define WGMMA_CAT3(a, b, c) WGMMA_CAT3_(a, b, c)  /* its arguments expanded first (HEAD_DIM, S_PART) */
+
 #if DTYPE == 1
 #define WGMMA_OP(n) "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.f16.f16"
 #elif DTYPE == 2
@@ -65,11 +68,10 @@ static inline wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, ui
 #define WGMMA_HOLD(d, n) ((void)0)
 #define WGMMA_HOLD_A(a, n) ((void)0)
 #define fence_proxy_async() ((void)0)
-#define wgmma_n32_kmajor(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 32, 0)
-#define wgmma_n64_kmajor(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 64, 0)
-#define wgmma_n128_kmajor(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 128, 0)
-#define wgmma_n64_trans(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 64, 1)
-#define wgmma_n128_trans(d, a, desc, acc) nv_emu_wgmma(nv_scratch, (d), (a), (desc), (acc), 128, 1)
+#define wgmma_rs_kmajor(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 0)
+#define wgmma_rs_trans(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 1)
+#define wgmma_ss_kmajor(n, d, desc_a, desc_b, accumulate)                                                            \
+    nv_emu_wgmma_ss(nv_scratch, (d), (desc_a), (desc_b), (accumulate), n)
 
 /* wgmma.mma_async m64nNk16 with A from registers: the warpgroup's 4 warps put their A fragments (mma.sync's
  * A layout, warp w % 4 holding rows 16 (w % 4) + 0..15) in their scratch; each thread then forms its
@@ -104,6 +106,22 @@ NV_EMU_INLINE void nv_emu_wgmma(__local uint *scratch, float *d, const uint *a, 
             d[4 * j + e] = (accumulate ? d[4 * j + e] : 0.0f) + sum;
         }
     barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* The same with A from local memory (K-major, as the descriptor lays it out; see nv_emu_wgmma for B): each
+ * thread first reads its own A fragment (mma.sync's A layout) from the tile. */
+NV_EMU_INLINE void nv_emu_wgmma_ss(__local uint *scratch, float *d, wgmma_desc_t a_desc, wgmma_desc_t b, int accumulate,
+                                   int n)
+{
+    const int lane = nv_lane(), row = 16 * (((int)get_local_id(0) >> 5) & 3) + (lane >> 2), k = 2 * (lane & 3);
+    uint a[4];
+    for (int i = 0; i < 4; i++) {
+        const int r = row + 8 * (i & 1), c = k + 8 * (i >> 1);
+        uint at = a_desc.offset + (uint)((r >> 3) * a_desc.stride_bytes + (r & 7) * 128 + c * 2);
+        at ^= ((at >> 7) & 7) << 4;  /* the 128-byte swizzle; c and c + 1 in one 16-byte chunk */
+        a[i] = ((__local const uint *)a_desc.tile)[at >> 2];
+    }
+    nv_emu_wgmma(scratch, d, a, b, accumulate, n, 0);
 }
 #else
 /* Orders this thread's register writes (accumulators, A fragments) before the wgmma that reads them. */
@@ -148,53 +166,110 @@ static inline void fence_proxy_async(void)
     __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-/* wgmma.mma_async's operands for N = 32, 64, 128 (N / 2 accumulators a thread): D's registers, A's four
- * and the descriptor, the outputs' constraints, the predicate's source. */
-#define WGMMA_D32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
-#define WGMMA_TAIL32 "{%16,%17,%18,%19}, %21, p, 1, 1, "
-#define WGMMA_OUT32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
-    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-    "+f"(d[15])
-#define WGMMA_ACC32 "%20"
+/* wgmma.mma_async's operands, N / 2 accumulators a thread (N a multiple of 16, at most 256): WGMMA_REGS{C}
+ * lists the C accumulators' placeholders, WGMMA_OUTS{C} their constraints; WGMMA_NEXT{C}(f) gives f the
+ * placeholders of the 6 operands after them (the predicate's source, then the descriptors or A's registers). */
+#define WGMMA_REGS8 "%0,%1,%2,%3,%4,%5,%6,%7"
+#define WGMMA_REGS16 WGMMA_REGS8 ",%8,%9,%10,%11,%12,%13,%14,%15"
+#define WGMMA_REGS24 WGMMA_REGS16 ",%16,%17,%18,%19,%20,%21,%22,%23"
+#define WGMMA_REGS32 WGMMA_REGS24 ",%24,%25,%26,%27,%28,%29,%30,%31"
+#define WGMMA_REGS40 WGMMA_REGS32 ",%32,%33,%34,%35,%36,%37,%38,%39"
+#define WGMMA_REGS48 WGMMA_REGS40 ",%40,%41,%42,%43,%44,%45,%46,%47"
+#define WGMMA_REGS56 WGMMA_REGS48 ",%48,%49,%50,%51,%52,%53,%54,%55"
+#define WGMMA_REGS64 WGMMA_REGS56 ",%56,%57,%58,%59,%60,%61,%62,%63"
+#define WGMMA_REGS72 WGMMA_REGS64 ",%64,%65,%66,%67,%68,%69,%70,%71"
+#define WGMMA_REGS80 WGMMA_REGS72 ",%72,%73,%74,%75,%76,%77,%78,%79"
+#define WGMMA_REGS88 WGMMA_REGS80 ",%80,%81,%82,%83,%84,%85,%86,%87"
+#define WGMMA_REGS96 WGMMA_REGS88 ",%88,%89,%90,%91,%92,%93,%94,%95"
+#define WGMMA_REGS104 WGMMA_REGS96 ",%96,%97,%98,%99,%100,%101,%102,%103"
+#define WGMMA_REGS112 WGMMA_REGS104 ",%104,%105,%106,%107,%108,%109,%110,%111"
+#define WGMMA_REGS120 WGMMA_REGS112 ",%112,%113,%114,%115,%116,%117,%118,%119"
+#define WGMMA_REGS128 WGMMA_REGS120 ",%120,%121,%122,%123,%124,%125,%126,%127"
+#define WGMMA_OUTS8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define WGMMA_OUTS16 WGMMA_OUTS8, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define WGMMA_OUTS24 WGMMA_OUTS16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+#define WGMMA_OUTS32 WGMMA_OUTS24, "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WGMMA_OUTS40 WGMMA_OUTS32, "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define WGMMA_OUTS48 WGMMA_OUTS40, "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define WGMMA_OUTS56 WGMMA_OUTS48, "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+#define WGMMA_OUTS64 WGMMA_OUTS56, "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define WGMMA_OUTS72 WGMMA_OUTS64, "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+#define WGMMA_OUTS80 WGMMA_OUTS72, "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+#define WGMMA_OUTS88 WGMMA_OUTS80, "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+#define WGMMA_OUTS96 WGMMA_OUTS88, "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define WGMMA_OUTS104 WGMMA_OUTS96, "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
+#define WGMMA_OUTS112 WGMMA_OUTS104, "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+#define WGMMA_OUTS120 WGMMA_OUTS112, "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+#define WGMMA_OUTS128 WGMMA_OUTS120, "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define WGMMA_NEXT8(f) f("8", "9", "10", "11", "12", "13")
+#define WGMMA_NEXT16(f) f("16", "17", "18", "19", "20", "21")
+#define WGMMA_NEXT24(f) f("24", "25", "26", "27", "28", "29")
+#define WGMMA_NEXT32(f) f("32", "33", "34", "35", "36", "37")
+#define WGMMA_NEXT40(f) f("40", "41", "42", "43", "44", "45")
+#define WGMMA_NEXT48(f) f("48", "49", "50", "51", "52", "53")
+#define WGMMA_NEXT56(f) f("56", "57", "58", "59", "60", "61")
+#define WGMMA_NEXT64(f) f("64", "65", "66", "67", "68", "69")
+#define WGMMA_NEXT72(f) f("72", "73", "74", "75", "76", "77")
+#define WGMMA_NEXT80(f) f("80", "81", "82", "83", "84", "85")
+#define WGMMA_NEXT88(f) f("88", "89", "90", "91", "92", "93")
+#define WGMMA_NEXT96(f) f("96", "97", "98", "99", "100", "101")
+#define WGMMA_NEXT104(f) f("104", "105", "106", "107", "108", "109")
+#define WGMMA_NEXT112(f) f("112", "113", "114", "115", "116", "117")
+#define WGMMA_NEXT120(f) f("120", "121", "122", "123", "124", "125")
+#define WGMMA_NEXT128(f) f("128", "129", "130", "131", "132", "133")
 
-#define WGMMA_D64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-#define WGMMA_TAIL64 "{%32,%33,%34,%35}, %37, p, 1, 1, "
-#define WGMMA_OUT64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
-    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
-    "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), \
-    "+f"(d[31])
-#define WGMMA_ACC64 "%36"
-
-#define WGMMA_D128 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-#define WGMMA_TAIL128 "{%64,%65,%66,%67}, %69, p, 1, 1, "
-#define WGMMA_OUT128 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
-    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
-    "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
-    "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), \
-    "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), \
-    "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), \
-    "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), \
-    "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
-    "+f"(d[63])
-#define WGMMA_ACC128 "%68"
+#define WGMMA_PREDICATE(acc, x1, x2, x3, x4, x5) "setp.ne.b32 p, %" acc ", 0; "
+#define WGMMA_RS_OPERANDS(acc, desc_b, a0, a1, a2, a3) "{%" a0 ",%" a1 ",%" a2 ",%" a3 "}, %" desc_b ", p, 1, 1, "
+#define WGMMA_SS_OPERANDS(acc, desc_a, desc_b, x3, x4, x5) "%" desc_a ", %" desc_b ", p, 1, 1, 0, "
 
 /* wgmma_n{N}_{kmajor,trans}(d, a, desc_b, accumulate): D[64 x N] (+)= A[64 x 16] (registers) B[16 x N]
  * (local memory through desc_b); kmajor: B's columns contiguous (S = QKᵀ: K's rows), trans: B's rows
- * contiguous, transposed on read (PV: V's rows). accumulate 0 overwrites D. */
-#define WGMMA_FUNCTION(n, layout, trans)                                                                            \
+ * contiguous, transposed on read (PV: V's rows). wgmma_n{N}_kmajor_ss(d, desc_a, desc_b, accumulate): the
+ * same with A from local memory too (Q's rows, K-major, in the same panels). accumulate 0 overwrites D. */
+#define WGMMA_RS(n, c, layout, trans)                                                                                \
     static inline void wgmma_n##n##_##layout(float *d, const uint *a, ulong desc_b, int accumulate)                \
     {                                                                                                               \
-        __asm__ volatile(SM90A "{ .reg .pred p; setp.ne.b32 p, " WGMMA_ACC##n ", 0; " WGMMA_OP(n) " " WGMMA_D##n   \
-                         WGMMA_TAIL##n #trans "; }"                                                                 \
-                         : WGMMA_OUT##n                                                                             \
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc_b));                \
+        __asm__ volatile(SM90A "{ .reg .pred p; " WGMMA_NEXT##c(WGMMA_PREDICATE) WGMMA_OP(n) " {" WGMMA_REGS##c    \
+                         "}, " WGMMA_NEXT##c(WGMMA_RS_OPERANDS) #trans "; }"                                        \
+                         : WGMMA_OUTS##c                                                                            \
+                         : "r"(accumulate), "l"(desc_b), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));                \
     }
-WGMMA_FUNCTION(32, kmajor, 0)   /* S in two halves at d = 64, 64 keys */
-WGMMA_FUNCTION(64, kmajor, 0)
-WGMMA_FUNCTION(128, kmajor, 0)
-WGMMA_FUNCTION(64, trans, 1)
-WGMMA_FUNCTION(128, trans, 1)
+#define WGMMA_SS(n, c)                                                                                               \
+    static inline void wgmma_n##n##_kmajor_ss(float *d, ulong desc_a, ulong desc_b, int accumulate)                \
+    {                                                                                                               \
+        __asm__ volatile(SM90A "{ .reg .pred p; " WGMMA_NEXT##c(WGMMA_PREDICATE) WGMMA_OP(n) " {" WGMMA_REGS##c    \
+                         "}, " WGMMA_NEXT##c(WGMMA_SS_OPERANDS) "0; }"                                              \
+                         : WGMMA_OUTS##c                                                                            \
+                         : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
+    }
+/* S = QKᵀ: 32, 64 or 128 keys a product (S_PART in flash_forward_mma.cl). */
+WGMMA_RS(32, 16, kmajor, 0)
+WGMMA_RS(64, 32, kmajor, 0)
+WGMMA_RS(128, 64, kmajor, 0)
+WGMMA_SS(32, 16)
+WGMMA_SS(64, 32)
+WGMMA_SS(128, 64)
+/* O += PV: one product the whole head dim. */
+WGMMA_RS(16, 8, trans, 1)
+WGMMA_RS(32, 16, trans, 1)
+WGMMA_RS(48, 24, trans, 1)
+WGMMA_RS(64, 32, trans, 1)
+WGMMA_RS(80, 40, trans, 1)
+WGMMA_RS(96, 48, trans, 1)
+WGMMA_RS(112, 56, trans, 1)
+WGMMA_RS(128, 64, trans, 1)
+WGMMA_RS(144, 72, trans, 1)
+WGMMA_RS(160, 80, trans, 1)
+WGMMA_RS(176, 88, trans, 1)
+WGMMA_RS(192, 96, trans, 1)
+WGMMA_RS(208, 104, trans, 1)
+WGMMA_RS(224, 112, trans, 1)
+WGMMA_RS(240, 120, trans, 1)
+WGMMA_RS(256, 128, trans, 1)
+
+#define wgmma_rs_kmajor(n, d, a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _kmajor)(d, a, desc_b, accumulate)
+#define wgmma_ss_kmajor(n, d, desc_a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _kmajor_ss)(d, desc_a, desc_b, accumulate)
+#define wgmma_rs_trans(n, d, a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _trans)(d, a, desc_b, accumulate)
 
 #endif /* NV_EMULATE */
 

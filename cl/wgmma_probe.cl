@@ -29,8 +29,8 @@ void wgmma_probe(__global const ushort *q, __global const ushort *k, __global co
     const int tid = (int)get_local_id(0), warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
     load_tile(q_tile, ROWS, q, HEAD_DIM, 0, ROWS, tid);
-    load_rows(k_tile, BLOCK_N, true, k, HEAD_DIM, 0, BLOCK_N, tid);
-    load_rows(v_tile, BLOCK_N, true, v, HEAD_DIM, 0, BLOCK_N, tid);
+    load_tile(k_tile, BLOCK_N, k, HEAD_DIM, 0, BLOCK_N, tid);
+    load_tile(v_tile, BLOCK_N, v, HEAD_DIM, 0, BLOCK_N, tid);
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
     fence_proxy_async();
@@ -40,7 +40,7 @@ void wgmma_probe(__global const ushort *q, __global const ushort *k, __global co
     uint qf[HEAD_DIM / 16][4];
 NV_UNROLL
     for (int kk = 0; kk < HEAD_DIM / 16; kk++)
-        ldmatrix_x4(local_address(&q_tile[swizzle(warp * 16 + q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
+        ldmatrix_x4(local_address(&q_tile[tile_index(ROWS, warp * 16 + q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
 
     float s[BLOCK_N / 8][4];
     WGMMA_HOLD_A(&qf[0][0], HEAD_DIM / 4);

@@ -192,7 +192,16 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
              fcl_dtype_define(p->dtype), p->varlen);
 }
 
-/* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): the same arguments and tiles. */
+/* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): Q, and K and V twice, in tiles
+ * of whole 64-column panels (128 bytes a row a panel: cl/nv_mma16.h's ROW_CHUNKS). */
+static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                const struct problem *p)
+{
+    const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 63) / 64;
+    return (m + 4 * n) * 128 * panels + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
+}
+
+/* The same arguments as mma_options'. */
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
@@ -607,15 +616,17 @@ static const struct builtin_shape mma_builtin[] = {
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
 };
 
-/* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d = 64 or 128, 64 or 128 keys a block. H200,
- * N = 16k, f16, TFLOP/s non-causal / causal (docs/perf.md v0.11): d = 64: 12 x 128 345 / 337, 8 x 64 303 / 301,
- * 8 x 128 254 / 260, 4 x 64 257 / 258; d = 128: 12 x 64 400 / 400, 12 x 128 361 / 361 (spilled), 8 x 128
- * 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. Then smaller ones where those do not fit. */
+/* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d a multiple of 16 up to 256, 64 or 128 keys a
+ * block. H200, N = 16k, f16, TFLOP/s non-causal / causal (docs/perf.md v0.11): d = 64: 12 x 128 345 / 337,
+ * 8 x 64 303 / 301, 8 x 128 254 / 260, 4 x 64 257 / 258; d = 128: 12 x 64 400 / 400, 12 x 128 361 / 361
+ * (spilled), 8 x 128 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. Past d = 128 (Q read by the tensor cores
+ * from local memory): 12 x 64 up to d = 192 (168 registers, no spill, offline), 8 x 64 past it (12 warps
+ * spill there). Then smaller ones where those do not fit. */
 static const struct builtin_shape wgmma_builtin[] = {
     {ARCH_ANY, 1, 64, -1, SHAPE(12, 1, 128)},
-    {ARCH_ANY, 65, 128, -1, SHAPE(12, 1, 64)},
-    {ARCH_ANY, 1, 128, -1, SHAPE(8, 1, 64)},
-    {ARCH_ANY, 1, 128, -1, SHAPE(4, 1, 64)},
+    {ARCH_ANY, 65, 192, -1, SHAPE(12, 1, 64)},
+    {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 64)},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 64)},
 };
 
 /* TF32 (H200 sweep, docs/perf.md v0.5): 8 x 2 x 32 past d = 64, 4 x 2 x 64 up to it. */
@@ -679,12 +690,12 @@ const struct kernel_info fcl_kernels[] = {
         .masks = ALL_MASKS,
         .varlen = true,
         .combine = "flash_forward_combine",
-        .head_dim_step = 64, .head_dim_max = 128,
+        .head_dim_step = 16, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
         .gives_way_to = "tensor-core",
         .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 128, 64, {64, 128}}},
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
-        .launchable = mma_launchable, .local_bytes = mma_local_bytes, .geometry = mma_geometry,
+        .launchable = mma_launchable, .local_bytes = wgmma_local_bytes, .geometry = mma_geometry,
         .options = wgmma_options,
     },
     {

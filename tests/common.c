@@ -428,7 +428,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
 bool test_wgmma_takes(const flashcl_context *ctx, flashcl_dtype dtype, int head_dim)
 {
     const char *why;
-    return dtype != FLASHCL_F32 && (head_dim == 64 || head_dim == 128) && flashcl_context_has_wgmma(ctx, &why);
+    return dtype != FLASHCL_F32 && head_dim % 16 == 0 && head_dim <= 256 && flashcl_context_has_wgmma(ctx, &why);
 }
 
 enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim)

@@ -109,8 +109,8 @@ void test_case_window(int causal, int windowed, int window_left, int window_righ
  * current Check test on any mismatch or on a changed byte outside the views. */
 void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_result *result);
 
-/* Whether the context plans Hopper's wgmma forward for this dtype and head dim (f16/bf16, d = 64 or 128,
- * flashcl_context_has_wgmma), and the f16/bf16 forward kernel a device with tensor cores runs by default
+/* Whether the context plans Hopper's wgmma forward for this dtype and head dim (f16/bf16, d a multiple of
+ * 16 up to 256, flashcl_context_has_wgmma), and the f16/bf16 forward kernel a device with tensor cores runs by default
  * for this head dim (16-byte rows): the wgmma kernel there, else mma.sync. */
 bool test_wgmma_takes(const flashcl_context *ctx, flashcl_dtype dtype, int head_dim);
 enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim);
