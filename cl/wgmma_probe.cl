@@ -3,9 +3,11 @@
  * computes the forward's two products with nv_wgmma.h's instructions on
  * exact small integers, through the same tiles, loaders and descriptors as
  * flash_forward_mma.cl with -DWGMMA=1:
- *     S[64 x 64]  = Q[64 x 128] Kᵀ   (K-major B, two 64-column panels along k)
+ *     S[64 x 64]  = Q[64 x 128] Kᵀ   (K-major B, two 64-column panels along k), Q from registers,
+ *                                    and again with Q read from local memory (past d = 128)
  *     O[64 x 128] = P[64 x 64] V     (N-major B, transposed, two panels along n)
- * The host compares both with its own sums; only then are the route's kernels planned.
+ * s_out holds the two S, one after the other. The host compares all three with its own sums; only
+ * then are the route's kernels planned.
  */
 #define DTYPE 1
 #define HEAD_DIM 128
@@ -54,6 +56,16 @@ NV_UNROLL
     WGMMA_HOLD(&s[0][0], BLOCK_N / 2);
     WGMMA_HOLD_A(&qf[0][0], HEAD_DIM / 4);
 
+    float s_ss[BLOCK_N / 8][4];
+    wgmma_fence();
+NV_UNROLL
+    for (int kk = 0; kk < HEAD_DIM / 16; kk++)
+        wgmma_n64_kmajor_ss(&s_ss[0][0], wgmma_desc(q_tile, (kk >> 2) * ROWS * 128 + (kk & 3) * 32, 16, 1024),
+                            wgmma_desc(k_tile, (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32, 16, 1024), kk);
+    wgmma_commit();
+    wgmma_wait_all();
+    WGMMA_HOLD(&s_ss[0][0], BLOCK_N / 2);
+
     /* P's A fragments straight from global memory (mma.sync's A layout). */
     __global const uint *p2 = (__global const uint *)p;
     const int row = warp * 16 + g;
@@ -79,6 +91,8 @@ NV_UNROLL
         for (int r = 0; r < 2; r++) {
             s_out[(row + 8 * r) * BLOCK_N + 8 * n + 2 * t] = s[n][2 * r];
             s_out[(row + 8 * r) * BLOCK_N + 8 * n + 2 * t + 1] = s[n][2 * r + 1];
+            s_out[(ROWS + row + 8 * r) * BLOCK_N + 8 * n + 2 * t] = s_ss[n][2 * r];
+            s_out[(ROWS + row + 8 * r) * BLOCK_N + 8 * n + 2 * t + 1] = s_ss[n][2 * r + 1];
         }
 NV_UNROLL
     for (int n = 0; n < HEAD_DIM / 8; n++)

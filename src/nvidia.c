@@ -118,7 +118,7 @@ static bool wgmma_probe(cl_device_id device, char *note, size_t note_size)
     static const size_t elems[4] = {ROWS * D, KEYS * D, ROWS * KEYS, KEYS * D};  /* q, k, p, v */
     cl_ushort *host[4] = {NULL};
     int *ints[4] = {NULL};
-    float *s = malloc(ROWS * KEYS * sizeof(float)), *o = malloc(ROWS * D * sizeof(float));
+    float *s = malloc(2 * ROWS * KEYS * sizeof(float)), *o = malloc(ROWS * D * sizeof(float));  /* S twice */
     cl_mem bufs[6] = {NULL};
     cl_int err;
     cl_context cl = clCreateContext(NULL, 1, &device, NULL, NULL, &err);
@@ -150,7 +150,7 @@ static bool wgmma_probe(cl_device_id device, char *note, size_t note_size)
         bufs[m] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, elems[m] * sizeof(cl_ushort), host[m],
                                  &err);
     if (queue && err == CL_SUCCESS)
-        bufs[4] = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, ROWS * KEYS * sizeof(float), NULL, &err);
+        bufs[4] = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, 2 * ROWS * KEYS * sizeof(float), NULL, &err);
     if (queue && err == CL_SUCCESS)
         bufs[5] = clCreateBuffer(cl, CL_MEM_WRITE_ONLY, ROWS * D * sizeof(float), NULL, &err);
     for (cl_uint a = 0; a < 6 && err == CL_SUCCESS; a++)
@@ -159,7 +159,7 @@ static bool wgmma_probe(cl_device_id device, char *note, size_t note_size)
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &local, 0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(queue, bufs[4], CL_TRUE, 0, ROWS * KEYS * sizeof(float), s, 0, NULL, NULL);
+        err = clEnqueueReadBuffer(queue, bufs[4], CL_TRUE, 0, 2 * ROWS * KEYS * sizeof(float), s, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(queue, bufs[5], CL_TRUE, 0, ROWS * D * sizeof(float), o, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
@@ -167,6 +167,8 @@ static bool wgmma_probe(cl_device_id device, char *note, size_t note_size)
         goto done;
     }
     if (!exact_product("QK^T", s, ints[0], D, 1, ints[1], D, 1, ROWS, KEYS, D, note, note_size) ||
+        !exact_product("QK^T with Q from local memory", s + ROWS * KEYS, ints[0], D, 1, ints[1], D, 1, ROWS, KEYS, D,
+                       note, note_size) ||
         !exact_product("PV", o, ints[2], KEYS, 1, ints[3], 1, D, ROWS, D, KEYS, note, note_size))
         goto done;
     ok = true;
@@ -208,7 +210,7 @@ static void probe_sm90a_route(flashcl_context *ctx)
     dev->wgmma = wgmma_probe(ctx->device, why, sizeof(why));
     fcl_clear_error();
     snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "%s: %s", dev->wgmma ? "on" : "off",
-             dev->wgmma ? "the sm_90a route's probe built and computed both products exactly" : why);
+             dev->wgmma ? "the sm_90a route's probe built and computed its three products exactly" : why);
     fcl_log_msg(ctx, dev->wgmma ? FLASHCL_LOG_INFO : FLASHCL_LOG_WARN, "wgmma %s", ctx->wgmma_note);
 }
 

@@ -404,7 +404,8 @@ END_TEST
 
 /* Hopper's wgmma forward on its plain-OpenCL emulation (cl/nv_wgmma.h with -DNV_EMULATE=1; a test hook
  * assumes an sm_90 whose probe passed), so its tiles, descriptors and split S run in CI too: one warpgroup,
- * 64-key blocks at d = 64 (S in two halves), split over the keys, GQA, causal and a window, both dtypes
+ * 64-key blocks at d = 64 (S in two halves), at d = 96 (a half-used second panel) and at d = 192 (S with Q
+ * read from local memory), split over the keys, GQA, causal and a window, both dtypes
  * (tests/test_tensor_cores.c runs every case there and on the H200). */
 START_TEST(emulated_wgmma_forward)
 {
@@ -420,16 +421,21 @@ START_TEST(emulated_wgmma_forward)
     const struct test_case cases[] = {
         {1, 150, 130, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1},
         {1, 70, 140, 2, 1, 64, BF16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 40, 8},
+        {1, 90, 150, 2, 1, 96, BF16, 1, 0, LAYOUT_BNHD, 1},
+        {1, 100, 77, 2, 2, 192, F16, 0, 0, LAYOUT_BHND, 1},
     };
     cl_ulong device_local = 0;
     ck_assert_int_eq(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(device_local), &device_local, NULL),
                      CL_SUCCESS);
-    if (device_local < 48 * 1024) {  /* the shape's 43 KB with the emulator's scratch */
-        printf("emulated wgmma forward: skipped (%llu bytes of local memory)\n", (unsigned long long)device_local);
-        flashcl_context_destroy(&ctx);
-        return;
-    }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
+        /* The shape's tiles (64 query rows and two 64-key K and V buffers, in 128-byte rows a 64-column
+         * panel) and the emulator's scratch: 43 KB at d = 64, 123 KB at d = 192. */
+        const cl_ulong needs = (64 + 4 * 64) * 128 * (cl_ulong)((cases[i].head_dim + 63) / 64) + 4 * 192 * 4;
+        if (device_local < needs) {
+            printf("emulated wgmma case %d: skipped (%llu bytes of local memory, %llu needed)\n", i,
+                   (unsigned long long)device_local, (unsigned long long)needs);
+            continue;
+        }
         struct case_result r;
         rng_seed(90 + (uint64_t)i);
         test_run_case(ctx, &cases[i], &r);
