@@ -76,7 +76,10 @@
 /* Q's fragments held in registers for the whole key loop: one 16-row tile up to d = 128; past it
  * (O's accumulator alone is HEAD_DIM / 2 registers) and with two tiles they are read from local
  * memory at each k-step instead. */
-#define Q_IN_REGISTERS (M_TILES == 1 && HEAD_DIM <= 128)
+#ifndef Q_SMEM
+#define Q_SMEM 0
+#endif
+#define Q_IN_REGISTERS (M_TILES == 1 && HEAD_DIM <= 128 && !Q_SMEM)
 #if BLOCK_N % 16 != 0
 #error "BLOCK_N must be a multiple of 16"
 #endif

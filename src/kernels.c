@@ -619,12 +619,14 @@ static const struct builtin_shape mma_builtin[] = {
 /* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d a multiple of 16 up to 256, 64 or 128 keys a
  * block. H200, N = 16k, f16, TFLOP/s non-causal / causal (docs/perf.md v0.11): d = 64: 12 x 128 345 / 337,
  * 8 x 64 303 / 301, 8 x 128 254 / 260, 4 x 64 257 / 258; d = 128: 12 x 64 400 / 400, 12 x 128 361 / 361
- * (spilled), 8 x 128 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. Past d = 128 (Q read by the tensor cores
- * from local memory): 12 x 64 up to d = 192 (168 registers, no spill, offline), 8 x 64 past it (12 warps
- * spill there). Then smaller ones where those do not fit. */
+ * (spilled), 8 x 128 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. N = 8k, f16 (v0.13): d = 96 12 x 128
+ * 364 / 352, 12 x 64 321 / 321, 8 x 64 282 / 263 (12 x 128 spills from d = 112, offline); past d = 128 (Q
+ * read by the tensor cores from local memory) 12 x 64 up to d = 192 (d = 160 405 / 390 against 8 x 64's
+ * 326 / 320; d = 192 398 / 384 against 339 / 341), 8 x 64 past it (d = 256 378 / 365, 12 x 64 spills: 252 /
+ * 268; 4 x 64 228 / 229). Then smaller ones where those do not fit. */
 static const struct builtin_shape wgmma_builtin[] = {
-    {ARCH_ANY, 1, 64, -1, SHAPE(12, 1, 128)},
-    {ARCH_ANY, 65, 192, -1, SHAPE(12, 1, 64)},
+    {ARCH_ANY, 1, 96, -1, SHAPE(12, 1, 128)},
+    {ARCH_ANY, 97, 192, -1, SHAPE(12, 1, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 64)},
 };
