@@ -33,8 +33,11 @@
  * from local memory by the tensor cores themselves (no ldmatrix), K and V
  * tiles in wgmma's panel layout (nv_mma16.h's tile_index). The fragments of S
  * and O are the same as mma.sync's, so the softmax and the stores are shared.
- * It needs HEAD_DIM 64 or 128, BLOCK_N 64 or 128, WARPS a multiple of 4, M_TILES 1.
- * S's wgmma is split where it would have PV's shape (S_PART below).
+ * Q's fragments stay in registers (A from registers) or, past d = 128 and
+ * where Q_SMEM asks, the tensor cores read Q from q_tile too (A from local
+ * memory). It needs BLOCK_N 64 or 128, WARPS a multiple of 4, M_TILES 1; any
+ * HEAD_DIM (PV is one product of N = HEAD_DIM). S's wgmma is split where it
+ * would have PV's shape (S_PART below).
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
@@ -77,7 +80,7 @@
  * (O's accumulator alone is HEAD_DIM / 2 registers) and with two tiles they are read from local
  * memory at each k-step instead. */
 #ifndef Q_SMEM
-#define Q_SMEM 0
+#define Q_SMEM 0         /* 1: Q read from local memory where registers could hold it (src/kernels.c's wgmma_options) */
 #endif
 #define Q_IN_REGISTERS (M_TILES == 1 && HEAD_DIM <= 128 && !Q_SMEM)
 #if BLOCK_N % 16 != 0

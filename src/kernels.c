@@ -201,13 +201,17 @@ static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kern
     return (m + 4 * n) * 128 * panels + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
-/* The same arguments as mma_options'. */
+/* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
+ * fragments do not fit in registers beside O's accumulator, and past d = 96 with 128-key blocks: H200, N = 16k,
+ * f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with Q in registers
+ * 399.9 / 398.1 (docs/perf.md v0.13); at d = 64, 12 x 128, registers ran 345 / 331 and local memory 340 / 326. */
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
     mma_options(dev, p, s, scale_log2, buf, size);
     const size_t used = strlen(buf);
-    snprintf(buf + used, size - used, " -DWGMMA=1");
+    const bool q_smem = p->head_dim > 128 || (p->head_dim > 96 && s->axis[N] == 128);
+    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d", q_smem);
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
@@ -620,12 +624,12 @@ static const struct builtin_shape mma_builtin[] = {
  * block. H200, N = 16k, f16, TFLOP/s non-causal / causal (docs/perf.md v0.11): d = 64: 12 x 128 345 / 337,
  * 8 x 64 303 / 301, 8 x 128 254 / 260, 4 x 64 257 / 258; d = 128: 12 x 64 400 / 400, 12 x 128 361 / 361
  * (spilled), 8 x 128 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. N = 8k, f16 (v0.13): d = 96 12 x 128
- * 364 / 352, 12 x 64 321 / 321, 8 x 64 282 / 263 (12 x 128 spills from d = 112, offline); past d = 128 (Q
- * read by the tensor cores from local memory) 12 x 64 up to d = 192 (d = 160 405 / 390 against 8 x 64's
- * 326 / 320; d = 192 398 / 384 against 339 / 341), 8 x 64 past it (d = 256 378 / 365, 12 x 64 spills: 252 /
- * 268; 4 x 64 228 / 229). Then smaller ones where those do not fit. */
+ * 364 / 352, 12 x 64 321 / 321, 8 x 64 282 / 263; d = 128 12 x 128 with Q read from local memory 413 / 424
+ * (wgmma_options); past d = 128 (Q from local memory always) 12 x 64 up to d = 192 (d = 160 405 / 390 against
+ * 8 x 64's 326 / 320; d = 192 398 / 384 against 339 / 341), 8 x 64 past it (d = 256 378 / 365, 12 x 64 spills:
+ * 252 / 268; 4 x 64 228 / 229). Then smaller ones where those do not fit. */
 static const struct builtin_shape wgmma_builtin[] = {
-    {ARCH_ANY, 1, 96, -1, SHAPE(12, 1, 128)},
+    {ARCH_ANY, 1, 128, -1, SHAPE(12, 1, 128)},
     {ARCH_ANY, 97, 192, -1, SHAPE(12, 1, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 64)},

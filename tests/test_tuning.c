@@ -461,8 +461,9 @@ START_TEST(tensor_core_shapes_must_fit)
 END_TEST
 
 /* Hopper's wgmma kernel (assumed here, as its probe would find it on sm_90; nothing is launched): planned
- * ahead of mma.sync for f16/bf16 at d = 64 and 128 with its built-in shapes, smaller ones where those do
- * not fit, mma.sync for other head dims, where it is turned off, and where the route is off. */
+ * ahead of mma.sync for f16/bf16 head dims (multiples of 16) with its built-in shapes, smaller ones where
+ * those do not fit, mma.sync where none fits, where it is turned off, and where the route is off; the
+ * FMA kernels for a head dim it does not take. */
 START_TEST(wgmma_planned_where_it_runs)
 {
     const size_t h200 = 232448, small = 65536;
@@ -484,20 +485,29 @@ START_TEST(wgmma_planned_where_it_runs)
         ck_assert_int_eq(flashcl_context_has_wgmma(ctx, &why), i < 3);
         ck_assert_int_eq(strncmp(why, i < 3 ? "on" : "off", i < 3 ? 2 : 3), 0);
         const struct flashcl_tile d64 = config_of(ctx, 64, FLASHCL_F16, 1), d128 = config_of(ctx, 128, FLASHCL_BF16, 0);
-        const struct flashcl_tile d96 = config_of(ctx, 96, FLASHCL_F16, 0);
-        ck_assert_int_eq(d96.variant, FLASHCL_VARIANT_TENSOR_CORE);
-        if (i == 0) {  /* 12 warps x 128 keys at d = 64 (88 KiB), 12 x 64 at d = 128 (112 KiB) */
-            ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-            check_mma_shape(d64, FLASHCL_TILE_DEFAULT, 12, 1, 128, h200);
-            ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-            check_mma_shape(d128, FLASHCL_TILE_DEFAULT, 12, 1, 64, h200);
-        } else if (i == 2) {  /* 64 KiB: 8 x 64 at d = 64 (48 KiB); at d = 128 even 4 x 64 (80 KiB) does not fit */
+        const struct flashcl_tile d96 = config_of(ctx, 96, FLASHCL_F16, 0), d160 = config_of(ctx, 160, FLASHCL_BF16, 1);
+        const struct flashcl_tile d256 = config_of(ctx, 256, FLASHCL_F16, 1), d40 = config_of(ctx, 40, FLASHCL_F16, 0);
+        ck_assert_int_ne(d40.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);  /* not a multiple of 16 */
+        if (i == 0) {  /* 12 warps x 128 keys up to d = 128 (88 KiB at d = 64, 176 KiB at 96 and 128: two
+                        * 64-column panels), 12 x 64 at d = 160 (168 KiB), 8 x 64 at d = 256 (192 KiB) */
+            const struct flashcl_tile *t[5] = {&d64, &d96, &d128, &d160, &d256};
+            const int warps[5] = {12, 12, 12, 12, 8}, block_n[5] = {128, 128, 128, 64, 64};
+            for (int j = 0; j < 5; j++) {
+                ck_assert_int_eq(t[j]->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+                check_mma_shape(*t[j], FLASHCL_TILE_DEFAULT, warps[j], 1, block_n[j], h200);
+            }
+            ck_assert_uint_eq(d128.local_bytes, 176 * 1024);
+            ck_assert_uint_eq(d256.local_bytes, 192 * 1024);
+        } else if (i == 2) {  /* 64 KiB: 8 x 64 at d = 64 (48 KiB); from d = 80 even 4 x 64 (80 KiB) does not fit */
             ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
             check_mma_shape(d64, FLASHCL_TILE_DEFAULT, 8, 1, 64, small);
+            ck_assert_int_eq(d96.variant, FLASHCL_VARIANT_TENSOR_CORE);
             ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
         } else {
             ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE);
+            ck_assert_int_eq(d96.variant, FLASHCL_VARIANT_TENSOR_CORE);
             ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
+            ck_assert_int_eq(d256.variant, FLASHCL_VARIANT_TENSOR_CORE);
         }
         flashcl_context_destroy(&ctx);
     }
@@ -768,8 +778,13 @@ START_TEST(emulated_tensor_core_footprints)
         {OP_BACKWARD, 96, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
         {OP_BACKWARD, 64, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
         {OP_BACKWARD, 96, 64, "backward-tensor-core-fused:on", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED},
-        /* Hopper's wgmma kernel (its plain-OpenCL wgmma; assumed sm_90), one warpgroup, 64-key blocks: 43 KB */
+        /* Hopper's wgmma kernel (its plain-OpenCL wgmma; assumed sm_90), one warpgroup, 64-key blocks: 43 KB
+         * at d = 64; whole 64-column panels at d = 96 (83 KB) and d = 192 (123 KB, Q read from local memory) */
         {OP_FORWARD, 64, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
+         FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
+        {OP_FORWARD, 96, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
+         FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
+        {OP_FORWARD, 192, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
          FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
     };
     /* The smallest shapes these plans can shrink to (d = 160, 2 warps x 16 rows, 16 keys: 33 KB with the
@@ -788,6 +803,11 @@ START_TEST(emulated_tensor_core_footprints)
         params.device = e->device;
         params.kernel_options = kernels[i].options;
         const bool wgmma = kernels[i].variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA;
+        if (wgmma && kernels[i].d > 64 && device_local < 128 * 1024) {
+            printf("emulated wgmma footprint at d = %d: skipped (%llu bytes of local memory)\n", kernels[i].d,
+                   (unsigned long long)device_local);
+            continue;
+        }
         const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
                                              .assume_wgmma = wgmma, .assume_compute_capability = wgmma ? 90 : 80};
         flashcl_context *ctx = NULL;
