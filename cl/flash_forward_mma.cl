@@ -110,9 +110,12 @@
 /* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
  * keys) the H200 (driver 580.159) gave sampled errors of 1e-2, each product right alone and waiting on every
  * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf.md, v0.11). */
-#if BLOCK_N == HEAD_DIM && BLOCK_N == 64
+#ifndef S_SPLIT_EQUAL
+#define S_SPLIT_EQUAL 1  /* 0: S whole even where it has PV's shape (a build option, for measuring) */
+#endif
+#if S_SPLIT_EQUAL && BLOCK_N == HEAD_DIM && BLOCK_N == 64
 #define S_PART 32  /* one token: it names the product (wgmma_n32_kmajor) */
-#elif BLOCK_N == HEAD_DIM
+#elif S_SPLIT_EQUAL && BLOCK_N == HEAD_DIM
 #define S_PART 64
 #else
 #define S_PART BLOCK_N
