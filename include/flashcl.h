@@ -137,10 +137,10 @@ enum flashcl_variant {
                                            tensor cores for f32 data with precision TF32 or TF32X3,
                                            d % 16 == 0 up to 128, mma.sync m16n8k8; deterministic */
     FLASHCL_VARIANT_TENSOR_CORE_WGMMA = 12 /* cl/flash_forward_mma.cl with WGMMA: Hopper (compute capability
-                                           9.0), f16/bf16, d = 64 or 128, wgmma through the sm_90a route
+                                           9.0), f16/bf16, d % 16 == 0 up to 256, wgmma through the sm_90a route
                                            (docs/design.md), planned where its probe at context creation
                                            computed right, ahead of TENSOR_CORE ("tensor-core-wgmma:off"
-                                           plans mma.sync there) */
+                                           plans mma.sync there; "tensor-core:off" neither) */
 };
 
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its

@@ -155,8 +155,10 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
     }
     for (int i = 0; i < fcl_kernel_count; i++) {
         const struct kernel_info *k = &fcl_kernels[i], *other;
+        /* Named or turned off, the kernel given way to takes this one with it: "tensor-core:off" means no
+         * f16/bf16 tensor-core forward, wgmma's included, unless the clauses name that one too. */
         if (k->gives_way_to && (other = fcl_kernel_by_name(k->gives_way_to, strlen(k->gives_way_to))) &&
-            ov[fcl_kernel_index(other)].named && !ov[i].named)
+            (ov[fcl_kernel_index(other)].named || ov[fcl_kernel_index(other)].off) && !ov[i].named)
             ov[i].off = true;
     }
     return FLASHCL_SUCCESS;

@@ -515,8 +515,9 @@ START_TEST(wgmma_planned_where_it_runs)
 END_TEST
 
 /* Naming tensor-core in the kernel options (a shape, splits) turns the wgmma kernel off, so the shape is
- * mma.sync's (the probe's candidates rely on it); naming both keeps each; the deprecated mma_* fields, which
- * mean tensor-core's shape, turn it off too. Assumed as on sm_90 with the probe passed; nothing launched. */
+ * mma.sync's (the probe's candidates rely on it), and so does turning it off; naming both keeps each; the
+ * deprecated mma_* fields, which mean tensor-core's shape, turn it off too. Assumed as on sm_90 with the
+ * probe passed; nothing launched. */
 START_TEST(wgmma_gives_way_to_tensor_core)
 {
     struct test_env *e = test_env_get();
@@ -530,6 +531,8 @@ START_TEST(wgmma_gives_way_to_tensor_core)
         {"tensor-core:splits=2", 0, FLASHCL_VARIANT_TENSOR_CORE, 0, 0, 0},
         {"tensor-core-wgmma:warps=8,block_n=64;tensor-core:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 8, 1, 64},
         {"tf32:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 128},
+        {"tensor-core:off", 0, FLASHCL_VARIANT_REGISTER_TILED, 0, 0, 0},  /* no tensor-core forward at all */
+        {"tensor-core:off;tensor-core-wgmma:on", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 128},
         {"", 4, FLASHCL_VARIANT_TENSOR_CORE, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
