@@ -77,8 +77,8 @@
 #error "HEAD_DIM must be a multiple of 16, at most 256"
 #endif
 /* Q's fragments held in registers for the whole key loop: one 16-row tile up to d = 128; past it
- * (O's accumulator alone is HEAD_DIM / 2 registers) and with two tiles they are read from local
- * memory at each k-step instead. */
+ * (O's accumulator alone is HEAD_DIM / 2 registers), with two tiles and where Q_SMEM asks they are
+ * read from local memory at each k-step instead. */
 #ifndef Q_SMEM
 #define Q_SMEM 0         /* 1: Q read from local memory where registers could hold it (src/kernels.c's wgmma_options) */
 #endif
@@ -95,15 +95,6 @@
 #if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (BLOCK_N != 64 && BLOCK_N != 128))
 #error "WGMMA needs M_TILES 1, WARPS a multiple of 4, BLOCK_N 64 or 128"
 #endif
-/* Key blocks a barrier (-DWGMMA=1): K and V stream KV_SUB blocks of BLOCK_N keys at once, each block's S,
- * softmax and PV in turn, so the warpgroups sync once every KV_SUB blocks. */
-#ifndef KV_SUB
-#define KV_SUB 1
-#endif
-#if KV_SUB != 1 && !WGMMA
-#error "KV_SUB > 1 needs WGMMA"
-#endif
-#define KV_ROWS (KV_SUB * BLOCK_N)
 /* wgmma's local tiles start on 1024 bytes (its swizzle's atoms); mma.sync's on 16. */
 #define TILE_ALIGN (WGMMA ? 1024 : 16)
 
@@ -119,18 +110,15 @@
 /* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
  * keys) the H200 (driver 580.159) gave sampled errors of 1e-2, each product right alone and waiting on every
  * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf.md, v0.11). */
-#ifndef S_SPLIT_EQUAL
-#define S_SPLIT_EQUAL 1  /* 0: S whole even where it has PV's shape (a build option, for measuring) */
-#endif
-#if S_SPLIT_EQUAL && BLOCK_N == HEAD_DIM && BLOCK_N == 64
+#if BLOCK_N == HEAD_DIM && BLOCK_N == 64
 #define S_PART 32  /* one token: it names the product (wgmma_n32_kmajor) */
-#elif S_SPLIT_EQUAL && BLOCK_N == HEAD_DIM
+#elif BLOCK_N == HEAD_DIM
 #define S_PART 64
 #else
 #define S_PART BLOCK_N
 #endif
-/* S[64 x S_PART] += Q[64 x 16] Kᵀ[16 x S_PART]: Q's fragments from registers up to d = 128, past it (O's
- * accumulator alone is HEAD_DIM / 2 registers) read by the tensor cores from q_tile. */
+/* S[64 x S_PART] += Q[64 x 16] Kᵀ[16 x S_PART]: Q's fragments from registers, or (Q_IN_REGISTERS 0) read by
+ * the tensor cores from q_tile. */
 #if Q_IN_REGISTERS
 #define WGMMA_QK(d, kk, desc_k) wgmma_rs_kmajor(S_PART, d, qf[kk], desc_k, kk)
 #else
@@ -153,8 +141,8 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
-    __local uint4 k_tiles[2 * KV_ROWS * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));  /* two buffers */
-    __local uint4 v_tiles[2 * KV_ROWS * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -219,23 +207,21 @@ NV_UNROLL
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 
-    for (int kw = kv_begin, stage = 0; kw < kv_end; kw += KV_ROWS, stage ^= 1) {
-        /* Blocks kw.. have landed for this thread; the barrier makes them visible
-         * to all, and tells that every warp is done with the other buffer (the
-         * previous blocks), which the next ones then stream into. */
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+        /* Block kb has landed for this thread; the barrier makes it visible to
+         * all, and tells that every warp is done with the other buffer (the
+         * previous block), which the next block then streams into. */
         COPY_ASYNC_WAIT(0);
 #if WGMMA
         fence_proxy_async();
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (kw + KV_ROWS < kv_end) {
-            LOAD_KV(k_tiles + (stage ^ 1) * KV_ROWS * ROW_CHUNKS, v_tiles + (stage ^ 1) * KV_ROWS * ROW_CHUNKS, kw + KV_ROWS);
+        if (kb + BLOCK_N < kv_end) {
+            LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
         }
         copy_async_commit();
-        __local const uint4 *k_tile = k_tiles + stage * KV_ROWS * ROW_CHUNKS;
-        __local const uint4 *v_tile = v_tiles + stage * KV_ROWS * ROW_CHUNKS;
-    /* Block kb, the sub-th of the buffer's; every warp sees the same blocks (kv_end is the group's). */
-    for (int sub = 0, kb = kw; sub < KV_SUB && kb < kv_end; sub++, kb += BLOCK_N) {
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 
         float s[M_TILES][S_TILES][4];
 #if WGMMA
@@ -250,8 +236,8 @@ NV_UNROLL
 NV_UNROLL
             for (int part = 0; part < BLOCK_N / S_PART; part++)
                 WGMMA_QK(&s[0][part * S_PART / 8][0], kk,
-                         wgmma_desc(k_tile, (kk >> 2) * KV_ROWS * 128 + (sub * BLOCK_N + part * S_PART) * 128 +
-                                                (kk & 3) * 32, 16, 1024));
+                         wgmma_desc(k_tile, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
+                                    16, 1024));
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
@@ -325,7 +311,7 @@ NV_UNROLL
         wgmma_fence();
 NV_UNROLL
         for (int kc = 0; kc < BLOCK_N / 16; kc++)
-            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(v_tile, sub * BLOCK_N * 128 + kc * 2048, KV_ROWS * 128, 1024));
+            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024));
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
@@ -348,7 +334,6 @@ NV_UNROLL
             }
         }
 #endif
-    }  /* sub */
     }
     COPY_ASYNC_WAIT(0);
 

@@ -6,8 +6,7 @@
  * cp.async loaders (dense, and a paged cache's K and V blocks).
  *
  * The includer defines DTYPE (1 f16, 2 bf16), HEAD_DIM, WG (work-items a
- * work-group) and BLOCK_N (keys a streamed block; KV_ROWS, the rows of a K or
- * V tile, is BLOCK_N unless it says otherwise), and includes varlen.h
+ * work-group) and BLOCK_N (keys a streamed block), and includes varlen.h
  * and nv_async.h first.
  */
 #ifndef FLASHCL_NV_MMA16_H
@@ -93,10 +92,7 @@ static inline int tile_index(int rows, int row, int chunk)
 #else
 #define tile_index(rows, row, chunk) swizzle(row, chunk)
 #endif
-#ifndef KV_ROWS
-#define KV_ROWS BLOCK_N
-#endif
-#define kv_index(row, chunk) tile_index(KV_ROWS, row, chunk)  /* a K or V tile's */
+#define kv_index(row, chunk) tile_index(BLOCK_N, row, chunk)  /* a K or V tile's */
 
 /* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row exists, zeros past the end
  * (plain stores; visible after the barrier). */
@@ -121,7 +117,7 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
  * then issues its copies, so the lookups' latencies overlap instead of each
  * copy waiting on its own (measured: 1.44-1.51x dense with one lookup per
  * copy, 1.19-1.25x with K's and V's batched apart, docs/perf.md v0.8). */
-#define PAGED_STEPS ((KV_ROWS * CHUNKS + WG - 1) / WG)
+#define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
 static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
                                  __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
                                  int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
@@ -138,7 +134,7 @@ NV_UNROLL
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;
-        if (c < KV_ROWS * CHUNKS) {
+        if (c < BLOCK_N * CHUNKS) {
             const int r = c / CHUNKS, ch = c % CHUNKS;
             __local uint4 *k_dst = &k_tile[kv_index(r, ch)], *v_dst = &v_tile[kv_index(r, ch)];
             if (first_row + r < seq) {
@@ -156,8 +152,8 @@ NV_UNROLL
 #else
 #define LOAD_KV(k_dst, v_dst, first)                                                                                 \
     do {                                                                                                             \
-        load_tile(k_dst, KV_ROWS, k_base, k_ss, first, seq_kv, tid);                                               \
-        load_tile(v_dst, KV_ROWS, v_base, v_ss, first, seq_kv, tid);                                               \
+        load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid);                                               \
+        load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid);                                               \
     } while (0)
 #endif
 

@@ -11,7 +11,8 @@
  *
  * A warpgroup is 4 consecutive warps (warp % 4 == 0 first). A operands come
  * from registers in mma.sync's m16n8k16 A layout, warp w % 4 holding rows
- * 16 (w % 4) .. + 15; D's registers are mma.sync's m16n8 C fragments of those
+ * 16 (w % 4) .. + 15, or (the _ss forms) from local memory through a
+ * descriptor as B does; D's registers are mma.sync's m16n8 C fragments of those
  * rows side by side, 4 a block of 8 columns: the online softmax of
  * nv_mma.h runs on them unchanged. B comes from local memory through a
  * descriptor: tiles of rows of 64 two-byte elements (128 bytes), 8-row atoms

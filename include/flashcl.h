@@ -625,10 +625,10 @@ FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_d
  * has tensor cores (NVIDIA, compute capability >= 8.0, the probe built, not
  * portable_only) and every view's rows start on 16 bytes (offset and
  * strides multiples of 16 bytes): f16/bf16 with head_dim a multiple of 16
- * up to 256 run the tensor-core kernel — with head_dim 64 or 128 on compute
- * capability 9.0 the wgmma kernel where flashcl_context_has_wgmma, unless
- * the kernel options turn it off or name tensor-core (a shape, splits,
- * "on"); f32 with precision TF32/TF32X3 and
+ * up to 256 run the tensor-core kernel — on compute capability 9.0 the
+ * wgmma kernel where flashcl_context_has_wgmma, unless the kernel options
+ * turn it off, or name tensor-core (a shape, splits, "on") or turn that off
+ * without naming it; f32 with precision TF32/TF32X3 and
  * head_dim a multiple of 8 up to 128 the TF32 kernel. Everything else runs
  * on the FMA units: the register-tiled kernel where head_dim % 4 == 0 and
  * its tile fits the local memory, else the portable one. */

@@ -403,46 +403,60 @@ START_TEST(portable_fallback)
 END_TEST
 
 /* Hopper's wgmma forward on its plain-OpenCL emulation (cl/nv_wgmma.h with -DNV_EMULATE=1; a test hook
- * assumes an sm_90 whose probe passed), so its tiles, descriptors and split S run in CI too: one warpgroup,
- * 64-key blocks at d = 64 (S in two halves), at d = 96 (a half-used second panel) and at d = 192 (S with Q
- * read from local memory), split over the keys, GQA, causal and a window, both dtypes
+ * assumes an sm_90 whose probe passed), so its tiles, descriptors and split S run in CI too: one warpgroup
+ * with 64-key blocks at d = 64 (S in two halves), at d = 96 (a half-used second panel) and at d = 192 (S
+ * with Q read from local memory), split over the keys; two warpgroups with 128-key blocks at d = 128 (Q
+ * from local memory there too: src/kernels.c's wgmma_options); GQA, causal and a window, both dtypes
  * (tests/test_tensor_cores.c runs every case there and on the H200). */
 START_TEST(emulated_wgmma_forward)
 {
     struct test_env *e = test_env_get();
-    struct flashcl_context_params p = {0};
-    p.context = e->cl;
-    p.device = e->device;
-    p.kernel_options = "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=2";
+    static const char *const options[2] = {
+        "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=2",
+        "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=8,block_n=128",
+    };
+    static const struct {
+        int options, warps, block_n;
+        struct test_case c;
+    } cases[] = {
+        {0, 4, 64, {1, 150, 130, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1}},
+        {0, 4, 64, {1, 70, 140, 2, 1, 64, BF16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 40, 8}},
+        {0, 4, 64, {1, 90, 150, 2, 1, 96, BF16, 1, 0, LAYOUT_BNHD, 1}},
+        {0, 4, 64, {1, 100, 77, 2, 2, 192, F16, 0, 0, LAYOUT_BHND, 1}},
+        {1, 8, 128, {1, 200, 300, 2, 1, 128, F16, 1, 0, LAYOUT_BNHD, 1}},
+    };
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
                                          .assume_wgmma = true, .assume_compute_capability = 90};
-    flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
-    const struct test_case cases[] = {
-        {1, 150, 130, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1},
-        {1, 70, 140, 2, 1, 64, BF16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 40, 8},
-        {1, 90, 150, 2, 1, 96, BF16, 1, 0, LAYOUT_BNHD, 1},
-        {1, 100, 77, 2, 2, 192, F16, 0, 0, LAYOUT_BHND, 1},
-    };
-    cl_ulong device_local = 0;
-    ck_assert_int_eq(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(device_local), &device_local, NULL),
-                     CL_SUCCESS);
-    for (int i = 0; i < 4; i++) {
-        /* The shape's tiles (64 query rows and two 64-key K and V buffers, in 128-byte rows a 64-column
-         * panel) and the emulator's scratch: 43 KB at d = 64, 123 KB at d = 192. */
-        const cl_ulong needs = (64 + 4 * 64) * 128 * (cl_ulong)((cases[i].head_dim + 63) / 64) + 4 * 192 * 4;
-        if (device_local < needs) {
+    flashcl_context *ctx[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.kernel_options = options[i];
+        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx[i]));
+    }
+    const cl_ulong usable = flashcl_context_local_mem_bytes(ctx[0]);
+    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        /* The shape's tiles (its query rows and two K and V buffers, in 128-byte rows a 64-column panel),
+         * the emulator's scratch and a little slack: 44 KB at d = 64, 124 KB at d = 192, 165 KB for the
+         * 8 x 128 shape at d = 128. */
+        const struct test_case *c = &cases[i].c;
+        const cl_ulong panels = (cl_ulong)(c->head_dim + 63) / 64;
+        const cl_ulong needs = (16 * (cl_ulong)cases[i].warps + 4 * (cl_ulong)cases[i].block_n) * 128 * panels +
+                               (cl_ulong)cases[i].warps * 192 * 4 + 1024;
+        if (usable < needs) {
             printf("emulated wgmma case %d: skipped (%llu bytes of local memory, %llu needed)\n", i,
-                   (unsigned long long)device_local, (unsigned long long)needs);
+                   (unsigned long long)usable, (unsigned long long)needs);
             continue;
         }
         struct case_result r;
         rng_seed(90 + (uint64_t)i);
-        test_run_case(ctx, &cases[i], &r);
+        test_run_case(ctx[cases[i].options], c, &r);
         printf("emulated wgmma case %d: max|err| %.2e, LSE %.2e\n", i, r.max_abs_err, r.max_lse_err);
         ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
     }
-    flashcl_context_destroy(&ctx);
+    for (int i = 0; i < 2; i++)
+        flashcl_context_destroy(&ctx[i]);
 }
 END_TEST
 

@@ -236,8 +236,8 @@ static bool wgmma_expected(void)
     return false;
 }
 
-/* The tensor-core cases of d = 64 and 128 (what the wgmma kernel takes) on it, the default shape and a
- * forced one split three ways (64-key blocks, so splits cut mid-sequence). */
+/* The tensor-core cases (every one: the wgmma kernel takes d a multiple of 16 up to 256) on it, the default
+ * shape and a forced one split three ways (64-key blocks, so splits cut mid-sequence). */
 static void run_wgmma_case(const char *options, int i, uint64_t seed, const char *what)
 {
     const struct test_case *c = &tensor_core_cases[i];

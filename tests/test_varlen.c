@@ -630,7 +630,7 @@ static bool has_tensor_cores(void)
 }
 
 /* Where Hopper's wgmma kernel is planned (flashcl_context_has_wgmma), the cases it takes (f16/bf16,
- * d = 64 or 128) run on it with a forced shape too (one warpgroup, 64-key blocks, 3 splits). */
+ * d a multiple of 16) run on it with a forced shape too (one warpgroup, 64-key blocks, 3 splits). */
 #define WGMMA_OPTIONS "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=3"
 static bool wgmma_takes(flashcl_dtype dtype, int head_dim)
 {
