@@ -74,6 +74,20 @@ static inline wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, ui
 #define wgmma_ss_kmajor(n, d, desc_a, desc_b, accumulate)                                                            \
     nv_emu_wgmma_ss(nv_scratch, (d), (desc_a), (desc_b), (accumulate), n)
 
+/* The byte of an operand's element in its tile: `at` bytes into the descriptor's matrix, the 128-byte swizzle
+ * applied (16-byte chunk c of a 128-byte row r at c ^ (r % 8)). K-major: element (row, k), 8-row atoms
+ * stride_bytes apart. */
+NV_EMU_INLINE uint nv_emu_swizzled(wgmma_desc_t desc, uint at)
+{
+    at += desc.offset;
+    return at ^ (((at >> 7) & 7) << 4);
+}
+
+NV_EMU_INLINE uint nv_emu_kmajor_byte(wgmma_desc_t desc, int row, int k)
+{
+    return nv_emu_swizzled(desc, (uint)((row >> 3) * desc.stride_bytes + (row & 7) * 128 + k * 2));
+}
+
 /* wgmma.mma_async m64nNk16 with A from registers: the warpgroup's 4 warps put their A fragments (mma.sync's
  * A layout, warp w % 4 holding rows 16 (w % 4) + 0..15) in their scratch; each thread then forms its
  * accumulators (mma.sync's m16n8 C fragments of its warp's rows, N / 8 of them) from A and from B in local
@@ -96,11 +110,9 @@ NV_EMU_INLINE void nv_emu_wgmma(__local uint *scratch, float *d, const uint *a, 
             for (int k = 0; k < 16; k++) {
                 const uint word = group[rw * NV_SCRATCH_WORDS + (rg * 4 + ((k & 7) >> 1)) * 4 + upper + 2 * (k >> 3)];
                 const float av = nv_emu_half(word, k & 1);
-                uint at = trans ? (uint)((k >> 3) * b.stride_bytes + (k & 7) * 128 + (col >> 6) * b.leading_bytes +
-                                         (col & 63) * 2)
-                                : (uint)((col >> 3) * b.stride_bytes + (col & 7) * 128 + k * 2);
-                at += b.offset;
-                at ^= ((at >> 7) & 7) << 4;  /* the 128-byte swizzle */
+                const uint at = trans ? nv_emu_swizzled(b, (uint)((k >> 3) * b.stride_bytes + (k & 7) * 128 +
+                                                                  (col >> 6) * b.leading_bytes + (col & 63) * 2))
+                                      : nv_emu_kmajor_byte(b, col, k);
                 const float bv = nv_emu_to_float(((__local const ushort *)b.tile)[at >> 1]);
                 sum = fma(av, bv, sum);  /* the product is exact: fma or not, the same sum */
             }
@@ -118,9 +130,8 @@ NV_EMU_INLINE void nv_emu_wgmma_ss(__local uint *scratch, float *d, wgmma_desc_t
     uint a[4];
     for (int i = 0; i < 4; i++) {
         const int r = row + 8 * (i & 1), c = k + 8 * (i >> 1);
-        uint at = a_desc.offset + (uint)((r >> 3) * a_desc.stride_bytes + (r & 7) * 128 + c * 2);
-        at ^= ((at >> 7) & 7) << 4;  /* the 128-byte swizzle; c and c + 1 in one 16-byte chunk */
-        a[i] = ((__local const uint *)a_desc.tile)[at >> 2];
+        /* c and c + 1 in one 16-byte chunk: one word */
+        a[i] = ((__local const uint *)a_desc.tile)[nv_emu_kmajor_byte(a_desc, r, c) >> 2];
     }
     nv_emu_wgmma(scratch, d, a, b, accumulate, n, 0);
 }

@@ -147,7 +147,6 @@ END_TEST
 /* A call's commands on an out-of-order queue are not ordered after the slot's last use there. */
 START_TEST(out_of_order_queue_waits)
 {
-    struct test_env *env = test_env_get();
     bool out_of_order = false;
     cl_command_queue ooo = test_second_queue(&out_of_order);
     if (!out_of_order) {
@@ -166,7 +165,6 @@ START_TEST(out_of_order_queue_waits)
     ck_assert_cl(clSetUserEventStatus(pending, CL_COMPLETE));
     clReleaseEvent(pending);
     clReleaseCommandQueue(ooo);
-    (void)env;
     flashcl_context_destroy(&ctx);
 }
 END_TEST
