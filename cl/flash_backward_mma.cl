@@ -372,7 +372,7 @@ NV_UNROLL
 NV_UNROLL
                     for (int e = 0; e < 4; e++) {
                         const int qi = qc + n * 8 + 2 * t + (e & 1);
-                        float p = native_exp2(fma(s[n][e], scale_log2, -lse2[qi]));
+                        float p = exp2_ftz(fma(s[n][e], scale_log2, -lse2[qi]));
                         const int key = k0 + key0 + g + 8 * (e >> 1);
 #if CAUSAL
                         if (edge)
@@ -655,7 +655,7 @@ NV_UNROLL
                 for (int n = 0; n < K_CHUNK / 8; n++)
 NV_UNROLL
                     for (int e = 0; e < 4; e++) {
-                        float p = native_exp2(fma(s[mt][n][e], scale_log2, -lse2[mt][e >> 1]));
+                        float p = exp2_ftz(fma(s[mt][n][e], scale_log2, -lse2[mt][e >> 1]));
                         if (edge) {
                             const int key = key_first + n * 8 + 2 * t + (e & 1);
                             bool visible = key < seq_kv;

@@ -99,7 +99,7 @@
 #if PASSES == 3
 #define EXP2 exp2            /* P to f32's accuracy where the products have it */
 #else
-#define EXP2 native_exp2
+#define EXP2 exp2_ftz
 #endif
 
 #define DTYPE 0              /* f32 storage: the dot step's loads */

@@ -24,6 +24,7 @@
 
 #if NV_EMULATE
 #include "nv_emulate.h"  /* plain OpenCL C for every primitive here, nv_mma.h's, nv_mma16.h's, nv_tf32.h's */
+#define exp2_ftz native_exp2
 #else
 /* The kernel-scope scratch the emulation exchanges lanes' values through: none here. */
 #define NV_SCRATCH_DECL
@@ -33,6 +34,18 @@
 static inline uint local_address(__local const void *p)
 {
     return (uint)(size_t)p;
+}
+
+/* 2^x with subnormal inputs and results flushed to zero: one MUFU.EX2. native_exp2 keeps subnormals
+ * (OpenCL's default), and for that ptxas wraps each ex2.approx.f32 in a test and two multiplies (measured
+ * offline with ptxas 13.0 for sm_90: 3 more instructions an exponent). The softmaxes call this on
+ * arguments <= 0; what is flushed is below 2^-126 of the row's largest term, as FlashAttention's
+ * fast-math builds flush it. Not volatile: the compiler may schedule it like any arithmetic. */
+static inline float exp2_ftz(float x)
+{
+    float r;
+    __asm__("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
 }
 
 static inline void copy_async_16(uint address, __global const void *src)

@@ -76,12 +76,12 @@ NV_UNROLL
         const float m_new = fmax(m_row[r], ext * scale_log2);  /* -inf when every key is hidden */
         /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-        const float alpha = native_exp2(m_row[r] - m_ref);
+        const float alpha = exp2_ftz(m_row[r] - m_ref);
         float sum = 0.0f;
 NV_UNROLL
         for (int n = 0; n < S_TILES; n++) {
-            s[n][2 * r] = native_exp2(fma(s[n][2 * r], scale_log2, -m_ref));
-            s[n][2 * r + 1] = native_exp2(fma(s[n][2 * r + 1], scale_log2, -m_ref));
+            s[n][2 * r] = exp2_ftz(fma(s[n][2 * r], scale_log2, -m_ref));
+            s[n][2 * r + 1] = exp2_ftz(fma(s[n][2 * r + 1], scale_log2, -m_ref));
             sum += s[n][2 * r] + s[n][2 * r + 1];
         }
         l_row[r] = l_row[r] * alpha + sum;
