@@ -206,6 +206,13 @@ NV_UNROLL
         l_row[mt][0] = l_row[mt][1] = 0.0f;
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
+#if !WGMMA
+    /* The lanes' ldmatrix offsets (nv_mma16.h): Q's and V's (A operands, and Vᵀ's 8 x 8 blocks) read rows
+     * lane % 16, chunk lane / 16; K's rows 8 (lane / 16) + lane % 8, chunk lane / 8 % 2. */
+    const struct lane_chunks qv_lanes = lane_chunks(lane & 15, lane >> 4);
+    const struct lane_chunks k_lanes = lane_chunks(8 * (lane >> 4) + (lane & 7), (lane >> 3) & 1);
+    const local_address_t warp_q = local_address_plus(local_address(q_tile), 16 * warp * WARP_ROWS * ROW_CHUNKS);
+#endif
 
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         /* Block kb has landed for this thread; the barrier makes it visible to
@@ -251,7 +258,7 @@ NV_UNROLL
             for (int n = 0; n < S_TILES; n++)
                 s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
         {
-            const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
+            const local_address_t k_at = local_address(k_tile);
 NV_UNROLL
             for (int kk = 0; kk < KSTEPS; kk++) {
 #if Q_IN_REGISTERS
@@ -261,15 +268,14 @@ NV_UNROLL
                 const uint *qa[M_TILES];
 NV_UNROLL
                 for (int mt = 0; mt < M_TILES; mt++) {
-                    ldmatrix_x4(local_address(&q_tile[tile_index(BLOCK_M, warp * WARP_ROWS + 16 * mt + q_lane_row,
-                                                                 kk * 2 + q_lane_chunk)]), qr[mt]);
+                    ldmatrix_x4(TILE_LANE(warp_q, qv_lanes, 16 * mt, kk * 2), qr[mt]);
                     qa[mt] = qr[mt];
                 }
 #endif
 NV_UNROLL
                 for (int np = 0; np < S_TILES / 2; np++) {
                     uint bf[4];
-                    ldmatrix_x4(local_address(&k_tile[swizzle(np * 16 + key, kk * 2 + (j & 1))]), bf);
+                    ldmatrix_x4(TILE_LANE(k_at, k_lanes, np * 16, kk * 2), bf);
 NV_UNROLL
                     for (int mt = 0; mt < M_TILES; mt++) {
                         mma_16x8x16(s[mt][2 * np], qa[mt], bf[0], bf[1]);
@@ -318,13 +324,13 @@ NV_UNROLL
         WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);  /* P's registers stay P's until the wait */
 #else
         {
-            const int key = lane & 15, upper = lane >> 4;  /* lanes 16-31: the next 8 columns */
+            const local_address_t v_at = local_address(v_tile);  /* lanes 16-31: the next 8 columns */
 NV_UNROLL
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
 NV_UNROLL
                 for (int np = 0; np < O_TILES / 2; np++) {
                     uint bf[4];
-                    ldmatrix_x4_trans(local_address(&v_tile[swizzle(kc * 16 + key, np * 2 + upper)]), bf);
+                    ldmatrix_x4_trans(TILE_LANE(v_at, qv_lanes, kc * 16, np * 2), bf);
 NV_UNROLL
                     for (int mt = 0; mt < M_TILES; mt++) {
                         mma_16x8x16(acc[mt][2 * np], pf[mt][kc], bf[0], bf[1]);

@@ -35,6 +35,8 @@ static inline uint local_address(__local const void *p)
 {
     return (uint)(size_t)p;
 }
+typedef uint local_address_t;
+#define local_address_plus(a, bytes) ((a) + (bytes))  /* a local_address advanced by `bytes` */
 
 /* 2^x with subnormal inputs and results flushed to zero: one MUFU.EX2. native_exp2 keeps subnormals
  * (OpenCL's default), and for that ptxas wraps each ex2.approx.f32 in a test and two multiplies (measured

@@ -40,6 +40,8 @@
 /* ---- cp.async: plain copies, visible after the barrier that follows them in the kernels ---- */
 
 #define local_address(p) ((__local void *)(p))
+typedef __local void *local_address_t;
+#define local_address_plus(a, bytes) ((__local void *)((__local uchar *)(a) + (bytes)))
 
 NV_EMU_INLINE void copy_async_16(__local void *address, __global const void *src)
 {

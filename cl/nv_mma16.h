@@ -81,6 +81,31 @@ static inline int swizzle(int row, int chunk)
     return row * ROW_CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
 }
 
+/* ldmatrix's addresses in a swizzled tile, split into what the unrolled loops know and what only the lane
+ * knows. A lane reads row row0 + lane_row, chunk chunk0 + lane_chunk, where the loops give row0 (a multiple
+ * of 8) and chunk0 (even) and the lane its lane_row and lane_chunk (0 or 1). The swizzle then mixes the
+ * lane's row bits with chunk0 % 8 alone, which takes four values: a lane keeps the four byte offsets, and
+ * each address is a tile's base, one of them and a constant (ldmatrix's [register + immediate]). Computed
+ * whole at each ldmatrix, the XOR, scale and add took the driver's code 3 integer instructions an ldmatrix
+ * (ptxas 13.0, its PTX for d = 128: 400 integer instructions against 256 mma a block; docs/perf.md v0.14).
+ * For the swizzle()'s tiles (mma.sync's), not -DWGMMA=1's panels. */
+struct lane_chunks {
+    uint at[4];  /* bytes to (lane_row, 2 i + lane_chunk) */
+};
+
+static inline struct lane_chunks lane_chunks(int lane_row, int lane_chunk)
+{
+    struct lane_chunks l;
+NV_UNROLL
+    for (int i = 0; i < 4; i++)
+        l.at[i] = 16 * (lane_row * ROW_CHUNKS + ((2 * i + lane_chunk) ^ (lane_row & SWIZZLE_MASK)));
+    return l;
+}
+
+/* The local address of (row0 + lane_row, chunk0 + lane_chunk) in the tile at `base` (a local_address). */
+#define TILE_LANE(base, lanes, row0, chunk0)                                                                         \
+    local_address_plus(base, (lanes).at[((chunk0) & 7) >> 1] + 16 * ((row0) * ROW_CHUNKS + ((chunk0) & ~7)))
+
 /* Position of (row, chunk) in a tile of `rows` rows. With -DWGMMA=1 (nv_wgmma.h's operands, Q's, K's and
  * V's tiles alike): panels of 64 columns, each [rows][8 chunks] with the 128-byte swizzle, one after
  * another; at HEAD_DIM = 64 the same place as swizzle's. */
