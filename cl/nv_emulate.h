@@ -98,22 +98,6 @@ NV_EMU_INLINE float nv_emu_quad_xor(__local uint *scratch, float v, int mask)
 }
 #define quad_xor(v, mask) nv_emu_quad_xor(nv_scratch, (v), (mask))
 
-/* ---- vote.sync.any ---- */
-
-NV_EMU_INLINE bool nv_emu_warp_any(__local uint *scratch, bool p)
-{
-    __local uint *w = nv_warp_scratch(scratch);
-    const int lane = nv_lane();
-    w[lane] = p;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    uint any = 0;
-    for (int i = 0; i < 32; i++)
-        any |= w[i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return any != 0;
-}
-#define warp_any(p) nv_emu_warp_any(nv_scratch, (p))
-
 /* ---- f16 / bf16 ---- */
 
 #if DTYPE == 1 || DTYPE == 2

@@ -21,17 +21,6 @@ static inline float quad_xor(float v, int mask)
     __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
     return r;
 }
-
-/* Whether p holds for some lane of the warp (every lane gets the answer). */
-static inline bool warp_any(bool p)
-{
-    int r;
-    __asm__ volatile("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %1, 0;\n\tvote.sync.any.pred p, p, 0xffffffff;\n\t"
-                     "selp.s32 %0, 1, 0, p;\n\t}"
-                     : "=r"(r)
-                     : "r"((int)p));
-    return r != 0;
-}
 #endif
 
 /* The row max of scale·s sits at the row's largest raw score when the scale
@@ -84,8 +73,6 @@ NV_UNROLL
                 s[n][e] = visible ? s[n][e] : HIDDEN;
             }
     }
-    float alpha[2];
-    bool moved = false;
 NV_UNROLL
     for (int r = 0; r < 2; r++) {
         /* The thread's extreme in CHAINS interleaved chains, not one: fewer dependent steps (6 at 128 keys
@@ -108,9 +95,7 @@ NV_UNROLL
         const float m_new = fmax(m_row[r], ext * scale_log2);  /* -inf when every key is hidden */
         /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-        /* Exactly 1 where the max stayed (a row with no visible key yet too: its l and acc are 0). */
-        alpha[r] = m_new == m_row[r] ? 1.0f : exp2_ftz(m_row[r] - m_ref);
-        moved = moved || m_new != m_row[r];
+        const float alpha = exp2_ftz(m_row[r] - m_ref);
 NV_UNROLL
         for (int c = 0; c < CHAINS; c++)
             part[c] = 0.0f;
@@ -125,18 +110,12 @@ NV_UNROLL
 NV_UNROLL
             for (int c = 0; c + w < CHAINS; c += 2 * w)
                 part[c] += part[c + w];
-        l_row[r] = l_row[r] * alpha[r] + part[0];
+        l_row[r] = l_row[r] * alpha + part[0];
         m_row[r] = m_new;
-    }
-    /* O is rescaled only where some row of the warp has a new max: past the first blocks most keep theirs,
-     * and the warp then skips O_TILES x 4 multiplies by exactly 1 together. */
-    if (warp_any(moved)) {
 NV_UNROLL
         for (int n = 0; n < O_TILES; n++) {
-            acc[n][0] *= alpha[0];
-            acc[n][1] *= alpha[0];
-            acc[n][2] *= alpha[1];
-            acc[n][3] *= alpha[1];
+            acc[n][2 * r] *= alpha;
+            acc[n][2 * r + 1] *= alpha;
         }
     }
 }
