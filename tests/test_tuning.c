@@ -393,11 +393,11 @@ static void check_mma_shape(struct flashcl_tile t, enum flashcl_tile_source sour
 START_TEST(tensor_core_shapes_must_fit)
 {
     const size_t h200 = 232448, a100 = 166912, small = 65536, tiny = 16384;
-    /* f16 d = 128: 8x1x128 (160 KB) without a mask on sm_90, else 4x2x64 (96 KB), then 4x1x32, 4x1x16. */
+    /* f16 d = 128: 4x2x64 (96 KB) with or without a mask, then 4x1x32, 4x1x16. */
     flashcl_context *ctx = assumed_tensor_cores(h200, 0, 0, 0, 0);
     struct flashcl_tile t = config_of(ctx, 128, FLASHCL_F16, 0);
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
-    check_mma_shape(t, FLASHCL_TILE_DEFAULT, 8, 1, 128, h200);
+    check_mma_shape(t, FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     /* Past d = 128: 8x1x128 up to d = 160 on sm_90, then 8x1x64 where it fits (f16 d = 256: 192 KB),
@@ -406,8 +406,9 @@ START_TEST(tensor_core_shapes_must_fit)
     check_mma_shape(config_of(ctx, 192, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, h200);
     check_mma_shape(config_of(ctx, 160, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 128, h200);
     flashcl_context_destroy(&ctx);
-    ctx = assumed_tensor_cores(a100, 0, 0, 0, 0);  /* sm_80: the sm_90 shape is not its default */
+    ctx = assumed_tensor_cores(a100, 0, 0, 0, 0);  /* sm_80: the sm_90 shape (d = 160) is not its default */
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);
+    check_mma_shape(config_of(ctx, 160, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
     check_mma_shape(config_of(ctx, 256, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 32, a100);
     check_mma_shape(config_of(ctx, 192, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
     flashcl_context_destroy(&ctx);
