@@ -1,0 +1,54 @@
+#!/bin/bash
+# sass-of-cache.sh: what NVIDIA's driver made of a kernel, read back without a GPU. flashcl's program
+# cache (FLASHCL_CACHE_DIR) keeps, on NVIDIA's OpenCL, the PTX the driver's own front end produced; this
+# assembles it with CUDA's ptxas (the driver's JIT of the same CUDA release gives the same registers and
+# spills as -cl-nv-verbose) and disassembles it with nvdisasm, then prints the registers, the spills and
+# the instruction mix between the first and the last tensor-core product (mma.sync or wgmma): the kernel's
+# key loop, one block of keys.
+#
+#   FLASHCL_CACHE_DIR=/tmp/c flashcl-bench ... on the GPU, bring /tmp/c back, then
+#   tools/sass-of-cache.sh /tmp/c/0c252eb43a404632.bin [sm_90a]
+#
+# Needs ptxas (PTXAS, default ptxas on PATH or /usr/local/cuda/bin/ptxas) and nvdisasm (NVDISASM,
+# default nvdisasm on PATH; PyPI's nvidia-cuda-nvdisasm wheel has one). The static __local arrays are
+# shrunk to 16 KB first: ptxas alone refuses more than 48 KB, and their size changes no instruction.
+# docs/perf.md (v0.14) used it to find the ldmatrix address arithmetic and the exponent's fix-up.
+set -euo pipefail
+[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
+entry=$1 arch=${2:-sm_90a}
+PTXAS=${PTXAS:-$(command -v ptxas || echo /usr/local/cuda/bin/ptxas)}
+NVDISASM=${NVDISASM:-$(command -v nvdisasm || echo nvdisasm)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+python3 - "$entry" "$tmp/kernel.ptx" <<'PY'
+import re, sys
+data = open(sys.argv[1], "rb").read()
+start = data.find(b"//\n// Generated")
+if start < 0:
+    start = data.find(b".version")
+if start < 0:
+    sys.exit(f"{sys.argv[1]}: no PTX in this cache entry (not NVIDIA's OpenCL?)")
+ptx = data[start:].split(b"\0", 1)[0].decode("ascii", "replace")
+ptx = re.sub(r"(\.shared \.align \d+ \.b8 [^\[\s]+)\[\d+\]", r"\1[16384]", ptx)
+open(sys.argv[2], "w").write(ptx)
+PY
+"$PTXAS" -arch="$arch" -v "$tmp/kernel.ptx" -o "$tmp/kernel.cubin" 2>&1 | grep -E "Compiling|registers|spill" || true
+"$NVDISASM" -c "$tmp/kernel.cubin" > "$tmp/kernel.sass"
+
+python3 - "$tmp/kernel.sass" <<'PY'
+import collections, re, sys
+ops = []
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?);", line)
+    if m:
+        text = re.sub(r"^@!?U?P\w+\s+", "", m.group(1).strip())
+        ops.append(text.split()[0].split(".")[0])
+products = [i for i, op in enumerate(ops) if op in ("HMMA", "HGMMA")]
+if not products:
+    sys.exit("no tensor-core product in this kernel")
+loop = ops[products[0]:products[-1] + 1]
+print(f"{len(loop)} instructions from the first to the last product ({len(ops)} in all):")
+for op, n in collections.Counter(loop).most_common(16):
+    print(f"{n:6d} {op}")
+PY
