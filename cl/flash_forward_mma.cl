@@ -185,9 +185,9 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 
+#if Q_IN_REGISTERS
     /* Q fragments (a0..a3 per k-step) of this warp's rows, from q_tile. */
     const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
-#if Q_IN_REGISTERS
     uint qf[KSTEPS][4];
 NV_UNROLL
     for (int kk = 0; kk < KSTEPS; kk++)
@@ -207,11 +207,14 @@ NV_UNROLL
     }
     const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 #if !WGMMA
-    /* The lanes' ldmatrix offsets (nv_mma16.h): Q's and V's (A operands, and Vᵀ's 8 x 8 blocks) read rows
-     * lane % 16, chunk lane / 16; K's rows 8 (lane / 16) + lane % 8, chunk lane / 8 % 2. */
+    /* The lanes' ldmatrix offsets (nv_mma16.h): Q's and V's (A operands, and Vᵀ's 8 x 8 blocks; lanes 16-31
+     * take the next 8 columns) read rows lane % 16, chunk lane / 16; K's rows 8 (lane / 16) + lane % 8, chunk
+     * lane / 8 % 2. */
     const struct lane_chunks qv_lanes = lane_chunks(lane & 15, lane >> 4);
     const struct lane_chunks k_lanes = lane_chunks(8 * (lane >> 4) + (lane & 7), (lane >> 3) & 1);
+#if !Q_IN_REGISTERS
     const local_address_t warp_q = local_address_plus(local_address(q_tile), 16 * warp * WARP_ROWS * ROW_CHUNKS);
+#endif
 #endif
 
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
@@ -324,7 +327,7 @@ NV_UNROLL
         WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);  /* P's registers stay P's until the wait */
 #else
         {
-            const local_address_t v_at = local_address(v_tile);  /* lanes 16-31: the next 8 columns */
+            const local_address_t v_at = local_address(v_tile);
 NV_UNROLL
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
 NV_UNROLL

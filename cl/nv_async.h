@@ -24,7 +24,6 @@
 
 #if NV_EMULATE
 #include "nv_emulate.h"  /* plain OpenCL C for every primitive here, nv_mma.h's, nv_mma16.h's, nv_tf32.h's */
-#define exp2_ftz native_exp2
 #else
 /* The kernel-scope scratch the emulation exchanges lanes' values through: none here. */
 #define NV_SCRATCH_DECL

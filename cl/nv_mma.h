@@ -39,13 +39,13 @@ static inline float quad_xor(float v, int mask)
 #define HIDDEN (-INFINITY)
 #endif
 
-/* Independent chains the softmax's row reductions run in: a power of 2, at most S_TILES (-DSOFTMAX_CHAINS=1
- * is one chain, as before v0.14). */
+/* Independent chains the softmax's row reductions run in: 1, 2 or 4, at most S_TILES and SOFTMAX_CHAINS
+ * (-DSOFTMAX_CHAINS=1 is one chain, as before v0.14). */
 #ifndef SOFTMAX_CHAINS
 #define SOFTMAX_CHAINS 4
 #endif
-#define CHAINS_CAP (SOFTMAX_CHAINS < S_TILES ? SOFTMAX_CHAINS : S_TILES)
-#define CHAINS (CHAINS_CAP >= 4 ? 4 : CHAINS_CAP >= 2 ? 2 : 1)
+#define SOFTMAX_CHAINS_CAP (SOFTMAX_CHAINS < S_TILES ? SOFTMAX_CHAINS : S_TILES)
+#define ROW_CHAINS (SOFTMAX_CHAINS_CAP >= 4 ? 4 : SOFTMAX_CHAINS_CAP >= 2 ? 2 : 1)
 
 /*
  * Folds one block of raw scores s (one 16-row mma tile: this thread's rows
@@ -75,19 +75,19 @@ NV_UNROLL
     }
 NV_UNROLL
     for (int r = 0; r < 2; r++) {
-        /* The thread's extreme in CHAINS interleaved chains, not one: fewer dependent steps (6 at 128 keys
+        /* The thread's extreme in ROW_CHAINS interleaved chains, not one: fewer dependent steps (6 at 128 keys
          * instead of 16) for 3 more live registers (a whole tree spilled wgmma's 168 at d = 128). */
-        float part[CHAINS];
+        float part[ROW_CHAINS];
 NV_UNROLL
-        for (int c = 0; c < CHAINS; c++)
+        for (int c = 0; c < ROW_CHAINS; c++)
             part[c] = ROW_EXTREME(s[c][2 * r], s[c][2 * r + 1]);
 NV_UNROLL
-        for (int n = CHAINS; n < S_TILES; n++)
-            part[n % CHAINS] = ROW_EXTREME(part[n % CHAINS], ROW_EXTREME(s[n][2 * r], s[n][2 * r + 1]));
+        for (int n = ROW_CHAINS; n < S_TILES; n++)
+            part[n % ROW_CHAINS] = ROW_EXTREME(part[n % ROW_CHAINS], ROW_EXTREME(s[n][2 * r], s[n][2 * r + 1]));
 NV_UNROLL
-        for (int w = 1; w < CHAINS; w *= 2)
+        for (int w = 1; w < ROW_CHAINS; w *= 2)
 NV_UNROLL
-            for (int c = 0; c + w < CHAINS; c += 2 * w)
+            for (int c = 0; c + w < ROW_CHAINS; c += 2 * w)
                 part[c] = ROW_EXTREME(part[c], part[c + w]);
         float ext = part[0];
         ext = ROW_EXTREME(ext, quad_xor(ext, 1));
@@ -97,18 +97,18 @@ NV_UNROLL
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
         const float alpha = exp2_ftz(m_row[r] - m_ref);
 NV_UNROLL
-        for (int c = 0; c < CHAINS; c++)
+        for (int c = 0; c < ROW_CHAINS; c++)
             part[c] = 0.0f;
 NV_UNROLL
         for (int n = 0; n < S_TILES; n++) {  /* the sum in chains too */
             s[n][2 * r] = exp2_ftz(fma(s[n][2 * r], scale_log2, -m_ref));
             s[n][2 * r + 1] = exp2_ftz(fma(s[n][2 * r + 1], scale_log2, -m_ref));
-            part[n % CHAINS] += s[n][2 * r] + s[n][2 * r + 1];
+            part[n % ROW_CHAINS] += s[n][2 * r] + s[n][2 * r + 1];
         }
 NV_UNROLL
-        for (int w = 1; w < CHAINS; w *= 2)
+        for (int w = 1; w < ROW_CHAINS; w *= 2)
 NV_UNROLL
-            for (int c = 0; c + w < CHAINS; c += 2 * w)
+            for (int c = 0; c + w < ROW_CHAINS; c += 2 * w)
                 part[c] += part[c + w];
         l_row[r] = l_row[r] * alpha + part[0];
         m_row[r] = m_new;

@@ -11,7 +11,7 @@
 #
 # Needs ptxas (PTXAS, default ptxas on PATH or /usr/local/cuda/bin/ptxas) and nvdisasm (NVDISASM,
 # default nvdisasm on PATH; PyPI's nvidia-cuda-nvdisasm wheel has one). The static __local arrays are
-# shrunk to 16 KB first: ptxas alone refuses more than 48 KB, and their size changes no instruction.
+# shrunk first to share 48 KB (ptxas alone refuses more; their size changes no instruction).
 # docs/perf.md (v0.14) used it to find the ldmatrix address arithmetic and the exponent's fix-up.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
@@ -30,10 +30,17 @@ if start < 0:
 if start < 0:
     sys.exit(f"{sys.argv[1]}: no PTX in this cache entry (not NVIDIA's OpenCL?)")
 ptx = data[start:].split(b"\0", 1)[0].decode("ascii", "replace")
-ptx = re.sub(r"(\.shared \.align \d+ \.b8 [^\[\s]+)\[\d+\]", r"\1[16384]", ptx)
+arrays = re.findall(r"\.shared \.align \d+ \.b8 [^\[\s]+\[\d+\]", ptx)
+cap = 48 * 1024 // max(1, len(arrays)) // 1024 * 1024  # ptxas alone allows 48 KB of static shared memory
+ptx = re.sub(r"(\.shared \.align \d+ \.b8 [^\[\s]+)\[(\d+)\]",
+             lambda m: f"{m.group(1)}[{min(int(m.group(2)), cap)}]", ptx)
 open(sys.argv[2], "w").write(ptx)
 PY
-"$PTXAS" -arch="$arch" -v "$tmp/kernel.ptx" -o "$tmp/kernel.cubin" 2>&1 | grep -E "Compiling|registers|spill" || true
+if ! "$PTXAS" -arch="$arch" -v "$tmp/kernel.ptx" -o "$tmp/kernel.cubin" > "$tmp/ptxas.log" 2>&1; then
+    cat "$tmp/ptxas.log" >&2
+    exit 1
+fi
+grep -E "Compiling|registers|spill" "$tmp/ptxas.log" || true
 "$NVDISASM" -c "$tmp/kernel.cubin" > "$tmp/kernel.sass"
 
 python3 - "$tmp/kernel.sass" <<'PY'
