@@ -41,10 +41,10 @@
 
 #define local_address(p) ((__local void *)(p))
 typedef __local void *local_address_t;
+#define local_address_plus(a, bytes) ((__local void *)((__local uchar *)(a) + (bytes)))
 
 /* ex2.approx.ftz: OpenCL's native_exp2, subnormals as the device keeps them. */
 #define exp2_ftz native_exp2
-#define local_address_plus(a, bytes) ((__local void *)((__local uchar *)(a) + (bytes)))
 
 NV_EMU_INLINE void copy_async_16(__local void *address, __global const void *src)
 {
