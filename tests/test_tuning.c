@@ -406,11 +406,16 @@ START_TEST(tensor_core_shapes_must_fit)
     check_mma_shape(config_of(ctx, 192, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, h200);
     check_mma_shape(config_of(ctx, 160, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 128, h200);
     flashcl_context_destroy(&ctx);
-    ctx = assumed_tensor_cores(a100, 0, 0, 0, 0);  /* sm_80: the sm_90 shape (d = 160) is not its default */
+    ctx = assumed_tensor_cores(a100, 0, 0, 0, 0);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);
     check_mma_shape(config_of(ctx, 160, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
     check_mma_shape(config_of(ctx, 256, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 32, a100);
     check_mma_shape(config_of(ctx, 192, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
+    flashcl_context_destroy(&ctx);
+    /* One byte under an H200's local memory: sm_80 by assumed_tensor_cores' rule, with room for sm_90's
+     * 8x1x128 at d = 160 (210 KB), which is sm_90's alone, so it is not this device's default. */
+    ctx = assumed_tensor_cores(h200 - 1, 0, 0, 0, 0);
+    check_mma_shape(config_of(ctx, 160, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, h200 - 1);
     flashcl_context_destroy(&ctx);
     ctx = assumed_tensor_cores(small, 0, 0, 0, 0);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 1, 32, small);
