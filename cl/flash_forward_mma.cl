@@ -95,6 +95,16 @@
 #if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (BLOCK_N != 64 && BLOCK_N != 128))
 #error "WGMMA needs M_TILES 1, WARPS a multiple of 4, BLOCK_N 64 or 128"
 #endif
+/* -DWGMMA_OVERLAP=1 (wgmma only): a block's softmax runs while the tensor cores still add the previous
+ * block's PV into O, as FlashAttention-3's intra-warpgroup pipelining does. Per block kb: issue S = QKᵀ of kb;
+ * rescale O to the previous block's max and issue O += P V of the previous block; wait for S alone; softmax of
+ * kb in S's registers; wait for PV; pack kb's P into the registers PV has finished reading. V streams a
+ * block behind K (block kb's V beside the next block's K), so two buffers of each still suffice with one
+ * barrier a block. */
+#ifndef WGMMA_OVERLAP
+#define WGMMA_OVERLAP 0
+#endif
+#define OVERLAP (WGMMA && WGMMA_OVERLAP)
 /* wgmma's local tiles start on 1024 bytes (its swizzle's atoms); mma.sync's on 16. */
 #define TILE_ALIGN (WGMMA ? 1024 : 16)
 
@@ -128,8 +138,16 @@
                                1024),                                                                             \
                     desc_k, kk)
 #endif
-/* O[64 x HEAD_DIM] += P[64 x 16] V[16 x HEAD_DIM] */
-#define WGMMA_PV(d, a, desc_v) wgmma_rs_trans(HEAD_DIM, d, a, desc_v, 1)
+/* O[64 x HEAD_DIM] += P[64 x BLOCK_N] V[BLOCK_N x HEAD_DIM], issued (the caller fences before and waits after):
+ * 16 keys a wgmma, 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in the next
+ * panel, BLOCK_N rows of 128 bytes further. Inlined always: called twice, it may otherwise stay a function, and ptxas
+ * serializes every wgmma around a call. */
+static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[BLOCK_N / 16][4], __local const uint4 *v_tile NV_SCRATCH_PARAM)
+{
+NV_UNROLL
+    for (int kc = 0; kc < BLOCK_N / 16; kc++)
+        wgmma_rs_trans(HEAD_DIM, acc, p[kc], wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024), 1);
+}
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -176,8 +194,19 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     /* Prologue: Q and the first K/V block into buffer 0. */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
     if (kv_begin < kv_end) {
+#if OVERLAP
+        LOAD_K(k_tiles, kv_begin);  /* its V comes with the next block's K */
+#else
         LOAD_KV(k_tiles, v_tiles, kv_begin);
+#endif
     }
+#if OVERLAP
+    /* The first block's loop issues a PV of "the block before" too (one branch-free loop: with the PV under a
+     * branch, the compiler merged it with the last block's after the loop, and ptxas then serialized every
+     * wgmma): zeros in, with P's registers zero, add exactly nothing. */
+    for (int c = tid; c < BLOCK_N * ROW_CHUNKS; c += WG)
+        v_tiles[BLOCK_N * ROW_CHUNKS + c] = (uint4)(0u);
+#endif
     copy_async_commit();
     COPY_ASYNC_WAIT(0);
 #if WGMMA
@@ -217,7 +246,15 @@ NV_UNROLL
 #endif
 #endif
 
-    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+#if OVERLAP
+    uint p_prev[BLOCK_N / 16][4];  /* the previous block's P, read by its PV while this block's softmax runs */
+    float alpha[2] = {1.0f, 1.0f}; /* and its rescale of O, applied before that PV */
+NV_UNROLL
+    for (int kc = 0; kc < BLOCK_N / 16; kc++)
+        p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
+#endif
+    int stage = 0;  /* the buffer of block kb's K (and V) */
+    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         /* Block kb has landed for this thread; the barrier makes it visible to
          * all, and tells that every warp is done with the other buffer (the
          * previous block), which the next block then streams into. */
@@ -226,9 +263,18 @@ NV_UNROLL
         fence_proxy_async();
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
+#if OVERLAP
+        /* The other K buffer was last read by the previous block's S, this V buffer by the PV before it:
+         * every warp is past both. */
+        if (kb + BLOCK_N < kv_end) {
+            LOAD_K(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
+        }
+        LOAD_V(v_tiles + stage * BLOCK_N * ROW_CHUNKS, kb);
+#else
         if (kb + BLOCK_N < kv_end) {
             LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
         }
+#endif
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
@@ -240,6 +286,11 @@ NV_UNROLL
 #if Q_IN_REGISTERS
         WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
 #endif
+#if OVERLAP
+        rescale_rows(acc[0], alpha);  /* to the previous block's max, before its PV (issued below) */
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+#endif
         wgmma_fence();
 NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
@@ -249,7 +300,15 @@ NV_UNROLL
                          wgmma_desc(k_tile, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
                                     16, 1024));
         wgmma_commit();
+#if OVERLAP
+        /* The previous block's PV behind S, as a second group (zeros at the first block): waiting for all but
+         * the newest group waits for S alone. */
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
+        wgmma_commit();
+        wgmma_wait_one();
+#else
         wgmma_wait_all();
+#endif
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
 #if Q_IN_REGISTERS
         WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
@@ -298,6 +357,27 @@ NV_UNROLL
 #if WINDOW_LEFT >= 0
         edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
 #endif
+#if OVERLAP
+        softmax_scores(s[0], acc[0], alpha, m_row[0], l_row[0], edge, kb, warp_row0 + g, warp_row0 + g + 8, t,
+                       seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
+        /* The softmax's results tied to this point, before the wait: else the compiler may sink its
+         * arithmetic past the wait (nothing orders plain arithmetic after a volatile asm); and the softmax
+         * ended as a basic block of ptxas's, with P's registers read where it ends (wgmma_keep_a). */
+        WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
+        WGMMA_HOLD(alpha, 2);
+        WGMMA_HOLD(l_row[0], 2);
+        wgmma_keep_a(&p_prev[0][0], BLOCK_N / 16 * 4, (uint)seq_q >> 31, q_tile);
+        wgmma_wait_all();
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+NV_UNROLL
+        for (int kc = 0; kc < BLOCK_N / 16; kc++) {
+            p_prev[kc][0] = pack_pair(s[0][2 * kc][0], s[0][2 * kc][1]);
+            p_prev[kc][1] = pack_pair(s[0][2 * kc][2], s[0][2 * kc][3]);
+            p_prev[kc][2] = pack_pair(s[0][2 * kc + 1][0], s[0][2 * kc + 1][1]);
+            p_prev[kc][3] = pack_pair(s[0][2 * kc + 1][2], s[0][2 * kc + 1][3]);
+        }
+        (void)v_tile;
+#else
         uint pf[M_TILES][BLOCK_N / 16][4];
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++) {
@@ -313,14 +393,10 @@ NV_UNROLL
         }
 
 #if WGMMA
-        /* 16 keys a wgmma: 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in
-         * the next panel, BLOCK_N rows of 128 bytes further. */
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);  /* the softmax's rescaling done */
         WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);
         wgmma_fence();
-NV_UNROLL
-        for (int kc = 0; kc < BLOCK_N / 16; kc++)
-            WGMMA_PV(&acc[0][0][0], pf[0][kc], wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024));
+        wgmma_pv(&acc[0][0][0], pf[0], v_tile NV_SCRATCH_ARG);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
@@ -343,8 +419,24 @@ NV_UNROLL
             }
         }
 #endif
+#endif /* OVERLAP */
     }
     COPY_ASYNC_WAIT(0);
+#if OVERLAP
+    if (kv_begin < kv_end) {  /* the last block's PV, once its V has landed */
+        fence_proxy_async();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        rescale_rows(acc[0], alpha);
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+        wgmma_fence();
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+    }
+#endif
 
     __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 NV_UNROLL

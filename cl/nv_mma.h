@@ -51,14 +51,20 @@ static inline float quad_xor(float v, int mask)
  * Folds one block of raw scores s (one 16-row mma tile: this thread's rows
  * g and g + 8, whose query positions for the mask are row_lo and row_hi,
  * keys kb + 8n + 2t + {0,1}) into the running max
- * m (of scale·s, in base 2), the per-thread partial sum l and the
- * accumulator acc; on return s holds the unnormalised probabilities P.
+ * m (of scale·s, in base 2), the per-thread partial sum l and, where
+ * `rescale` (a constant), the accumulator acc; on return s holds the
+ * unnormalised probabilities P and alpha the factors 2^(m_old - m_new) of
+ * O's two rows. online_softmax and softmax_scores below are its two uses:
+ * the overlapped wgmma loop rescales O itself (rescale_rows), once the
+ * product still adding into O has finished. O's rows are rescaled each
+ * right after its row's work (not both at the end: at the end, the wgmma
+ * kernel's registers at d = 128 spilled more and it ran 4-5% slower, H200).
  * `edge`: some key of this block may be absent or (masked) hidden from some
  * row of the tile, so masks are applied; elsewhere none is computed.
  */
-static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
-                                  bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
-                                  float scale_log2 NV_SCRATCH_PARAM)
+static inline void softmax_block(float s[S_TILES][4], float acc[O_TILES][4], bool rescale, float alpha[2],
+                                 float m_row[2], float l_row[2], bool edge, int kb, int row_lo, int row_hi, int t,
+                                 int seq_kv, int diag, float scale_log2 NV_SCRATCH_PARAM)
 {
     if (edge) {
 NV_UNROLL
@@ -95,7 +101,7 @@ NV_UNROLL
         const float m_new = fmax(m_row[r], ext * scale_log2);  /* -inf when every key is hidden */
         /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-        const float alpha = exp2_ftz(m_row[r] - m_ref);
+        alpha[r] = exp2_ftz(m_row[r] - m_ref);
 NV_UNROLL
         for (int c = 0; c < ROW_CHAINS; c++)
             part[c] = 0.0f;
@@ -110,14 +116,47 @@ NV_UNROLL
 NV_UNROLL
             for (int c = 0; c + w < ROW_CHAINS; c += 2 * w)
                 part[c] += part[c + w];
-        l_row[r] = l_row[r] * alpha + part[0];
+        l_row[r] = l_row[r] * alpha[r] + part[0];
         m_row[r] = m_new;
+        if (rescale) {
 NV_UNROLL
-        for (int n = 0; n < O_TILES; n++) {
-            acc[n][2 * r] *= alpha;
-            acc[n][2 * r + 1] *= alpha;
+            for (int n = 0; n < O_TILES; n++) {
+                acc[n][2 * r] *= alpha[r];
+                acc[n][2 * r + 1] *= alpha[r];
+            }
         }
     }
+}
+
+/* O's rows rescaled to the new running max (alpha from softmax_scores). */
+static inline void rescale_rows(float acc[O_TILES][4], const float alpha[2])
+{
+NV_UNROLL
+    for (int n = 0; n < O_TILES; n++) {
+        acc[n][0] *= alpha[0];
+        acc[n][1] *= alpha[0];
+        acc[n][2] *= alpha[1];
+        acc[n][3] *= alpha[1];
+    }
+}
+
+/* The block folded into m, l and O at once. */
+static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
+                                  bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
+                                  float scale_log2 NV_SCRATCH_PARAM)
+{
+    float alpha[2];
+    softmax_block(s, acc, true, alpha, m_row, l_row, edge, kb, row_lo, row_hi, t, seq_kv, diag,
+                  scale_log2 NV_SCRATCH_ARG);
+}
+
+/* Into m and l only: O's rescale by alpha left to the caller (rescale_rows). */
+static inline void softmax_scores(float s[S_TILES][4], float acc[O_TILES][4], float alpha[2], float m_row[2],
+                                  float l_row[2], bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv,
+                                  int diag, float scale_log2 NV_SCRATCH_PARAM)
+{
+    softmax_block(s, acc, false, alpha, m_row, l_row, edge, kb, row_lo, row_hi, t, seq_kv, diag,
+                  scale_log2 NV_SCRATCH_ARG);
 }
 
 /* The quad's four partial sums of l, then 1/l (0 for a row that saw no

@@ -66,8 +66,10 @@ static inline wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, ui
 #define wgmma_fence() ((void)0)
 #define wgmma_commit() ((void)0)
 #define wgmma_wait_all() ((void)0)
+#define wgmma_wait_one() ((void)0)
 #define WGMMA_HOLD(d, n) ((void)0)
 #define WGMMA_HOLD_A(a, n) ((void)0)
+#define wgmma_keep_a(a, n, never, at) ((void)0)
 #define fence_proxy_async() ((void)0)
 #define wgmma_rs_kmajor(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 0)
 #define wgmma_rs_trans(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 1)
@@ -153,6 +155,12 @@ static inline void wgmma_wait_all(void)
     __asm__ volatile(SM90A "wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
+/* Waits for every committed wgmma group but the newest. */
+static inline void wgmma_wait_one(void)
+{
+    __asm__ volatile(SM90A "wgmma.wait_group.sync.aligned 1;" ::: "memory");
+}
+
 /* Ties n registers (accumulators: WGMMA_HOLD; A fragments: WGMMA_HOLD_A) to this point, so the compiler
  * neither moves their writes past it nor their reads before it, nor gives their registers to other values
  * across it. Around every wgmma batch: before the fence (what the batch reads is written by then: the
@@ -170,6 +178,23 @@ static inline void wgmma_wait_all(void)
         for (int hold_ = 0; hold_ < (n); hold_++)                                                                    \
             __asm__ volatile("" : "+r"((a)[hold_])::"memory");                                                      \
     } while (0)
+
+/* Keeps ptxas from undoing an overlap of arithmetic with a wgmma in flight, called where the arithmetic ends,
+ * before the wgmma's wait, with `never` 0 at run time (which the compiler cannot know). ptxas 13.0 schedules
+ * within a basic block, and there it hoisted the wait over the whole softmax; and it handed the registers of a
+ * wgmma's A operand to the softmax's temporaries as soon as the wgmma was issued, so those waited for the
+ * wgmma to have read them. The branch never taken ends the block; on its path it reads A's n registers (stores
+ * them at `at`, n / 4 uint4 of local memory), so they stay A's until there. */
+static inline void wgmma_keep_a(const uint *a, int n, uint never, __local const uint4 *at)
+{
+    if (never) {
+NV_UNROLL
+        for (int i = 0; i < n; i += 4)
+            __asm__ volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(local_address(at + i / 4)), "r"(a[i]),
+                             "r"(a[i + 1]), "r"(a[i + 2]), "r"(a[i + 3])
+                             : "memory");
+    }
+}
 
 /* Writes to local memory by plain stores or cp.async made visible to wgmma's reads (the async proxy):
  * each writer after its writes, before the barrier. */

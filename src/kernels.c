@@ -210,8 +210,20 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
 {
     mma_options(dev, p, s, scale_log2, buf, size);
     const size_t used = strlen(buf);
-    const bool q_smem = p->head_dim > 128 || (p->head_dim > 96 && s->axis[N] == 128);
-    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d", q_smem);
+    /* The softmax overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
+     * blocks, where its registers fit: a thread holds S (BLOCK_N / 2), O (d / 2), the previous block's P
+     * (BLOCK_N / 4) and about 40 more (addresses, the rows' m and l), within what a work-group of W warps leaves
+     * each (65536 / 32 W registers, at most 255); ptxas 13.0 offline agreed on the built-in shapes (no spills
+     * where this fits, spills where not). Q is read from local memory where its fragments (d / 4) would not fit
+     * beside them. H200, N = 16k, f16, TFLOP/s without / with the overlap (docs/perf.md v0.15): d = 128 12 x 64
+     * 393.9 / 425.0 (non-causal), 410.3 / 432.4 (causal); d = 64 12 x 64 295.0 / 297.7; on 128-key blocks it
+     * lost: d = 64 12 x 128 369.7 / 330.5, 8 x 128 274.3 / 261.8; d = 128 8 x 128 358.2 / 357.5. */
+    const int per_thread = 65536 / (32 * s->axis[W]), cap = per_thread < 255 ? per_thread : 255;
+    const int live = s->axis[N] / 2 + p->head_dim / 2 + s->axis[N] / 4 + 40;
+    const bool overlap = s->axis[N] == 64 && live <= cap;
+    const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
+                                                      : p->head_dim > 96 && s->axis[N] == 128);
+    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d", q_smem, overlap);
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
