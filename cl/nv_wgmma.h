@@ -184,15 +184,15 @@ static inline void wgmma_wait_one(void)
  * within a basic block, and there it hoisted the wait over the whole softmax; and it handed the registers of a
  * wgmma's A operand to the softmax's temporaries as soon as the wgmma was issued, so those waited for the
  * wgmma to have read them. The branch never taken ends the block; on its path it reads A's n registers (stores
- * them at `at`, n / 4 uint4 of local memory), so they stay A's until there. */
+ * them at `at`, one a 16 bytes), so they stay A's until there. One store a register, none contiguous: with
+ * 4 of 16 bytes (or stores it could join into those) ptxas predicated them instead of branching, and the
+ * block did not end. */
 static inline void wgmma_keep_a(const uint *a, int n, uint never, __local const uint4 *at)
 {
     if (never) {
 NV_UNROLL
-        for (int i = 0; i < n; i += 4)
-            __asm__ volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(local_address(at + i / 4)), "r"(a[i]),
-                             "r"(a[i + 1]), "r"(a[i + 2]), "r"(a[i + 3])
-                             : "memory");
+        for (int i = 0; i < n; i++)
+            __asm__ volatile("st.shared.b32 [%0], %1;" ::"r"(local_address(at + i)), "r"(a[i]) : "memory");
     }
 }
 
