@@ -101,7 +101,7 @@ NV_UNROLL
         const float m_new = fmax(m_row[r], ext * scale_log2);  /* -inf when every key is hidden */
         /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[r] = exp2_ftz(m_row[r] - m_ref);
+        const float rescale_by = exp2_ftz(m_row[r] - m_ref);
 NV_UNROLL
         for (int c = 0; c < ROW_CHAINS; c++)
             part[c] = 0.0f;
@@ -116,15 +116,16 @@ NV_UNROLL
 NV_UNROLL
             for (int c = 0; c + w < ROW_CHAINS; c += 2 * w)
                 part[c] += part[c + w];
-        l_row[r] = l_row[r] * alpha[r] + part[0];
+        l_row[r] = l_row[r] * rescale_by + part[0];
         m_row[r] = m_new;
         if (rescale) {
 NV_UNROLL
             for (int n = 0; n < O_TILES; n++) {
-                acc[n][2 * r] *= alpha[r];
-                acc[n][2 * r + 1] *= alpha[r];
+                acc[n][2 * r] *= rescale_by;
+                acc[n][2 * r + 1] *= rescale_by;
             }
         }
+        alpha[r] = rescale_by;  /* stored last: stored as computed, NVIDIA's compiler moved the exponent (v0.15) */
     }
 }
 

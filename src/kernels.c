@@ -211,16 +211,19 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     mma_options(dev, p, s, scale_log2, buf, size);
     const size_t used = strlen(buf);
     /* The softmax overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
-     * blocks, where its registers fit: a thread holds S (BLOCK_N / 2), O (d / 2), the previous block's P
+     * blocks past d = 96, where PV (its length grows with d, the softmax's with the keys) is long enough to hide
+     * it, and where its registers fit: a thread holds S (BLOCK_N / 2), O (d / 2), the previous block's P
      * (BLOCK_N / 4) and about 40 more (addresses, the rows' m and l), within what a work-group of W warps leaves
      * each (65536 / 32 W registers, at most 255); ptxas 13.0 offline agreed on the built-in shapes (no spills
      * where this fits, spills where not). Q is read from local memory where its fragments (d / 4) would not fit
-     * beside them. H200, N = 16k, f16, TFLOP/s without / with the overlap (docs/perf.md v0.15): d = 128 12 x 64
-     * 393.9 / 425.0 (non-causal), 410.3 / 432.4 (causal); d = 64 12 x 64 295.0 / 297.7; on 128-key blocks it
-     * lost: d = 64 12 x 128 369.7 / 330.5, 8 x 128 274.3 / 261.8; d = 128 8 x 128 358.2 / 357.5. */
+     * beside them. H200, f16, TFLOP/s without / with it (docs/perf.md v0.15, call 3), non-causal / causal:
+     * N = 16k d = 128 12 x 64 395.9 / 420.0, 408.2 / 427.2 (the built-in 12 x 128: 428.9 / 427.5); N = 8k d = 160
+     * 12 x 64 427.5 / 428.9, 406.3 / 414.8; d = 256 8 x 64 384.4 / 404.4, 378.7 / 394.4; where it lost: d = 64 12 x 64
+     * 292.3 / 289.0, 281.3 / 279.9, 16 x 64 302.4 / 276.3, and on 128-key blocks (call 1) d = 64 12 x 128 369.7 /
+     * 330.5, d = 128 8 x 128 358.2 / 357.5. */
     const int per_thread = 65536 / (32 * s->axis[W]), cap = per_thread < 255 ? per_thread : 255;
     const int live = s->axis[N] / 2 + p->head_dim / 2 + s->axis[N] / 4 + 40;
-    const bool overlap = s->axis[N] == 64 && live <= cap;
+    const bool overlap = s->axis[N] == 64 && p->head_dim > 96 && live <= cap;
     const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
                                                       : p->head_dim > 96 && s->axis[N] == 128);
     snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d", q_smem, overlap);
@@ -627,6 +630,9 @@ static const struct builtin_shape mma_builtin[] = {
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 32)},
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 16)},
     {ARCH_ANY, 129, 256, -1, SHAPE(2, 1, 16)},
+    /* d <= 64 non-causal on sm_90: 8 x 2 x 64 (one work-group of 8 warps an SM, 64 KB) ran 2.6-4.2% above
+     * 4 x 2 x 64 at N = 4k-32k, f16 (docs/perf.md v0.15, call 3); causal, 8 x 2 x 64 was 1.5% below at 16k. */
+    {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(8, 2, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},

@@ -399,7 +399,9 @@ START_TEST(tensor_core_shapes_must_fit)
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
     check_mma_shape(t, FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
-    check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
+    /* d <= 64 non-causal on sm_90: 8x2x64 (64 KB); causal 4x2x64. */
+    check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 2, 64, h200);
+    check_mma_shape(config_of(ctx, 64, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     /* Past d = 128: 8x1x128 up to d = 160 on sm_90, then 8x1x64 where it fits (f16 d = 256: 192 KB),
      * 8x1x32 (128 KB), 4x1x32, 4x1x16, 2x1x16. */
     check_mma_shape(config_of(ctx, 256, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 8, 1, 64, h200);
@@ -408,6 +410,7 @@ START_TEST(tensor_core_shapes_must_fit)
     flashcl_context_destroy(&ctx);
     ctx = assumed_tensor_cores(a100, 0, 0, 0, 0);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);
+    check_mma_shape(config_of(ctx, 64, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);  /* 8x2x64: sm_90's */
     check_mma_shape(config_of(ctx, 160, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
     check_mma_shape(config_of(ctx, 256, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 32, a100);
     check_mma_shape(config_of(ctx, 192, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
