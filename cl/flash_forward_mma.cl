@@ -105,6 +105,26 @@
 #define WGMMA_OVERLAP 0
 #endif
 #define OVERLAP (WGMMA && WGMMA_OVERLAP)
+/* K/V buffers: 2 (block kb + 1 streams in while kb computes) or 3 (kb + 2: twice the time for a block's
+ * copies to land; src/kernels.c gives the wgmma kernel 3 where they fit). The overlap takes 2. */
+#ifndef KV_STAGES
+#define KV_STAGES 2
+#endif
+#if KV_STAGES != 2 && KV_STAGES != 3
+#error "KV_STAGES must be 2 or 3"
+#endif
+#if OVERLAP && KV_STAGES != 2
+#error "WGMMA_OVERLAP streams V a block behind K in two buffers: KV_STAGES 2"
+#endif
+#if KV_STAGES == 3
+#define WAIT_BLOCK_LANDED() COPY_ASYNC_WAIT(1)  /* all but the newest group: the block after stays in flight */
+#define LOAD_STAGE(st) ((st) == 0 ? 2 : (st) - 1)  /* the buffer the previous block used */
+#define NEXT_STAGE(st) ((st) == 2 ? 0 : (st) + 1)
+#else
+#define WAIT_BLOCK_LANDED() COPY_ASYNC_WAIT(0)
+#define LOAD_STAGE(st) ((st) ^ 1)
+#define NEXT_STAGE(st) ((st) ^ 1)
+#endif
 /* wgmma's local tiles start on 1024 bytes (its swizzle's atoms); mma.sync's on 16. */
 #define TILE_ALIGN (WGMMA ? 1024 : 16)
 
@@ -159,8 +179,8 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
     __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
-    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));  /* two buffers */
-    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 k_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 v_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -191,7 +211,7 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     split_keys(split, n_splits, &kv_begin, &kv_end);
 #endif
 
-    /* Prologue: Q and the first K/V block into buffer 0. */
+    /* Prologue: Q and the first K/V block into buffer 0 (and with three buffers the second into 1). */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
     if (kv_begin < kv_end) {
 #if OVERLAP
@@ -208,7 +228,12 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
         v_tiles[BLOCK_N * ROW_CHUNKS + c] = (uint4)(0u);
 #endif
     copy_async_commit();
-    COPY_ASYNC_WAIT(0);
+#if KV_STAGES == 3
+    if (kv_begin + BLOCK_N < kv_end)
+        LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + BLOCK_N * ROW_CHUNKS, kv_begin + BLOCK_N);
+    copy_async_commit();
+#endif
+    WAIT_BLOCK_LANDED();
 #if WGMMA
     fence_proxy_async();  /* the landed K/V (and zero rows) to wgmma's reads */
 #endif
@@ -254,11 +279,11 @@ NV_UNROLL
         p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
 #endif
     int stage = 0;  /* the buffer of block kb's K (and V) */
-    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {
         /* Block kb has landed for this thread; the barrier makes it visible to
-         * all, and tells that every warp is done with the other buffer (the
-         * previous block), which the next block then streams into. */
-        COPY_ASYNC_WAIT(0);
+         * all, and tells that every warp is done with the previous block's
+         * buffer, which the block KV_STAGES - 1 ahead then streams into. */
+        WAIT_BLOCK_LANDED();
 #if WGMMA
         fence_proxy_async();
 #endif
@@ -271,8 +296,9 @@ NV_UNROLL
         }
         LOAD_V(v_tiles + stage * BLOCK_N * ROW_CHUNKS, kb);
 #else
-        if (kb + BLOCK_N < kv_end) {
-            LOAD_KV(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
+        if (kb + (KV_STAGES - 1) * BLOCK_N < kv_end) {
+            LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,
+                    kb + (KV_STAGES - 1) * BLOCK_N);
         }
 #endif
         copy_async_commit();

@@ -192,13 +192,48 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
              fcl_dtype_define(p->dtype), p->varlen);
 }
 
-/* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): Q, and K and V twice, in tiles
- * of whole 64-column panels (128 bytes a row a panel: cl/nv_mma16.h's ROW_CHUNKS). */
+/* Whether the softmax is overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
+ * blocks past d = 96, where PV (its length grows with d, the softmax's with the keys) is long enough to hide
+ * it, and where its registers fit: a thread holds S (BLOCK_N / 2), O (d / 2), the previous block's P
+ * (BLOCK_N / 4) and about 40 more (addresses, the rows' m and l), within what a work-group of W warps leaves
+ * each (65536 / 32 W registers, at most 255); ptxas 13.0 offline agreed on the built-in shapes (no spills
+ * where this fits, spills where not). Q is read from local memory where its fragments (d / 4) would not fit
+ * beside them. H200, f16, TFLOP/s without / with it (docs/perf.md v0.15, call 3), non-causal / causal:
+ * N = 16k d = 128 12 x 64 395.9 / 420.0, 408.2 / 427.2 (the built-in 12 x 128: 428.9 / 427.5); N = 8k d = 160
+ * 12 x 64 427.5 / 428.9, 406.3 / 414.8; d = 256 8 x 64 384.4 / 404.4, 378.7 / 394.4; where it lost: d = 64 12 x 64
+ * 292.3 / 289.0, 281.3 / 279.9, 16 x 64 302.4 / 276.3, and on 128-key blocks (call 1) d = 64 12 x 128 369.7 /
+ * 330.5, d = 128 8 x 128 358.2 / 357.5. */
+static bool wgmma_overlaps(const struct problem *p, const struct kernel_shape *s, int *cap, int *live)
+{
+    const int per_thread = 65536 / (32 * s->axis[W]);
+    *cap = per_thread < 255 ? per_thread : 255;
+    *live = s->axis[N] / 2 + p->head_dim / 2 + s->axis[N] / 4 + 40;
+    return s->axis[N] == 64 && p->head_dim > 96 && *live <= *cap;
+}
+
+/* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): Q, and K and V two or three
+ * times (KV_STAGES), in tiles of whole 64-column panels (128 bytes a row a panel: cl/nv_mma16.h's
+ * ROW_CHUNKS). Three buffers where they fit the device's usable local memory as the planner counts it (so a
+ * shape that fits with two still does), but not with the overlap. */
+static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p,
+                          int stages)
+{
+    const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 63) / 64;
+    return (m + 2 * (size_t)stages * n) * 128 * panels +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
+}
+
+static int wgmma_kv_stages(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
+{
+    int cap, live;
+    return !wgmma_overlaps(p, s, &cap, &live) && wgmma_bytes(dev, s, p, 3) + FCL_LOCAL_SLACK <= dev->usable_local
+               ? 3 : 2;
+}
+
 static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                 const struct problem *p)
 {
-    const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 63) / 64;
-    return (m + 4 * n) * 128 * panels + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
+    return wgmma_bytes(dev, s, p, wgmma_kv_stages(dev, s, p));
 }
 
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
@@ -210,23 +245,12 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
 {
     mma_options(dev, p, s, scale_log2, buf, size);
     const size_t used = strlen(buf);
-    /* The softmax overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
-     * blocks past d = 96, where PV (its length grows with d, the softmax's with the keys) is long enough to hide
-     * it, and where its registers fit: a thread holds S (BLOCK_N / 2), O (d / 2), the previous block's P
-     * (BLOCK_N / 4) and about 40 more (addresses, the rows' m and l), within what a work-group of W warps leaves
-     * each (65536 / 32 W registers, at most 255); ptxas 13.0 offline agreed on the built-in shapes (no spills
-     * where this fits, spills where not). Q is read from local memory where its fragments (d / 4) would not fit
-     * beside them. H200, f16, TFLOP/s without / with it (docs/perf.md v0.15, call 3), non-causal / causal:
-     * N = 16k d = 128 12 x 64 395.9 / 420.0, 408.2 / 427.2 (the built-in 12 x 128: 428.9 / 427.5); N = 8k d = 160
-     * 12 x 64 427.5 / 428.9, 406.3 / 414.8; d = 256 8 x 64 384.4 / 404.4, 378.7 / 394.4; where it lost: d = 64 12 x 64
-     * 292.3 / 289.0, 281.3 / 279.9, 16 x 64 302.4 / 276.3, and on 128-key blocks (call 1) d = 64 12 x 128 369.7 /
-     * 330.5, d = 128 8 x 128 358.2 / 357.5. */
-    const int per_thread = 65536 / (32 * s->axis[W]), cap = per_thread < 255 ? per_thread : 255;
-    const int live = s->axis[N] / 2 + p->head_dim / 2 + s->axis[N] / 4 + 40;
-    const bool overlap = s->axis[N] == 64 && p->head_dim > 96 && live <= cap;
+    int cap, live;
+    const bool overlap = wgmma_overlaps(p, s, &cap, &live);
     const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
                                                       : p->head_dim > 96 && s->axis[N] == 128);
-    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d", q_smem, overlap);
+    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d", q_smem, overlap,
+             wgmma_kv_stages(dev, s, p));
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
