@@ -12,10 +12,11 @@
  * feeds two mma (half the local-memory traffic per mma), and Q fragments are
  * re-read from local memory each k-step to leave registers for the second
  * tile; with M_TILES = 1 Q stays in registers. K and V are double-buffered
- * in local memory: while a block's S = QKᵀ, softmax and P·V run, cp.async
- * streams the next BLOCK_N keys of K and V into the other buffer, so one
- * barrier per block suffices (it both publishes the landed block and frees
- * the buffer the previous block used). Per block:
+ * in local memory (or triple: KV_STAGES): while a block's S = QKᵀ, softmax
+ * and P·V run, cp.async streams the next BLOCK_N keys of K and V into the
+ * other buffer, so one barrier per block suffices (it both publishes the
+ * landed block and frees the buffer the previous block used); with
+ * WGMMA_OVERLAP V streams a block behind K (below). Per block:
  *     S = Q Kᵀ      mma.sync m16n8k16
  *     online softmax on the S fragments (quad shuffles for row max / sum)
  *     O += P V      P repacked from the S accumulators, never stored
@@ -278,11 +279,13 @@ NV_UNROLL
     for (int kc = 0; kc < BLOCK_N / 16; kc++)
         p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
 #endif
-    int stage = 0;  /* the buffer of block kb's K (and V) */
-    for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {
-        /* Block kb has landed for this thread; the barrier makes it visible to
-         * all, and tells that every warp is done with the previous block's
-         * buffer, which the block KV_STAGES - 1 ahead then streams into. */
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* stage: kb's buffer */
+        /* Block kb has landed for this thread (with the overlap: its K and the
+         * previous block's V); the barrier makes it visible to all, and tells
+         * that every warp is done with the previous block's buffer, which the
+         * block KV_STAGES - 1 ahead then streams into (with the overlap: the
+         * next block's K, and this block's V into the V buffer the PV before
+         * the previous one read). */
         WAIT_BLOCK_LANDED();
 #if WGMMA
         fence_proxy_async();
@@ -303,7 +306,9 @@ NV_UNROLL
 #endif
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+#if !OVERLAP
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
+#endif
 
         float s[M_TILES][S_TILES][4];
 #if WGMMA
@@ -384,15 +389,15 @@ NV_UNROLL
         edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
 #endif
 #if OVERLAP
-        softmax_scores(s[0], acc[0], alpha, m_row[0], l_row[0], edge, kb, warp_row0 + g, warp_row0 + g + 8, t,
-                       seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
+        softmax_scores(s[0], alpha, m_row[0], l_row[0], edge, kb, warp_row0 + g, warp_row0 + g + 8, t, seq_kv,
+                       diag, scale_log2 NV_SCRATCH_ARG);
         /* The softmax's results tied to this point, before the wait: else the compiler may sink its
          * arithmetic past the wait (nothing orders plain arithmetic after a volatile asm); and the softmax
          * ended as a basic block of ptxas's, with P's registers read where it ends (wgmma_keep_a). */
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
         WGMMA_HOLD(alpha, 2);
         WGMMA_HOLD(l_row[0], 2);
-        wgmma_keep_a(&p_prev[0][0], BLOCK_N / 16 * 4, (uint)seq_q >> 31, q_tile);
+        wgmma_keep_a(&p_prev[0][0], BLOCK_N / 16 * 4, (uint)rows_grid >> 31, q_tile);  /* rows_grid >= 0 */
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
 NV_UNROLL
@@ -402,7 +407,6 @@ NV_UNROLL
             p_prev[kc][2] = pack_pair(s[0][2 * kc + 1][0], s[0][2 * kc + 1][1]);
             p_prev[kc][3] = pack_pair(s[0][2 * kc + 1][2], s[0][2 * kc + 1][3]);
         }
-        (void)v_tile;
 #else
         uint pf[M_TILES][BLOCK_N / 16][4];
 NV_UNROLL
@@ -449,14 +453,15 @@ NV_UNROLL
     }
     COPY_ASYNC_WAIT(0);
 #if OVERLAP
-    if (kv_begin < kv_end) {  /* the last block's PV, once its V has landed */
+    if (kv_begin < kv_end) {  /* the last block's PV, once its V (in the last block's buffer) has landed */
+        const int last_stage = ((kv_end - kv_begin - 1) / BLOCK_N) & 1;
         fence_proxy_async();
         barrier(CLK_LOCAL_MEM_FENCE);
         rescale_rows(acc[0], alpha);
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
         WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
         wgmma_fence();
-        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + last_stage * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);

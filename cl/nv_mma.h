@@ -125,7 +125,7 @@ NV_UNROLL
                 acc[n][2 * r + 1] *= rescale_by;
             }
         }
-        alpha[r] = rescale_by;  /* stored last: stored as computed, NVIDIA's compiler moved the exponent (v0.15) */
+        alpha[r] = rescale_by;  /* stored last: stored where computed, the driver's PTX computed it earlier (v0.15) */
     }
 }
 
@@ -151,12 +151,12 @@ static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], fl
                   scale_log2 NV_SCRATCH_ARG);
 }
 
-/* Into m and l only: O's rescale by alpha left to the caller (rescale_rows). */
-static inline void softmax_scores(float s[S_TILES][4], float acc[O_TILES][4], float alpha[2], float m_row[2],
-                                  float l_row[2], bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv,
-                                  int diag, float scale_log2 NV_SCRATCH_PARAM)
+/* Into m and l only: O's rescale by alpha left to the caller (rescale_rows); O is not touched. */
+static inline void softmax_scores(float s[S_TILES][4], float alpha[2], float m_row[2], float l_row[2], bool edge,
+                                  int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
+                                  float scale_log2 NV_SCRATCH_PARAM)
 {
-    softmax_block(s, acc, false, alpha, m_row, l_row, edge, kb, row_lo, row_hi, t, seq_kv, diag,
+    softmax_block(s, (float(*)[4])0, false, alpha, m_row, l_row, edge, kb, row_lo, row_hi, t, seq_kv, diag,
                   scale_log2 NV_SCRATCH_ARG);
 }
 

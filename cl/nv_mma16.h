@@ -143,12 +143,10 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
  * copy waiting on its own (measured: 1.44-1.51x dense with one lookup per
  * copy, 1.19-1.25x with K's and V's batched apart, docs/perf.md v0.8). */
 #define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
-static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
-                                 __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
-                                 int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
-                                 int pages_per_seq, int num_pages)
+/* The page and the row within it of each key this thread copies. */
+static inline void paged_lookup(int page[PAGED_STEPS], int in_page[PAGED_STEPS], int first_row, int seq, int tid, int b,
+                                __global const int *pages, int page_size, int pages_per_seq, int num_pages)
 {
-    int page[PAGED_STEPS], in_page[PAGED_STEPS];
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int key = first_row + (tid + i * WG) / CHUNKS;
@@ -156,6 +154,15 @@ NV_UNROLL
         page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
         in_page[i] = key - n * page_size;
     }
+}
+
+static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
+                                 __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
+                                 int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
+                                 int pages_per_seq, int num_pages)
+{
+    int page[PAGED_STEPS], in_page[PAGED_STEPS];
+    paged_lookup(page, in_page, first_row, seq, tid, b, pages, page_size, pages_per_seq, num_pages);
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;
@@ -181,13 +188,7 @@ static inline void load_paged_tile(__local uint4 *tile, __global const ushort *b
                                    int pages_per_seq, int num_pages)
 {
     int page[PAGED_STEPS], in_page[PAGED_STEPS];
-NV_UNROLL
-    for (int i = 0; i < PAGED_STEPS; i++) {
-        const int key = first_row + (tid + i * WG) / CHUNKS;
-        const int n = key / page_size;
-        page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
-        in_page[i] = key - n * page_size;
-    }
+    paged_lookup(page, in_page, first_row, seq, tid, b, pages, page_size, pages_per_seq, num_pages);
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;

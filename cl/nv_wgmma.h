@@ -187,7 +187,7 @@ static inline void wgmma_wait_one(void)
  * them at `at`, one a 16 bytes), so they stay A's until there. One store a register, none contiguous: with
  * 4 of 16 bytes (or stores it could join into those) ptxas predicated them instead of branching, and the
  * block did not end. */
-static inline void wgmma_keep_a(const uint *a, int n, uint never, __local const uint4 *at)
+static inline void wgmma_keep_a(const uint *a, int n, uint never, __local uint4 *at)
 {
     if (never) {
 NV_UNROLL

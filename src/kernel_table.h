@@ -58,7 +58,7 @@ struct problem {
     enum flashcl_mask mask;
     int window_left, window_right;     /* the mask as a window (-1: unlimited), whatever its kind */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
-    int varlen;     /* cl/varlen.h: 0 dense, 1 packed sequences with offsets, 2 a KV cache's lengths */
+    int varlen;     /* cl/varlen.h: 0 dense, 1 packed sequences with offsets, 2 a KV cache's lengths, 3 paged */
     int batch, heads_q, heads_kv, seq_q, seq_kv;  /* the grid's (the longest sequence's for varlen): split-KV's
                                                      rule and the decode kernel's rows */
 };

@@ -202,13 +202,14 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
  * N = 16k d = 128 12 x 64 395.9 / 420.0, 408.2 / 427.2 (the built-in 12 x 128: 428.9 / 427.5); N = 8k d = 160
  * 12 x 64 427.5 / 428.9, 406.3 / 414.8; d = 256 8 x 64 384.4 / 404.4, 378.7 / 394.4; where it lost: d = 64 12 x 64
  * 292.3 / 289.0, 281.3 / 279.9, 16 x 64 302.4 / 276.3, and on 128-key blocks (call 1) d = 64 12 x 128 369.7 /
- * 330.5, d = 128 8 x 128 358.2 / 357.5. */
+ * 330.5, d = 128 8 x 128 358.2 / 357.5. Not on a paged cache: there K's and V's page lookups are apart, and ptxas
+ * spilled 4-44 bytes at d = 160 and 256 (offline; not measured on the GPU). */
 static bool wgmma_overlaps(const struct problem *p, const struct kernel_shape *s, int *cap, int *live)
 {
-    const int per_thread = 65536 / (32 * s->axis[W]);
+    const int per_thread = 65536 / (32 * s->axis[W]) & ~7;  /* registers are allocated 8 at a time */
     *cap = per_thread < 255 ? per_thread : 255;
     *live = s->axis[N] / 2 + p->head_dim / 2 + s->axis[N] / 4 + 40;
-    return s->axis[N] == 64 && p->head_dim > 96 && *live <= *cap;
+    return s->axis[N] == 64 && p->head_dim > 96 && p->varlen != 3 && *live <= *cap;
 }
 
 /* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): Q, and K and V two or three
@@ -237,9 +238,10 @@ static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kern
 }
 
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
- * fragments do not fit in registers beside O's accumulator, and past d = 96 with 128-key blocks: H200, N = 16k,
- * f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with Q in registers
- * 399.9 / 398.1 (docs/perf.md v0.13); at d = 64, 12 x 128, registers ran 345 / 331 and local memory 340 / 326. */
+ * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
+ * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
+ * Q in registers 399.9 / 398.1 (docs/perf.md v0.13); at d = 64, 12 x 128, registers ran 345 / 331 and local
+ * memory 340 / 326; with the overlap where its estimate leaves no room for Q's d / 4 (wgmma_overlaps). */
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
@@ -654,8 +656,9 @@ static const struct builtin_shape mma_builtin[] = {
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 32)},
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 16)},
     {ARCH_ANY, 129, 256, -1, SHAPE(2, 1, 16)},
-    /* d <= 64 non-causal on sm_90: 8 x 2 x 64 (one work-group of 8 warps an SM, 64 KB) ran 2.6-4.2% above
-     * 4 x 2 x 64 at N = 4k-32k, f16 (docs/perf.md v0.15, call 3); causal, 8 x 2 x 64 was 1.5% below at 16k. */
+    /* d <= 64 unmasked on sm_90: 8 x 2 x 64 (one work-group of 8 warps an SM, 64 KB) ran 2.6-4.2% above
+     * 4 x 2 x 64 at d = 64, N = 4k-32k, f16 (docs/perf.md v0.15, call 3; smaller d not measured); causal,
+     * 8 x 2 x 64 was 1.5% below at 16k. */
     {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(8, 2, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64)},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32)},

@@ -406,8 +406,10 @@ END_TEST
  * assumes an sm_90 whose probe passed), so its tiles, descriptors and split S run in CI too: one warpgroup
  * with 64-key blocks at d = 64 (S in two halves), at d = 96 (a half-used second panel) and at d = 192 (S
  * with Q read from local memory), split over the keys; two warpgroups with 128-key blocks at d = 128 (Q
- * from local memory there too: src/kernels.c's wgmma_options); GQA, causal and a window, both dtypes
- * (tests/test_tensor_cores.c runs every case there and on the H200). */
+ * from local memory there too: src/kernels.c's wgmma_options); past d = 96 on 64-key blocks the softmax beside
+ * the previous block's PV (WGMMA_OVERLAP): d = 128 causal with GQA, d = 160 with a window and a negative scale,
+ * d = 192; GQA, causal and a window, both dtypes (tests/test_tensor_cores.c runs every case there and on the
+ * H200). */
 START_TEST(emulated_wgmma_forward)
 {
     struct test_env *e = test_env_get();
@@ -423,6 +425,8 @@ START_TEST(emulated_wgmma_forward)
         {0, 4, 64, {1, 70, 140, 2, 1, 64, BF16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 40, 8}},
         {0, 4, 64, {1, 90, 150, 2, 1, 96, BF16, 1, 0, LAYOUT_BNHD, 1}},
         {0, 4, 64, {1, 100, 77, 2, 2, 192, F16, 0, 0, LAYOUT_BHND, 1}},
+        {0, 4, 64, {1, 70, 200, 4, 2, 128, F16, 1, 0, LAYOUT_BNHD, 1}},
+        {0, 4, 64, {1, 90, 170, 2, 1, 160, BF16, 0, -0.15f, LAYOUT_BHND, 1, 0, 0, 1, 60, 5}},
         {1, 8, 128, {1, 200, 300, 2, 1, 128, F16, 1, 0, LAYOUT_BNHD, 1}},
     };
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
@@ -437,12 +441,12 @@ START_TEST(emulated_wgmma_forward)
     }
     const cl_ulong usable = flashcl_context_local_mem_bytes(ctx[0]);
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
-        /* The shape's tiles (its query rows and two K and V buffers, in 128-byte rows a 64-column panel),
-         * the emulator's scratch and a little slack: 44 KB at d = 64, 124 KB at d = 192, 165 KB for the
-         * 8 x 128 shape at d = 128. */
+        /* The shape's tiles (its query rows and up to three K and V buffers, in 128-byte rows a 64-column
+         * panel), the emulator's scratch and a little slack: 60 KB at d = 64, 172 KB at d = 192, 231 KB for
+         * the 8 x 128 shape at d = 128. */
         const struct test_case *c = &cases[i].c;
         const cl_ulong panels = (cl_ulong)(c->head_dim + 63) / 64;
-        const cl_ulong needs = (16 * (cl_ulong)cases[i].warps + 4 * (cl_ulong)cases[i].block_n) * 128 * panels +
+        const cl_ulong needs = (16 * (cl_ulong)cases[i].warps + 6 * (cl_ulong)cases[i].block_n) * 128 * panels +
                                (cl_ulong)cases[i].warps * 192 * 4 + 1024;
         if (usable < needs) {
             printf("emulated wgmma case %d: skipped (%llu bytes of local memory, %llu needed)\n", i,

@@ -569,6 +569,57 @@ START_TEST(wgmma_gives_way_to_tensor_core)
 }
 END_TEST
 
+/* The wgmma kernel's build choices on an H200-sized device (src/kernels.c's wgmma_overlaps, wgmma_kv_stages):
+ * the softmax beside the previous block's PV only on 64-key blocks past d = 96 where its registers fit, never
+ * on a paged cache; three K/V buffers where they fit and the overlap is off; Q read from local memory where its
+ * fragments do not fit beside the rest. */
+START_TEST(wgmma_build_choices)
+{
+    struct test_env *e = test_env_get();
+    static const struct {
+        const char *options;
+        int d, varlen;
+        const char *want[3];  /* substrings of the plan's build options */
+    } cases[] = {
+        {"", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0"}},    /* 12 x 128: 120 KB with three */
+        {"", 128, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1"}},   /* 12 x 128: three need 240 KB */
+        {"", 160, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1"}},   /* 12 x 64 */
+        {"", 192, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1"}},   /* 12 x 64: 184 registers > 168 */
+        {"", 256, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1"}},   /* 8 x 64 */
+        {"", 160, 3, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1"}},   /* paged */
+        {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1"}},
+        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0"}},
+        {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0"}},
+    };
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(mem);
+    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.local_mem_bytes = 232448;
+        p.kernel_options = cases[i].options;
+        p.tuning_file = "";
+        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_wgmma = true,
+                                             .assume_compute_capability = 90};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+        struct flashcl_attention a = shape(cases[i].d, FLASHCL_F16, 1, mem);
+        struct problem pr;
+        fcl_forward_problem(&a, &pr);
+        pr.varlen = cases[i].varlen;
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        for (int j = 0; j < 3; j++)
+            ck_assert_msg(strstr(plan.options, cases[i].want[j]) != NULL, "case %d (d = %d): \"%s\" not in \"%s\"", i,
+                          cases[i].d, cases[i].want[j], plan.options);
+        flashcl_context_destroy(&ctx);
+    }
+    clReleaseMemObject(mem);
+}
+END_TEST
+
 /* Candidates fit the local memory they were asked for, more memory never
  * gives fewer, and the footprint the table computes is what the built
  * kernel declares (CL_KERNEL_LOCAL_MEM_SIZE), for the kernels this device
@@ -1326,6 +1377,7 @@ int main(void)
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, wgmma_planned_where_it_runs);
+    tcase_add_test(tc, wgmma_build_choices);
     tcase_add_test(tc, wgmma_gives_way_to_tensor_core);
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, decode_kernels_match_built_kernels);
