@@ -117,6 +117,9 @@
 #if OVERLAP && KV_STAGES != 2
 #error "WGMMA_OVERLAP streams V a block behind K in two buffers: KV_STAGES 2"
 #endif
+#if OVERLAP && VARLEN == 3
+#error "WGMMA_OVERLAP loads K and V of different blocks: not on a paged cache (one lookup serves both there)"
+#endif
 #if KV_STAGES == 3
 #define WAIT_BLOCK_LANDED() COPY_ASYNC_WAIT(1)  /* all but the newest group: the block after stays in flight */
 #define LOAD_STAGE(st) ((st) == 0 ? 2 : (st) - 1)  /* the buffer the previous block used */

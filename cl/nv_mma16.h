@@ -143,10 +143,12 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
  * copy waiting on its own (measured: 1.44-1.51x dense with one lookup per
  * copy, 1.19-1.25x with K's and V's batched apart, docs/perf.md v0.8). */
 #define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
-/* The page and the row within it of each key this thread copies. */
-static inline void paged_lookup(int page[PAGED_STEPS], int in_page[PAGED_STEPS], int first_row, int seq, int tid, int b,
-                                __global const int *pages, int page_size, int pages_per_seq, int num_pages)
+static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
+                                 __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
+                                 int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
+                                 int pages_per_seq, int num_pages)
 {
+    int page[PAGED_STEPS], in_page[PAGED_STEPS];
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int key = first_row + (tid + i * WG) / CHUNKS;
@@ -154,15 +156,6 @@ NV_UNROLL
         page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
         in_page[i] = key - n * page_size;
     }
-}
-
-static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
-                                 __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
-                                 int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
-                                 int pages_per_seq, int num_pages)
-{
-    int page[PAGED_STEPS], in_page[PAGED_STEPS];
-    paged_lookup(page, in_page, first_row, seq, tid, b, pages, page_size, pages_per_seq, num_pages);
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;
@@ -181,31 +174,6 @@ NV_UNROLL
 #define LOAD_KV(k_dst, v_dst, first)                                                                                 \
     load_paged_kv(k_dst, v_dst, k_base, v_base, k_sb, k_ss, v_sb, v_ss, first, seq_kv, tid, b, pages, page_size,   \
                   pages_per_seq, num_pages)
-
-/* One tile (K or V) of a block, its own lookups first (the overlapped wgmma loop's: K and V of different blocks). */
-static inline void load_paged_tile(__local uint4 *tile, __global const ushort *base, ulong sb, ulong ss,
-                                   int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
-                                   int pages_per_seq, int num_pages)
-{
-    int page[PAGED_STEPS], in_page[PAGED_STEPS];
-    paged_lookup(page, in_page, first_row, seq, tid, b, pages, page_size, pages_per_seq, num_pages);
-NV_UNROLL
-    for (int i = 0; i < PAGED_STEPS; i++) {
-        const int c = tid + i * WG;
-        if (c < BLOCK_N * CHUNKS) {
-            const int r = c / CHUNKS, ch = c % CHUNKS;
-            __local uint4 *dst = &tile[kv_index(r, ch)];
-            if (first_row + r < seq)
-                copy_async_16(local_address(dst), base + (ulong)page[i] * sb + (ulong)in_page[i] * ss + ch * 8);
-            else
-                *dst = (uint4)(0u);
-        }
-    }
-}
-#define LOAD_K(k_dst, first)                                                                                         \
-    load_paged_tile(k_dst, k_base, k_sb, k_ss, first, seq_kv, tid, b, pages, page_size, pages_per_seq, num_pages)
-#define LOAD_V(v_dst, first)                                                                                         \
-    load_paged_tile(v_dst, v_base, v_sb, v_ss, first, seq_kv, tid, b, pages, page_size, pages_per_seq, num_pages)
 #else
 #define LOAD_K(k_dst, first) load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid)
 #define LOAD_V(v_dst, first) load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid)
