@@ -8,8 +8,13 @@
 #   tools/ptxas-offline.sh cl/flash_backward_tf32.cl sm_90 -DHEAD_DIM=128 -DBLOCK_M=64 -DBLOCK_N=64 \
 #       -DWARPS=4 -DWG=128 -DCAUSAL=1 -DPASSES=3
 #
-# Prints one line a kernel: registers, spill stores and loads. ptxas's "too much shared data"
-# errors (static __local past 48 KB, which the OpenCL driver allows) are left out.
+# Prints one line a kernel: registers, spill stores and loads, then ptxas's warnings and its wgmma
+# notes (C75xx: an injected wait, serialised wgmma). ptxas's "too much shared data" errors (static
+# __local past 48 KB, which the OpenCL driver allows) are left out.
+#   SM90A=1       the sm_90a route's patch first (src/program.c's fcl_sm90a_patch: the marked wgmma
+#                 comments become code, the target sm_90a), for -DWGMMA=1 kernels; give arch sm_90a
+#   PTXAS_FLAGS   more ptxas options, e.g. "--maxrregcount 168" (the cap 12 warps leave a thread)
+#   KEEP_PTX=F    the PTX given to ptxas also written to F (for nvdisasm of a ptxas -o cubin)
 # Needs clang, llvm-link, opt and llc of one LLVM (LLVM_BIN, default llvm-config --bindir) and
 # ptxas (PTXAS, default ptxas on PATH or /usr/local/cuda/bin/ptxas).
 set -euo pipefail
@@ -54,11 +59,17 @@ if grep -q "^\.extern" "$tmp/kernel.ptx"; then
     grep "^\.extern" "$tmp/kernel.ptx" >&2
     exit 1
 fi
-"$PTXAS" -arch="$arch" -v "$tmp/kernel.ptx" -o /dev/null > "$tmp/ptxas.log" 2>&1 || true  # the shared-data errors
+if [ -n "${SM90A:-}" ]; then
+    sed -i -e 's/^\.target sm_80/.target sm_90a/' -e 's/^\.version 7\.0/.version 8.0/' -e 's|// @fcl-sm90a ||' "$tmp/kernel.ptx"
+fi
+[ -z "${KEEP_PTX:-}" ] || cp "$tmp/kernel.ptx" "$KEEP_PTX"
+# shellcheck disable=SC2086  # PTXAS_FLAGS: words on purpose
+"$PTXAS" ${PTXAS_FLAGS:-} -arch="$arch" -v "$tmp/kernel.ptx" -o /dev/null > "$tmp/ptxas.log" 2>&1 || true  # the shared-data errors
 awk '
 /Compiling entry function/ { k = $0; sub(/.*function \047/, "", k); sub(/\047.*/, "", k) }
 /spill stores/ { st = $5; ld = $9 }
 /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1)
                           printf "%-32s %3d registers, %s bytes spill stores, %s bytes spill loads\n", k, r, st, ld }
 /error/ && !/too much shared data/ { print; failed = 1 }
+/[Ww]arning|\(C75[0-9][0-9]\)/ { print }
 END { exit failed ? 1 : 0 }' "$tmp/ptxas.log"

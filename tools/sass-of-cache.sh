@@ -12,7 +12,8 @@
 # Needs ptxas (PTXAS, default ptxas on PATH or /usr/local/cuda/bin/ptxas) and nvdisasm (NVDISASM,
 # default nvdisasm on PATH; PyPI's nvidia-cuda-nvdisasm wheel has one). The static __local arrays are
 # shrunk first to share 48 KB (ptxas alone refuses more; their size changes no instruction).
-# docs/perf.md (v0.14) used it to find the ldmatrix address arithmetic and the exponent's fix-up.
+# docs/perf.md (v0.14) used it to find the ldmatrix address arithmetic and the exponent's fix-up, v0.15
+# to see that the overlapped wgmma loop kept its softmax between the two waits (printed where there is one).
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
 entry=$1 arch=${2:-sm_90a}
@@ -58,4 +59,15 @@ loop = ops[products[0]:products[-1] + 1]
 print(f"{len(loop)} instructions from the first to the last product ({len(ops)} in all):")
 for op, n in collections.Counter(loop).most_common(16):
     print(f"{n:6d} {op}")
+# The overlapped wgmma loop (WGMMA_OVERLAP): what runs between waiting for S alone and waiting for PV.
+lines = [l for l in open(sys.argv[1]) if re.match(r"\s*/\*[0-9a-f]{4,}\*/", l)]
+start = None
+for i, l in enumerate(lines):
+    if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in l:
+        start = i
+    elif start is not None and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in l:
+        between = lines[start + 1:i]
+        print(f"between wgmma.wait_group 1 and 0: {len(between)} instructions, "
+              f"{sum('MUFU.EX2' in b for b in between)} exponents")
+        start = None
 PY
