@@ -18,6 +18,11 @@
 #   bench/gpu-run.sh mma-sweep "W,M,N W,M,N ..."   (tensor-core shapes: warps,m_tiles,block_n,
 #                    forced through FLASHCL_KERNELS; each is checked by the tensor-core tests, then timed at N=16k next to FA2;
 #                    SWEEP_D picks head dims (SWEEP_HIDDEN heads*d, 2048), QUICK=1 skips the per-shape forward tests)
+#   bench/gpu-run.sh ab BASE_TREE [flashcl-bench options...]   (an A/B in one call: BASE_TREE, a source
+#                    tree carried with this one, e.g. `git archive REV | tar x -C .gpu/base` with .gpu in
+#                    carry, built beside this tree; flashcl-bench with the options on both, AB_ROUNDS (2)
+#                    rounds of base then new; PyTorch on the same shapes; bench/ab.py joins them: medians,
+#                    the change, × FA2 and cuDNN, and the errors compared)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
 #                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
@@ -50,6 +55,16 @@ shape_opts() {  # kernel "a,b[,c]"
   if [ $# -eq 3 ]; then echo "$k:warps=$1,m_tiles=$2,block_n=$3"; else echo "$k:block_m=$1,block_n=$2"; fi
 }
 
+# flashcl-bench's options that bench/torch_sdpa.py takes too (the same shapes for PyTorch).
+torch_args() {
+  python3 - "$@" <<'PY'
+import sys
+a = sys.argv[1:]
+keep = {"--n", "--d", "--dtype", "--causal", "--tokens", "--hidden", "--pass"}
+print(" ".join(f"{a[i]} {a[i+1]}" for i in range(len(a) - 1) if a[i] in keep))
+PY
+}
+
 status=0
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
@@ -66,13 +81,7 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   "$BUILD/bench/flashcl-bench" "${BENCH_ARGS[@]}" --csv "$OUT/flashcl.csv" > "$OUT/bench.log" 2>/dev/null || status=1
   cat "$OUT/bench.log"
   # PyTorch on the same shapes, in the same run.
-  TORCH_ARGS=$(python3 - "${BENCH_ARGS[@]}" <<'PY'
-import sys
-a = sys.argv[1:]
-keep = {"--n", "--d", "--dtype", "--causal", "--tokens", "--hidden", "--pass"}
-print(" ".join(f"{a[i]} {a[i+1]}" for i in range(len(a) - 1) if a[i] in keep))
-PY
-)
+  TORCH_ARGS=$(torch_args "${BENCH_ARGS[@]}")
   python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$OUT/torch.csv" 2>>"$OUT/bench.log" || status=1
   python3 bench/compare.py "$OUT/flashcl.csv" "$OUT/torch.csv" | tee "$OUT/compare.md"
 fi
@@ -128,6 +137,24 @@ if [ "$MODE" = probe ]; then
   echo "tuned:"; grep "^flash" "$OUT/bench-tuned.log"
   FLASHCL_TUNING= meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
   grep -E "^ *[0-9]+/[0-9]+ " "$OUT/tests.log" | head -12
+fi
+if [ "$MODE" = ab ]; then
+  BASE_TREE=${1:?bench/gpu-run.sh ab BASE_TREE [flashcl-bench options]}; shift
+  BASE_BUILD=/tmp/flashcl-base-build
+  { [ -d "$BASE_BUILD" ] || meson setup "$BASE_BUILD" "$BASE_TREE" --buildtype=release >>"$OUT/build.log" 2>&1; } &&
+    ninja -C "$BASE_BUILD" >>"$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  BENCH_ARGS=("$@")
+  [ ${#BENCH_ARGS[@]} -gt 0 ] || BENCH_ARGS=(--n 4096,16384 --d 64,128 --dtype f16 --causal 0,1)
+  base_csvs='' new_csvs=''
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do  # interleaved, so drift over the call falls on both
+    "$BASE_BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" --csv "$OUT/ab-base-$round.csv"       > "$OUT/ab-base-$round.log" 2>&1 || status=1
+    "$BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" --csv "$OUT/ab-new-$round.csv"       > "$OUT/ab-new-$round.log" 2>&1 || status=1
+    base_csvs+=${base_csvs:+,}$OUT/ab-base-$round.csv new_csvs+=${new_csvs:+,}$OUT/ab-new-$round.csv
+  done
+  TORCH_ARGS=$(torch_args "${BENCH_ARGS[@]}")
+  # shellcheck disable=SC2086  # TORCH_ARGS: words on purpose
+  python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$OUT/ab-torch.csv" 2>>"$OUT/ab-torch.log" || status=1
+  python3 bench/ab.py "$base_csvs" "$new_csvs" "$OUT/ab-torch.csv" | tee "$OUT/ab.md"
 fi
 if [ "$MODE" = f32-sweep ]; then
   # Exact f32 tiles of the register-tiled kernel ("block_m,block_n"), then TF32 shapes
