@@ -164,9 +164,10 @@
 #endif
 /* O[64 x HEAD_DIM] += P[64 x BLOCK_N] V[BLOCK_N x HEAD_DIM], issued (the caller fences before and waits after):
  * 16 keys a wgmma, 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in the next
- * panel, BLOCK_N rows of 128 bytes further. Inlined always: called twice, it may otherwise stay a function, and ptxas
- * serializes every wgmma around a call. */
-static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[BLOCK_N / 16][4], __local const uint4 *v_tile NV_SCRATCH_PARAM)
+ * panel, BLOCK_N rows of 128 bytes further. Inlined always: called twice, it may otherwise stay a function,
+ * and ptxas serializes every wgmma around a call. */
+static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[BLOCK_N / 16][4],
+                                                           __local const uint4 *v_tile NV_SCRATCH_PARAM)
 {
 NV_UNROLL
     for (int kc = 0; kc < BLOCK_N / 16; kc++)
@@ -282,7 +283,7 @@ NV_UNROLL
     for (int kc = 0; kc < BLOCK_N / 16; kc++)
         p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
 #endif
-    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* stage: kb's buffer */
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* kb's buffer */
         /* Block kb has landed for this thread (with the overlap: its K and the
          * previous block's V); the barrier makes it visible to all, and tells
          * that every warp is done with the previous block's buffer, which the
@@ -303,8 +304,8 @@ NV_UNROLL
         LOAD_V(v_tiles + stage * BLOCK_N * ROW_CHUNKS, kb);
 #else
         if (kb + (KV_STAGES - 1) * BLOCK_N < kv_end) {
-            LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,
-                    kb + (KV_STAGES - 1) * BLOCK_N);
+            LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,
+                    v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, kb + (KV_STAGES - 1) * BLOCK_N);
         }
 #endif
         copy_async_commit();
