@@ -388,6 +388,25 @@ static void check_mma_shape(struct flashcl_tile t, enum flashcl_tile_source sour
     ck_assert_uint_le(t.local_bytes, local_mem);
 }
 
+/* A context on this device as an H200 would plan it: tensor cores and wgmma assumed (compute capability 9.0),
+ * 227 KB of local memory, no tuning file, these kernel options (and the deprecated mma_warps). */
+static flashcl_context *assumed_h200(const char *options, int mma_warps)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.local_mem_bytes = 232448;
+    p.kernel_options = options;
+    p.mma_warps = mma_warps;
+    p.tuning_file = "";
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_wgmma = true,
+                                         .assume_compute_capability = 90};
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+    return ctx;
+}
+
 /* Tensor-core shapes, built-in, tuned or forced, are used only where their
  * local memory fits; where none fits, the call runs on the FMA units. */
 START_TEST(tensor_core_shapes_must_fit)
@@ -529,7 +548,6 @@ END_TEST
  * probe passed; nothing launched. */
 START_TEST(wgmma_gives_way_to_tensor_core)
 {
-    struct test_env *e = test_env_get();
     static const struct {
         const char *options;
         int mma_warps;
@@ -545,17 +563,7 @@ START_TEST(wgmma_gives_way_to_tensor_core)
         {"", 4, FLASHCL_VARIANT_TENSOR_CORE, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct flashcl_context_params p = {0};
-        p.context = e->cl;
-        p.device = e->device;
-        p.local_mem_bytes = 232448;
-        p.kernel_options = cases[i].options;
-        p.mma_warps = cases[i].mma_warps;
-        p.tuning_file = "";
-        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_wgmma = true,
-                                             .assume_compute_capability = 90};
-        flashcl_context *ctx = NULL;
-        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+        flashcl_context *ctx = assumed_h200(cases[i].options, cases[i].mma_warps);
         const struct flashcl_tile t = config_of(ctx, 64, FLASHCL_F16, 0);
         ck_assert_msg(t.variant == cases[i].want, "\"%s\": %s", cases[i].options, flashcl_variant_name(t.variant));
         if (cases[i].warps)
@@ -594,16 +602,7 @@ START_TEST(wgmma_build_choices)
     cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
     ck_assert_ptr_nonnull(mem);
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
-        struct flashcl_context_params p = {0};
-        p.context = e->cl;
-        p.device = e->device;
-        p.local_mem_bytes = 232448;
-        p.kernel_options = cases[i].options;
-        p.tuning_file = "";
-        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_wgmma = true,
-                                             .assume_compute_capability = 90};
-        flashcl_context *ctx = NULL;
-        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+        flashcl_context *ctx = assumed_h200(cases[i].options, 0);
         struct flashcl_attention a = shape(cases[i].d, FLASHCL_F16, 1, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
