@@ -106,6 +106,21 @@
 #define WGMMA_OVERLAP 0
 #endif
 #define OVERLAP (WGMMA && WGMMA_OVERLAP)
+/* -DWGMMA_PINGPONG=1 (wgmma, two or more warpgroups): the warpgroups issue their products in turn, as
+ * FlashAttention-3's ping-pong schedule does. All of them leave a block's barrier together; issued at once, their
+ * S = QKᵀ would share the tensor cores and end together, and every softmax would then run at once, the tensor
+ * cores idle. In turns (0, 1, .. and back to 0: nv_wgmma.h's named barriers), warpgroup 0's S is queued first and
+ * ends first, its softmax runs while the others' products do, and so on. A turn covers a block's S (with the
+ * overlap, S and the previous block's PV); the last warpgroup passes no turn after the last block, so no
+ * barrier is left half arrived at. Every warpgroup runs the work-group's blocks (kb's bounds are its), so each
+ * takes the same number of turns. */
+#ifndef WGMMA_PINGPONG
+#define WGMMA_PINGPONG 0
+#endif
+#define PINGPONG (WGMMA && WGMMA_PINGPONG)
+#if PINGPONG && WARPS < 8
+#error "WGMMA_PINGPONG takes turns between two or more warpgroups: WARPS >= 8"
+#endif
 /* K/V buffers: 2 (block kb + 1 streams in while kb computes) or 3 (kb + 2: twice the time for a block's
  * copies to land; src/kernels.c gives the wgmma kernel 3 where they fit). The overlap takes 2. */
 #ifndef KV_STAGES
@@ -283,6 +298,11 @@ NV_UNROLL
     for (int kc = 0; kc < BLOCK_N / 16; kc++)
         p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
 #endif
+#if PINGPONG
+    const int warpgroup = warp >> 2, warpgroups = WARPS / 4;
+    if (warpgroup == warpgroups - 1 && kv_begin < kv_end)
+        wgmma_turn_pass(0);  /* warpgroup 0 has the first block's turn */
+#endif
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* kb's buffer */
         /* Block kb has landed for this thread (with the overlap: its K and the
          * previous block's V); the barrier makes it visible to all, and tells
@@ -326,6 +346,9 @@ NV_UNROLL
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
         WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
 #endif
+#if PINGPONG
+        wgmma_turn_wait(warpgroup);
+#endif
         wgmma_fence();
 NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
@@ -340,6 +363,12 @@ NV_UNROLL
          * the newest group waits for S alone. */
         wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
         wgmma_commit();
+#endif
+#if PINGPONG
+        if (kb + BLOCK_N < kv_end || warpgroup != warpgroups - 1)
+            wgmma_turn_pass(warpgroup + 1 == warpgroups ? 0 : warpgroup + 1);
+#endif
+#if OVERLAP
         wgmma_wait_one();
 #else
         wgmma_wait_all();

@@ -71,6 +71,8 @@ static inline wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, ui
 #define WGMMA_HOLD_A(a, n) ((void)0)
 #define wgmma_keep_a(a, n, never, at) ((void)0)
 #define fence_proxy_async() ((void)0)
+#define wgmma_turn_wait(group) ((void)0)  /* an order between warpgroups only: the emulation runs them in step */
+#define wgmma_turn_pass(group) ((void)0)
 #define wgmma_rs_kmajor(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 0)
 #define wgmma_rs_trans(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 1)
 #define wgmma_ss_kmajor(n, d, desc_a, desc_b, accumulate)                                                            \
@@ -201,6 +203,20 @@ NV_UNROLL
 static inline void fence_proxy_async(void)
 {
     __asm__ volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+/* Turns between a work-group's warpgroups (the ping-pong of cl/flash_forward_mma.cl's WGMMA_PINGPONG): named
+ * barrier 1 + g is warpgroup g's turn. The warpgroup before it passes the turn (bar.arrive: no wait) once its
+ * wgmma are issued, and g waits for it (bar.sync) before issuing its own; each generation counts both
+ * warpgroups' 256 threads. OpenCL's barrier() is barrier 0. `group` is uniform within a warpgroup. */
+static inline void wgmma_turn_wait(int group)
+{
+    __asm__ volatile("bar.sync %0, 256;" ::"r"(group + 1) : "memory");
+}
+
+static inline void wgmma_turn_pass(int group)
+{
+    __asm__ volatile("bar.arrive %0, 256;" ::"r"(group + 1) : "memory");
 }
 
 /* wgmma.mma_async's operands, N / 2 accumulators a thread (N a multiple of 16, at most 256): WGMMA_REGS{C}

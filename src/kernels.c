@@ -237,6 +237,13 @@ static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kern
     return wgmma_bytes(dev, s, p, wgmma_kv_stages(dev, s, p));
 }
 
+/* Whether the work-group's warpgroups issue their products in turns (cl/flash_forward_mma.cl's WGMMA_PINGPONG):
+ * where there are two or more. */
+static bool wgmma_pingpong(const struct kernel_shape *s)
+{
+    return s->axis[W] >= 8;
+}
+
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
  * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
  * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
@@ -251,8 +258,8 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     const bool overlap = wgmma_overlaps(p, s, &cap, &live);
     const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
                                                       : p->head_dim > 96 && s->axis[N] == 128);
-    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d", q_smem, overlap,
-             wgmma_kv_stages(dev, s, p));
+    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d",
+             q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(s));
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,

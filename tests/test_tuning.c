@@ -587,17 +587,17 @@ START_TEST(wgmma_build_choices)
     static const struct {
         const char *options;
         int d, varlen;
-        const char *want[3];  /* substrings of the plan's build options */
+        const char *want[4];  /* substrings of the plan's build options */
     } cases[] = {
-        {"", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0"}},    /* 12 x 128: 120 KB with three */
-        {"", 128, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1"}},   /* 12 x 128: three need 240 KB */
-        {"", 160, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1"}},   /* 12 x 64 */
-        {"", 192, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1"}},   /* 12 x 64: 184 registers > 168 */
-        {"", 256, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1"}},   /* 8 x 64 */
-        {"", 160, 3, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1"}},   /* paged */
-        {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1"}},
-        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0"}},
-        {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0"}},
+        {"", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=1"}},    /* 12 x 128: 120 KB with three */
+        {"", 128, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* 12 x 128: three need 240 KB */
+        {"", 160, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* 12 x 64 */
+        {"", 192, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* 12 x 64: 184 registers > 168 */
+        {"", 256, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* 8 x 64 */
+        {"", 160, 3, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* paged */
+        {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},
+        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=1"}},
+        {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0"}},
     };
     cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
     ck_assert_ptr_nonnull(mem);
@@ -610,7 +610,7 @@ START_TEST(wgmma_build_choices)
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-        for (int j = 0; j < 3; j++)
+        for (int j = 0; j < 4; j++)
             ck_assert_msg(strstr(plan.options, cases[i].want[j]) != NULL, "case %d (d = %d): \"%s\" not in \"%s\"", i,
                           cases[i].d, cases[i].want[j], plan.options);
         flashcl_context_destroy(&ctx);
