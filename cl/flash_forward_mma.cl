@@ -171,11 +171,9 @@
 #if Q_IN_REGISTERS
 #define WGMMA_QK(d, kk, desc_k) wgmma_rs_kmajor(S_PART, d, qf[kk], desc_k, kk)
 #else
+/* q_desc: the warpgroup's 64 rows of q_tile's first panel; k-step kk in panel kk / 4, 32 bytes a k-step. */
 #define WGMMA_QK(d, kk, desc_k)                                                                                      \
-    wgmma_ss_kmajor(S_PART, d,                                                                                    \
-                    wgmma_desc(q_tile, (kk >> 2) * BLOCK_M * 128 + (warp >> 2) * 64 * 128 + (kk & 3) * 32, 16,   \
-                               1024),                                                                             \
-                    desc_k, kk)
+    wgmma_ss_kmajor(S_PART, d, wgmma_desc_plus(q_desc, (kk >> 2) * BLOCK_M * 128 + (kk & 3) * 32), desc_k, kk)
 #endif
 /* O[64 x HEAD_DIM] += P[64 x BLOCK_N] V[BLOCK_N x HEAD_DIM], issued (the caller fences before and waits after):
  * 16 keys a wgmma, 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in the next
@@ -184,9 +182,10 @@
 static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[BLOCK_N / 16][4],
                                                            __local const uint4 *v_tile NV_SCRATCH_PARAM)
 {
+    const wgmma_desc_t v_desc = wgmma_desc(v_tile, 0, BLOCK_N * 128, 1024);
 NV_UNROLL
     for (int kc = 0; kc < BLOCK_N / 16; kc++)
-        wgmma_rs_trans(HEAD_DIM, acc, p[kc], wgmma_desc(v_tile, kc * 2048, BLOCK_N * 128, 1024), 1);
+        wgmma_rs_trans(HEAD_DIM, acc, p[kc], wgmma_desc_plus(v_desc, kc * 2048), 1);
 }
 #endif
 
@@ -291,6 +290,9 @@ NV_UNROLL
 #endif
 #endif
 
+#if WGMMA && !Q_IN_REGISTERS
+    const wgmma_desc_t q_desc = wgmma_desc(q_tile, (warp >> 2) * 64 * 128, 16, 1024);
+#endif
 #if OVERLAP
     uint p_prev[BLOCK_N / 16][4];  /* the previous block's P, read by its PV while this block's softmax runs */
     float alpha[2] = {1.0f, 1.0f}; /* and its rescale of O, applied before that PV */
@@ -350,13 +352,13 @@ NV_UNROLL
         wgmma_turn_wait(warpgroup);
 #endif
         wgmma_fence();
+        const wgmma_desc_t k_desc = wgmma_desc(k_tile, 0, 16, 1024);
 NV_UNROLL
         for (int kk = 0; kk < KSTEPS; kk++)
 NV_UNROLL
             for (int part = 0; part < BLOCK_N / S_PART; part++)
                 WGMMA_QK(&s[0][part * S_PART / 8][0], kk,
-                         wgmma_desc(k_tile, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32,
-                                    16, 1024));
+                         wgmma_desc_plus(k_desc, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32));
         wgmma_commit();
 #if OVERLAP
         /* The previous block's PV behind S, as a second group (zeros at the first block): waiting for all but

@@ -134,6 +134,48 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
     }
 }
 
+/* One block of BLOCK_N keys of K or V into its tile, as load_tile, where each of a thread's rows takes the
+ * same chunk and the same swizzle: WG a multiple of CHUNKS (a pass of WG copies covers KV_PASS_ROWS whole
+ * rows) and KV_PASS_ROWS a multiple of 8 (row % 8, which the swizzle mixes in, the same each pass). A thread's
+ * copies are then one local address and one global address, each plus a multiple of a pass, worked out once a
+ * block; load_tile's division, swizzle and 64-bit product for every chunk took the driver's wgmma code 416
+ * instructions a warp a block at d = 128 (12 x 128), 40% of its key loop (Nsight Compute, docs/perf.md v0.16).
+ * A block wholly inside the sequence (all but the last) copies without a test. */
+#define KV_PASS_ROWS (WG / CHUNKS)
+#define KV_PASSES ((BLOCK_N + KV_PASS_ROWS - 1) / KV_PASS_ROWS)
+#define KV_ROW_BYTES (16 * (WGMMA ? 8 : ROW_CHUNKS))  /* a row's step in a tile (within a wgmma panel) */
+#define KV_LEAN (WG % CHUNKS == 0 && KV_PASS_ROWS % 8 == 0)
+#if KV_LEAN
+static inline void load_kv_block(__local uint4 *tile, __global const ushort *base, ulong row_stride, int first_row,
+                                 int seq, int tid)
+{
+    const int ch = tid % CHUNKS, r0 = tid / CHUNKS;
+    const local_address_t dst = local_address(&tile[tile_index(BLOCK_N, r0, ch)]);
+    __global const ushort *src = base + (ulong)(first_row + r0) * row_stride + ch * 8;
+    const ulong pass = (ulong)KV_PASS_ROWS * row_stride;
+    if (first_row + BLOCK_N <= seq) {
+NV_UNROLL
+        for (int j = 0; j < KV_PASSES; j++)
+            if (BLOCK_N % KV_PASS_ROWS == 0 || j < KV_PASSES - 1 || r0 + j * KV_PASS_ROWS < BLOCK_N)
+                copy_async_16(local_address_plus(dst, j * KV_PASS_ROWS * KV_ROW_BYTES), src + j * pass);
+    } else {
+NV_UNROLL
+        for (int j = 0; j < KV_PASSES; j++) {
+            const int r = r0 + j * KV_PASS_ROWS;
+            if (BLOCK_N % KV_PASS_ROWS == 0 || j < KV_PASSES - 1 || r < BLOCK_N) {
+                if (first_row + r < seq)
+                    copy_async_16(local_address_plus(dst, j * KV_PASS_ROWS * KV_ROW_BYTES), src + j * pass);
+                else
+                    tile[tile_index(BLOCK_N, r, ch)] = (uint4)(0u);
+            }
+        }
+    }
+}
+#else
+#define load_kv_block(tile, base, row_stride, first_row, seq, tid) \
+    load_tile(tile, BLOCK_N, base, row_stride, first_row, seq, tid)
+#endif
+
 #if VARLEN == 3
 /* As load_tile for one block of keys of a paged cache, K and V together:
  * row `key` of sequence b lives in its page (varlen.h's KV_ROW clamps the
@@ -175,8 +217,8 @@ NV_UNROLL
     load_paged_kv(k_dst, v_dst, k_base, v_base, k_sb, k_ss, v_sb, v_ss, first, seq_kv, tid, b, pages, page_size,   \
                   pages_per_seq, num_pages)
 #else
-#define LOAD_K(k_dst, first) load_tile(k_dst, BLOCK_N, k_base, k_ss, first, seq_kv, tid)
-#define LOAD_V(v_dst, first) load_tile(v_dst, BLOCK_N, v_base, v_ss, first, seq_kv, tid)
+#define LOAD_K(k_dst, first) load_kv_block(k_dst, k_base, k_ss, first, seq_kv, tid)
+#define LOAD_V(v_dst, first) load_kv_block(v_dst, v_base, v_ss, first, seq_kv, tid)
 #define LOAD_KV(k_dst, v_dst, first)                                                                                 \
     do {                                                                                                             \
         LOAD_K(k_dst, first);                                                                                        \

@@ -47,6 +47,12 @@ NV_EMU_INLINE wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, ui
     const wgmma_desc_t d = {(__local const uchar *)tile, offset, leading_bytes, stride_bytes};
     return d;
 }
+
+NV_EMU_INLINE wgmma_desc_t wgmma_desc_plus(wgmma_desc_t d, uint offset)
+{
+    d.offset += offset;
+    return d;
+}
 #else
 typedef ulong wgmma_desc_t;
 
@@ -58,6 +64,17 @@ static inline wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, ui
     const uint address = local_address(tile) + offset;
     return (ulong)((address & 0x3FFFFu) >> 4) | ((ulong)(leading_bytes >> 4) << 16) |
            ((ulong)(stride_bytes >> 4) << 32) | (1ul << 62);
+}
+
+/* The descriptor of the matrix `offset` bytes further into the same tile (offset a multiple of 16): one 32-bit
+ * add to the start address, the low 14 bits in 16-byte units, which no local address (all under 256 KB) carries
+ * out of. wgmma_desc's mask, shifts and ors at every wgmma took the driver's code 6 instructions each (docs/perf.md
+ * v0.16); with a tile's descriptor made once, each product's is this add. */
+static inline wgmma_desc_t wgmma_desc_plus(wgmma_desc_t d, uint offset)
+{
+    uint lo;
+    __asm__ volatile("add.u32 %0, %1, %2;" : "=r"(lo) : "r"((uint)d), "r"(offset >> 4));
+    return (d & 0xFFFFFFFF00000000ul) | lo;
 }
 #endif
 
