@@ -238,10 +238,13 @@ static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kern
 }
 
 /* Whether the work-group's warpgroups issue their products in turns (cl/flash_forward_mma.cl's WGMMA_PINGPONG):
- * where there are two or more. */
-static bool wgmma_pingpong(const struct kernel_shape *s)
+ * where there are two or more, at head dims 65-192. H200, f16, TFLOP/s without / with the turns (docs/perf.md
+ * v0.16, calls 1 and 3): d = 128 12 x 128, N = 4k / 16k, non-causal 496.4 / 493.4, 523.9 / 520.8, causal 411.0 /
+ * 413.7, 496.3 / 505.8 (call 1, before the lean copies: +0.2..+2.1%); d = 160 12 x 64 N = 8k +2.1 / +2.2%; where
+ * it lost: d = 64 12 x 128 -1.7..-4.9% (both calls), d = 256 8 x 64 -3.7% non-causal (+0.5% causal). */
+static bool wgmma_pingpong(const struct problem *p, const struct kernel_shape *s)
 {
-    return s->axis[W] >= 8;
+    return s->axis[W] >= 8 && p->head_dim > 64 && p->head_dim <= 192;
 }
 
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
@@ -259,7 +262,7 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
                                                       : p->head_dim > 96 && s->axis[N] == 128);
     snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d",
-             q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(s));
+             q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s));
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
