@@ -21,19 +21,6 @@ static inline float quad_xor(float v, int mask)
     __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(mask));
     return r;
 }
-
-/* Whether `p` holds in any lane of the warp (the warp's lanes all call it together). */
-static inline bool warp_any(bool p)
-{
-    uint r;
-    __asm__ volatile("{ .reg .pred p, q; setp.ne.u32 p, %1, 0; vote.sync.any.pred q, p, 0xffffffff; selp.u32 %0, 1, 0, q; }"
-                     : "=r"(r)
-                     : "r"((uint)p));
-    return r != 0;
-}
-#else
-/* Emulated, every warp rescales: what warp_any lets the GPU skip is a rescale by exactly 1. */
-#define warp_any(p) true
 #endif
 
 /* The row max of scale·s sits at the row's largest raw score when the scale
@@ -115,7 +102,6 @@ NV_UNROLL
         /* A row with no visible key so far keeps m = -inf: p = 0, nothing to rescale. */
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
         const float rescale_by = exp2_ftz(m_row[r] - m_ref);
-        const bool moved = m_new != m_row[r];  /* else rescale_by is exactly 1 (or O's row still 0) */
 NV_UNROLL
         for (int c = 0; c < ROW_CHAINS; c++)
             part[c] = 0.0f;
@@ -132,9 +118,7 @@ NV_UNROLL
                 part[c] += part[c + w];
         l_row[r] = l_row[r] * rescale_by + part[0];
         m_row[r] = m_new;
-        /* Skipped where no row of the warp moved its max, which after a sequence's first blocks is most of them
-         * (the products by exactly 1 were O_TILES * 2 instructions a row; docs/perf.md v0.16). */
-        if (rescale && warp_any(moved)) {
+        if (rescale) {
 NV_UNROLL
             for (int n = 0; n < O_TILES; n++) {
                 acc[n][2 * r] *= rescale_by;
