@@ -19,37 +19,7 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NCU=${NCU:-$(command -v ncu || echo /opt/nvidia/nsight-compute/2025.3.1/ncu)}
 here=$(cd "$(dirname "$0")" && pwd)
 
-shared=$(python3 - "$entry" "$out.ptx" <<'PY'
-import re, sys
-data = open(sys.argv[1], "rb").read()
-start = data.find(b"//\n// Generated")
-if start < 0:
-    start = data.find(b".version")
-if start < 0:
-    sys.exit(f"{sys.argv[1]}: no PTX in this cache entry (not NVIDIA's OpenCL?)")
-ptx = data[start:].split(b"\0", 1)[0].decode("ascii", "replace")
-decl = re.compile(r"^\s*\.shared \.align (\d+) \.b8 ([^\[\s]+)\[(\d+)\];\s*$", re.M)
-offset, places = 0, []
-for align, name, size in decl.findall(ptx):
-    align = int(align)
-    offset = (offset + align - 1) // align * align
-    places.append((name, offset))
-    offset += int(size)
-ptx = decl.sub("", ptx)
-for name, at in places:
-    ptx = re.sub(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])", f"fcl_dyn_smem+{at}" if at else "fcl_dyn_smem", ptx)
-# NVIDIA OpenCL's get_group_id adds %envreg0..2 (the work-group offsets, zero for flashcl's launches) to
-# %ctaid; CUDA does not set them.
-used = sorted(set(re.findall(r"%envreg\d+", ptx)))
-if [r for r in used if r not in ("%envreg0", "%envreg1", "%envreg2")]:
-    sys.exit(f"{sys.argv[1]}: reads {used}; only the work-group offsets %envreg0..2 are known here")
-ptx = re.sub(r"%envreg[0-2]\b", "0", ptx)
-entry_at = re.search(r"^(\.visible\s+)?\.entry", ptx, re.M)
-ptx = ptx[:entry_at.start()] + ".extern .shared .align 1024 .b8 fcl_dyn_smem[];\n" + ptx[entry_at.start():]
-open(sys.argv[2], "w").write(ptx)
-print(offset)
-PY
-)
+shared=$(python3 "$here/ptx-of-cache.py" "$entry" "$out.ptx" --dynamic-shared)
 gcc -O2 -std=c11 -o "$out.harness" "$here/ncu-harness.c" -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib64/stubs" -lcuda -lm
 "$out.harness" "$out.ptx" "$shared" "$n" "$heads" "$d" "$block_m" "$wg" "$dtype" | tee "$out.time"
 "$NCU" --clock-control none --set full --import-source no --kernel-name flash_forward_mma --launch-skip 2 \

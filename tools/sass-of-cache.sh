@@ -22,21 +22,7 @@ NVDISASM=${NVDISASM:-$(command -v nvdisasm || echo nvdisasm)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-python3 - "$entry" "$tmp/kernel.ptx" <<'PY'
-import re, sys
-data = open(sys.argv[1], "rb").read()
-start = data.find(b"//\n// Generated")
-if start < 0:
-    start = data.find(b".version")
-if start < 0:
-    sys.exit(f"{sys.argv[1]}: no PTX in this cache entry (not NVIDIA's OpenCL?)")
-ptx = data[start:].split(b"\0", 1)[0].decode("ascii", "replace")
-arrays = re.findall(r"\.shared \.align \d+ \.b8 [^\[\s]+\[\d+\]", ptx)
-cap = 48 * 1024 // max(1, len(arrays)) // 1024 * 1024  # ptxas alone allows 48 KB of static shared memory
-ptx = re.sub(r"(\.shared \.align \d+ \.b8 [^\[\s]+)\[(\d+)\]",
-             lambda m: f"{m.group(1)}[{min(int(m.group(2)), cap)}]", ptx)
-open(sys.argv[2], "w").write(ptx)
-PY
+python3 "$(dirname "$0")/ptx-of-cache.py" "$entry" "$tmp/kernel.ptx" --shrink-shared
 if ! "$PTXAS" -arch="$arch" -v "$tmp/kernel.ptx" -o "$tmp/kernel.cubin" > "$tmp/ptxas.log" 2>&1; then
     cat "$tmp/ptxas.log" >&2
     exit 1
