@@ -20,8 +20,8 @@
 #                    SWEEP_D picks head dims (SWEEP_HIDDEN heads*d, 2048), QUICK=1 skips the per-shape forward tests)
 #   bench/gpu-run.sh ab BASE_TREE [flashcl-bench options...]   (an A/B in one call: BASE_TREE, a source
 #                    tree carried with this one, e.g. `git archive REV | tar x -C .gpu/base` with .gpu in
-#                    carry, built beside this tree (in BASE_BUILD, default /tmp/flashcl-base-build: one a base
-#                    tree); flashcl-bench with the options on both, AB_ROUNDS (2)
+#                    carry, built beside this tree in BASE_BUILD (default /tmp/flashcl-base-build; a separate
+#                    one for each base tree: an existing one is reused as it is); flashcl-bench with the options on both, AB_ROUNDS (2)
 #                    rounds of base then new; PyTorch on the same shapes; bench/ab.py joins them: medians,
 #                    the change, × FA2 and cuDNN, and the errors compared)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then

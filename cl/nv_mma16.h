@@ -140,7 +140,8 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
  * copies are then one local address and one global address, each plus a multiple of a pass, worked out once a
  * block; load_tile's division, swizzle and 64-bit product for every chunk took the driver's wgmma code 416
  * instructions a warp a block at d = 128 (12 x 128), 40% of its key loop (Nsight Compute, docs/perf.md v0.16).
- * A block wholly inside the sequence (all but the last) copies without a test. */
+ * A block wholly inside the sequence (all but the last) copies without a test of the sequence's end (a thread
+ * whose last pass would run past BLOCK_N rows still skips it, where BLOCK_N is no multiple of a pass). */
 #define KV_PASS_ROWS (WG / CHUNKS)
 #define KV_PASSES ((BLOCK_N + KV_PASS_ROWS - 1) / KV_PASS_ROWS)
 #define KV_ROW_BYTES (16 * (WGMMA ? 8 : ROW_CHUNKS))  /* a row's step in a tile (within a wgmma panel) */

@@ -240,8 +240,9 @@ static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kern
 /* Whether the work-group's warpgroups issue their products in turns (cl/flash_forward_mma.cl's WGMMA_PINGPONG):
  * where there are two or more, at head dims 65-192. H200, f16, TFLOP/s without / with the turns (docs/perf.md
  * v0.16, calls 1 and 3): d = 128 12 x 128, N = 4k / 16k, non-causal 496.4 / 493.4, 523.9 / 520.8, causal 411.0 /
- * 413.7, 496.3 / 505.8 (call 1, before the lean copies: +0.2..+2.1%); d = 160 12 x 64 N = 8k +2.1 / +2.2%; where
- * it lost: d = 64 12 x 128 -1.7..-4.9% (both calls), d = 256 8 x 64 -3.7% non-causal (+0.5% causal). */
+ * 413.7, 496.3 / 505.8 (call 3: -0.6..+1.9%; call 1, before the lean copies: +0.2..+2.1%); d = 160 12 x 64 N = 8k
+ * +2.1 / +2.2% (call 1); where it lost: d = 64 12 x 128 -1.7..-4.9% (both calls), d = 256 8 x 64 -3.7% non-causal
+ * (+0.5% causal; call 1). */
 static bool wgmma_pingpong(const struct problem *p, const struct kernel_shape *s)
 {
     return s->axis[W] >= 8 && p->head_dim > 64 && p->head_dim <= 192;

@@ -20,6 +20,9 @@ NCU=${NCU:-$(command -v ncu || echo /opt/nvidia/nsight-compute/2025.3.1/ncu)}
 here=$(cd "$(dirname "$0")" && pwd)
 
 shared=$(python3 "$here/ptx-of-cache.py" "$entry" "$out.ptx" --dynamic-shared)
+# ncu-harness.c passes the 30 arguments of the dense, unsplit kernel (no varlen, no split-KV).
+params=$(grep -c "^\s*\.param .* flash_forward_mma_param_" "$out.ptx" || true)
+[ "$params" -eq 30 ] || { echo "$entry: flash_forward_mma takes $params arguments, the harness 30 (varlen or split?)" >&2; exit 1; }
 gcc -O2 -std=c11 -o "$out.harness" "$here/ncu-harness.c" -I"$CUDA_HOME/include" -L"$CUDA_HOME/lib64/stubs" -lcuda -lm
 "$out.harness" "$out.ptx" "$shared" "$n" "$heads" "$d" "$block_m" "$wg" "$dtype" | tee "$out.time"
 "$NCU" --clock-control none --set full --import-source no --kernel-name flash_forward_mma --launch-skip 2 \

@@ -6,6 +6,9 @@ OUT.source.csv: SASS with execution counts and stall samples), cut at its barrie
 opcode mix a trip.
 
     tools/ncu-regions.py OUT.source.csv
+
+The trips are read as the most executed instruction's count: right for the key loop of the kernels here,
+whose inner loops are unrolled, wrong where an inner loop is not (it then reports that loop).
 """
 import collections
 import csv
