@@ -261,6 +261,18 @@ START_TEST(tensor_core_wgmma_split)
 }
 END_TEST
 
+/* Split three ways on three warpgroups at the head dims where they issue in turns (WGMMA_PINGPONG, src/kernels.c's
+ * wgmma_pingpong: 65-192): the turns with split-KV's key ranges, which the 4 x 64 split (one warpgroup) does not
+ * take. On the GPU only: emulated, the turns are no-ops. */
+START_TEST(tensor_core_wgmma_split_turns)
+{
+    if (tensor_core_cases[_i].head_dim <= 64 || tensor_core_cases[_i].head_dim > 192)
+        return;
+    run_wgmma_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=12,block_n=64,splits=3", _i,
+                   (uint64_t)_i + 470, "12x64 split 3");
+}
+END_TEST
+
 /* ---- the backward pass: FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED) ---- */
 
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace.
@@ -723,6 +735,7 @@ int main(void)
     tcase_set_timeout(wg, 600);
     tcase_add_loop_test(wg, tensor_core_wgmma, 0, COUNT(tensor_core_cases));
     tcase_add_loop_test(wg, tensor_core_wgmma_split, 0, COUNT(tensor_core_cases));
+    tcase_add_loop_test(wg, tensor_core_wgmma_split_turns, 0, COUNT(tensor_core_cases));
     suite_add_tcase(s, wg);
     TCase *bw = tcase_create("backward");
     tcase_set_timeout(bw, 600);
