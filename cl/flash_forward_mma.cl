@@ -108,9 +108,10 @@
 #define OVERLAP (WGMMA && WGMMA_OVERLAP)
 /* -DWGMMA_PINGPONG=1 (wgmma, two or more warpgroups): the warpgroups issue their products in turn, as
  * FlashAttention-3's ping-pong schedule does. All of them leave a block's barrier together; issued at once, their
- * S = QKᵀ would share the tensor cores and end together, and every softmax would then run at once, the tensor
- * cores idle. In turns (0, 1, .. and back to 0: nv_wgmma.h's named barriers), warpgroup 0's S is queued first and
- * ends first, its softmax runs while the others' products do, and so on. A turn covers a block's S (with the
+ * S = QKᵀ may share the tensor cores and end together, every softmax then running at once. In turns (0, 1, .. and
+ * back to 0: nv_wgmma.h's named barriers), warpgroup 0's S is queued first, its softmax can run while the others'
+ * products do, and so on; the next block's barrier lines them up again (measured: -0.6..+2.2% at d = 65-192,
+ * -2..-5% at d = 64; docs/perf.md v0.16, so src/kernels.c takes it at 65-192 only). A turn covers a block's S (with the
  * overlap, S and the previous block's PV); the last warpgroup passes no turn after the last block, so no
  * barrier is left half arrived at. Every warpgroup runs the work-group's blocks (kb's bounds are its), so each
  * takes the same number of turns. */
