@@ -44,8 +44,8 @@
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
  * work-item must reach every ldmatrix, mma and quad_xor together, as they
  * do here (the key loop's bounds are the work-group's, each warp's edge
- * test only masks values, and finish_row runs before a row past seq_q is
- * skipped). Keep it so.
+ * test only masks values, a block a warp skips is processed and undone
+ * instead, and finish_row runs before a row past seq_q is skipped). Keep it so.
  */
 
 #ifndef HEAD_DIM
@@ -118,6 +118,16 @@
 #ifndef WGMMA_PINGPONG
 #define WGMMA_PINGPONG 0
 #endif
+/* -DBLOCK_SKIP=1: a warp (with wgmma a warpgroup) skips the blocks none of its rows sees, while the work-group's
+ * loop runs over the blocks any of its rows does: past the causal diagonal or the window for its rows, and every
+ * block for the rows past the sequence's end in its last query block (src/kernels.c says where it is on, and
+ * what it measured). Not with the overlap, whose PV of a block is issued with the next block's S. */
+#ifndef BLOCK_SKIP
+#define BLOCK_SKIP 0
+#endif
+#if BLOCK_SKIP && OVERLAP
+#error "BLOCK_SKIP does not go with WGMMA_OVERLAP"
+#endif
 #define PINGPONG (WGMMA && WGMMA_PINGPONG)
 #if PINGPONG && WARPS < 8
 #error "WGMMA_PINGPONG takes turns between two or more warpgroups: WARPS >= 8"
@@ -187,6 +197,23 @@ static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[BL
 NV_UNROLL
     for (int kc = 0; kc < BLOCK_N / 16; kc++)
         wgmma_rs_trans(HEAD_DIM, acc, p[kc], wgmma_desc_plus(v_desc, kc * 2048), 1);
+}
+#endif
+
+#if BLOCK_SKIP && NV_EMULATE
+/* A thread's online-softmax state, copied: kept before a skipped block, put back after it (emulated only). */
+static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILES][2], float l_row[M_TILES][2],
+                              float acc_to[M_TILES][O_TILES][4], float m_to[M_TILES][2], float l_to[M_TILES][2])
+{
+    for (int mt = 0; mt < M_TILES; mt++) {
+        for (int n = 0; n < O_TILES; n++)
+            for (int i = 0; i < 4; i++)
+                acc_to[mt][n][i] = acc[mt][n][i];
+        for (int r = 0; r < 2; r++) {
+            m_to[mt][r] = m_row[mt][r];
+            l_to[mt][r] = l_row[mt][r];
+        }
+    }
 }
 #endif
 
@@ -306,6 +333,14 @@ NV_UNROLL
     if (warpgroup == warpgroups - 1 && kv_begin < kv_end)
         wgmma_turn_pass(0);  /* warpgroup 0 has the first block's turn */
 #endif
+#if BLOCK_SKIP
+    /* The keys the rows that issue their products together see (a warpgroup's 64 with wgmma, else a warp's):
+     * none for rows past the sequence's end. */
+    const int group_row0 = WGMMA ? q0 + (warp >> 2) * 64 : warp_row0;
+    const int group_rows = min(WGMMA ? 64 : WARP_ROWS, seq_q - group_row0);
+    const int group_kv_begin = mask_key_begin(group_row0, seq_q, seq_kv);
+    const int group_kv_end = group_rows > 0 ? mask_key_end(group_row0, group_rows, seq_q, seq_kv) : 0;
+#endif
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* kb's buffer */
         /* Block kb has landed for this thread (with the overlap: its K and the
          * previous block's V); the barrier makes it visible to all, and tells
@@ -335,6 +370,28 @@ NV_UNROLL
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
 #if !OVERLAP
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
+#endif
+
+#if BLOCK_SKIP
+        /* A block none of these rows sees: processing it would leave m, l and O as they are (every score
+         * masked), so it is not processed; the copies and the barrier above are the work-group's and stay. */
+        const bool skip = warp_any(kb >= group_kv_end || kb + BLOCK_N <= group_kv_begin);  /* the same in the warp */
+#if NV_EMULATE
+        /* The emulated products' lane exchanges are work-group barriers, which every work-item must reach:
+         * here the block is processed and its effect undone at the end, so a block skipped wrongly still
+         * shows as a wrong result. */
+        float acc_kept[M_TILES][O_TILES][4], m_kept[M_TILES][2], l_kept[M_TILES][2];
+        keep_state(acc, m_row, l_row, acc_kept, m_kept, l_kept);
+#else
+        if (skip) {
+#if PINGPONG
+            wgmma_turn_wait(warpgroup);  /* its turn, passed on at once: every warpgroup takes the same turns */
+            if (kb + BLOCK_N < kv_end || warpgroup != warpgroups - 1)
+                wgmma_turn_pass(warpgroup + 1 == warpgroups ? 0 : warpgroup + 1);
+#endif
+            continue;
+        }
+#endif
 #endif
 
         float s[M_TILES][S_TILES][4];
@@ -486,6 +543,10 @@ NV_UNROLL
         }
 #endif
 #endif /* OVERLAP */
+#if BLOCK_SKIP && NV_EMULATE
+        if (skip)
+            keep_state(acc_kept, m_kept, l_kept, acc, m_row, l_row);
+#endif
     }
     COPY_ASYNC_WAIT(0);
 #if OVERLAP

@@ -73,6 +73,19 @@ static inline uint pack_pair(float lo, float hi)
     __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
     return r;
 }
+
+/* Whether c holds in any lane of the warp: for a c the same in every lane, c, as a value ptxas knows is the
+ * warp's (a uniform predicate): a branch on it is not divergent, and the loop around it keeps its counters in
+ * uniform registers. */
+static inline bool warp_any(bool c)
+{
+    uint r;
+    __asm__ volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tvote.sync.any.pred q, p, 0xffffffff;\n\t"
+                     "selp.u32 %0, 1, 0, q;\n\t}" : "=r"(r) : "r"((uint)c));
+    return r != 0;
+}
+#else
+#define warp_any(c) (c)
 #endif /* !NV_EMULATE */
 
 /* Position of (row, chunk) in a [rows][ROW_CHUNKS] tile of uint4. */

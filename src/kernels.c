@@ -182,14 +182,23 @@ static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel
 }
 
 /* The softmax finds the row extreme on raw scores: the smallest one when the scale is negative. */
-static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
-                        float scale_log2, char *buf, size_t size)
+static void forward_mma_options(const struct problem *p, const struct kernel_shape *s, float scale_log2,
+                                bool block_skip, char *buf, size_t size)
 {
     snprintf(buf, size,
              "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d " WINDOW_OPTIONS " -DNEGATIVE_SCALE=%d -DDTYPE=%d "
-             "-DVARLEN=%d",
+             "-DVARLEN=%d -DBLOCK_SKIP=%d",
              p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->window_left, p->window_right, scale_log2 < 0.0f,
-             fcl_dtype_define(p->dtype), p->varlen);
+             fcl_dtype_define(p->dtype), p->varlen, block_skip);
+}
+
+/* mma.sync: each warp skips the blocks none of its rows sees (cl/flash_forward_mma.cl's BLOCK_SKIP), always.
+ * H200, f16, N = 4k / 16k, against none (docs/perf.md v0.17, call 2): d = 64 causal +5.1 / +4.5%, non-causal
+ * +0.4 / +0.6%; d = 128 +1.3 / +1.9%, +1.5 / +2.3%. */
+static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                        float scale_log2, char *buf, size_t size)
+{
+    forward_mma_options(p, s, scale_log2, true, buf, size);
 }
 
 /* Whether the softmax is overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
@@ -248,6 +257,17 @@ static bool wgmma_pingpong(const struct problem *p, const struct kernel_shape *s
     return s->axis[W] >= 8 && p->head_dim > 64 && p->head_dim <= 192;
 }
 
+/* Whether wgmma's warpgroups skip the blocks none of their rows sees (BLOCK_SKIP): with a mask past d = 64, not
+ * with the overlap. H200, f16, N = 4k / 8k / 16k, against none (docs/perf.md v0.17, call 2): d = 128 causal
+ * +4.7 / +1.7 / +1.8%; where it lost: d = 128 non-causal -1.0..-1.4% (there only the last block's rows past the
+ * sequence skip), d = 64 causal +0.6 / -3.5 / -3.2%, non-causal +1.3 / -0.7 / -1.0%. Head dims 65-127 follow
+ * d = 128 unmeasured. */
+static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
+{
+    int cap, live;
+    return (p->window_left >= 0 || p->window_right >= 0) && p->head_dim > 64 && !wgmma_overlaps(p, s, &cap, &live);
+}
+
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
  * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
  * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
@@ -256,7 +276,7 @@ static bool wgmma_pingpong(const struct problem *p, const struct kernel_shape *s
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
-    mma_options(dev, p, s, scale_log2, buf, size);
+    forward_mma_options(p, s, scale_log2, wgmma_skips(p, s), buf, size);
     const size_t used = strlen(buf);
     int cap, live;
     const bool overlap = wgmma_overlaps(p, s, &cap, &live);

@@ -586,33 +586,47 @@ START_TEST(wgmma_build_choices)
     struct test_env *e = test_env_get();
     static const struct {
         const char *options;
-        int d, varlen;
-        const char *want[4];  /* substrings of the plan's build options */
+        int d, varlen, causal;
+        const char *want[5];  /* substrings of the plan's build options */
     } cases[] = {
-        {"", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0"}},    /* 12 x 128: 120 KB with three */
-        {"", 128, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* 12 x 128: three need 240 KB */
-        {"", 160, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* 12 x 64 */
-        {"", 192, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* 12 x 64: 184 registers > 168 */
-        {"", 256, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0"}},   /* 8 x 64 */
-        {"", 160, 3, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},   /* paged */
-        {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},
-        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0"}},
-        {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0"}},
+        {"", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},  /* 12 x 128: 120 KB with three */
+        {"", 64, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},  /* no skip at d = 64 */
+        {"", 128, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}}, /* 12 x 128: three need 240 KB */
+        {"", 128, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1"}}, /* masked: the skip */
+        {"", 160, 0, 1, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}}, /* 12 x 64; overlap, no skip */
+        {"", 192, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1"}}, /* 12 x 64: 184 registers > 168 */
+        {"", 256, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}}, /* 8 x 64 */
+        {"", 160, 3, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}}, /* paged */
+        {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}},
+        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},
+        {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},
     };
     cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
     ck_assert_ptr_nonnull(mem);
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
         flashcl_context *ctx = assumed_h200(cases[i].options, 0);
-        struct flashcl_attention a = shape(cases[i].d, FLASHCL_F16, 1, mem);
+        struct flashcl_attention a = shape(cases[i].d, FLASHCL_F16, cases[i].causal, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
         pr.varlen = cases[i].varlen;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 5; j++)
             ck_assert_msg(strstr(plan.options, cases[i].want[j]) != NULL, "case %d (d = %d): \"%s\" not in \"%s\"", i,
                           cases[i].d, cases[i].want[j], plan.options);
+        flashcl_context_destroy(&ctx);
+    }
+    /* mma.sync's warps skip always, masked or not. */
+    for (int causal = 0; causal <= 1; causal++) {
+        flashcl_context *ctx = assumed_h200("tensor-core-wgmma:off", 0);
+        struct flashcl_attention a = shape(64, FLASHCL_F16, causal, mem);
+        struct problem pr;
+        fcl_forward_problem(&a, &pr);
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
+        ck_assert_msg(strstr(plan.options, "-DBLOCK_SKIP=1") != NULL, "causal %d: \"%s\"", causal, plan.options);
         flashcl_context_destroy(&ctx);
     }
     clReleaseMemObject(mem);
