@@ -374,12 +374,14 @@ NV_UNROLL
 
 #if BLOCK_SKIP
         /* A block none of these rows sees: processing it would leave m, l and O as they are (every score
-         * masked), so it is not processed; the copies and the barrier above are the work-group's and stay. */
+         * masked; with finite V: a masked Inf or NaN of V would have made O NaN through 0 x Inf), so it is
+         * not processed; the copies and the barrier above are the work-group's and stay. */
         const bool skip = warp_any(kb >= group_kv_end || kb + BLOCK_N <= group_kv_begin);  /* the same in the warp */
 #if NV_EMULATE
         /* The emulated products' lane exchanges are work-group barriers, which every work-item must reach:
          * here the block is processed and its effect undone at the end, so a block skipped wrongly still
-         * shows as a wrong result. */
+         * shows as a wrong result. What the emulation cannot check (the branch, its vote, the turns a
+         * skipping warpgroup takes) the GPU's tests do. */
         float acc_kept[M_TILES][O_TILES][4], m_kept[M_TILES][2], l_kept[M_TILES][2];
         keep_state(acc, m_row, l_row, acc_kept, m_kept, l_kept);
 #else
