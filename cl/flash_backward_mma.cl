@@ -265,8 +265,8 @@ void flash_backward_mma_dkdv(__global const ushort *q, ulong q_off, ulong q_sb, 
     const int q_blocks = q_begin < seq_q ? (seq_q - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
     const int total = group * q_blocks;  /* (query head, query block) pairs, head-major: a fixed order */
 
-    load_tile(k_tile, BLOCK_N, k_base, k_ss, k0, seq_kv, tid);
-    load_tile(v_tile, BLOCK_N, v_base, v_ss, k0, seq_kv, tid);
+    load_kv_block(k_tile, k_base, k_ss, k0, seq_kv, tid);
+    load_kv_block(v_tile, v_base, v_ss, k0, seq_kv, tid);
 
     float dk[KEY_TILES][D_TILES][4], dv[KEY_TILES][D_TILES][4];
 NV_UNROLL
@@ -293,8 +293,8 @@ NV_UNROLL
             const int h = hk * group + nh;
             __local uint4 *qt = q_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS;
             __local uint4 *ot = do_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS;
-            load_tile(qt, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, nq0, seq_q, tid);
-            load_tile(ot, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
+            load_block(qt, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, nq0, seq_q, tid);
+            load_block(ot, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
             const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
             const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
             for (int i = tid; i < BLOCK_M; i += WG) {
@@ -553,11 +553,11 @@ void flash_backward_mma_dq(__global const ushort *q, ulong q_off, ulong q_sb, ul
     __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
     const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
 
-    load_tile(q_tile, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, tid);
-    load_tile(do_tile, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
+    load_block(q_tile, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, tid);
+    load_block(do_tile, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
     if (kv_end > 0) {
-        load_tile(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
-        load_tile(v_tiles, BLOCK_N, v_base, v_ss, 0, seq_kv, tid);
+        load_kv_block(k_tiles, k_base, k_ss, 0, seq_kv, tid);
+        load_kv_block(v_tiles, v_base, v_ss, 0, seq_kv, tid);
     }
     copy_async_commit();
 
@@ -595,8 +595,8 @@ NV_UNROLL
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
-            load_tile(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
-            load_tile(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
+            load_kv_block(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+            load_kv_block(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
         }
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;

@@ -147,48 +147,55 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
     }
 }
 
-/* One block of BLOCK_N keys of K or V into its tile, as load_tile, where each of a thread's rows takes the
- * same chunk and the same swizzle: WG a multiple of CHUNKS (a pass of WG copies covers KV_PASS_ROWS whole
- * rows) and KV_PASS_ROWS a multiple of 8 (row % 8, which the swizzle mixes in, the same each pass). A thread's
- * copies are then one local address and one global address, each plus a multiple of a pass, worked out once a
- * block; load_tile's division, swizzle and 64-bit product for every chunk took the driver's wgmma code 416
- * instructions a warp a block at d = 128 (12 x 128), 40% of its key loop (Nsight Compute, docs/perf.md v0.16).
- * A block wholly inside the sequence (all but the last) copies without a test of the sequence's end (a thread
- * whose last pass would run past BLOCK_N rows still skips it, where BLOCK_N is no multiple of a pass). */
-#define KV_PASS_ROWS (WG / CHUNKS)
-#define KV_PASSES ((BLOCK_N + KV_PASS_ROWS - 1) / KV_PASS_ROWS)
+/* A block of `rows` rows (a constant where inlined: BLOCK_N keys of K or V, the backward's BLOCK_M rows of Q and
+ * dO) into its tile, as load_tile, where each of a thread's rows takes the same chunk and the same swizzle: WG a
+ * multiple of CHUNKS (a pass of WG copies covers PASS_ROWS whole rows) and PASS_ROWS a multiple of 8 (row % 8,
+ * which the swizzle mixes in, the same each pass). A thread's copies are then one local address and one global
+ * address, each plus a multiple of a pass, worked out once a block; load_tile's division, swizzle and 64-bit
+ * product for every chunk took the driver's wgmma code 416 instructions a warp a block at d = 128 (12 x 128),
+ * 40% of its key loop (Nsight Compute, docs/perf.md v0.16). A block wholly inside the sequence (all but the last)
+ * copies without a test of the sequence's end (a thread whose last pass would run past `rows` still skips it,
+ * where `rows` is no multiple of a pass). -DNV_LEAN_COPIES=0 copies as load_tile does (an A/B switch). */
+#define PASS_ROWS (WG / CHUNKS)
 #define KV_ROW_BYTES (16 * (WGMMA ? 8 : ROW_CHUNKS))  /* a row's step in a tile (within a wgmma panel) */
-#define KV_LEAN (WG % CHUNKS == 0 && KV_PASS_ROWS % 8 == 0)
+#ifndef NV_LEAN_COPIES
+#define NV_LEAN_COPIES 1
+#endif
+#define KV_LEAN (NV_LEAN_COPIES && WG % CHUNKS == 0 && PASS_ROWS % 8 == 0)
 #if KV_LEAN
-static inline void load_kv_block(__local uint4 *tile, __global const ushort *base, ulong row_stride, int first_row,
-                                 int seq, int tid)
+static inline __attribute__((always_inline)) void load_block(__local uint4 *tile, const int rows,
+                                                             __global const ushort *base, ulong row_stride,
+                                                             int first_row, int seq, int tid)
 {
+    const int passes = (rows + PASS_ROWS - 1) / PASS_ROWS;
     const int ch = tid % CHUNKS, r0 = tid / CHUNKS;
-    const local_address_t dst = local_address(&tile[tile_index(BLOCK_N, r0, ch)]);
+    const local_address_t dst = local_address(&tile[tile_index(rows, r0, ch)]);
     __global const ushort *src = base + (ulong)(first_row + r0) * row_stride + ch * 8;
-    const ulong pass = (ulong)KV_PASS_ROWS * row_stride;
-    if (first_row + BLOCK_N <= seq) {
+    const ulong pass = (ulong)PASS_ROWS * row_stride;
+    if (first_row + rows <= seq) {
 NV_UNROLL
-        for (int j = 0; j < KV_PASSES; j++)
-            if (BLOCK_N % KV_PASS_ROWS == 0 || j < KV_PASSES - 1 || r0 + j * KV_PASS_ROWS < BLOCK_N)
-                copy_async_16(local_address_plus(dst, j * KV_PASS_ROWS * KV_ROW_BYTES), src + j * pass);
+        for (int j = 0; j < passes; j++)
+            if (rows % PASS_ROWS == 0 || j < passes - 1 || r0 + j * PASS_ROWS < rows)
+                copy_async_16(local_address_plus(dst, j * PASS_ROWS * KV_ROW_BYTES), src + j * pass);
     } else {
 NV_UNROLL
-        for (int j = 0; j < KV_PASSES; j++) {
-            const int r = r0 + j * KV_PASS_ROWS;
-            if (BLOCK_N % KV_PASS_ROWS == 0 || j < KV_PASSES - 1 || r < BLOCK_N) {
+        for (int j = 0; j < passes; j++) {
+            const int r = r0 + j * PASS_ROWS;
+            if (rows % PASS_ROWS == 0 || j < passes - 1 || r < rows) {
                 if (first_row + r < seq)
-                    copy_async_16(local_address_plus(dst, j * KV_PASS_ROWS * KV_ROW_BYTES), src + j * pass);
+                    copy_async_16(local_address_plus(dst, j * PASS_ROWS * KV_ROW_BYTES), src + j * pass);
                 else
-                    tile[tile_index(BLOCK_N, r, ch)] = (uint4)(0u);
+                    tile[tile_index(rows, r, ch)] = (uint4)(0u);
             }
         }
     }
 }
 #else
-#define load_kv_block(tile, base, row_stride, first_row, seq, tid) \
-    load_tile(tile, BLOCK_N, base, row_stride, first_row, seq, tid)
+#define load_block(tile, rows, base, row_stride, first_row, seq, tid) \
+    load_tile(tile, rows, base, row_stride, first_row, seq, tid)
 #endif
+#define load_kv_block(tile, base, row_stride, first_row, seq, tid) \
+    load_block(tile, BLOCK_N, base, row_stride, first_row, seq, tid)
 
 #if VARLEN == 3
 /* As load_tile for one block of keys of a paged cache, K and V together:
