@@ -332,6 +332,10 @@ NV_UNROLL
     const int warpgroup = warp >> 2, warpgroups = WARPS / 4;
     if (warpgroup == warpgroups - 1 && kv_begin < kv_end)
         wgmma_turn_pass(0);  /* warpgroup 0 has the first block's turn */
+/* The turn passed on after block kb, but none by the last warpgroup after the last block. */
+#define PASS_TURN(kb)                                                                                                \
+    if ((kb) + BLOCK_N < kv_end || warpgroup != warpgroups - 1)                                                     \
+        wgmma_turn_pass(warpgroup + 1 == warpgroups ? 0 : warpgroup + 1)
 #endif
 #if BLOCK_SKIP
     /* The keys the rows that issue their products together see (a warpgroup's 64 with wgmma, else a warp's):
@@ -388,8 +392,7 @@ NV_UNROLL
         if (skip) {
 #if PINGPONG
             wgmma_turn_wait(warpgroup);  /* its turn, passed on at once: every warpgroup takes the same turns */
-            if (kb + BLOCK_N < kv_end || warpgroup != warpgroups - 1)
-                wgmma_turn_pass(warpgroup + 1 == warpgroups ? 0 : warpgroup + 1);
+            PASS_TURN(kb);
 #endif
             continue;
         }
@@ -427,8 +430,7 @@ NV_UNROLL
         wgmma_commit();
 #endif
 #if PINGPONG
-        if (kb + BLOCK_N < kv_end || warpgroup != warpgroups - 1)
-            wgmma_turn_pass(warpgroup + 1 == warpgroups ? 0 : warpgroup + 1);
+        PASS_TURN(kb);
 #endif
 #if OVERLAP
         wgmma_wait_one();
