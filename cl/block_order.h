@@ -33,37 +33,6 @@ static inline void block_coordinates(int causal, int across_pairs, int *qb, int 
     *b = (int)(pair / n_h);
 }
 
-/* A persistent kernel's tiles (cl/flash_forward_mma.cl's PERSISTENT): the grid of n_q x n_h x n_b query blocks,
- * walked by get_num_groups(0) work-groups, fewer than n_q x n_h x n_b (at most 2^31 - 1: src/planner.c).
- * Tile id has the coordinates block_coordinates gives the launched grid's work-group of linear id `id`
- * (32-bit arithmetic: a persistent kernel works them out in its key loop, at each tile its copies reach). */
-static inline void persistent_coordinates(int causal, int across_pairs, uint id, uint n_q, uint n_h, uint n_b,
-                                          int *qb, int *h, int *b)
-{
-    if (!causal || !across_pairs) {
-        const uint in_q = id % n_q, rest = id / n_q;
-        *qb = (int)(causal ? n_q - 1 - in_q : in_q);
-        *h = (int)(rest % n_h);
-        *b = (int)(rest / n_h);
-        return;
-    }
-    const uint heads = n_h * n_b;
-    const uint pair = id % heads;
-    *qb = (int)(n_q - 1 - id / heads);
-    *h = (int)(pair % n_h);
-    *b = (int)(pair / n_h);
-}
-
-/* The tile a persistent work-group takes in its round r of get_num_groups(0) tiles, the rounds walked forth
- * and back: the work-group that took a round's heaviest tile takes the next round's lightest (with the order
- * above, heaviest first when causal, the work-groups' sums stay within about one query block's work of each
- * other). The grid's tiles are under 2^31 and the work-groups at most 65536, so no round wraps. */
-static inline uint persistent_tile(uint round)
-{
-    const uint groups = (uint)get_num_groups(0), g = (uint)get_group_id(0);
-    return round * groups + (round & 1 ? groups - 1 - g : g);
-}
-
 /* One past the last key any row of the query block starting at q0 sees:
  * with the bottom-right causal mask (row i sees keys <= i + seq_kv - seq_q),
  * blocks past it are skipped, not computed and masked. */

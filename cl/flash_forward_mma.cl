@@ -128,18 +128,6 @@
 #if BLOCK_SKIP && OVERLAP
 #error "BLOCK_SKIP does not go with WGMMA_OVERLAP"
 #endif
-/* -DPERSISTENT=1: the host launches fewer work-groups than query blocks (one an SM where one fits an SM: src/planner.c
- * says how many) and each walks the grid's tiles (query block, head, batch) in rounds (persistent_tile), its copies
- * running on from one tile into the next: the K/V blocks of all its tiles are one stream, the next tile's Q and
- * first blocks landing while the last blocks of this one compute, so no SM idles between tiles for a prologue's
- * copies and an epilogue's stores (at d = 64, N = 4k a tile takes about 66 us on the H200). Two Q buffers: a
- * tile's Q lands with its first block, into the buffer the tile before last read (its fragments are in registers by
- * then: Q_IN_REGISTERS). Dense calls, one split, no ping-pong or overlap (src/kernels.c's wgmma_can_persist). */
-#ifndef PERSISTENT
-#define PERSISTENT 0
-#endif
-#define Q_BUFFERS (PERSISTENT ? 2 : 1)
-#define Q_TILE_CHUNKS (BLOCK_M * ROW_CHUNKS)
 #define PINGPONG (WGMMA && WGMMA_PINGPONG)
 #if PINGPONG && WARPS < 8
 #error "WGMMA_PINGPONG takes turns between two or more warpgroups: WARPS >= 8"
@@ -177,9 +165,6 @@
 #include "nv_mma.h"
 #include "block_order.h"
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
-#if PERSISTENT && (!Q_IN_REGISTERS || SPLIT || VARLEN || OVERLAP || PINGPONG)
-#error "PERSISTENT needs Q in registers, a dense call, one split, no WGMMA_OVERLAP or WGMMA_PINGPONG"
-#endif
 #if WGMMA
 #include "nv_wgmma.h"
 /* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
@@ -232,78 +217,15 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
 }
 #endif
 
-/* The keys the rows of the query block starting at q0 see: none for a block past its sequence's rows (varlen). */
-static inline void block_keys(int q0, int seq_q, int seq_kv, int *begin, int *end)
-{
-    *begin = mask_key_begin(q0, seq_q, seq_kv);
-    *end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
-}
-
-#if PERSISTENT
-#define PERSISTENT_ARGS , int tiles_q, int tiles_h, int tiles_b  /* the grid of tiles the work-groups walk */
-
-/* Where a persistent work-group's copies stand in its stream of key blocks: the tile (one whose rows see keys)
- * and the block they load next, and the Q buffer that tile's Q goes to (taken in turn by those tiles). */
-struct copy_cursor {
-    uint round;                 /* the work-group's round of that tile (persistent_tile) */
-    int qb, h, b;
-    int kb, kv_begin, kv_end;   /* the next block's first key, and the tile's keys */
-    int q_buffer;
-    bool more;                  /* false past the work-group's last tile */
-    __global const ushort *k_at, *v_at;  /* the tile's K and V (its head's first key), set at its first block */
-};
-
-/* The cursor to its round's tile, or the first after it whose rows see keys: a tile without keys loads nothing. */
-static inline void cursor_seek(struct copy_cursor *c, uint n_tiles, int tiles_q, int tiles_h, int tiles_b, int seq_q,
-                               int seq_kv)
-{
-    for (;; c->round++) {
-        const uint tile = persistent_tile(c->round);
-        c->more = tile < n_tiles;
-        if (!c->more)
-            return;
-        persistent_coordinates(WINDOW_RIGHT >= 0, 1, tile, tiles_q, tiles_h, tiles_b, &c->qb, &c->h, &c->b);
-        block_keys(c->qb * BLOCK_M, seq_q, seq_kv, &c->kv_begin, &c->kv_end);
-        c->kb = c->kv_begin;
-        if (c->kv_begin < c->kv_end)
-            return;
-    }
-}
-
-/* Issues the cursor's block into k_dst / v_dst (with its tile's Q, where it is the tile's first) and moves the
- * cursor on; nothing past the last tile. The kernel's views and sizes by name, as LOAD_KV takes them. */
-#define ISSUE_NEXT_BLOCK(c, k_dst, v_dst)                                                                            \
-    if ((c).more) {                                                                                                  \
-        if ((c).kb == (c).kv_begin) {                                                                                \
-            const ulong hk_ = (ulong)((c).h / group);                                                                \
-            (c).k_at = k + k_off + (ulong)(c).b * k_sb + hk_ * k_sh;                                                 \
-            (c).v_at = v + v_off + (ulong)(c).b * v_sb + hk_ * v_sh;                                                 \
-            load_tile(q_tiles + (c).q_buffer * Q_TILE_CHUNKS, BLOCK_M,                                               \
-                      q + q_off + (ulong)(c).b * q_sb + (ulong)(c).h * q_sh, q_ss, (c).qb * BLOCK_M, seq_q, tid);   \
-        }                                                                                                            \
-        __global const ushort *const k_base = (c).k_at, *const v_base = (c).v_at;                                    \
-        LOAD_KV(k_dst, v_dst, (c).kb);                                                                               \
-        (c).kb += BLOCK_N;                                                                                           \
-        if ((c).kb >= (c).kv_end) {                                                                                  \
-            (c).q_buffer ^= 1;                                                                                       \
-            (c).round++;                                                                                             \
-            cursor_seek(&(c), n_tiles, tiles_q, tiles_h, tiles_b, seq_q, seq_kv);                                    \
-        }                                                                                                            \
-    }
-#else
-#define PERSISTENT_ARGS
-#endif
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
                        __global const ushort *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
                        __global const ushort *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
                        __global ushort *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                        __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS
-                           PERSISTENT_ARGS)
+                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
 {
-    __local uint4 q_tiles[Q_BUFFERS * Q_TILE_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     __local uint4 k_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     __local uint4 v_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
@@ -311,404 +233,370 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
     const int tid = (int)get_local_id(0);
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
+    int qb, h, b;
+#if SPLIT
+    int split;
+    split_coordinates(WINDOW_RIGHT >= 0, n_splits, &qb, &split, &h, &b);
+#else
+    block_coordinates(WINDOW_RIGHT >= 0, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+#endif
     const int rows_grid = seq_q;  /* the grid's rows (the longest sequence's, varlen) */
-    int stage = 0;                /* the K/V buffer of the block computed next */
-#if PERSISTENT
-    /* The copies run KV_STAGES - 1 blocks ahead of the products through this work-group's tiles. */
-    const uint n_tiles = (uint)tiles_q * (uint)tiles_h * (uint)tiles_b;  /* under 2^31 (src/planner.c) */
-    struct copy_cursor cur;
-    cur.round = 0;
-    cur.q_buffer = 0;
-    cursor_seek(&cur, n_tiles, tiles_q, tiles_h, tiles_b, seq_q, seq_kv);
-    for (int st = 0; st < KV_STAGES - 1; st++) {
-        ISSUE_NEXT_BLOCK(cur, k_tiles + st * BLOCK_N * ROW_CHUNKS, v_tiles + st * BLOCK_N * ROW_CHUNKS);
-        copy_async_commit();
+    const int hk = h / group;
+    const int q0 = qb * BLOCK_M;
+    SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
+    const int diag = seq_kv - seq_q;
+
+    __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
+    __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    __global const ushort *v_base = v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+
+    /* The keys this block's rows see; none for a block past its sequence's rows (varlen), which
+     * still reaches every barrier, as the whole group must, and stores nothing. */
+    int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
+    int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+#if SPLIT
+    split_keys(split, n_splits, &kv_begin, &kv_end);
+#endif
+
+    /* Prologue: Q and the first K/V block into buffer 0 (and with three buffers the second into 1). */
+    load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
+    if (kv_begin < kv_end) {
+#if OVERLAP
+        LOAD_K(k_tiles, kv_begin);  /* its V comes with the next block's K */
+#else
+        LOAD_KV(k_tiles, v_tiles, kv_begin);
+#endif
     }
-    int q_buffer = 0;  /* the Q buffer of the next tile with keys */
-    for (uint round = 0, tile; (tile = persistent_tile(round)) < n_tiles; round++) {
-        int qb, h, b;
-        persistent_coordinates(WINDOW_RIGHT >= 0, 1, tile, tiles_q, tiles_h, tiles_b, &qb, &h, &b);
-#else
-    {
-        int qb, h, b;
-#if SPLIT
-        int split;
-        split_coordinates(WINDOW_RIGHT >= 0, n_splits, &qb, &split, &h, &b);
-#else
-        block_coordinates(WINDOW_RIGHT >= 0, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
-#endif
-#endif
-        const int hk = h / group;
-        const int q0 = qb * BLOCK_M;
-        SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
-        const int diag = seq_kv - seq_q;
-
-        /* The keys this block's rows see; none for a block past its sequence's rows (varlen), which
-         * still reaches every barrier, as the whole group must, and stores nothing. */
-        int kv_begin, kv_end;
-        block_keys(q0, seq_q, seq_kv, &kv_begin, &kv_end);
-#if SPLIT
-        split_keys(split, n_splits, &kv_begin, &kv_end);
-#endif
-
-#if PERSISTENT
-        /* Its Q and first blocks are on their way (or landed): the cursor issued them with the blocks before. */
-        __local uint4 *const q_tile = q_tiles + q_buffer * Q_TILE_CHUNKS;
-        q_buffer ^= kv_begin < kv_end;
-#else
-        __local uint4 *const q_tile = q_tiles;
-        __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
-        __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
-        __global const ushort *v_base = v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
-
-        /* Prologue: Q and the first K/V block into buffer 0 (and with three buffers the second into 1). */
-        load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
-        if (kv_begin < kv_end) {
 #if OVERLAP
-            LOAD_K(k_tiles, kv_begin);  /* its V comes with the next block's K */
-#else
-            LOAD_KV(k_tiles, v_tiles, kv_begin);
+    /* The first block's loop issues a PV of "the block before" too (one branch-free loop: with the PV under a
+     * branch, the compiler merged it with the last block's after the loop, and ptxas then serialized every
+     * wgmma): zeros in, with P's registers zero, add exactly nothing. */
+    for (int c = tid; c < BLOCK_N * ROW_CHUNKS; c += WG)
+        v_tiles[BLOCK_N * ROW_CHUNKS + c] = (uint4)(0u);
 #endif
-        }
-#if OVERLAP
-        /* The first block's loop issues a PV of "the block before" too (one branch-free loop: with the PV under a
-         * branch, the compiler merged it with the last block's after the loop, and ptxas then serialized every
-         * wgmma): zeros in, with P's registers zero, add exactly nothing. */
-        for (int c = tid; c < BLOCK_N * ROW_CHUNKS; c += WG)
-            v_tiles[BLOCK_N * ROW_CHUNKS + c] = (uint4)(0u);
-#endif
-        copy_async_commit();
+    copy_async_commit();
 #if KV_STAGES == 3
-        if (kv_begin + BLOCK_N < kv_end)
-            LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + BLOCK_N * ROW_CHUNKS, kv_begin + BLOCK_N);
-        copy_async_commit();
+    if (kv_begin + BLOCK_N < kv_end)
+        LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + BLOCK_N * ROW_CHUNKS, kv_begin + BLOCK_N);
+    copy_async_commit();
 #endif
-#endif /* PERSISTENT */
-        WAIT_BLOCK_LANDED();
+    WAIT_BLOCK_LANDED();
 #if WGMMA
-        fence_proxy_async();  /* the landed K/V (and zero rows) to wgmma's reads */
+    fence_proxy_async();  /* the landed K/V (and zero rows) to wgmma's reads */
 #endif
-        barrier(CLK_LOCAL_MEM_FENCE);
+    barrier(CLK_LOCAL_MEM_FENCE);
 
 #if Q_IN_REGISTERS
-        /* Q fragments (a0..a3 per k-step) of this warp's rows, from q_tile. */
-        const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
-        uint qf[KSTEPS][4];
+    /* Q fragments (a0..a3 per k-step) of this warp's rows, from q_tile. */
+    const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
+    uint qf[KSTEPS][4];
 NV_UNROLL
-        for (int kk = 0; kk < KSTEPS; kk++)
-            ldmatrix_x4(
-                local_address(&q_tile[tile_index(BLOCK_M, warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]),
-                qf[kk]);
+    for (int kk = 0; kk < KSTEPS; kk++)
+        ldmatrix_x4(local_address(&q_tile[tile_index(BLOCK_M, warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]),
+                    qf[kk]);
 #endif
 
-        float acc[M_TILES][O_TILES][4];
-        float m_row[M_TILES][2], l_row[M_TILES][2];
+    float acc[M_TILES][O_TILES][4];
+    float m_row[M_TILES][2], l_row[M_TILES][2];
 NV_UNROLL
-        for (int mt = 0; mt < M_TILES; mt++) {
+    for (int mt = 0; mt < M_TILES; mt++) {
 NV_UNROLL
-            for (int n = 0; n < O_TILES; n++)
-                acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
-            m_row[mt][0] = m_row[mt][1] = -INFINITY;
-            l_row[mt][0] = l_row[mt][1] = 0.0f;
-        }
-        const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
+        for (int n = 0; n < O_TILES; n++)
+            acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+        m_row[mt][0] = m_row[mt][1] = -INFINITY;
+        l_row[mt][0] = l_row[mt][1] = 0.0f;
+    }
+    const int warp_row0 = q0 + warp * WARP_ROWS;  /* this thread's rows: warp_row0 + 16 mt + g (+8) */
 #if !WGMMA
-        /* The lanes' ldmatrix offsets (nv_mma16.h): Q's and V's (A operands, and Vᵀ's 8 x 8 blocks; lanes 16-31
-         * take the next 8 columns) read rows lane % 16, chunk lane / 16; K's rows 8 (lane / 16) + lane % 8, chunk
-         * lane / 8 % 2. */
-        const struct lane_chunks qv_lanes = lane_chunks(lane & 15, lane >> 4);
-        const struct lane_chunks k_lanes = lane_chunks(8 * (lane >> 4) + (lane & 7), (lane >> 3) & 1);
+    /* The lanes' ldmatrix offsets (nv_mma16.h): Q's and V's (A operands, and Vᵀ's 8 x 8 blocks; lanes 16-31
+     * take the next 8 columns) read rows lane % 16, chunk lane / 16; K's rows 8 (lane / 16) + lane % 8, chunk
+     * lane / 8 % 2. */
+    const struct lane_chunks qv_lanes = lane_chunks(lane & 15, lane >> 4);
+    const struct lane_chunks k_lanes = lane_chunks(8 * (lane >> 4) + (lane & 7), (lane >> 3) & 1);
 #if !Q_IN_REGISTERS
-        const local_address_t warp_q = local_address_plus(local_address(q_tile), 16 * warp * WARP_ROWS * ROW_CHUNKS);
+    const local_address_t warp_q = local_address_plus(local_address(q_tile), 16 * warp * WARP_ROWS * ROW_CHUNKS);
 #endif
 #endif
 
 #if WGMMA && !Q_IN_REGISTERS
-        const wgmma_desc_t q_desc = wgmma_desc(q_tile, (warp >> 2) * 64 * 128, 16, 1024);
+    const wgmma_desc_t q_desc = wgmma_desc(q_tile, (warp >> 2) * 64 * 128, 16, 1024);
 #endif
 #if OVERLAP
-        uint p_prev[BLOCK_N / 16][4];  /* the previous block's P, read by its PV while this block's softmax runs */
-        float alpha[2] = {1.0f, 1.0f}; /* and its rescale of O, applied before that PV */
+    uint p_prev[BLOCK_N / 16][4];  /* the previous block's P, read by its PV while this block's softmax runs */
+    float alpha[2] = {1.0f, 1.0f}; /* and its rescale of O, applied before that PV */
 NV_UNROLL
-        for (int kc = 0; kc < BLOCK_N / 16; kc++)
-            p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
+    for (int kc = 0; kc < BLOCK_N / 16; kc++)
+        p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
 #endif
 #if PINGPONG
-        const int warpgroup = warp >> 2, warpgroups = WARPS / 4;
-        if (warpgroup == warpgroups - 1 && kv_begin < kv_end)
-            wgmma_turn_pass(0);  /* warpgroup 0 has the first block's turn */
-        /* The turn passed on after block kb, but none by the last warpgroup after the last block. */
+    const int warpgroup = warp >> 2, warpgroups = WARPS / 4;
+    if (warpgroup == warpgroups - 1 && kv_begin < kv_end)
+        wgmma_turn_pass(0);  /* warpgroup 0 has the first block's turn */
+/* The turn passed on after block kb, but none by the last warpgroup after the last block. */
 #define PASS_TURN(kb)                                                                                                \
     if ((kb) + BLOCK_N < kv_end || warpgroup != warpgroups - 1)                                                     \
         wgmma_turn_pass(warpgroup + 1 == warpgroups ? 0 : warpgroup + 1)
 #endif
 #if BLOCK_SKIP
-        /* The keys the rows that issue their products together see (a warpgroup's 64 with wgmma, else a warp's):
-         * none for rows past the sequence's end. */
-        const int group_row0 = WGMMA ? q0 + (warp >> 2) * 64 : warp_row0;
-        const int group_rows = min(WGMMA ? 64 : WARP_ROWS, seq_q - group_row0);
-        const int group_kv_begin = mask_key_begin(group_row0, seq_q, seq_kv);
-        const int group_kv_end = group_rows > 0 ? mask_key_end(group_row0, group_rows, seq_q, seq_kv) : 0;
+    /* The keys the rows that issue their products together see (a warpgroup's 64 with wgmma, else a warp's):
+     * none for rows past the sequence's end. */
+    const int group_row0 = WGMMA ? q0 + (warp >> 2) * 64 : warp_row0;
+    const int group_rows = min(WGMMA ? 64 : WARP_ROWS, seq_q - group_row0);
+    const int group_kv_begin = mask_key_begin(group_row0, seq_q, seq_kv);
+    const int group_kv_end = group_rows > 0 ? mask_key_end(group_row0, group_rows, seq_q, seq_kv) : 0;
 #endif
-        for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* kb's buffer: stage */
-            /* Block kb has landed for this thread (with the overlap: its K and the
-             * previous block's V); the barrier makes it visible to all, and tells
-             * that every warp is done with the previous block's buffer, which the
-             * block KV_STAGES - 1 ahead then streams into (with the overlap: the
-             * next block's K, and this block's V into the V buffer the PV before
-             * the previous one read). */
-            WAIT_BLOCK_LANDED();
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* kb's buffer */
+        /* Block kb has landed for this thread (with the overlap: its K and the
+         * previous block's V); the barrier makes it visible to all, and tells
+         * that every warp is done with the previous block's buffer, which the
+         * block KV_STAGES - 1 ahead then streams into (with the overlap: the
+         * next block's K, and this block's V into the V buffer the PV before
+         * the previous one read). */
+        WAIT_BLOCK_LANDED();
 #if WGMMA
-            fence_proxy_async();
+        fence_proxy_async();
 #endif
-            barrier(CLK_LOCAL_MEM_FENCE);
-#if PERSISTENT
-            ISSUE_NEXT_BLOCK(cur, k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,
-                             v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS);
-#elif OVERLAP
-            /* The other K buffer was last read by the previous block's S, this V buffer by the PV before it:
-             * every warp is past both. */
-            if (kb + BLOCK_N < kv_end) {
-                LOAD_K(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
-            }
-            LOAD_V(v_tiles + stage * BLOCK_N * ROW_CHUNKS, kb);
+        barrier(CLK_LOCAL_MEM_FENCE);
+#if OVERLAP
+        /* The other K buffer was last read by the previous block's S, this V buffer by the PV before it:
+         * every warp is past both. */
+        if (kb + BLOCK_N < kv_end) {
+            LOAD_K(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
+        }
+        LOAD_V(v_tiles + stage * BLOCK_N * ROW_CHUNKS, kb);
 #else
-            if (kb + (KV_STAGES - 1) * BLOCK_N < kv_end) {
-                LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,
-                        v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, kb + (KV_STAGES - 1) * BLOCK_N);
-            }
+        if (kb + (KV_STAGES - 1) * BLOCK_N < kv_end) {
+            LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,
+                    v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, kb + (KV_STAGES - 1) * BLOCK_N);
+        }
 #endif
-            copy_async_commit();
-            __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        copy_async_commit();
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
 #if !OVERLAP
-            __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
 #endif
 
 #if BLOCK_SKIP
-            /* A block none of these rows sees: processing it would leave m, l and O as they are (every score
-             * masked; with finite V: a masked Inf or NaN of V would have made O NaN through 0 x Inf), so it is
-             * not processed; the copies and the barrier above are the work-group's and stay. */
-            /* the same in the warp */
-            const bool skip = warp_any(kb >= group_kv_end || kb + BLOCK_N <= group_kv_begin);
+        /* A block none of these rows sees: processing it would leave m, l and O as they are (every score
+         * masked; with finite V: a masked Inf or NaN of V would have made O NaN through 0 x Inf), so it is
+         * not processed; the copies and the barrier above are the work-group's and stay. */
+        const bool skip = warp_any(kb >= group_kv_end || kb + BLOCK_N <= group_kv_begin);  /* the same in the warp */
 #if NV_EMULATE
-            /* The emulated products' lane exchanges are work-group barriers, which every work-item must reach:
-             * here the block is processed and its effect undone at the end, so a block skipped wrongly still
-             * shows as a wrong result. What the emulation cannot check (the branch, its vote, the turns a
-             * skipping warpgroup takes) the GPU's tests do. */
-            float acc_kept[M_TILES][O_TILES][4], m_kept[M_TILES][2], l_kept[M_TILES][2];
-            keep_state(acc, m_row, l_row, acc_kept, m_kept, l_kept);
+        /* The emulated products' lane exchanges are work-group barriers, which every work-item must reach:
+         * here the block is processed and its effect undone at the end, so a block skipped wrongly still
+         * shows as a wrong result. What the emulation cannot check (the branch, its vote, the turns a
+         * skipping warpgroup takes) the GPU's tests do. */
+        float acc_kept[M_TILES][O_TILES][4], m_kept[M_TILES][2], l_kept[M_TILES][2];
+        keep_state(acc, m_row, l_row, acc_kept, m_kept, l_kept);
 #else
-            if (skip) {
+        if (skip) {
 #if PINGPONG
-                wgmma_turn_wait(warpgroup);  /* its turn, passed on at once: every warpgroup takes the same turns */
-                PASS_TURN(kb);
-#endif
-                continue;
-            }
-#endif
-#endif
-
-            float s[M_TILES][S_TILES][4];
-#if WGMMA
-            /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
-             * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
-#if Q_IN_REGISTERS
-            WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
-#endif
-#if OVERLAP
-            rescale_rows(acc[0], alpha);  /* to the previous block's max, before its PV (issued below) */
-            WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-            WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
-#endif
-#if PINGPONG
-            wgmma_turn_wait(warpgroup);
-#endif
-            wgmma_fence();
-            const wgmma_desc_t k_desc = wgmma_desc(k_tile, 0, 16, 1024);
-NV_UNROLL
-            for (int kk = 0; kk < KSTEPS; kk++)
-NV_UNROLL
-                for (int part = 0; part < BLOCK_N / S_PART; part++)
-                    WGMMA_QK(&s[0][part * S_PART / 8][0], kk,
-                             wgmma_desc_plus(k_desc, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32));
-            wgmma_commit();
-#if OVERLAP
-            /* The previous block's PV behind S, as a second group (zeros at the first block): waiting for all but
-             * the newest group waits for S alone. */
-            wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
-            wgmma_commit();
-#endif
-#if PINGPONG
+            wgmma_turn_wait(warpgroup);  /* its turn, passed on at once: every warpgroup takes the same turns */
             PASS_TURN(kb);
 #endif
+            continue;
+        }
+#endif
+#endif
+
+        float s[M_TILES][S_TILES][4];
+#if WGMMA
+        /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
+         * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
+#if Q_IN_REGISTERS
+        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+#endif
 #if OVERLAP
-            wgmma_wait_one();
-#else
-            wgmma_wait_all();
+        rescale_rows(acc[0], alpha);  /* to the previous block's max, before its PV (issued below) */
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
 #endif
-            WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
+#if PINGPONG
+        wgmma_turn_wait(warpgroup);
+#endif
+        wgmma_fence();
+        const wgmma_desc_t k_desc = wgmma_desc(k_tile, 0, 16, 1024);
+NV_UNROLL
+        for (int kk = 0; kk < KSTEPS; kk++)
+NV_UNROLL
+            for (int part = 0; part < BLOCK_N / S_PART; part++)
+                WGMMA_QK(&s[0][part * S_PART / 8][0], kk,
+                         wgmma_desc_plus(k_desc, (kk >> 2) * BLOCK_N * 128 + part * S_PART * 128 + (kk & 3) * 32));
+        wgmma_commit();
+#if OVERLAP
+        /* The previous block's PV behind S, as a second group (zeros at the first block): waiting for all but
+         * the newest group waits for S alone. */
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
+        wgmma_commit();
+#endif
+#if PINGPONG
+        PASS_TURN(kb);
+#endif
+#if OVERLAP
+        wgmma_wait_one();
+#else
+        wgmma_wait_all();
+#endif
+        WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
 #if Q_IN_REGISTERS
-            WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
 #endif
 #else
 NV_UNROLL
-            for (int mt = 0; mt < M_TILES; mt++)
+        for (int mt = 0; mt < M_TILES; mt++)
 NV_UNROLL
-                for (int n = 0; n < S_TILES; n++)
-                    s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
-            {
-                const local_address_t k_at = local_address(k_tile);
+            for (int n = 0; n < S_TILES; n++)
+                s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+        {
+            const local_address_t k_at = local_address(k_tile);
 NV_UNROLL
-                for (int kk = 0; kk < KSTEPS; kk++) {
+            for (int kk = 0; kk < KSTEPS; kk++) {
 #if Q_IN_REGISTERS
-                    const uint *qa[1] = {qf[kk]};
+                const uint *qa[1] = {qf[kk]};
 #else
-                    uint qr[M_TILES][4];
-                    const uint *qa[M_TILES];
+                uint qr[M_TILES][4];
+                const uint *qa[M_TILES];
+NV_UNROLL
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    ldmatrix_x4(TILE_LANE(warp_q, qv_lanes, 16 * mt, kk * 2), qr[mt]);
+                    qa[mt] = qr[mt];
+                }
+#endif
+NV_UNROLL
+                for (int np = 0; np < S_TILES / 2; np++) {
+                    uint bf[4];
+                    ldmatrix_x4(TILE_LANE(k_at, k_lanes, np * 16, kk * 2), bf);
 NV_UNROLL
                     for (int mt = 0; mt < M_TILES; mt++) {
-                        ldmatrix_x4(TILE_LANE(warp_q, qv_lanes, 16 * mt, kk * 2), qr[mt]);
-                        qa[mt] = qr[mt];
-                    }
-#endif
-NV_UNROLL
-                    for (int np = 0; np < S_TILES / 2; np++) {
-                        uint bf[4];
-                        ldmatrix_x4(TILE_LANE(k_at, k_lanes, np * 16, kk * 2), bf);
-NV_UNROLL
-                        for (int mt = 0; mt < M_TILES; mt++) {
-                            mma_16x8x16(s[mt][2 * np], qa[mt], bf[0], bf[1]);
-                            mma_16x8x16(s[mt][2 * np + 1], qa[mt], bf[2], bf[3]);
-                        }
+                        mma_16x8x16(s[mt][2 * np], qa[mt], bf[0], bf[1]);
+                        mma_16x8x16(s[mt][2 * np + 1], qa[mt], bf[2], bf[3]);
                     }
                 }
             }
+        }
 #endif
 
-            /* Online softmax on the fragments, in base 2. Masks only where some key of the block may be
-             * absent or hidden from some row of this warp. */
-            bool edge = kb + BLOCK_N > seq_kv;
+        /* Online softmax on the fragments, in base 2. Masks only where some key of the block may be
+         * absent or hidden from some row of this warp. */
+        bool edge = kb + BLOCK_N > seq_kv;
 #if WINDOW_RIGHT >= 0
-            edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag + WINDOW_RIGHT;
+        edge = edge || kb + BLOCK_N - 1 > warp_row0 + diag + WINDOW_RIGHT;
 #endif
 #if WINDOW_LEFT >= 0
-            edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
+        edge = edge || kb < warp_row0 + WARP_ROWS - 1 + diag - WINDOW_LEFT;
 #endif
 #if OVERLAP
-            softmax_scores(s[0], alpha, m_row[0], l_row[0], edge, kb, warp_row0 + g, warp_row0 + g + 8, t, seq_kv,
-                           diag, scale_log2 NV_SCRATCH_ARG);
-            /* The softmax's results tied to this point, before the wait: else the compiler may sink its
-             * arithmetic past the wait (nothing orders plain arithmetic after a volatile asm); and the softmax
-             * ended as a basic block of ptxas's, with P's registers read where it ends (wgmma_keep_a). */
-            WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
-            WGMMA_HOLD(alpha, 2);
-            WGMMA_HOLD(l_row[0], 2);
-            wgmma_keep_a(&p_prev[0][0], BLOCK_N / 16 * 4, (uint)rows_grid >> 31, q_tile);  /* rows_grid >= 0 */
-            wgmma_wait_all();
-            WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        softmax_scores(s[0], alpha, m_row[0], l_row[0], edge, kb, warp_row0 + g, warp_row0 + g + 8, t, seq_kv,
+                       diag, scale_log2 NV_SCRATCH_ARG);
+        /* The softmax's results tied to this point, before the wait: else the compiler may sink its
+         * arithmetic past the wait (nothing orders plain arithmetic after a volatile asm); and the softmax
+         * ended as a basic block of ptxas's, with P's registers read where it ends (wgmma_keep_a). */
+        WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
+        WGMMA_HOLD(alpha, 2);
+        WGMMA_HOLD(l_row[0], 2);
+        wgmma_keep_a(&p_prev[0][0], BLOCK_N / 16 * 4, (uint)rows_grid >> 31, q_tile);  /* rows_grid >= 0 */
+        wgmma_wait_all();
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+NV_UNROLL
+        for (int kc = 0; kc < BLOCK_N / 16; kc++) {
+            p_prev[kc][0] = pack_pair(s[0][2 * kc][0], s[0][2 * kc][1]);
+            p_prev[kc][1] = pack_pair(s[0][2 * kc][2], s[0][2 * kc][3]);
+            p_prev[kc][2] = pack_pair(s[0][2 * kc + 1][0], s[0][2 * kc + 1][1]);
+            p_prev[kc][3] = pack_pair(s[0][2 * kc + 1][2], s[0][2 * kc + 1][3]);
+        }
+#else
+        uint pf[M_TILES][BLOCK_N / 16][4];
+NV_UNROLL
+        for (int mt = 0; mt < M_TILES; mt++) {
+            online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
 NV_UNROLL
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-                p_prev[kc][0] = pack_pair(s[0][2 * kc][0], s[0][2 * kc][1]);
-                p_prev[kc][1] = pack_pair(s[0][2 * kc][2], s[0][2 * kc][3]);
-                p_prev[kc][2] = pack_pair(s[0][2 * kc + 1][0], s[0][2 * kc + 1][1]);
-                p_prev[kc][3] = pack_pair(s[0][2 * kc + 1][2], s[0][2 * kc + 1][3]);
+                pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+                pf[mt][kc][1] = pack_pair(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+                pf[mt][kc][2] = pack_pair(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+                pf[mt][kc][3] = pack_pair(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
             }
-#else
-            uint pf[M_TILES][BLOCK_N / 16][4];
-NV_UNROLL
-            for (int mt = 0; mt < M_TILES; mt++) {
-                online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
-                               warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
-NV_UNROLL
-                for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-                    pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-                    pf[mt][kc][1] = pack_pair(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-                    pf[mt][kc][2] = pack_pair(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-                    pf[mt][kc][3] = pack_pair(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
-                }
-            }
+        }
 
 #if WGMMA
-            WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);  /* the softmax's rescaling done */
-            WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);
-            wgmma_fence();
-            wgmma_pv(&acc[0][0][0], pf[0], v_tile NV_SCRATCH_ARG);
-            wgmma_commit();
-            wgmma_wait_all();
-            WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-            WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);  /* P's registers stay P's until the wait */
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);  /* the softmax's rescaling done */
+        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);
+        wgmma_fence();
+        wgmma_pv(&acc[0][0][0], pf[0], v_tile NV_SCRATCH_ARG);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);  /* P's registers stay P's until the wait */
 #else
-            {
-                const local_address_t v_at = local_address(v_tile);
+        {
+            const local_address_t v_at = local_address(v_tile);
 NV_UNROLL
-                for (int kc = 0; kc < BLOCK_N / 16; kc++) {
+            for (int kc = 0; kc < BLOCK_N / 16; kc++) {
 NV_UNROLL
-                    for (int np = 0; np < O_TILES / 2; np++) {
-                        uint bf[4];
-                        ldmatrix_x4_trans(TILE_LANE(v_at, qv_lanes, kc * 16, np * 2), bf);
+                for (int np = 0; np < O_TILES / 2; np++) {
+                    uint bf[4];
+                    ldmatrix_x4_trans(TILE_LANE(v_at, qv_lanes, kc * 16, np * 2), bf);
 NV_UNROLL
-                        for (int mt = 0; mt < M_TILES; mt++) {
-                            mma_16x8x16(acc[mt][2 * np], pf[mt][kc], bf[0], bf[1]);
-                            mma_16x8x16(acc[mt][2 * np + 1], pf[mt][kc], bf[2], bf[3]);
-                        }
+                    for (int mt = 0; mt < M_TILES; mt++) {
+                        mma_16x8x16(acc[mt][2 * np], pf[mt][kc], bf[0], bf[1]);
+                        mma_16x8x16(acc[mt][2 * np + 1], pf[mt][kc], bf[2], bf[3]);
                     }
                 }
             }
+        }
 #endif
 #endif /* OVERLAP */
 #if BLOCK_SKIP && NV_EMULATE
-            if (skip)
-                keep_state(acc_kept, m_kept, l_kept, acc, m_row, l_row);
+        if (skip)
+            keep_state(acc_kept, m_kept, l_kept, acc, m_row, l_row);
 #endif
-        }
-#if !PERSISTENT
-        COPY_ASYNC_WAIT(0);  /* (persistent: the next tiles' copies stay in flight) */
-#endif
+    }
+    COPY_ASYNC_WAIT(0);
 #if OVERLAP
-        if (kv_begin < kv_end) {  /* the last block's PV, once its V (in the last block's buffer) has landed */
-            const int last_stage = ((kv_end - kv_begin - 1) / BLOCK_N) & 1;
-            fence_proxy_async();
-            barrier(CLK_LOCAL_MEM_FENCE);
-            rescale_rows(acc[0], alpha);
-            WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-            WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
-            wgmma_fence();
-            wgmma_pv(&acc[0][0][0], p_prev, v_tiles + last_stage * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
-            wgmma_commit();
-            wgmma_wait_all();
-            WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-            WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
-        }
+    if (kv_begin < kv_end) {  /* the last block's PV, once its V (in the last block's buffer) has landed */
+        const int last_stage = ((kv_end - kv_begin - 1) / BLOCK_N) & 1;
+        fence_proxy_async();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        rescale_rows(acc[0], alpha);
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+        wgmma_fence();
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + last_stage * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+    }
 #endif
 
-        __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
+    __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 NV_UNROLL
-        for (int mt = 0; mt < M_TILES; mt++) {
+    for (int mt = 0; mt < M_TILES; mt++) {
 NV_UNROLL
-            for (int r = 0; r < 2; r++) {
-                /* Each thread summed l over its own keys: finish_row adds the quad's partials. */
-                float lse_row;
-                const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row NV_SCRATCH_ARG);
-                const int row = warp_row0 + 16 * mt + g + 8 * r;
-                if (row >= seq_q)
-                    continue;
+        for (int r = 0; r < 2; r++) {
+            /* Each thread summed l over its own keys: finish_row adds the quad's partials. */
+            float lse_row;
+            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row NV_SCRATCH_ARG);
+            const int row = warp_row0 + 16 * mt + g + 8 * r;
+            if (row >= seq_q)
+                continue;
 #if SPLIT
-                /* This split's partial, normalised over its own keys, and its LSE (cl/split.h). */
-                __global float *dst = part + split_part(split, b, h, row, rows_grid, get_num_groups(1));
+            /* This split's partial, normalised over its own keys, and its LSE (cl/split.h). */
+            __global float *dst = part + split_part(split, b, h, row, rows_grid, get_num_groups(1));
 NV_UNROLL
-                for (int n = 0; n < O_TILES; n++)
-                    vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + 8 * n + 2 * t);
-                if (t == 0)
-                    dst[HEAD_DIM] = lse_row;
+            for (int n = 0; n < O_TILES; n++)
+                vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + 8 * n + 2 * t);
+            if (t == 0)
+                dst[HEAD_DIM] = lse_row;
 #else
-                __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
+            __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
 NV_UNROLL
-                for (int n = 0; n < O_TILES; n++)
-                    dst[n * 4] = pack_pair(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
-                if (has_lse && t == 0)
-                    lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
+            for (int n = 0; n < O_TILES; n++)
+                dst[n * 4] = pack_pair(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
+            if (has_lse && t == 0)
+                lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
 #endif
-            }
         }
     }
 }

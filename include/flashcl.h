@@ -608,10 +608,7 @@ struct flashcl_tile {
     int workgroup_size; /* work-items per work-group (backward-tiled: its dK/dV step's; dQ's is 4·block_m) */
     size_t local_bytes; /* local memory the kernel declares */
     int splits;         /* split-KV: work-groups sharing a query block's keys, merged after (1: none) */
-    /* Persistent (the wgmma forward where it pays): the work-groups launched, each walking many query
-     * blocks; 0: one work-group a query block (and split). */
-    int persistent_groups;
-    unsigned char reserved[24];  /* written as zero; room for later fields */
+    unsigned char reserved[28];  /* written as zero; room for later fields */
 };
 
 /* The FMA kernel (register-tiled or portable) and its tile for this

@@ -140,16 +140,12 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const cl_int splits = plan->splits;
 
     /* (query blocks x splits, query heads, sequences), or (splits, KV heads, sequences) for a kernel
-     * whose work-group holds a KV head's query rows; persistent, plan->groups work-groups that walk the
-     * (query blocks, query heads, sequences) tiles. */
+     * whose work-group holds a KV head's query rows. */
     const size_t n_qblocks =
         k->packs_group ? 1 : ((size_t)attn->seq_q + (size_t)plan->block_m - 1) / (size_t)plan->block_m;
     const size_t local[3] = {(size_t)plan->workgroup, 1, 1};
-    const bool persistent = plan->shape.persistent;
-    const size_t global[3] = {(persistent ? (size_t)plan->groups : n_qblocks * (size_t)plan->splits) * local[0],
-                              persistent ? 1 : (size_t)(k->packs_group ? attn->heads_kv : attn->heads_q),
-                              persistent ? 1 : (size_t)attn->batch};
-    const cl_int tiles[3] = {(cl_int)n_qblocks, attn->heads_q, attn->batch};
+    const size_t global[3] = {n_qblocks * local[0] * (size_t)plan->splits,
+                              (size_t)(k->packs_group ? attn->heads_kv : attn->heads_q), (size_t)attn->batch};
     const size_t combine_items = (size_t)attn->seq_q * (size_t)attn->head_dim;  /* one a (row, column) */
     const size_t combine_global[3] = {(combine_items + 63) / 64 * 64, (size_t)attn->heads_q, (size_t)attn->batch};
 
@@ -193,8 +189,6 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
             err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &splits);
             err |= set_combine_args(combine, attn, part, splits, varlen);
         }
-        for (int i = 0; persistent && i < 3; i++)  /* cl/flash_forward_mma.cl's PERSISTENT_ARGS */
-            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &tiles[i]);
         if (err != CL_SUCCESS) {
             st = fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of %s failed", k->entry);
         } else {

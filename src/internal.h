@@ -162,7 +162,6 @@ struct kernel_override {
     bool off;                  /* never plan this kernel */
     bool named;                /* a clause names it (not off): an opt_in kernel may be planned */
     int splits;                /* split-KV forced (kernels that take it); 0 automatic */
-    int persistent;            /* persistent=N (kernels that persist): 0 automatic, -1 never, else N work-groups */
     unsigned fixed;            /* a bit per axis fixed in `shape` */
     struct kernel_shape shape;
 };

@@ -32,7 +32,6 @@ enum axis {
 
 struct kernel_shape {
     int axis[AXIS_COUNT];  /* 0 for an axis the kernel does not have */
-    bool persistent;       /* launched persistent (kernel_info.persists; the planner's choice, never tuned) */
 };
 
 /* The device as read once at context creation. */
@@ -149,10 +148,6 @@ struct kernel_info {
     /* Operations of several kernels whose work-groups differ: step i's work-items per work-group. NULL:
      * every step's is geometry's. */
     int (*step_workgroup)(const struct device_desc *dev, const struct kernel_shape *s, int step);
-    /* Whether the kernel can run the problem persistent with this shape: fewer work-groups than query blocks,
-     * each walking many (the planner says how many: struct plan's groups), where the shape's `persistent` is
-     * set. NULL: never. */
-    bool (*persists)(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s);
     /* The -D options that select the shape and the problem. */
     void (*options)(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                     float scale_log2, char *buf, size_t size);
@@ -164,7 +159,6 @@ struct kernel_info {
 #define FCL_LOCAL_SLACK 64
 
 #define FCL_MAX_SPLITS 64  /* split-KV work-groups per query block at most */
-#define FCL_MAX_PERSISTENT_GROUPS 65536  /* kernel_options' persistent=N at most */
 #define FCL_DECODE_MAX_ROWS 16  /* query rows (group x seq_q) a decode work-group holds at most */
 
 /* cl/flash_backward_mma.cl's Q_CHUNK: the query rows of its inner step (and of a fused dQ turn). */
@@ -212,7 +206,6 @@ struct plan {
     int block_m, block_n, workgroup;
     size_t local_bytes;
     int splits;          /* split-KV: work-groups sharing a query block's keys (1: none) */
-    int groups;          /* persistent (shape.persistent): the work-groups launched, which walk the query blocks */
     char options[1024];  /* build options, including the caller's extra ones */
 };
 

@@ -229,8 +229,7 @@ static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_sha
                           int stages)
 {
     const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 63) / 64;
-    const size_t q_buffers = s->persistent ? 2 : 1;  /* persistent: the next tile's Q lands beside this one's */
-    return (m * q_buffers + 2 * (size_t)stages * n) * 128 * panels +
+    return (m + 2 * (size_t)stages * n) * 128 * panels +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -269,24 +268,6 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
     return (p->window_left >= 0 || p->window_right >= 0) && p->head_dim > 64 && !wgmma_overlaps(p, s, &cap, &live);
 }
 
-/* Whether S = QKᵀ reads Q from local memory (Q_SMEM; wgmma_options says where). */
-static bool wgmma_q_smem(const struct problem *p, const struct kernel_shape *s)
-{
-    int cap, live;
-    const bool overlap = wgmma_overlaps(p, s, &cap, &live);
-    return p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap : p->head_dim > 96 && s->axis[N] == 128);
-}
-
-/* Whether the wgmma kernel can run persistent (cl/flash_forward_mma.cl's PERSISTENT): Q's fragments in registers
- * for a tile's whole key loop (its buffer then free for the tile after next's Q), a dense call, no ping-pong and
- * no overlap. That is d <= 64 on the built-in shapes (12 x 128). */
-static bool wgmma_persists(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s)
-{
-    int cap, live;
-    return p->varlen == 0 && s->axis[T] == 1 && !wgmma_q_smem(p, s) && !wgmma_overlaps(p, s, &cap, &live) &&
-           !wgmma_pingpong(p, s);
-}
-
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
  * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
  * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
@@ -298,10 +279,11 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     forward_mma_options(p, s, scale_log2, wgmma_skips(p, s), buf, size);
     const size_t used = strlen(buf);
     int cap, live;
-    snprintf(buf + used, size - used,
-             " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d -DPERSISTENT=%d",
-             wgmma_q_smem(p, s), wgmma_overlaps(p, s, &cap, &live), wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s),
-             s->persistent);
+    const bool overlap = wgmma_overlaps(p, s, &cap, &live);
+    const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
+                                                      : p->head_dim > 96 && s->axis[N] == 128);
+    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d",
+             q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s));
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
@@ -796,7 +778,7 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 128, 64, {64, 128}}},
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = wgmma_local_bytes, .geometry = mma_geometry,
-        .persists = wgmma_persists, .options = wgmma_options,
+        .options = wgmma_options,
     },
     {
         .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,

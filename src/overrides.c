@@ -10,16 +10,6 @@
 
 #include "internal.h"
 
-/* The decimal count [text, end) within lo..hi (no sign, no space) into *out; false if it is none. */
-static bool parse_count(const char *text, const char *end, long lo, long hi, long *out)
-{
-    char *num_end;
-    if (text >= end || *text < '0' || *text > '9')
-        return false;
-    *out = strtol(text, &num_end, 10);
-    return num_end == end && *out >= lo && *out <= hi;
-}
-
 /* Parses `text` into overrides (all clauses or none); NULL, or the reason. */
 static const char *parse(const char *text, struct kernel_override *overrides, char *why, size_t why_size)
 {
@@ -61,29 +51,19 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
             } else if (len == 2 && strncmp(s, "on", 2) == 0) {
                 /* named: enough for an opt-in kernel */
             } else if (eq && eq - s == 6 && strncmp(s, "splits", 6) == 0) {
-                long v;
+                char *num_end;
+                const bool digits = eq + 1 < s_end && eq[1] >= '0' && eq[1] <= '9';
+                const long v = digits ? strtol(eq + 1, &num_end, 10) : 0;
                 if (!k->combine) {
                     snprintf(why, why_size, "%s does not take split-KV (splits)", k->name);
                     return why;
                 }
-                if (!parse_count(eq + 1, s_end, 1, FCL_MAX_SPLITS, &v)) {
+                if (!digits || num_end != s_end || v < 1 || v > FCL_MAX_SPLITS) {
                     snprintf(why, why_size, "%s:splits=%.*s; must be 1..%d", k->name, (int)(s_end - eq - 1), eq + 1,
                              FCL_MAX_SPLITS);
                     return why;
                 }
                 ov->splits = (int)v;
-            } else if (eq && eq - s == 10 && strncmp(s, "persistent", 10) == 0) {
-                long v;
-                if (!k->persists) {
-                    snprintf(why, why_size, "%s does not run persistent (persistent)", k->name);
-                    return why;
-                }
-                if (!parse_count(eq + 1, s_end, 0, FCL_MAX_PERSISTENT_GROUPS, &v)) {
-                    snprintf(why, why_size, "%s:persistent=%.*s; must be 0 (never) or 1..%d work-groups", k->name,
-                             (int)(s_end - eq - 1), eq + 1, FCL_MAX_PERSISTENT_GROUPS);
-                    return why;
-                }
-                ov->persistent = v ? (int)v : -1;
             } else if (eq) {
                 const int a = fcl_axis_by_name(s, (size_t)(eq - s));
                 char *num_end;

@@ -6,7 +6,6 @@
  * else the tuning file's entry, else the first built-in shape that applies
  * and fits, else the sizing rule shrunk until it fits. The first kernel with
  * a shape wins. */
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -177,36 +176,6 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
     return splits > 1 ? (int)splits : 1;
 }
 
-/* Persistent where the kernel can run the call so (one split) and the grid takes two rounds or more of the
- * work-groups the device holds at once by local memory (units x fcl_groups_per_unit: one an SM for the wgmma
- * kernel's 12 x 128 at d <= 64, 147 KB), or as kernel_options' persistent=N says: then that many work-groups walk
- * the grid's query blocks, with the shape's own local memory (a second Q buffer). Where registers hold fewer at
- * once than local memory would, the rest wait for an SM: the same work, in two waves. */
-static void choose_persistence(const struct device_desc *dev, const struct kernel_override *ov,
-                               const struct kernel_info *k, const struct problem *p, struct plan *out)
-{
-    if (ov->persistent < 0 || p->op != OP_FORWARD || k->packs_group || !k->persists(dev, p, &out->shape))
-        return;
-    struct kernel_shape s = out->shape;
-    s.persistent = true;
-    const size_t bytes = k->local_bytes(dev, &s, p);
-    if (bytes + FCL_LOCAL_SLACK > dev->usable_local)
-        return;
-    const long long tiles =
-        (long long)p->batch * p->heads_q * (((long long)p->seq_q + out->block_m - 1) / out->block_m);
-    const long long slots = (dev->compute_units > 0 ? dev->compute_units : 1) * fcl_groups_per_unit(dev, bytes);
-    long long groups = ov->persistent ? ov->persistent : slots;
-    if ((!ov->persistent && tiles < 2 * slots) || tiles > INT_MAX)  /* the kernel counts tiles in 32 bits */
-        return;
-    if (groups > tiles)
-        groups = tiles;
-    if (groups < 1)
-        return;
-    out->shape = s;
-    out->local_bytes = bytes;
-    out->groups = (int)groups;
-}
-
 /* Plans `k` for `p`; false with the reason in why when it cannot run it here. */
 static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k, const struct problem *p,
                         float scale_log2, struct plan *out, char *why, size_t why_size)
@@ -247,15 +216,8 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p);
     if (k->packs_group)
         out->block_m = p->seq_q;  /* every query position of the KV head's group */
-    /* persistent=N forced (and no split count): one split, so that it runs persistent where it can. */
-    const struct kernel_override *ov = &ctx->overrides[index];
-    const bool persistent_forced =
-        ov->persistent > 0 && !ov->splits && k->persists && k->persists(&ctx->dev, p, &out->shape);
-    out->splits = k->combine && !persistent_forced
-                       ? choose_splits(&ctx->dev, ov, p, tuned, k, out->block_m, out->block_n, out->local_bytes)
-                       : 1;
-    if (k->persists && out->splits == 1)
-        choose_persistence(&ctx->dev, ov, k, p, out);
+    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, tuned, k, out->block_m,
+                                             out->block_n, out->local_bytes) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
     if (k->combine) {
@@ -334,7 +296,6 @@ void fcl_plan_to_tile(const struct plan *plan, struct flashcl_tile *out)
     out->workgroup_size = plan->workgroup;
     out->local_bytes = plan->local_bytes;
     out->splits = plan->splits;
-    out->persistent_groups = plan->shape.persistent ? plan->groups : 0;
 }
 
 flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
@@ -435,7 +396,7 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant v
     int digit[AXIS_COUNT] = {0};
     int count = 0;
     for (;;) {
-        struct kernel_shape s = {.axis = {0}};
+        struct kernel_shape s = {{0}};
         for (int a = 0; a < AXIS_COUNT; a++)
             if (k->axes[a].lo)
                 s.axis[a] = k->axes[a].candidates[digit[a]];

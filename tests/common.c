@@ -334,7 +334,6 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     struct flashcl_tile config;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &config));
     const enum flashcl_variant variant = c->standard ? FLASHCL_VARIANT_PORTABLE : config.variant;
-    result->persistent_groups = c->standard ? 0 : config.persistent_groups;
 
     cl_event done = NULL;
     if (c->standard)

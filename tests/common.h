@@ -87,7 +87,6 @@ struct case_result {
     double max_lse_err;     /* over LSE */
     double rel_l2_err;      /* ||O - ref|| / ||ref|| */
     enum flashcl_variant variant; /* the kernel that ran (flash path) */
-    int persistent_groups;  /* its plan's (flashcl_tile.persistent_groups) */
     uint64_t output_hash;   /* FNV-1a of O's and LSE's bytes: equal hashes for bit-identical outputs */
 };
 

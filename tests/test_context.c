@@ -188,8 +188,7 @@ START_TEST(kernel_options)
 {
     struct test_env *e = test_env_get();
     const char *good[] = {"", ";", "portable:block_m=8", "tensor-core:off;tf32:warps=8,m_tiles=2,block_n=128;",
-                          "register-tiled:block_n=32,block_m=64;portable:off", "tensor-core-wgmma:persistent=0",
-                          "tensor-core-wgmma:warps=4,persistent=65536"};
+                          "register-tiled:block_n=32,block_m=64;portable:off"};
     const struct { const char *options, *message; } bad[] = {
         {"portable", "no ':'"},
         {"mystery:off", "\"mystery\" is not a kernel"},
@@ -202,10 +201,6 @@ START_TEST(kernel_options)
         {"portable:block_m= 8", "portable:block_m= 8"},
         {"portable:splits=0", "portable:splits=0; must be 1..64"},
         {"backward-tiled:splits=2", "backward-tiled does not take split-KV"},
-        {"tensor-core:persistent=4", "tensor-core does not run persistent"},
-        {"tensor-core-wgmma:persistent=65537", "tensor-core-wgmma:persistent=65537; must be 0 (never) or 1..65536"},
-        {"tensor-core-wgmma:persistent=-1", "tensor-core-wgmma:persistent=-1"},
-        {"tensor-core-wgmma:persistent=", "tensor-core-wgmma:persistent=;"},
     };
     struct flashcl_context_params p = {0};
     p.context = e->cl;

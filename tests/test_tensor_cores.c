@@ -261,46 +261,6 @@ START_TEST(tensor_core_wgmma_split)
 }
 END_TEST
 
-/* Persistent (cl/flash_forward_mma.cl's PERSISTENT; src/kernels.c's wgmma_persists: d <= 64 here) on few
- * work-groups, so that each walks many tiles and its copies run on from one tile into the next: the tensor-core
- * cases it takes, and its own: tiles that see no key before tiles that do, and tiles of one key block in a row
- * (a Q buffer written again two tiles on). On the built-in 12 x 128 and on 4 x 64 (64-row tiles, 64-key blocks). */
-static const struct test_case persistent_cases[] = {
-    {1, 500, 50, 2, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1},                   /* causal, Nq > Nk: first tiles see none */
-    {3, 300, 100, 4, 2, 32, BF16, 0, 0, LAYOUT_BHND, 1},                 /* GQA, one or two key blocks a tile */
-    {2, 400, 60, 3, 3, 16, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 10, 0},   /* a window: rows < 340 see no key */
-    {1, 700, 700, 2, 2, 64, BF16, 1, 0.3f, LAYOUT_FUSED_QKV, 0},        /* causal, square: tiles of 1..6 blocks */
-};
-
-static void run_persistent_case(const char *options, int groups, int i, uint64_t seed, const char *what)
-{
-    const int n_core = (int)(sizeof(tensor_core_cases) / sizeof(tensor_core_cases[0]));
-    const struct test_case *c = i < n_core ? &tensor_core_cases[i] : &persistent_cases[i - n_core];
-    if (c->head_dim > 64 || !wgmma_expected() || !test_wgmma_takes(wgmma_context(""), c->dtype, c->head_dim))
-        return;
-    char label[48];
-    snprintf(label, sizeof(label), "wgmma %s case %2d", what, i);
-    struct case_result r;
-    rng_seed(seed);
-    test_run_case(wgmma_context(options), c, &r);
-    printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e, %d work-groups\n", flashcl_variant_name(r.variant),
-           label, r.max_abs_err, r.rel_l2_err, r.max_lse_err, r.persistent_groups);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-    /* The tiles: query blocks of 192 rows (12 x 128) or 64 (4 x 64), heads, sequences. */
-    const int block_m = strstr(options, "warps=4") ? 64 : 192;
-    const int tiles = c->batch * c->heads_q * ((c->seq_q + block_m - 1) / block_m);
-    ck_assert_int_eq(r.persistent_groups, tiles < groups ? tiles : groups);
-}
-
-START_TEST(tensor_core_wgmma_persistent)
-{
-    run_persistent_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:persistent=3", 3, _i,
-                        (uint64_t)_i + 490, "persistent 3");
-    run_persistent_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,persistent=5", 5, _i,
-                        (uint64_t)_i + 530, "4x64 persistent 5");
-}
-END_TEST
-
 /* Split three ways on three warpgroups at the head dims where they issue in turns (WGMMA_PINGPONG, src/kernels.c's
  * wgmma_pingpong: 65-192): the turns with split-KV's key ranges, which the 4 x 64 split (one warpgroup) does not
  * take. On the GPU only: emulated, the turns are no-ops. */
@@ -751,7 +711,6 @@ int main(void)
         tcase_set_timeout(wg, 1800);
         tcase_add_loop_test(wg, tensor_core_wgmma, 0, COUNT(tensor_core_cases));
         tcase_add_loop_test(wg, tensor_core_wgmma_split, 0, COUNT(tensor_core_cases));
-        tcase_add_loop_test(wg, tensor_core_wgmma_persistent, 0, COUNT(tensor_core_cases) + COUNT(persistent_cases));
         suite_add_tcase(s, wg);
         TCase *bw = tcase_create("emulated backward (two-pass and fused)");
         tcase_set_timeout(bw, 1800);
@@ -777,7 +736,6 @@ int main(void)
     tcase_add_loop_test(wg, tensor_core_wgmma, 0, COUNT(tensor_core_cases));
     tcase_add_loop_test(wg, tensor_core_wgmma_split, 0, COUNT(tensor_core_cases));
     tcase_add_loop_test(wg, tensor_core_wgmma_split_turns, 0, COUNT(tensor_core_cases));
-    tcase_add_loop_test(wg, tensor_core_wgmma_persistent, 0, COUNT(tensor_core_cases) + COUNT(persistent_cases));
     suite_add_tcase(s, wg);
     TCase *bw = tcase_create("backward");
     tcase_set_timeout(bw, 600);

@@ -633,60 +633,6 @@ START_TEST(wgmma_build_choices)
 }
 END_TEST
 
-/* Persistent (the wgmma kernel at d <= 64) where the grid takes two rounds or more of the work-groups the device
- * holds at once (one a compute unit by local memory at 12 x 128: 147,456 bytes with the second Q buffer), not
- * where the kernel cannot (d = 128 reads Q from local memory; varlen), not on a grid of one round, and as
- * kernel_options' persistent=N says (at most one work-group a tile; a forced split count wins). */
-START_TEST(wgmma_persistent_plans)
-{
-    struct test_env *e = test_env_get();
-    cl_uint units = 0;
-    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(units), &units, NULL));
-    static const struct {
-        const char *options;
-        int d, varlen, batch, heads, seq;
-        int groups;  /* -1: one a compute unit */
-    } cases[] = {
-        {"", 64, 0, 4, 32, 4096, -1},
-        {"", 32, 0, 2, 16, 8192, -1},
-        {"", 64, 0, 1, 1, 64, 0},                                /* one tile */
-        {"", 128, 0, 4, 32, 4096, 0},                            /* Q from local memory */
-        {"", 64, 1, 4, 32, 4096, 0},                             /* varlen */
-        {"tensor-core-wgmma:persistent=0", 64, 0, 4, 32, 4096, 0},
-        {"tensor-core-wgmma:persistent=7", 64, 0, 1, 1, 4096, 7},   /* 22 tiles */
-        {"tensor-core-wgmma:persistent=70", 64, 0, 1, 1, 4096, 22}, /* one a tile at most */
-        {"tensor-core-wgmma:persistent=7,splits=2", 64, 0, 1, 1, 4096, 0},
-    };
-    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
-    ck_assert_ptr_nonnull(mem);
-    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
-        flashcl_context *ctx = assumed_h200(cases[i].options, 0);
-        struct flashcl_attention a = shape(cases[i].d, FLASHCL_F16, 0, mem);
-        struct problem pr;
-        fcl_forward_problem(&a, &pr);
-        pr.varlen = cases[i].varlen;
-        pr.batch = cases[i].batch;
-        pr.heads_q = pr.heads_kv = cases[i].heads;
-        pr.seq_q = pr.seq_kv = cases[i].seq;
-        struct plan plan;
-        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-        const long long tiles = (long long)cases[i].batch * cases[i].heads * ((cases[i].seq + 191) / 192);
-        const long long want = cases[i].groups >= 0 ? cases[i].groups : units < tiles ? units : tiles;
-        const bool persistent = want > 0;
-        ck_assert_msg(plan.shape.persistent == persistent && (!persistent || plan.groups == want),
-                      "case %d: persistent %d, %d work-groups; want %lld (%s)", i, plan.shape.persistent, plan.groups,
-                      want, plan.options);
-        ck_assert_msg(strstr(plan.options, persistent ? "-DPERSISTENT=1" : "-DPERSISTENT=0") != NULL, "case %d: %s", i,
-                      plan.options);
-        if (cases[i].d == 64 && !cases[i].varlen)  /* 12 x 128, three K/V buffers, one or two Q */
-            ck_assert_int_eq(plan.local_bytes, (persistent ? 2 * 192 + 768 : 192 + 768) * 128);
-        flashcl_context_destroy(&ctx);
-    }
-    clReleaseMemObject(mem);
-}
-END_TEST
-
 /* Candidates fit the local memory they were asked for, more memory never
  * gives fewer, and the footprint the table computes is what the built
  * kernel declares (CL_KERNEL_LOCAL_MEM_SIZE), for the kernels this device
@@ -1445,7 +1391,6 @@ int main(void)
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, wgmma_planned_where_it_runs);
     tcase_add_test(tc, wgmma_build_choices);
-    tcase_add_test(tc, wgmma_persistent_plans);
     tcase_add_test(tc, wgmma_gives_way_to_tensor_core);
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, decode_kernels_match_built_kernels);
