@@ -128,6 +128,11 @@
 #if BLOCK_SKIP && OVERLAP
 #error "BLOCK_SKIP does not go with WGMMA_OVERLAP"
 #endif
+/* -DREST_PAST_END=0 turns off the rest of the warpgroups whose rows are all past the sequence's end (below, before
+ * the key loop; an A/B switch). */
+#ifndef REST_PAST_END
+#define REST_PAST_END 1
+#endif
 #define PINGPONG (WGMMA && WGMMA_PINGPONG)
 #if PINGPONG && WARPS < 8
 #error "WGMMA_PINGPONG takes turns between two or more warpgroups: WARPS >= 8"
@@ -215,6 +220,36 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
         }
     }
 }
+#endif
+
+/* The work-group's part of block kb (in buffer `stage`): block kb has landed for this thread (with the overlap:
+ * its K and the previous block's V); the barrier makes it visible to all, and tells that every warp is done with
+ * the previous block's buffer, which the block KV_STAGES - 1 ahead then streams into (with the overlap: the next
+ * block's K, and this block's V into the V buffer the PV before the previous one read: every warp is past both). */
+#if WGMMA
+#define BLOCK_LANDED_FOR_ALL()                                                                                       \
+    WAIT_BLOCK_LANDED();                                                                                             \
+    fence_proxy_async();                                                                                             \
+    barrier(CLK_LOCAL_MEM_FENCE)
+#else
+#define BLOCK_LANDED_FOR_ALL()                                                                                       \
+    WAIT_BLOCK_LANDED();                                                                                             \
+    barrier(CLK_LOCAL_MEM_FENCE)
+#endif
+#if OVERLAP
+#define STREAM_BLOCK(kb, stage)                                                                                      \
+    BLOCK_LANDED_FOR_ALL();                                                                                          \
+    if ((kb) + BLOCK_N < kv_end)                                                                                     \
+        LOAD_K(k_tiles + ((stage) ^ 1) * BLOCK_N * ROW_CHUNKS, (kb) + BLOCK_N);                                      \
+    LOAD_V(v_tiles + (stage) * BLOCK_N * ROW_CHUNKS, (kb));                                                          \
+    copy_async_commit()
+#else
+#define STREAM_BLOCK(kb, stage)                                                                                      \
+    BLOCK_LANDED_FOR_ALL();                                                                                          \
+    if ((kb) + (KV_STAGES - 1) * BLOCK_N < kv_end)                                                                   \
+        LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,                                                  \
+                v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, (kb) + (KV_STAGES - 1) * BLOCK_N);              \
+    copy_async_commit()
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -345,32 +380,22 @@ NV_UNROLL
     const int group_kv_begin = mask_key_begin(group_row0, seq_q, seq_kv);
     const int group_kv_end = group_rows > 0 ? mask_key_end(group_row0, group_rows, seq_q, seq_kv) : 0;
 #endif
+#if REST_PAST_END && !NV_EMULATE
+    /* A warpgroup (mma.sync: a warp) whose rows are all past the sequence's end, in its last query block, takes the
+     * work-group's copies and barriers only (and its turns), and computes nothing: the loop's own code stays as
+     * it is. Emulated, the products' lane exchanges are work-group barriers, so there it computes its rows too. */
+    if (warp_any((WGMMA ? q0 + (warp >> 2) * 64 : warp_row0) >= seq_q)) {
+        for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {
+            STREAM_BLOCK(kb, stage);
+#if PINGPONG
+            wgmma_turn_wait(warpgroup);
+            PASS_TURN(kb);
+#endif
+        }
+    } else
+#endif
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* kb's buffer */
-        /* Block kb has landed for this thread (with the overlap: its K and the
-         * previous block's V); the barrier makes it visible to all, and tells
-         * that every warp is done with the previous block's buffer, which the
-         * block KV_STAGES - 1 ahead then streams into (with the overlap: the
-         * next block's K, and this block's V into the V buffer the PV before
-         * the previous one read). */
-        WAIT_BLOCK_LANDED();
-#if WGMMA
-        fence_proxy_async();
-#endif
-        barrier(CLK_LOCAL_MEM_FENCE);
-#if OVERLAP
-        /* The other K buffer was last read by the previous block's S, this V buffer by the PV before it:
-         * every warp is past both. */
-        if (kb + BLOCK_N < kv_end) {
-            LOAD_K(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, kb + BLOCK_N);
-        }
-        LOAD_V(v_tiles + stage * BLOCK_N * ROW_CHUNKS, kb);
-#else
-        if (kb + (KV_STAGES - 1) * BLOCK_N < kv_end) {
-            LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,
-                    v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, kb + (KV_STAGES - 1) * BLOCK_N);
-        }
-#endif
-        copy_async_commit();
+        STREAM_BLOCK(kb, stage);
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
 #if !OVERLAP
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
