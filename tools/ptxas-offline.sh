@@ -48,9 +48,34 @@ float OVL exp2(float x) { return __nvvm_ex2_approx_f(x); }
 float OVL log2(float x) { return __nvvm_lg2_approx_f(x); }
 float2 OVL vload2(size_t i, const __local float *p) { return (float2)(p[2 * i], p[2 * i + 1]); }
 void OVL vstore2(float2 v, size_t i, __global float *p) { p[2 * i] = v.x; p[2 * i + 1] = v.y; }
+#define HALF_LOAD_STORE(AS)                                                                                         \
+    float OVL vload_half(size_t i, const AS half *p)                                                                \
+    {                                                                                                               \
+        float r;                                                                                                    \
+        __asm__("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(((const AS ushort *)p)[i]));                                  \
+        return r;                                                                                                   \
+    }                                                                                                               \
+    void OVL vstore_half_rte(float x, size_t i, AS half *p)                                                         \
+    {                                                                                                               \
+        ushort h;                                                                                                   \
+        __asm__("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));                                                       \
+        ((AS ushort *)p)[i] = h;                                                                                    \
+    }
+HALF_LOAD_STORE(__global)
+HALF_LOAD_STORE(__local)
+HALF_LOAD_STORE(__private)
+EOF
+# clang's nvptx OpenCL header leaves out the half loads and stores (core OpenCL 1.2): declared for the kernel here.
+cat > "$tmp/decls.h" <<'EOF'
+#define FCL_HALF_DECLS(AS)                                                                                          \
+    float __attribute__((overloadable)) vload_half(size_t i, const AS half *p);                                     \
+    void __attribute__((overloadable)) vstore_half_rte(float x, size_t i, AS half *p);
+FCL_HALF_DECLS(__global)
+FCL_HALF_DECLS(__local)
+FCL_HALF_DECLS(__private)
 EOF
 "$LLVM_BIN/clang" "${cl[@]}" -o "$tmp/builtins.bc" "$tmp/builtins.cl"
-"$LLVM_BIN/clang" "${cl[@]}" -I"$(dirname "$src")" "$@" -o "$tmp/kernel.bc" "$src"
+"$LLVM_BIN/clang" "${cl[@]}" -include "$tmp/decls.h" -I"$(dirname "$src")" "$@" -o "$tmp/kernel.bc" "$src"
 "$LLVM_BIN/llvm-link" "$tmp/kernel.bc" "$tmp/builtins.bc" -o "$tmp/linked.bc"
 "$LLVM_BIN/opt" -O3 "$tmp/linked.bc" -o "$tmp/opt.bc"
 "$LLVM_BIN/llc" -mcpu=sm_80 -mattr=+ptx70 "$tmp/opt.bc" -o "$tmp/kernel.ptx"
