@@ -129,7 +129,7 @@
 #error "BLOCK_SKIP does not go with WGMMA_OVERLAP"
 #endif
 /* -DREST_PAST_END=0 turns off the rest of the warpgroups whose rows are all past the sequence's end (below, before
- * the key loop; an A/B switch). */
+ * the key loop, where BLOCK_SKIP is off; an A/B switch). */
 #ifndef REST_PAST_END
 #define REST_PAST_END 1
 #endif
@@ -380,10 +380,12 @@ NV_UNROLL
     const int group_kv_begin = mask_key_begin(group_row0, seq_q, seq_kv);
     const int group_kv_end = group_rows > 0 ? mask_key_end(group_row0, group_rows, seq_q, seq_kv) : 0;
 #endif
-#if REST_PAST_END && !NV_EMULATE
+#if REST_PAST_END && !BLOCK_SKIP && !NV_EMULATE
     /* A warpgroup (mma.sync: a warp) whose rows are all past the sequence's end, in its last query block, takes the
      * work-group's copies and barriers only (and its turns), and computes nothing: the loop's own code stays as
-     * it is. Emulated, the products' lane exchanges are work-group barriers, so there it computes its rows too. */
+     * it is (with BLOCK_SKIP such rows skip each block already, and the rest measured 0.8-3.7% slower beside it:
+     * docs/perf.md v0.18, call 2). Emulated, the products' lane exchanges are work-group barriers, so there it
+     * computes its rows too. */
     if (warp_any((WGMMA ? q0 + (warp >> 2) * 64 : warp_row0) >= seq_q)) {
         for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {
             STREAM_BLOCK(kb, stage);

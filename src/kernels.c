@@ -258,14 +258,18 @@ static bool wgmma_pingpong(const struct problem *p, const struct kernel_shape *s
 }
 
 /* Whether wgmma's warpgroups skip the blocks none of their rows sees (BLOCK_SKIP): with a mask past d = 64, not
- * with the overlap. H200, f16, N = 4k / 8k / 16k, against none (docs/perf.md v0.17, call 2): d = 128 causal
- * +4.7 / +1.7 / +1.8%; where it lost: d = 128 non-causal -1.0..-1.4% (there only the last block's rows past the
- * sequence skip), d = 64 causal +0.6 / -3.5 / -3.2%, non-causal +1.3 / -0.7 / -1.0%. Head dims 65-127 follow
- * d = 128 unmeasured. */
+ * with the overlap, and where the blocks to skip are a fair part of a work-group's keys: a window on the left, or a
+ * causal diagonal across at least half the keys (rows >= keys / 2). H200, f16, N = 4k / 8k / 16k, against none
+ * (docs/perf.md v0.17, call 2): d = 128 causal +4.7 / +1.7 / +1.8%; where it lost: d = 128 non-causal -1.0..-1.4%
+ * (there only the last block's rows past the sequence skip), d = 64 causal +0.6 / -3.5 / -3.2%, non-causal +1.3 /
+ * -0.7 / -1.0%; chunked prefill (d = 128 GQA 32:8, 512 and 2048 rows against 16k and 64k keys, v0.18 call 2, two
+ * rounds) 1.7-4.6% slower, the diagonal there 1-12% of the keys. Head dims 65-127 follow d = 128 unmeasured. */
 static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
 {
     int cap, live;
-    return (p->window_left >= 0 || p->window_right >= 0) && p->head_dim > 64 && !wgmma_overlaps(p, s, &cap, &live);
+    const bool masked = p->window_left >= 0 || p->window_right >= 0;
+    const bool worth_it = p->window_left >= 0 || 2 * (long long)p->seq_q >= p->seq_kv;
+    return masked && worth_it && p->head_dim > 64 && !wgmma_overlaps(p, s, &cap, &live);
 }
 
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's

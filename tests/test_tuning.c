@@ -617,6 +617,30 @@ START_TEST(wgmma_build_choices)
                           cases[i].d, cases[i].want[j], plan.options);
         flashcl_context_destroy(&ctx);
     }
+    /* wgmma skips where the blocks to skip are a fair part of the keys: a causal diagonal across half the keys
+     * or more, or a window on the left; not a prefill chunk's diagonal against a long cache. */
+    static const struct {
+        int seq_q, seq_kv, window_left;  /* causal: window_right 0 */
+        const char *want;
+    } chunks[] = {
+        {512, 16384, -1, "-DBLOCK_SKIP=0"}, {2048, 65536, -1, "-DBLOCK_SKIP=0"}, {8192, 16384, -1, "-DBLOCK_SKIP=1"},
+        {4096, 4096, -1, "-DBLOCK_SKIP=1"}, {512, 16384, 256, "-DBLOCK_SKIP=1"},
+    };
+    for (int i = 0; i < (int)(sizeof(chunks) / sizeof(chunks[0])); i++) {
+        flashcl_context *ctx = assumed_h200("", 0);
+        struct flashcl_attention a = shape(128, FLASHCL_F16, 1, mem);
+        struct problem pr;
+        fcl_forward_problem(&a, &pr);
+        pr.seq_q = chunks[i].seq_q;
+        pr.seq_kv = chunks[i].seq_kv;
+        pr.window_left = chunks[i].window_left;
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        ck_assert_msg(strstr(plan.options, chunks[i].want) != NULL, "chunk %d: \"%s\" not in \"%s\"", i,
+                      chunks[i].want, plan.options);
+        flashcl_context_destroy(&ctx);
+    }
     /* mma.sync's warps skip always, masked or not. */
     for (int causal = 0; causal <= 1; causal++) {
         flashcl_context *ctx = assumed_h200("tensor-core-wgmma:off", 0);
