@@ -372,10 +372,9 @@ NV_UNROLL
     if ((kb) + BLOCK_N < kv_end || warpgroup != warpgroups - 1)                                                     \
         wgmma_turn_pass(warpgroup + 1 == warpgroups ? 0 : warpgroup + 1)
 #endif
+    const int group_row0 = WGMMA ? q0 + (warp >> 2) * 64 : warp_row0;  /* of the rows that issue products together */
 #if BLOCK_SKIP
-    /* The keys the rows that issue their products together see (a warpgroup's 64 with wgmma, else a warp's):
-     * none for rows past the sequence's end. */
-    const int group_row0 = WGMMA ? q0 + (warp >> 2) * 64 : warp_row0;
+    /* The keys those rows (a warpgroup's 64 with wgmma, else a warp's) see: none for rows past the sequence's end. */
     const int group_rows = min(WGMMA ? 64 : WARP_ROWS, seq_q - group_row0);
     const int group_kv_begin = mask_key_begin(group_row0, seq_q, seq_kv);
     const int group_kv_end = group_rows > 0 ? mask_key_end(group_row0, group_rows, seq_q, seq_kv) : 0;
@@ -386,7 +385,7 @@ NV_UNROLL
      * it is (with BLOCK_SKIP such rows skip each block already, and the rest measured 0.8-3.7% slower beside it:
      * docs/perf.md v0.18, call 2). Emulated, the products' lane exchanges are work-group barriers, so there it
      * computes its rows too. */
-    if (warp_any((WGMMA ? q0 + (warp >> 2) * 64 : warp_row0) >= seq_q)) {
+    if (warp_any(group_row0 >= seq_q)) {
         for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {
             STREAM_BLOCK(kb, stage);
 #if PINGPONG
