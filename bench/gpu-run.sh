@@ -24,6 +24,10 @@
 #                    one for each base tree: an existing one is reused as it is); flashcl-bench with the options on both, AB_ROUNDS (2)
 #                    rounds of base then new; PyTorch on the same shapes; bench/ab.py joins them: medians,
 #                    the change, × FA2 and cuDNN, and the errors compared)
+#   bench/gpu-run.sh options-ab "OPTS|OPTS|..." [flashcl-bench options]   (build options A/B on one build:
+#                    each '|'-separated FLASHCL_BUILD_OPTIONS value ("-" none; the first the base) under each of
+#                    AB_KERNELS (';'-separated FLASHCL_KERNELS values, "-" the default plan), AB_ROUNDS (2)
+#                    rounds interleaved, PyTorch on the same shapes, bench/ab.py against the first)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
 #                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
@@ -156,6 +160,43 @@ if [ "$MODE" = ab ]; then
   # shellcheck disable=SC2086  # TORCH_ARGS: words on purpose
   python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$OUT/ab-torch.csv" 2>>"$OUT/ab-torch.log" || status=1
   python3 bench/ab.py "$base_csvs" "$new_csvs" "$OUT/ab-torch.csv" | tee "$OUT/ab.md"
+fi
+if [ "$MODE" = options-ab ]; then
+  # Build options A/B in one call, one build: VARIANTS ('|'-separated FLASHCL_BUILD_OPTIONS values, the
+  # first the base; "-" is none) each run on the same shapes, AB_ROUNDS (2) rounds interleaved, under
+  # each of AB_KERNELS (';'-separated FLASHCL_KERNELS values, "-" the default plan; e.g.
+  # "-;tensor-core-wgmma:off" for wgmma and mma.sync); PyTorch once; bench/ab.py, every variant against
+  # the first. Everything lands in $OUT/options-ab.tgz and options-ab.md (the call returns 8 files at most).
+  VARIANTS=${1:?bench/gpu-run.sh options-ab "OPTS|OPTS|..." [flashcl-bench options]}; shift
+  BENCH_ARGS=("$@")
+  [ ${#BENCH_ARGS[@]} -gt 0 ] || BENCH_ARGS=(--n 4096,16384 --d 64,128 --dtype f16 --causal 0,1)
+  W=$(mktemp -d)
+  IFS='|' read -r -a variants <<< "$VARIANTS"
+  IFS=';' read -r -a kernel_sets <<< "${AB_KERNELS:--}"
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for ki in "${!kernel_sets[@]}"; do
+      kern=${kernel_sets[$ki]}; [ "$kern" = - ] && kern=
+      for vi in "${!variants[@]}"; do
+        opts=${variants[$vi]}; [ "$opts" = - ] && opts=
+        FLASHCL_KERNELS=$kern FLASHCL_BUILD_OPTIONS=$opts "$BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" \
+          --csv "$W/k$ki-v$vi-r$round.csv" > "$W/k$ki-v$vi-r$round.log" 2>&1 || status=1
+      done
+    done
+  done
+  TORCH_ARGS=$(torch_args "${BENCH_ARGS[@]}")
+  # shellcheck disable=SC2086  # TORCH_ARGS: words on purpose
+  python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$W/torch.csv" 2>>"$W/torch.log" || status=1
+  for ki in "${!kernel_sets[@]}"; do
+    base=$(ls "$W"/k$ki-v0-r*.csv | paste -sd,)
+    for vi in "${!variants[@]}"; do
+      [ "$vi" -gt 0 ] || continue
+      new=$(ls "$W"/k$ki-v$vi-r*.csv | paste -sd,)
+      echo "### FLASHCL_KERNELS=${kernel_sets[$ki]}: '${variants[0]}' -> '${variants[$vi]}'"
+      python3 bench/ab.py "$base" "$new" "$W/torch.csv"
+      echo
+    done
+  done | tee "$OUT/options-ab.md"
+  tar czf "$OUT/options-ab.tgz" -C "$W" .
 fi
 if [ "$MODE" = f32-sweep ]; then
   # Exact f32 tiles of the register-tiled kernel ("block_m,block_n"), then TF32 shapes

@@ -13,6 +13,7 @@
 
 #include "nv_async.h"  /* local_address, cp.async */
 #include "mask.h"      /* which keys a row sees */
+#include "exp2_poly.h" /* exponents on the FMA units */
 
 #if !NV_EMULATE
 static inline float quad_xor(float v, int mask)
@@ -46,6 +47,19 @@ static inline float quad_xor(float v, int mask)
 #endif
 #define SOFTMAX_CHAINS_CAP (SOFTMAX_CHAINS < S_TILES ? SOFTMAX_CHAINS : S_TILES)
 #define ROW_CHAINS (SOFTMAX_CHAINS_CAP >= 4 ? 4 : SOFTMAX_CHAINS_CAP >= 2 ? 2 : 1)
+
+/* -DEXP2_POLY=k (0-8): k of every 8 n-tiles of S take their exponents from exp2_poly (FMA and integer
+ * units, about 11 instructions) instead of the exponent unit (one MUFU.EX2, 8 clocks of its pipe a warp):
+ * the softmax of a block waits on the MUFU pipe alone while the FMA pipes have room, so moving a few of
+ * its 64-128 exponents a thread over shortens it (src/kernels.c says where it is on and what it
+ * measured). Spread over the tiles (n k mod 8 < k), so ptxas can interleave the two kinds. */
+#ifndef EXP2_POLY
+#define EXP2_POLY 0
+#endif
+#if EXP2_POLY < 0 || EXP2_POLY > 8
+#error "EXP2_POLY must be 0..8 (tiles of every 8)"
+#endif
+#define SCORE_EXP2(n, x) (((n) * EXP2_POLY) % 8 < EXP2_POLY ? exp2_poly(x) : exp2_ftz(x))
 
 /*
  * Folds one block of raw scores s (one 16-row mma tile: this thread's rows
@@ -103,13 +117,11 @@ NV_UNROLL
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
         const float rescale_by = exp2_ftz(m_row[r] - m_ref);
 NV_UNROLL
-        for (int c = 0; c < ROW_CHAINS; c++)
-            part[c] = 0.0f;
-NV_UNROLL
-        for (int n = 0; n < S_TILES; n++) {  /* the sum in chains too */
-            s[n][2 * r] = exp2_ftz(fma(s[n][2 * r], scale_log2, -m_ref));
-            s[n][2 * r + 1] = exp2_ftz(fma(s[n][2 * r + 1], scale_log2, -m_ref));
-            part[n % ROW_CHAINS] += s[n][2 * r] + s[n][2 * r + 1];
+        for (int n = 0; n < S_TILES; n++) {  /* the sum in chains too, each started by its first pair (not 0 +) */
+            s[n][2 * r] = SCORE_EXP2(n, fma(s[n][2 * r], scale_log2, -m_ref));
+            s[n][2 * r + 1] = SCORE_EXP2(n, fma(s[n][2 * r + 1], scale_log2, -m_ref));
+            const float pair = s[n][2 * r] + s[n][2 * r + 1];
+            part[n % ROW_CHAINS] = n < ROW_CHAINS ? pair : part[n % ROW_CHAINS] + pair;
         }
 NV_UNROLL
         for (int w = 1; w < ROW_CHAINS; w *= 2)

@@ -1,0 +1,114 @@
+/* cl/exp2_poly.h, the softmax's exponent on the FMA units, compiled as C (x86-64's SSE f32 arithmetic is
+ * the same IEEE round-to-nearest single precision the GPU's FFMA and FADD compute, and fmaf is fused
+ * on both) and checked against double exp2: its relative error bound where the result is normal, 2^0 = 1
+ * exactly, 0 exactly where x < -126.5 (hidden keys, -inf, add nothing), and the rounding's edges (x
+ * next to every half-integer, where j changes). It is not monotone there to the last ulp (the polynomial's
+ * two ends meet within its error: 0.707107484 just above -0.5, 0.707107544 just below), which a softmax
+ * does not need. */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+
+typedef uint32_t uint;
+
+static float as_float(int i)
+{
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+
+static int as_int(float f)
+{
+    int i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+
+#define fma fmaf
+#define fmax fmaxf
+#include "../cl/exp2_poly.h"
+#undef fma
+#undef fmax
+
+#define REL_BOUND 2.0e-7  /* ex2.approx.ftz's is 2^-22.5 (about 1.7e-7) by the PTX ISA */
+
+static double rel_err(float x)
+{
+    const double want = exp2((double)x), got = exp2_poly(x);
+    return fabs(got - want) / want;
+}
+
+START_TEST(relative_error_over_the_normal_range)
+{
+    /* Every float in [-1, 0] whose bits step by 7 (about 150,000 of them), then a dense grid to -126. */
+    double worst = 0;
+    float worst_x = 0;
+    for (int bits = as_int(-1.0f); bits > 0; bits -= 7) {
+        const float x = as_float(bits);
+        if (rel_err(x) > worst)
+            worst = rel_err(x), worst_x = x;
+    }
+    for (int i = 0; i <= 4000000; i++) {
+        const float x = (float)(-126.0 * i / 4000000.0);
+        if (rel_err(x) > worst)
+            worst = rel_err(x), worst_x = x;
+    }
+    printf("exp2_poly: worst relative error %.3g at x = %.9g\n", worst, worst_x);
+    ck_assert_msg(worst <= REL_BOUND, "relative error %.3g at x = %.9g", worst, worst_x);
+    ck_assert_msg(worst > 1e-9, "an error of %.3g is not a polynomial's: is exp2_poly exp2?", worst);
+}
+END_TEST
+
+START_TEST(rounding_edges)
+{
+    /* x a few ulps either side of j + 0.5, where round(x) moves from j to j + 1 and f from +0.5 to -0.5. */
+    for (int j = -126; j <= 0; j++) {
+        const float half = (float)j - 0.5f;
+        float x = half;
+        for (int step = 0; step < 4; step++)
+            x = nextafterf(x, -INFINITY);
+        for (int step = 0; step < 8; step++, x = nextafterf(x, INFINITY)) {
+            if (x < -126.0f)
+                continue;  /* results under 2^-126: the flushed range, below */
+            ck_assert_msg(rel_err(x) <= REL_BOUND, "relative error %.3g at x = %.9g", rel_err(x), x);
+        }
+    }
+}
+END_TEST
+
+START_TEST(exact_points)
+{
+    ck_assert(exp2_poly(0.0f) == 1.0f);
+    ck_assert(exp2_poly(-0.0f) == 1.0f);
+    /* Integers give 2^j to within the polynomial's error at f = 0, which is none. */
+    for (int j = -126; j <= 0; j++)
+        ck_assert_msg(exp2_poly((float)j) == ldexpf(1.0f, j), "2^%d", j);
+    /* Hidden keys and the flushed range: 0 exactly, never a tiny positive weight. */
+    ck_assert(exp2_poly(-INFINITY) == 0.0f);
+    ck_assert(exp2_poly(-127.0f) == 0.0f);
+    ck_assert(exp2_poly(-126.75f) == 0.0f);
+    ck_assert(exp2_poly(-1e30f) == 0.0f);
+    ck_assert(exp2_poly(-FLT_MAX) == 0.0f);
+    /* Past 0, as a score a rounding above the row's max gives, and further up. */
+    ck_assert_msg(rel_err(1e-6f) <= REL_BOUND, "x = 1e-6");
+    ck_assert_msg(rel_err(10.3f) <= REL_BOUND, "x = 10.3");
+    ck_assert_msg(rel_err(127.0f) <= REL_BOUND, "x = 127");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("exp2_poly");
+    TCase *tc = tcase_create("against double exp2");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, relative_error_over_the_normal_range);
+    tcase_add_test(tc, rounding_edges);
+    tcase_add_test(tc, exact_points);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
