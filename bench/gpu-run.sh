@@ -165,14 +165,17 @@ if [ "$MODE" = options-ab ]; then
   # Build options A/B in one call, one build: VARIANTS ('|'-separated FLASHCL_BUILD_OPTIONS values, the
   # first the base; "-" is none) each run on the same shapes, AB_ROUNDS (2) rounds interleaved, under
   # each of AB_KERNELS (';'-separated FLASHCL_KERNELS values, "-" the default plan; e.g.
-  # "-;tensor-core-wgmma:off" for wgmma and mma.sync); PyTorch once; bench/ab.py, every variant against
-  # the first. Everything lands in $OUT/options-ab.tgz and options-ab.md (the call returns 8 files at most).
+  # "-;tensor-core-wgmma:off" for wgmma and mma.sync); PyTorch once, first; bench/ab.py, every variant
+  # against the first. Everything lands in $OUT/options-ab.tgz and options-ab.md (the call returns 8 files at most).
   VARIANTS=${1:?bench/gpu-run.sh options-ab "OPTS|OPTS|..." [flashcl-bench options]}; shift
   BENCH_ARGS=("$@")
   [ ${#BENCH_ARGS[@]} -gt 0 ] || BENCH_ARGS=(--n 4096,16384 --d 64,128 --dtype f16 --causal 0,1)
   W=$(mktemp -d)
   IFS='|' read -r -a variants <<< "$VARIANTS"
   IFS=';' read -r -a kernel_sets <<< "${AB_KERNELS:--}"
+  TORCH_ARGS=$(torch_args "${BENCH_ARGS[@]}")
+  # shellcheck disable=SC2086  # TORCH_ARGS: words on purpose
+  python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$W/torch.csv" 2>>"$W/torch.log" || status=1
   for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for ki in "${!kernel_sets[@]}"; do
       kern=${kernel_sets[$ki]}; [ "$kern" = - ] && kern=
@@ -180,12 +183,10 @@ if [ "$MODE" = options-ab ]; then
         opts=${variants[$vi]}; [ "$opts" = - ] && opts=
         FLASHCL_KERNELS=$kern FLASHCL_BUILD_OPTIONS=$opts "$BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" \
           --csv "$W/k$ki-v$vi-r$round.csv" > "$W/k$ki-v$vi-r$round.log" 2>&1 || status=1
+        tar czf "$OUT/options-ab.tgz" -C "$W" .  # so far: a call cut short still returns the runs made
       done
     done
   done
-  TORCH_ARGS=$(torch_args "${BENCH_ARGS[@]}")
-  # shellcheck disable=SC2086  # TORCH_ARGS: words on purpose
-  python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$W/torch.csv" 2>>"$W/torch.log" || status=1
   for ki in "${!kernel_sets[@]}"; do
     base=$(ls "$W"/k$ki-v0-r*.csv | paste -sd,)
     for vi in "${!variants[@]}"; do
