@@ -183,22 +183,23 @@ static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel
 
 /* The softmax finds the row extreme on raw scores: the smallest one when the scale is negative. */
 static void forward_mma_options(const struct problem *p, const struct kernel_shape *s, float scale_log2,
-                                bool block_skip, char *buf, size_t size)
+                                bool block_skip, int exp2_poly, char *buf, size_t size)
 {
     snprintf(buf, size,
              "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d " WINDOW_OPTIONS " -DNEGATIVE_SCALE=%d -DDTYPE=%d "
-             "-DVARLEN=%d -DBLOCK_SKIP=%d",
+             "-DVARLEN=%d -DBLOCK_SKIP=%d -DEXP2_POLY=%d",
              p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->window_left, p->window_right, scale_log2 < 0.0f,
-             fcl_dtype_define(p->dtype), p->varlen, block_skip);
+             fcl_dtype_define(p->dtype), p->varlen, block_skip, exp2_poly);
 }
 
 /* mma.sync: each warp skips the blocks none of its rows sees (cl/flash_forward_mma.cl's BLOCK_SKIP), always.
  * H200, f16, N = 4k / 16k, against none (docs/perf.md v0.17, call 2): d = 64 causal +5.1 / +4.5%, non-causal
- * +0.4 / +0.6%; d = 128 causal +1.3 / +1.9%, non-causal +1.5 / +2.3%. */
+ * +0.4 / +0.6%; d = 128 causal +1.3 / +1.9%, non-causal +1.5 / +2.3%. Every exponent on the MUFU (EXP2_POLY 0):
+ * one tile in 8 on the FMA units lost 1.8-6.9% (d = 64 and 128, v0.19 call 1). */
 static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                         float scale_log2, char *buf, size_t size)
 {
-    forward_mma_options(p, s, scale_log2, true, buf, size);
+    forward_mma_options(p, s, scale_log2, true, 0, buf, size);
 }
 
 /* Whether the softmax is overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
@@ -272,6 +273,16 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
     return masked && worth_it && p->head_dim > 64 && !wgmma_overlaps(p, s, &cap, &live);
 }
 
+/* The n-tiles in 8 whose exponents cl/nv_mma.h's softmax takes from exp2_poly (FMA units) instead of the MUFU:
+ * one where the warpgroups skip blocks (BLOCK_SKIP: masked, past d = 64, with the turns), else none. H200, f16,
+ * TFLOP/s, all on the MUFU against one tile in 8 (docs/perf.md v0.19, call 1): d = 128 causal N = 4k 431.1 / 439.3,
+ * 16k 516.5 / 526.1 (+1.9%); where it did not pay: d = 128 non-causal -0.5..-0.1%, d = 64 -0.2..+0.9%, two tiles
+ * in 8 or three lost up to 9%. */
+static int wgmma_exp2_poly(bool skips)
+{
+    return skips ? 1 : 0;
+}
+
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
  * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
  * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
@@ -280,7 +291,8 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
-    forward_mma_options(p, s, scale_log2, wgmma_skips(p, s), buf, size);
+    const bool skips = wgmma_skips(p, s);
+    forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(skips), buf, size);
     const size_t used = strlen(buf);
     int cap, live;
     const bool overlap = wgmma_overlaps(p, s, &cap, &live);

@@ -587,19 +587,19 @@ START_TEST(wgmma_build_choices)
     static const struct {
         const char *options;
         int d, varlen, causal;
-        const char *want[5];  /* substrings of the plan's build options */
+        const char *want[6];  /* substrings of the plan's build options */
     } cases[] = {
-        {"", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},  /* 12 x 128: 120 KB with three */
-        {"", 64, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},  /* no skip at d = 64 */
-        {"", 128, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}}, /* 12 x 128: three need 240 KB */
-        {"", 128, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1"}}, /* masked: the skip */
-        {"", 160, 0, 1, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}}, /* 12 x 64; overlap, no skip */
-        {"", 192, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1"}}, /* 12 x 64: 184 registers > 168 */
-        {"", 256, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}}, /* 8 x 64 */
-        {"", 160, 3, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}}, /* paged */
-        {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0"}},
-        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},
-        {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0"}},
+        {"", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* 12 x 128: 120 KB with three */
+        {"", 64, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* no skip at d = 64 */
+        {"", 128, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 12 x 128: three need 240 KB */
+        {"", 128, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1", "-DEXP2_POLY=1"}}, /* masked: the skip */
+        {"", 160, 0, 1, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 12 x 64; overlap, no skip */
+        {"", 192, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1", "-DEXP2_POLY=1"}}, /* 12 x 64: 184 registers > 168 */
+        {"", 256, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 8 x 64 */
+        {"", 160, 3, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* paged */
+        {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},
+        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},
+        {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},
     };
     cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
     ck_assert_ptr_nonnull(mem);
@@ -612,7 +612,7 @@ START_TEST(wgmma_build_choices)
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-        for (int j = 0; j < 5; j++)
+        for (int j = 0; j < 6; j++)
             ck_assert_msg(strstr(plan.options, cases[i].want[j]) != NULL, "case %d (d = %d): \"%s\" not in \"%s\"", i,
                           cases[i].d, cases[i].want[j], plan.options);
         flashcl_context_destroy(&ctx);
@@ -651,6 +651,7 @@ START_TEST(wgmma_build_choices)
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
         ck_assert_msg(strstr(plan.options, "-DBLOCK_SKIP=1") != NULL, "causal %d: \"%s\"", causal, plan.options);
+        ck_assert_msg(strstr(plan.options, "-DEXP2_POLY=0") != NULL, "causal %d: \"%s\"", causal, plan.options);
         flashcl_context_destroy(&ctx);
     }
     clReleaseMemObject(mem);
