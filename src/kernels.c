@@ -274,13 +274,15 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
 }
 
 /* The n-tiles in 8 whose exponents cl/nv_mma.h's softmax takes from exp2_poly (FMA units) instead of the MUFU:
- * one where the warpgroups skip blocks (BLOCK_SKIP: masked, past d = 64, with the turns), else none. H200, f16,
- * TFLOP/s, all on the MUFU against one tile in 8 (docs/perf.md v0.19, call 1): d = 128 causal N = 4k 431.1 / 439.3,
- * 16k 516.5 / 526.1 (+1.9%); where it did not pay: d = 128 non-causal -0.5..-0.1%, d = 64 -0.2..+0.9%, two tiles
- * in 8 or three lost up to 9%. */
-static int wgmma_exp2_poly(bool skips)
+ * one where the warpgroups skip blocks (BLOCK_SKIP: masked, with the turns) at head dims 97-128 (12 x 128, Q read
+ * from local memory), none elsewhere. H200, TFLOP/s, all on the MUFU against one tile in 8 (docs/perf.md v0.19,
+ * calls 1 and 3), d = 128 causal: f16 N = 4k 431.1 / 439.3 and 434.8 / 443.7, 8k 492.4 / 496.1, 16k 516.5 / 526.1
+ * and 519.2 / 527.3; bf16 4k 428.4 / 444.1, 8k 490.0 / 500.9, 16k 515.4 / 524.6 (+0.7..+3.7%). Where it did
+ * not pay: d = 96 causal -6.6% (Q in registers there), d = 192 causal -0.3..+0.3%, d = 128 non-causal -0.5..-0.1%,
+ * d = 64 -0.2..+0.9%; two tiles in 8 or three lost up to 9%. d = 112 follows d = 128 unmeasured. */
+static int wgmma_exp2_poly(const struct problem *p, bool skips)
 {
-    return skips ? 1 : 0;
+    return skips && p->head_dim > 96 && p->head_dim <= 128 ? 1 : 0;
 }
 
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
@@ -292,7 +294,7 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
                           float scale_log2, char *buf, size_t size)
 {
     const bool skips = wgmma_skips(p, s);
-    forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(skips), buf, size);
+    forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(p, skips), buf, size);
     const size_t used = strlen(buf);
     int cap, live;
     const bool overlap = wgmma_overlaps(p, s, &cap, &live);
