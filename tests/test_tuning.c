@@ -677,7 +677,11 @@ static void check_built_footprint(flashcl_context *ctx, const struct plan *plan,
     cl_ulong declared = 0;
     ck_assert_cl(clGetKernelWorkGroupInfo(kernel, test_env_get()->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof(declared),
                                           &declared, NULL));
-    ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan->local_bytes && declared <= plan->local_bytes + FCL_LOCAL_SLACK,
+    /* NVIDIA's driver counts a kilobyte more where the arrays are 1024-aligned (wgmma's tiles): on the H200 a build
+     * whose PTX declares 44,032 bytes of arrays reports 45,056 (docs/perf.md v0.19); PoCL reports the arrays. */
+    const cl_ulong aligned_extra = plan->kernel->variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA ? 1024 : 0;
+    ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan->local_bytes &&
+                      declared <= plan->local_bytes + FCL_LOCAL_SLACK + aligned_extra,
                   "%s: the kernel declares %llu bytes, the table says %zu", label, (unsigned long long)declared,
                   plan->local_bytes);
     printf("%s: declared %llu, table %zu\n", label, (unsigned long long)declared, plan->local_bytes);
