@@ -187,13 +187,18 @@ if [ "$MODE" = options-ab ]; then
       done
     done
   done
+  [ ${#variants[@]} -ge 2 ] || echo "options-ab: one variant ('$VARIANTS'): nothing to compare" >&2
   for ki in "${!kernel_sets[@]}"; do
-    base=$(ls "$W"/k$ki-v0-r*.csv | paste -sd,)
+    base=$(ls "$W"/k$ki-v0-r*.csv 2>/dev/null | paste -sd,)
     for vi in "${!variants[@]}"; do
       [ "$vi" -gt 0 ] || continue
-      new=$(ls "$W"/k$ki-v$vi-r*.csv | paste -sd,)
+      new=$(ls "$W"/k$ki-v$vi-r*.csv 2>/dev/null | paste -sd,)
       echo "### FLASHCL_KERNELS=${kernel_sets[$ki]}: '${variants[0]}' -> '${variants[$vi]}'"
-      python3 bench/ab.py "$base" "$new" "$W/torch.csv"
+      if [ -n "$base" ] && [ -n "$new" ]; then
+        python3 bench/ab.py "$base" "$new" "$W/torch.csv"
+      else
+        echo "no CSV from one side (see its k$ki-v*-r*.log in options-ab.tgz)"
+      fi
       echo
     done
   done | tee "$OUT/options-ab.md"

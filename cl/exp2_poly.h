@@ -1,7 +1,9 @@
 /*
  * exp2_poly.h: 2^x on the FMA and integer units, as accurate as the exponent unit's ex2.approx.ftz:
- * relative error below 2e-7 where the result is at least 2^-126, 2^0 = 1 exactly, and exactly 0 where
- * x < -126.5 (-inf included). Meant for the softmax's x <= 0; right up to x < 127.5.
+ * relative error below 2e-7 where the result is at least 2^-126 (1.72e-7 at worst), 2^0 = 1 exactly,
+ * and exactly 0 where x <= -126.5 (-inf included); between -126.5 and -126 a subnormal. Meant for the
+ * softmax's x <= 0; right up to x <= 127.5. Outside that: NaN gives 0 (the clamp is fmax; ex2.approx
+ * gives NaN), larger x wrong results (+inf gives NaN).
  *
  * Why: the tensor-core softmaxes take some of their exponents from here (nv_mma.h, EXP2_POLY), so that
  * the MUFU pipe (4 exponents a clock a sub-partition) is not the one unit a block's softmax waits on
@@ -9,15 +11,16 @@
  * Hopper (docs/perf.md v0.19).
  *
  * How: x = j + f, j = round(x), f in [-0.5, 0.5]. 2^f is 1 + f q(f) with q of degree 4 (a near-minimax
- * fit: relative error 9.2e-8 exactly evaluated, 1.7e-7 in f32 Horner with fma). 2^j is built in a
+ * fit: relative error 1.1e-7 with its f32 coefficients evaluated exactly, 1.72e-7 in f32 Horner with fma). 2^j is built in a
  * float's exponent field and multiplied in, so j = -127 gives 0 exactly, as ex2.approx.ftz's flush does,
  * and a hidden key (-inf) adds nothing to a row's sum. The rounding adds 1.5 * 2^23 + 127, which leaves
  * j + 127 in the sum's low mantissa bits, one shift from the exponent field: no conversion instruction
  * (those run at the MUFU's rate).
  *
  * Plain OpenCL C, so the emulated kernels (PoCL) run the very same arithmetic; tests/test_exp2_poly.c
- * includes it as C (as_int, as_float, fma and fmax supplied) and checks it against double exp2. It
- * needs IEEE f32 with round-to-nearest and no reassociation (no -cl-fast-relaxed-math).
+ * includes it as C (as_uint, as_float, fma and fmax supplied) and checks it against double exp2. It
+ * needs IEEE f32 with round-to-nearest, no excess precision and no reassociation: a build with
+ * -cl-fast-relaxed-math or -cl-unsafe-math-optimizations (FLASHCL_BUILD_OPTIONS) breaks it.
  */
 #ifndef FLASHCL_EXP2_POLY_H
 #define FLASHCL_EXP2_POLY_H
@@ -36,7 +39,7 @@ static inline float exp2_poly(float x)
     p = fma(p, f, 6.931470037e-01f);
     p = fma(p, f, 1.0f);                            /* 2^0 is 1 exactly: a row's largest term stays 1 */
     /* 2^j: j + 127 (0 to 254) shifted into the exponent field; 0 is 0.0f. */
-    const float two_j = as_float((int)((uint)as_int(shifted) << 23));
+    const float two_j = as_float(as_uint(shifted) << 23);
     return p * two_j;
 }
 

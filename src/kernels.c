@@ -195,7 +195,8 @@ static void forward_mma_options(const struct problem *p, const struct kernel_sha
 /* mma.sync: each warp skips the blocks none of its rows sees (cl/flash_forward_mma.cl's BLOCK_SKIP), always.
  * H200, f16, N = 4k / 16k, against none (docs/perf.md v0.17, call 2): d = 64 causal +5.1 / +4.5%, non-causal
  * +0.4 / +0.6%; d = 128 causal +1.3 / +1.9%, non-causal +1.5 / +2.3%. Every exponent on the MUFU (EXP2_POLY 0):
- * one tile in 8 on the FMA units lost 1.8-6.9% (d = 64 and 128, v0.19 call 1). */
+ * one tile in 8 on the FMA units lost 1.8-6.9% on 7 of 8 rows (d = 64 and 128; d = 128 N = 16k non-causal +1.5%),
+ * two or three tiles 1.3-13.2% on all (v0.19 call 1). */
 static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                         float scale_log2, char *buf, size_t size)
 {
@@ -274,15 +275,17 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
 }
 
 /* The n-tiles in 8 whose exponents cl/nv_mma.h's softmax takes from exp2_poly (FMA units) instead of the MUFU:
- * one where the warpgroups skip blocks (BLOCK_SKIP: masked, with the turns) at head dims 97-128 (12 x 128, Q read
- * from local memory), none elsewhere. H200, TFLOP/s, all on the MUFU against one tile in 8 (docs/perf.md v0.19,
+ * one where it was measured faster, none elsewhere: where the warpgroups skip blocks (BLOCK_SKIP: a mask past
+ * d = 64, with the turns), on 128-key blocks with Q read from local memory, at head dims up to 128 (the
+ * built-in 12 x 128 at d = 97-128). H200, TFLOP/s, all on the MUFU against one tile in 8 (docs/perf.md v0.19,
  * calls 1 and 3), d = 128 causal: f16 N = 4k 431.1 / 439.3 and 434.8 / 443.7, 8k 492.4 / 496.1, 16k 516.5 / 526.1
- * and 519.2 / 527.3; bf16 4k 428.4 / 444.1, 8k 490.0 / 500.9, 16k 515.4 / 524.6 (+0.7..+3.7%). Where it did
- * not pay: d = 96 causal -6.6% (Q in registers there), d = 192 causal -0.3..+0.3%, d = 128 non-causal -0.5..-0.1%,
- * d = 64 -0.2..+0.9%; two tiles in 8 or three lost up to 9%. d = 112 follows d = 128 unmeasured. */
-static int wgmma_exp2_poly(const struct problem *p, bool skips)
+ * and 519.2 / 527.3; bf16 4k 428.4 / 444.1, 8k 490.0 / 500.9, 16k 515.4 / 524.6 (+0.7..+3.7%). Where it did not
+ * pay: d = 96 causal -6.6% (12 x 128 with Q's fragments in registers), d = 192 causal -0.3..+0.3% (12 x 64),
+ * d = 128 non-causal -0.5..-0.1%, d = 64 -0.2..+0.9%; two tiles in 8 or three lost up to 9%. d = 112 follows
+ * d = 128 unmeasured. */
+static int wgmma_exp2_poly(const struct problem *p, const struct kernel_shape *s, bool skips, bool q_smem)
 {
-    return skips && p->head_dim > 96 && p->head_dim <= 128 ? 1 : 0;
+    return skips && q_smem && s->axis[N] == 128 && p->head_dim <= 128 ? 1 : 0;
 }
 
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
@@ -293,13 +296,13 @@ static int wgmma_exp2_poly(const struct problem *p, bool skips)
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
-    const bool skips = wgmma_skips(p, s);
-    forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(p, skips), buf, size);
-    const size_t used = strlen(buf);
     int cap, live;
     const bool overlap = wgmma_overlaps(p, s, &cap, &live);
     const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
                                                       : p->head_dim > 96 && s->axis[N] == 128);
+    const bool skips = wgmma_skips(p, s);
+    forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(p, s, skips, q_smem), buf, size);
+    const size_t used = strlen(buf);
     snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d",
              q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s));
 }
