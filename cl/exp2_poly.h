@@ -1,21 +1,21 @@
 /*
- * exp2_poly.h: 2^x on the FMA and integer units, as accurate as the exponent unit's ex2.approx.ftz:
- * relative error below 2e-7 where the result is at least 2^-126 (1.72e-7 at worst), 2^0 = 1 exactly,
- * and exactly 0 where x <= -126.5 (-inf included); between -126.5 and -126 a subnormal. Meant for the
- * softmax's x <= 0; right up to x <= 127.5. Outside that: NaN gives 0 (the clamp is fmax; ex2.approx
- * gives NaN), larger x wrong results (+inf gives NaN).
+ * exp2_poly.h: 2^x on the FMA and integer units instead of the exponent unit (MUFU). Relative error below
+ * 2e-7 where the result is at least 2^-126 (1.72e-7 at worst: under 2 ulps, the class of ex2.approx.ftz's
+ * own approximation), 2^0 = 1 exactly, and exactly 0 where x <= -126.5 (-inf included); between -126.5
+ * and -126 a subnormal. Meant for the softmax's x <= 0; right up to x <= 127.5. Outside that: NaN gives 0
+ * (the clamp is fmax; ex2.approx gives NaN), larger x wrong results (+inf gives NaN).
  *
- * Why: the tensor-core softmaxes take some of their exponents from here (nv_mma.h, EXP2_POLY), so that
- * the MUFU pipe (4 exponents a clock a sub-partition) is not the one unit a block's softmax waits on
- * while the FMA pipes, eight times as wide, have room: FlashAttention-4's device, measured here on
- * Hopper (docs/perf.md v0.19).
+ * Why: the tensor-core softmaxes can take some of their exponents from here (nv_mma.h, EXP2_POLY), to
+ * share them between the MUFU pipe (4 exponents a clock a sub-partition) and the FMA pipes, eight times as
+ * wide: FlashAttention-4's device. On the H200 it paid only where wgmma's warpgroups take turns and skip
+ * blocks at d = 128; elsewhere the softmax was not waiting on the MUFU (docs/perf.md v0.19).
  *
  * How: x = j + f, j = round(x), f in [-0.5, 0.5]. 2^f is 1 + f q(f) with q of degree 4 (a near-minimax
- * fit: relative error 1.1e-7 with its f32 coefficients evaluated exactly, 1.72e-7 in f32 Horner with fma). 2^j is built in a
- * float's exponent field and multiplied in, so j = -127 gives 0 exactly, as ex2.approx.ftz's flush does,
- * and a hidden key (-inf) adds nothing to a row's sum. The rounding adds 1.5 * 2^23 + 127, which leaves
- * j + 127 in the sum's low mantissa bits, one shift from the exponent field: no conversion instruction
- * (those run at the MUFU's rate).
+ * fit: relative error 1.1e-7 with its f32 coefficients evaluated exactly, 1.72e-7 in f32 Horner with
+ * fma). 2^j is built in a float's exponent field and multiplied in, so j = -127 gives 0 exactly, as
+ * ex2.approx.ftz's flush does, and a hidden key (-inf) adds nothing to a row's sum. The rounding adds
+ * 1.5 * 2^23 + 127, which leaves j + 127 in the sum's low mantissa bits, one shift from the exponent
+ * field: no conversion instruction (those run at the MUFU's rate).
  *
  * Plain OpenCL C, so the emulated kernels (PoCL) run the very same arithmetic; tests/test_exp2_poly.c
  * includes it as C (as_uint, as_float, fma and fmax supplied) and checks it against double exp2. It

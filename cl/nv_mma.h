@@ -49,10 +49,10 @@ static inline float quad_xor(float v, int mask)
 #define ROW_CHAINS (SOFTMAX_CHAINS_CAP >= 4 ? 4 : SOFTMAX_CHAINS_CAP >= 2 ? 2 : 1)
 
 /* -DEXP2_POLY=k (0-8): k of every 8 n-tiles of S take their exponents from exp2_poly (FMA and integer
- * units, about 11 instructions) instead of the exponent unit (one MUFU.EX2, 8 clocks of its pipe a warp):
- * the softmax of a block waits on the MUFU pipe alone while the FMA pipes have room, so moving a few of
- * its 64-128 exponents a thread over shortens it (src/kernels.c says where it is on and what it
- * measured). Spread over the tiles (n k mod 8 < k), so ptxas can interleave the two kinds. */
+ * units, 11 instructions) instead of the exponent unit (one MUFU.EX2, 8 clocks of its pipe a warp), to
+ * share a block's 64-128 exponents a thread between the two; src/kernels.c says where it paid (wgmma at
+ * d = 128 with turns and skips) and where it lost. Spread over the tiles (n k mod 8 < k), so ptxas can
+ * interleave the two kinds. */
 #ifndef EXP2_POLY
 #define EXP2_POLY 0
 #endif
