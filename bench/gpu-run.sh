@@ -27,7 +27,8 @@
 #   bench/gpu-run.sh options-ab "OPTS|OPTS|..." [flashcl-bench options]   (build options A/B on one build:
 #                    each '|'-separated FLASHCL_BUILD_OPTIONS value ("-" none; the first the base) under each of
 #                    AB_KERNELS (';'-separated FLASHCL_KERNELS values, "-" the default plan), AB_ROUNDS (2)
-#                    rounds interleaved, PyTorch on the same shapes, bench/ab.py against the first)
+#                    rounds interleaved, PyTorch on the same shapes, bench/ab.py against the first; each
+#                    kernel set against the first too, on the first variant)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
 #                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
@@ -187,8 +188,21 @@ if [ "$MODE" = options-ab ]; then
       done
     done
   done
-  [ ${#variants[@]} -ge 2 ] || echo "options-ab: one variant ('$VARIANTS'): nothing to compare" >&2
+  [ ${#variants[@]} -ge 2 ] || [ ${#kernel_sets[@]} -ge 2 ] ||
+    echo "options-ab: one variant ('$VARIANTS') and one kernel set: nothing to compare" >&2
   for ki in "${!kernel_sets[@]}"; do
+    # each kernel set against the first, on the first variant (kernel options A/B: AB_KERNELS "-;k:block_n=..")
+    if [ "$ki" -gt 0 ]; then
+      base=$(ls "$W"/k0-v0-r*.csv 2>/dev/null | paste -sd,)
+      new=$(ls "$W"/k$ki-v0-r*.csv 2>/dev/null | paste -sd,)
+      echo "### FLASHCL_BUILD_OPTIONS='${variants[0]}': FLASHCL_KERNELS='${kernel_sets[0]}' -> '${kernel_sets[$ki]}'"
+      if [ -n "$base" ] && [ -n "$new" ]; then
+        python3 bench/ab.py "$base" "$new" "$W/torch.csv"
+      else
+        echo "no CSV from one side (see its k0-v0-r*.log or k$ki-v0-r*.log in options-ab.tgz)"
+      fi
+      echo
+    fi
     base=$(ls "$W"/k$ki-v0-r*.csv 2>/dev/null | paste -sd,)
     for vi in "${!variants[@]}"; do
       [ "$vi" -gt 0 ] || continue

@@ -36,7 +36,7 @@
  * and O are the same as mma.sync's, so the softmax and the stores are shared.
  * Q's fragments stay in registers (A from registers) or, past d = 128 and
  * where Q_SMEM asks, the tensor cores read Q from q_tile too (A from local
- * memory). It needs BLOCK_N 64 or 128, WARPS a multiple of 4, M_TILES 1; any
+ * memory). It needs BLOCK_N 64, 128 or 192, WARPS a multiple of 4, M_TILES 1; any
  * HEAD_DIM (PV is one product of N = HEAD_DIM). S's wgmma is split where it
  * would have PV's shape (S_PART below).
  *
@@ -93,8 +93,8 @@
 #ifndef WGMMA
 #define WGMMA 0
 #endif
-#if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (BLOCK_N != 64 && BLOCK_N != 128))
-#error "WGMMA needs M_TILES 1, WARPS a multiple of 4, BLOCK_N 64 or 128"
+#if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (BLOCK_N != 64 && BLOCK_N != 128 && BLOCK_N != 192))
+#error "WGMMA needs M_TILES 1, WARPS a multiple of 4, BLOCK_N 64, 128 or 192"
 #endif
 /* -DWGMMA_OVERLAP=1 (wgmma only): a block's softmax runs while the tensor cores still add the previous
  * block's PV into O, as FlashAttention-3's intra-warpgroup pipelining does. Per block kb: issue S = QKᵀ of kb;

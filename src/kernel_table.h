@@ -81,7 +81,10 @@ struct builtin_shape {
     int head_dim_lo, head_dim_hi;  /* inclusive */
     int mask;                      /* -1 any, else a flashcl_mask */
     struct kernel_shape shape;
+    unsigned batches;              /* bits 1 << problem.varlen: the batch kinds it applies to; ANY_BATCH all */
 };
+#define ANY_BATCH 0u
+#define DENSE_OR_PACKED (1u << 0 | 1u << 1)  /* not on a KV cache (varlen 2 or 3) */
 
 #define NEEDS_TENSOR_CORES 1u
 #define NEEDS_ROWS_16B 2u  /* cp.async copies 16-byte chunks */

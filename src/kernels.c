@@ -288,6 +288,14 @@ static int wgmma_exp2_poly(const struct problem *p, const struct kernel_shape *s
     return skips && q_smem && s->axis[N] == 128 && p->head_dim <= 128 ? 1 : 0;
 }
 
+/* Whether Q's fragments (d / 4 registers) would crowd out S (BLOCK_N / 2) and O (d / 2) past 128-key blocks,
+ * with about 32 more a thread: ptxas 13.0 offline, d = 64, 192 keys: 12 warps (168 registers) with Q in
+ * registers 52 bytes of spills and wgmma serialized, from local memory none; 8 warps (255) none either way. */
+static bool wgmma_q_crowds(const struct problem *p, const struct kernel_shape *s, int cap)
+{
+    return s->axis[N] > 128 && s->axis[N] / 2 + p->head_dim / 2 + p->head_dim / 4 + 40 > cap;
+}
+
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
  * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
  * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
@@ -299,7 +307,8 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     int cap, live;
     const bool overlap = wgmma_overlaps(p, s, &cap, &live);
     const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
-                                                      : p->head_dim > 96 && s->axis[N] == 128);
+                                                      : (p->head_dim > 96 && s->axis[N] == 128) ||
+                                                            wgmma_q_crowds(p, s, cap));
     const bool skips = wgmma_skips(p, s);
     forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(p, s, skips, q_smem), buf, size);
     const size_t used = strlen(buf);
@@ -653,8 +662,8 @@ static void decode_mma_options(const struct device_desc *dev, const struct probl
 /* Four warps of 16 keys: at d = 128 on an H200 three buffers, about 100 KB, two work-groups an SM
  * (decode_mma_stages); two warps of 16 where that does not fit. */
 static const struct builtin_shape decode_mma_builtin[] = {
-    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 4, [N] = 64}}},
-    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 2, [N] = 32}}},
+    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 4, [N] = 64}}, ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 2, [N] = 32}}, ANY_BATCH},
 };
 
 #define BSHAPE(w, m, n) {.axis = {[W] = (w), [M] = (m), [N] = (n)}}
@@ -671,12 +680,12 @@ static const struct builtin_shape decode_mma_builtin[] = {
  * to d = 64 (98 KB) and 4 x 64 x 64 past it (97 KB), then smaller shapes for
  * devices whose local memory those do not fit. */
 static const struct builtin_shape backward_mma_builtin[] = {
-    {ARCH_NVIDIA_SM90, 1, 64, -1, BSHAPE(8, 128, 256)},
-    {ARCH_NVIDIA_SM90, 65, 128, -1, BSHAPE(8, 128, 128)},
-    {ARCH_ANY, 1, 64, -1, BSHAPE(8, 128, 128)},
-    {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64)},
-    {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32)},
-    {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16)},
+    {ARCH_NVIDIA_SM90, 1, 64, -1, BSHAPE(8, 128, 256), ANY_BATCH},
+    {ARCH_NVIDIA_SM90, 65, 128, -1, BSHAPE(8, 128, 128), ANY_BATCH},
+    {ARCH_ANY, 1, 64, -1, BSHAPE(8, 128, 128), ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32), ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16), ANY_BATCH},
 };
 
 /* TF32 backward, warps x block_m x block_n, preferred first. Not measured on a GPU yet: the f16
@@ -686,9 +695,9 @@ static const struct builtin_shape backward_mma_builtin[] = {
  * what a 99 KB part takes there. One 16-key (16-row) tile a warp at d = 128: its dK and dV
  * accumulators are 128 registers a thread already. */
 static const struct builtin_shape backward_tf32_builtin[] = {
-    {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64)},
-    {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32)},
-    {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16)},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32), ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16), ANY_BATCH},
 };
 
 #define SHAPE(w, t, n) {.axis = {[W] = (w), [T] = (t), [N] = (n)}}
@@ -702,43 +711,49 @@ static const struct builtin_shape mma_builtin[] = {
      * v0.10) 8 warps x 128 keys ran best at d = 160 (210 KB; past d = 160 it does not fit), 8 x 64 at
      * d = 192 and 256 (1.2-1.5x 4 x 1 x 32); 8 x 1 x 32 where 64-key blocks do not fit (f16 d = 256:
      * 192 KB against 128 KB). */
-    {ARCH_NVIDIA_SM90, 129, 160, -1, SHAPE(8, 1, 128)},
-    {ARCH_ANY, 129, 256, -1, SHAPE(8, 1, 64)},
-    {ARCH_ANY, 129, 256, -1, SHAPE(8, 1, 32)},
-    {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 32)},
-    {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 16)},
-    {ARCH_ANY, 129, 256, -1, SHAPE(2, 1, 16)},
+    {ARCH_NVIDIA_SM90, 129, 160, -1, SHAPE(8, 1, 128), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, SHAPE(8, 1, 64), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, SHAPE(8, 1, 32), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 32), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 16), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, SHAPE(2, 1, 16), ANY_BATCH},
     /* d <= 64 unmasked on sm_90: 8 x 2 x 64 (one work-group of 8 warps an SM, 64 KB) ran 2.6-4.2% above
      * 4 x 2 x 64 at d = 64, N = 4k-32k, f16 (docs/perf.md v0.15, call 3; smaller d not measured); causal,
      * 8 x 2 x 64 was 1.5% below at 16k. */
-    {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(8, 2, 64)},
-    {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64)},
-    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32)},
-    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
+    {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(8, 2, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32), ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16), ANY_BATCH},
 };
 
-/* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d a multiple of 16 up to 256, 64 or 128 keys a
+/* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d a multiple of 16 up to 256, 64, 128 or 192 keys a
  * block. H200, N = 16k, f16, TFLOP/s non-causal / causal (docs/perf.md v0.11): d = 64: 12 x 128 345 / 337,
  * 8 x 64 303 / 301, 8 x 128 254 / 260, 4 x 64 257 / 258; d = 128: 12 x 64 400 / 400, 12 x 128 361 / 361
  * (spilled), 8 x 128 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. N = 8k, f16 (v0.13): d = 96 12 x 128
  * 364 / 352, 12 x 64 321 / 321, 8 x 64 282 / 263; d = 128 12 x 128 with Q read from local memory 413 / 424
  * (wgmma_options); past d = 128 (Q from local memory always) 12 x 64 up to d = 192 (d = 160 405 / 390 against
  * 8 x 64's 326 / 320; d = 192 398 / 384 against 339 / 341), 8 x 64 past it (d = 256 378 / 365, 12 x 64 spills:
- * 252 / 268; 4 x 64 228 / 229). Then smaller ones where those do not fit. */
+ * 252 / 268; 4 x 64 228 / 229). Then smaller ones where those do not fit. Up to d = 64 without a mask, 12 x 192
+ * (FlashAttention-3's 192 x 192 there): H200, d = 64, TFLOP/s against 12 x 128, f16 / bf16 (v0.20, call 1):
+ * N = 4k 379.0 / 382.5 against 380.1 / 378.4, 8k 412.6 / 412.1 against 400.6 / 401.3, 32k 417.4 / 430.7
+ * against 409.0 / 413.0 (-0.3..+4.3%); causal it lost 0.8-2.6% on 5 of 6 rows (the mask's code spilled) and
+ * 8 x 192 10-15% everywhere. Not on a KV cache (VARLEN 2 and 3: their key lookups spilled 52-72 bytes offline,
+ * not measured on the GPU); smaller head dims follow d = 64 unmeasured. */
 static const struct builtin_shape wgmma_builtin[] = {
-    {ARCH_ANY, 1, 128, -1, SHAPE(12, 1, 128)},
-    {ARCH_ANY, 97, 192, -1, SHAPE(12, 1, 64)},
-    {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 64)},
-    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 64)},
+    {ARCH_ANY, 1, 64, FLASHCL_MASK_NONE, SHAPE(12, 1, 192), DENSE_OR_PACKED},
+    {ARCH_ANY, 1, 128, -1, SHAPE(12, 1, 128), ANY_BATCH},
+    {ARCH_ANY, 97, 192, -1, SHAPE(12, 1, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 64), ANY_BATCH},
 };
 
 /* TF32 (H200 sweep, docs/perf.md v0.5): 8 x 2 x 32 past d = 64, 4 x 2 x 64 up to it. */
 static const struct builtin_shape tf32_builtin[] = {
-    {ARCH_ANY, 65, 256, -1, SHAPE(8, 2, 32)},
-    {ARCH_ANY, 1, 64, -1, SHAPE(4, 2, 64)},
-    {ARCH_ANY, 65, 256, -1, SHAPE(4, 2, 32)},
-    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32)},
-    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16)},
+    {ARCH_ANY, 65, 256, -1, SHAPE(8, 2, 32), ANY_BATCH},
+    {ARCH_ANY, 1, 64, -1, SHAPE(4, 2, 64), ANY_BATCH},
+    {ARCH_ANY, 65, 256, -1, SHAPE(4, 2, 32), ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32), ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 16), ANY_BATCH},
 };
 
 #define MMA_AXES                                                                                                   \
@@ -796,7 +811,7 @@ const struct kernel_info fcl_kernels[] = {
         .head_dim_step = 16, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
         .gives_way_to = "tensor-core",
-        .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 128, 64, {64, 128}}},
+        .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 192, 64, {64, 128}}},
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = wgmma_local_bytes, .geometry = mma_geometry,
         .options = wgmma_options,

@@ -19,7 +19,8 @@ static bool arch_matches(const struct device_desc *dev, enum arch_class arch)
 static bool builtin_applies(const struct device_desc *dev, const struct builtin_shape *b, const struct problem *p)
 {
     return arch_matches(dev, b->arch) && p->head_dim >= b->head_dim_lo && p->head_dim <= b->head_dim_hi &&
-           (b->mask < 0 || b->mask == (int)p->mask);
+           (b->mask < 0 || b->mask == (int)p->mask) &&
+           (b->batches == ANY_BATCH || (b->batches & (1u << p->varlen)));
 }
 
 static bool launchable(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s)

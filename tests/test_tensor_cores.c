@@ -261,6 +261,19 @@ START_TEST(tensor_core_wgmma_split)
 }
 END_TEST
 
+/* 192-key blocks (12 warps, up to d = 64: past it the tile outgrows local memory), whole and split in two (splits
+ * of whole blocks, 192 apart), every mask: the default at d <= 64 without a mask, forced with one. */
+START_TEST(tensor_core_wgmma_192)
+{
+    if (tensor_core_cases[_i].head_dim > 64)
+        return;
+    run_wgmma_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=12,block_n=192", _i,
+                   (uint64_t)_i + 490, "12x192");
+    run_wgmma_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=12,block_n=192,splits=2", _i,
+                   (uint64_t)_i + 510, "12x192 split 2");
+}
+END_TEST
+
 /* Split three ways on three warpgroups at the head dims where they issue in turns (WGMMA_PINGPONG, src/kernels.c's
  * wgmma_pingpong: 65-192): the turns with split-KV's key ranges, which the 4 x 64 split (one warpgroup) does not
  * take. On the GPU only: emulated, the turns are no-ops. */
@@ -712,6 +725,10 @@ int main(void)
         tcase_add_loop_test(wg, tensor_core_wgmma, 0, COUNT(tensor_core_cases));
         tcase_add_loop_test(wg, tensor_core_wgmma_split, 0, COUNT(tensor_core_cases));
         suite_add_tcase(s, wg);
+        TCase *wg192 = tcase_create("emulated wgmma forward on 192-key blocks");
+        tcase_set_timeout(wg192, 1800);
+        tcase_add_loop_test(wg192, tensor_core_wgmma_192, 0, COUNT(tensor_core_cases));
+        suite_add_tcase(s, wg192);
         TCase *bw = tcase_create("emulated backward (two-pass and fused)");
         tcase_set_timeout(bw, 1800);
         tcase_add_loop_test(bw, backward_emulated, 0, COUNT(emulated_backward_cases));
@@ -736,6 +753,7 @@ int main(void)
     tcase_add_loop_test(wg, tensor_core_wgmma, 0, COUNT(tensor_core_cases));
     tcase_add_loop_test(wg, tensor_core_wgmma_split, 0, COUNT(tensor_core_cases));
     tcase_add_loop_test(wg, tensor_core_wgmma_split_turns, 0, COUNT(tensor_core_cases));
+    tcase_add_loop_test(wg, tensor_core_wgmma_192, 0, COUNT(tensor_core_cases));
     suite_add_tcase(s, wg);
     TCase *bw = tcase_create("backward");
     tcase_set_timeout(bw, 600);

@@ -557,9 +557,9 @@ START_TEST(wgmma_gives_way_to_tensor_core)
         {"tensor-core:warps=4,m_tiles=2,block_n=64", 0, FLASHCL_VARIANT_TENSOR_CORE, 4, 2, 64},
         {"tensor-core:splits=2", 0, FLASHCL_VARIANT_TENSOR_CORE, 0, 0, 0},
         {"tensor-core-wgmma:warps=8,block_n=64;tensor-core:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 8, 1, 64},
-        {"tf32:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 128},
+        {"tf32:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 192},  /* d = 64 unmasked: 12 x 192 */
         {"tensor-core:off", 0, FLASHCL_VARIANT_REGISTER_TILED, 0, 0, 0},  /* no tensor-core forward at all */
-        {"tensor-core:off;tensor-core-wgmma:on", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 128},
+        {"tensor-core:off;tensor-core-wgmma:on", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 192},
         {"", 4, FLASHCL_VARIANT_TENSOR_CORE, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -589,8 +589,14 @@ START_TEST(wgmma_build_choices)
         int d, varlen, causal;
         const char *want[6];  /* substrings of the plan's build options */
     } cases[] = {
-        {"", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* 12 x 128: 120 KB with three */
-        {"", 64, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* no skip at d = 64 */
+        {"", 64, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* 12 x 192: 172 KB with three; Q's 16 registers would crowd S's 96 */
+        {"", 64, 1, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* packed varlen too */
+        {"", 64, 2, 0, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* a KV cache: 12 x 128 */
+        {"", 64, 3, 0, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* paged: 12 x 128 */
+        {"", 48, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* 96 + 24 + 12 + 40 > 168 */
+        {"", 32, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* 96 + 16 + 8 + 40 <= 168 */
+        {"", 64, 0, 1, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* 12 x 128 (120 KB with three); no skip at d = 64 */
+        {"tensor-core-wgmma:warps=8,block_n=192", 64, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DWGMMA_OVERLAP=0"}},  /* 255 registers leave Q room */
         {"", 128, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 12 x 128: three need 240 KB */
         {"", 128, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1", "-DEXP2_POLY=1"}}, /* masked: the skip */
         {"", 160, 0, 1, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 12 x 64; overlap, no skip */
@@ -882,6 +888,7 @@ START_TEST(emulated_tensor_core_footprints)
         const char *options;
         enum flashcl_variant variant;
         int varlen;  /* 3: a paged cache (the decode kernel's row tables, one a buffer, count) */
+        int min_kb;  /* skipped on a device of less local memory */
     } kernels[] = {
         {OP_FORWARD, 96, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
         {OP_FORWARD, 160, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
@@ -895,9 +902,11 @@ START_TEST(emulated_tensor_core_footprints)
         {OP_FORWARD, 64, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
          FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
         {OP_FORWARD, 96, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
-         FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
+         FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
         {OP_FORWARD, 192, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
-         FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
+         FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
+        /* The built-in 12 x 192 at d = 64: 172 KB and the emulator's scratch for 12 warps */
+        {OP_FORWARD, 64, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 256},
     };
     /* The smallest shapes these plans can shrink to (d = 160, 2 warps x 16 rows, 16 keys: 33 KB with the
      * emulator's scratch) need more than OpenCL 1.2's 32 KB minimum; a device with less plans the FMA
@@ -915,9 +924,9 @@ START_TEST(emulated_tensor_core_footprints)
         params.device = e->device;
         params.kernel_options = kernels[i].options;
         const bool wgmma = kernels[i].variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA;
-        if (wgmma && kernels[i].d > 64 && device_local < 128 * 1024) {
-            printf("emulated wgmma footprint at d = %d: skipped (%llu bytes of local memory)\n", kernels[i].d,
-                   (unsigned long long)device_local);
+        if (device_local < (cl_ulong)kernels[i].min_kb * 1024) {
+            printf("emulated %s footprint at d = %d: skipped (%llu bytes of local memory)\n", kernels[i].options,
+                   kernels[i].d, (unsigned long long)device_local);
             continue;
         }
         const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
