@@ -289,7 +289,7 @@ static int wgmma_exp2_poly(const struct problem *p, const struct kernel_shape *s
 }
 
 /* Whether Q's fragments (d / 4 registers) would crowd out S (BLOCK_N / 2) and O (d / 2) past 128-key blocks,
- * with about 32 more a thread: ptxas 13.0 offline, d = 64, 192 keys: 12 warps (168 registers) with Q in
+ * with about 40 more a thread: ptxas 13.0 offline, d = 64, 192 keys: 12 warps (168 registers) with Q in
  * registers 52 bytes of spills and wgmma serialized, from local memory none; 8 warps (255) none either way. */
 static bool wgmma_q_crowds(const struct problem *p, const struct kernel_shape *s, int cap)
 {
@@ -811,7 +811,7 @@ const struct kernel_info fcl_kernels[] = {
         .head_dim_step = 16, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
         .gives_way_to = "tensor-core",
-        .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 192, 64, {64, 128}}},
+        .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 192, 64, {64, 128, 192}}},
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = wgmma_local_bytes, .geometry = mma_geometry,
         .options = wgmma_options,

@@ -413,9 +413,10 @@ END_TEST
 START_TEST(emulated_wgmma_forward)
 {
     struct test_env *e = test_env_get();
-    static const char *const options[2] = {
+    static const char *const options[3] = {
         "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=2",
         "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=8,block_n=128",
+        "decode:off;decode-tensor-core:off",  /* the built-in plan: 12 x 192 at d <= 64 unmasked (test_tuning) */
     };
     static const struct {
         int options, warps, block_n;
@@ -428,11 +429,14 @@ START_TEST(emulated_wgmma_forward)
         {0, 4, 64, {1, 70, 200, 4, 2, 128, F16, 1, 0, LAYOUT_BNHD, 1}},
         {0, 4, 64, {1, 90, 170, 2, 1, 160, BF16, 0, -0.15f, LAYOUT_BHND, 1, 0, 0, 1, 60, 5}},
         {1, 8, 128, {1, 200, 300, 2, 1, 128, F16, 1, 0, LAYOUT_BNHD, 1}},
+        /* 192-key blocks, the last one ragged; at d = 48 Q from local memory in a part-used panel (one case:
+         * PoCL takes about 50 s to build each of these emulated 12-warp kernels; the GPU's tests run more) */
+        {2, 12, 192, {1, 50, 200, 1, 1, 48, F16, 0, 0, LAYOUT_BHND, 1}},
     };
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
                                          .assume_wgmma = true, .assume_compute_capability = 90};
-    flashcl_context *ctx[2] = {NULL, NULL};
-    for (int i = 0; i < 2; i++) {
+    flashcl_context *ctx[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
         struct flashcl_context_params p = {0};
         p.context = e->cl;
         p.device = e->device;
@@ -443,7 +447,7 @@ START_TEST(emulated_wgmma_forward)
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
         /* The shape's tiles (its query rows and up to three K and V buffers, in 128-byte rows a 64-column
          * panel), the emulator's scratch and a little slack: 60 KB at d = 64, 172 KB at d = 192, 231 KB for
-         * the 8 x 128 shape at d = 128. */
+         * the 8 x 128 shape at d = 128, 178 KB for 12 x 192. */
         const struct test_case *c = &cases[i].c;
         const cl_ulong panels = (cl_ulong)(c->head_dim + 63) / 64;
         const cl_ulong needs = (16 * (cl_ulong)cases[i].warps + 6 * (cl_ulong)cases[i].block_n) * 128 * panels +
@@ -459,7 +463,7 @@ START_TEST(emulated_wgmma_forward)
         printf("emulated wgmma case %d: max|err| %.2e, LSE %.2e\n", i, r.max_abs_err, r.max_lse_err);
         ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         flashcl_context_destroy(&ctx[i]);
 }
 END_TEST
