@@ -190,30 +190,26 @@ if [ "$MODE" = options-ab ]; then
   done
   [ ${#variants[@]} -ge 2 ] || [ ${#kernel_sets[@]} -ge 2 ] ||
     echo "options-ab: one variant ('$VARIANTS') and one kernel set: nothing to compare" >&2
+  # One comparison: the runs k$1-v$2 (base) against k$3-v$4, under a heading.
+  ab_compare() {
+    local base new
+    base=$(ls "$W"/k$1-v$2-r*.csv 2>/dev/null | paste -sd,)
+    new=$(ls "$W"/k$3-v$4-r*.csv 2>/dev/null | paste -sd,)
+    echo "### $5"
+    if [ -n "$base" ] && [ -n "$new" ]; then
+      python3 bench/ab.py "$base" "$new" "$W/torch.csv"
+    else
+      echo "no CSV from one side (see k$1-v$2-r*.log and k$3-v$4-r*.log in options-ab.tgz)"
+    fi
+    echo
+  }
   for ki in "${!kernel_sets[@]}"; do
     # each kernel set against the first, on the first variant (kernel options A/B: AB_KERNELS "-;k:block_n=..")
-    if [ "$ki" -gt 0 ]; then
-      base=$(ls "$W"/k0-v0-r*.csv 2>/dev/null | paste -sd,)
-      new=$(ls "$W"/k$ki-v0-r*.csv 2>/dev/null | paste -sd,)
-      echo "### FLASHCL_BUILD_OPTIONS='${variants[0]}': FLASHCL_KERNELS='${kernel_sets[0]}' -> '${kernel_sets[$ki]}'"
-      if [ -n "$base" ] && [ -n "$new" ]; then
-        python3 bench/ab.py "$base" "$new" "$W/torch.csv"
-      else
-        echo "no CSV from one side (see its k0-v0-r*.log or k$ki-v0-r*.log in options-ab.tgz)"
-      fi
-      echo
-    fi
-    base=$(ls "$W"/k$ki-v0-r*.csv 2>/dev/null | paste -sd,)
+    [ "$ki" -eq 0 ] || ab_compare 0 0 "$ki" 0 \
+      "FLASHCL_BUILD_OPTIONS='${variants[0]}': FLASHCL_KERNELS='${kernel_sets[0]}' -> '${kernel_sets[$ki]}'"
     for vi in "${!variants[@]}"; do
-      [ "$vi" -gt 0 ] || continue
-      new=$(ls "$W"/k$ki-v$vi-r*.csv 2>/dev/null | paste -sd,)
-      echo "### FLASHCL_KERNELS=${kernel_sets[$ki]}: '${variants[0]}' -> '${variants[$vi]}'"
-      if [ -n "$base" ] && [ -n "$new" ]; then
-        python3 bench/ab.py "$base" "$new" "$W/torch.csv"
-      else
-        echo "no CSV from one side (see its k$ki-v*-r*.log in options-ab.tgz)"
-      fi
-      echo
+      [ "$vi" -eq 0 ] || ab_compare "$ki" 0 "$ki" "$vi" \
+        "FLASHCL_KERNELS=${kernel_sets[$ki]}: '${variants[0]}' -> '${variants[$vi]}'"
     done
   done | tee "$OUT/options-ab.md"
   tar czf "$OUT/options-ab.tgz" -C "$W" .
