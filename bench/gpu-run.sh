@@ -29,6 +29,10 @@
 #                    AB_KERNELS (';'-separated FLASHCL_KERNELS values, "-" the default plan), AB_ROUNDS (2)
 #                    rounds interleaved, PyTorch on the same shapes, bench/ab.py against the first; each
 #                    kernel set against the first too, on the first variant)
+#   bench/gpu-run.sh pairs-ab "KERNELS@OPTS;KERNELS@OPTS;..." [flashcl-bench options]   (plans A/B on one
+#                    build: each ';'-separated pair a FLASHCL_KERNELS value and a FLASHCL_BUILD_OPTIONS value
+#                    ("-" none), the first the base; the driver's register report for each pair first, then
+#                    AB_ROUNDS (2) rounds interleaved, PyTorch on the same shapes, bench/ab.py against the first)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
 #                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
@@ -213,6 +217,43 @@ if [ "$MODE" = options-ab ]; then
     done
   done | tee "$OUT/options-ab.md"
   tar czf "$OUT/options-ab.tgz" -C "$W" .
+fi
+if [ "$MODE" = pairs-ab ]; then
+  # Where a kernel shape needs its own build options (a register cap, a buffer count), options-ab's cross product
+  # would time every shape under every option; here each kernel set comes with its own.
+  PAIRS=${1:?bench/gpu-run.sh pairs-ab "KERNELS@OPTS;..." [flashcl-bench options]}; shift
+  BENCH_ARGS=("$@")
+  [ ${#BENCH_ARGS[@]} -gt 0 ] || BENCH_ARGS=(--n 4096,16384 --d 64,128 --dtype f16 --causal 0,1)
+  W=$(mktemp -d)
+  IFS=';' read -r -a pairs <<< "$PAIRS"
+  pair_kernels() { local k=${1%%@*}; [ "$k" = - ] && k=; echo "$k"; }
+  pair_options() { local o=${1#*@}; [ "$o" = - ] && o=; echo "$o"; }
+  for pi in "${!pairs[@]}"; do  # registers and spills as the driver built each pair (first shape, each dtype, mask)
+    FLASHCL_CACHE_DIR=off FLASHCL_KERNELS=$(pair_kernels "${pairs[$pi]}") \
+      FLASHCL_BUILD_OPTIONS="-cl-nv-verbose $(pair_options "${pairs[$pi]}")" "$BUILD/bench/flashcl-bench" --verbose \
+      --paths flash "${BENCH_ARGS[@]}" --warmup 0 --reps 1 2>&1 \
+      | grep -E "ptxas info    : Used|spill stores|error|refused" | sort | uniq -c | sed "s/^/[pair $pi] /" | tee -a "$W/ptxas.log"
+  done
+  TORCH_ARGS=$(torch_args "${BENCH_ARGS[@]}")
+  # shellcheck disable=SC2086  # TORCH_ARGS: words on purpose
+  python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$W/torch.csv" 2>>"$W/torch.log" || status=1
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for pi in "${!pairs[@]}"; do
+      FLASHCL_KERNELS=$(pair_kernels "${pairs[$pi]}") FLASHCL_BUILD_OPTIONS=$(pair_options "${pairs[$pi]}") \
+        "$BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" --csv "$W/p$pi-r$round.csv" \
+        > "$W/p$pi-r$round.log" 2>&1 || status=1
+      tar czf "$OUT/pairs-ab.tgz" -C "$W" .  # so far: a call cut short still returns the runs made
+    done
+  done
+  for pi in "${!pairs[@]}"; do
+    [ "$pi" -eq 0 ] && continue
+    echo "### '${pairs[0]}' -> '${pairs[$pi]}'"
+    base=$(ls "$W"/p0-r*.csv 2>/dev/null | paste -sd,) new=$(ls "$W"/p$pi-r*.csv 2>/dev/null | paste -sd,)
+    if [ -n "$base" ] && [ -n "$new" ]; then python3 bench/ab.py "$base" "$new" "$W/torch.csv"
+    else echo "no CSV from one side (see p0-r*.log and p$pi-r*.log in pairs-ab.tgz)"; fi
+    echo
+  done | tee "$OUT/pairs-ab.md"
+  tar czf "$OUT/pairs-ab.tgz" -C "$W" .
 fi
 if [ "$MODE" = f32-sweep ]; then
   # Exact f32 tiles of the register-tiled kernel ("block_m,block_n"), then TF32 shapes
