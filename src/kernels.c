@@ -224,9 +224,8 @@ static bool wgmma_overlaps(const struct problem *p, const struct kernel_shape *s
 }
 
 /* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): Q, and K and V two or three
- * times (KV_STAGES), in tiles of whole 64-column panels (128 bytes a row a panel: cl/nv_mma16.h's
- * ROW_CHUNKS). Three buffers where they fit the device's usable local memory as the planner counts it (so a
- * shape that fits with two still does), but not with the overlap. */
+ * times (KV_STAGES, wgmma_kv_stages), in tiles of whole 64-column panels (128 bytes a row a panel: cl/nv_mma16.h's
+ * ROW_CHUNKS). */
 static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p,
                           int stages)
 {
@@ -235,10 +234,38 @@ static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_sha
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
+/* Work-groups of a wgmma shape an SM holds at once where its build caps a thread's registers to fit them
+ * (wgmma_options' -cl-nv-maxrregcount); 0 elsewhere: one by registers at the driver's choice, or as local memory
+ * allows. At d <= 64 on dense and packed batches: 4 x 128 three (168 registers a thread), 8 x 64 two (128). Several
+ * work-groups an SM fall out of step, where one work-group's warpgroups meet at each block's barrier and run their
+ * products, softmaxes and PVs together; and one's first copies and last stores run under the others' loops. H200,
+ * d = 64, TFLOP/s against the 12-warp built-ins, f16 / bf16 (docs/perf.md v0.21, call 1): non-causal 4 x 128 N = 4k
+ * 440.5 / 451.1 against 382.2 / 383.1, 8k 449.5 / 462.7 against 414.2 / 412.7, 16k 430.7 / 449.8 against 421.8 /
+ * 420.8 (+2.1..+17.7%; 8 x 64 there +0.0..+6.4%); causal 8 x 64 N = 4k 355.4 / 366.8 against 338.8 / 338.4, 8k
+ * 398.1 / 408.5 against 381.8 / 380.0, 16k 424.9 / 428.8 against 403.2 / 402.2 (+4.3..+8.4%; 4 x 128 there
+ * -1.2..+7.6%); 8 x 128 at 128 registers (two, spilling 20-32 bytes offline) lost 10-15%. Not on a KV cache, whose
+ * key lookups these registers were not measured with. */
+static int wgmma_resident(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
+{
+    (void)dev;
+    if (p->head_dim > 64 || p->varlen >= 2)
+        return 0;
+    if (s->axis[W] == 4 && s->axis[N] == 128)
+        return 3;
+    if (s->axis[W] == 8 && s->axis[N] == 64)
+        return 2;
+    return 0;
+}
+
+/* Three K/V buffers where they fit the device's usable local memory as the planner counts it (so a shape that fits
+ * with two still does), as many times as the work-groups an SM the build is made for; not with the overlap. */
 static int wgmma_kv_stages(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
 {
     int cap, live;
-    return !wgmma_overlaps(p, s, &cap, &live) && wgmma_bytes(dev, s, p, 3) + FCL_LOCAL_SLACK <= dev->usable_local
+    const size_t three = wgmma_bytes(dev, s, p, 3) + FCL_LOCAL_SLACK;
+    const int resident = wgmma_resident(dev, s, p);
+    return !wgmma_overlaps(p, s, &cap, &live) && three <= dev->usable_local &&
+                   (resident < 2 || fcl_groups_per_unit(dev, three) >= resident)
                ? 3 : 2;
 }
 
@@ -314,6 +341,13 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     const size_t used = strlen(buf);
     snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d",
              q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s));
+    /* NVIDIA's ptxas option (cl_nv_compiler_options; the sm_90a route builds its PTX with the same options). The
+     * emulation builds elsewhere, whose compilers do not take it. */
+    const int resident = wgmma_resident(dev, s, p);
+    if (resident > 1 && !dev->tensor_cores_emulated) {
+        const size_t more = strlen(buf);
+        snprintf(buf + more, size - more, " -cl-nv-maxrregcount=%d", 65536 / (32 * s->axis[W] * resident) & ~7);
+    }
 }
 
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
@@ -740,6 +774,8 @@ static const struct builtin_shape mma_builtin[] = {
  * 8 x 192 10-15% everywhere. Not on a KV cache (VARLEN 2 and 3: their key lookups spilled 52-72 bytes offline,
  * not measured on the GPU); smaller head dims follow d = 64 unmeasured. */
 static const struct builtin_shape wgmma_builtin[] = {
+    {ARCH_ANY, 1, 64, FLASHCL_MASK_NONE, SHAPE(4, 1, 128), DENSE_OR_PACKED},
+    {ARCH_ANY, 1, 64, FLASHCL_MASK_CAUSAL, SHAPE(8, 1, 64), DENSE_OR_PACKED},
     {ARCH_ANY, 1, 64, FLASHCL_MASK_NONE, SHAPE(12, 1, 192), DENSE_OR_PACKED},
     {ARCH_ANY, 1, 128, -1, SHAPE(12, 1, 128), ANY_BATCH},
     {ARCH_ANY, 97, 192, -1, SHAPE(12, 1, 64), ANY_BATCH},
@@ -814,7 +850,7 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {64, 192, 64, {64, 128, 192}}},
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = wgmma_local_bytes, .geometry = mma_geometry,
-        .options = wgmma_options,
+        .resident = wgmma_resident, .options = wgmma_options,
     },
     {
         .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,

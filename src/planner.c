@@ -132,8 +132,8 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
  * replaces that guess at the occupancy with a measurement: as many splits
  * as keep the grid within the work-groups it measured fastest. */
 static int choose_splits(const struct device_desc *dev, const struct kernel_override *ov, const struct problem *p,
-                         const struct tuned_entry *tuned, const struct kernel_info *k, int block_m, int block_n,
-                         size_t local_bytes)
+                         const struct tuned_entry *tuned, const struct kernel_info *k, const struct kernel_shape *shape,
+                         int block_m, int block_n, size_t local_bytes)
 {
     if (p->op != OP_FORWARD || p->batch < 1)
         return 1;
@@ -150,7 +150,9 @@ static int choose_splits(const struct device_desc *dev, const struct kernel_over
         return (int)(splits > most ? (most > 1 ? most : 1) : splits > 1 ? splits : 1);
     }
     if (k->packs_group || (k->needs & NEEDS_TENSOR_CORES)) {
-        const long long slots = units * fcl_groups_per_unit(dev, local_bytes);
+        const int resident = k->resident ? k->resident(dev, shape, p) : 0;
+        const long long by_local = fcl_groups_per_unit(dev, local_bytes);
+        const long long slots = units * (resident > 0 && resident < by_local ? resident : by_local);
         if (groups >= 4 * slots)
             return 1;
         /* The fewest splits that fill 90% of the waves they make; else the best filling. */
@@ -217,8 +219,8 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
     out->local_bytes = k->local_bytes(&ctx->dev, &out->shape, p);
     if (k->packs_group)
         out->block_m = p->seq_q;  /* every query position of the KV head's group */
-    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, tuned, k, out->block_m,
-                                             out->block_n, out->local_bytes) : 1;
+    out->splits = k->combine ? choose_splits(&ctx->dev, &ctx->overrides[index], p, tuned, k, &out->shape,
+                                             out->block_m, out->block_n, out->local_bytes) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
     if (k->combine) {

@@ -516,14 +516,16 @@ START_TEST(wgmma_planned_where_it_runs)
         const struct flashcl_tile d96 = config_of(ctx, 96, FLASHCL_F16, 0), d160 = config_of(ctx, 160, FLASHCL_BF16, 1);
         const struct flashcl_tile d256 = config_of(ctx, 256, FLASHCL_F16, 1), d40 = config_of(ctx, 40, FLASHCL_F16, 0);
         ck_assert_int_ne(d40.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);  /* not a multiple of 16 */
-        if (i == 0) {  /* 12 warps x 128 keys up to d = 128 (88 KiB at d = 64, 176 KiB at 96 and 128: two
-                        * 64-column panels), 12 x 64 at d = 160 (168 KiB), 8 x 64 at d = 256 (192 KiB) */
+        if (i == 0) {  /* causal d = 64: 8 warps x 64 keys, two work-groups an SM (64 KiB each with three
+                        * buffers); 12 warps x 128 keys up to d = 128 (176 KiB at 96 and 128: two 64-column
+                        * panels), 12 x 64 at d = 160 (168 KiB), 8 x 64 at d = 256 (192 KiB) */
             const struct flashcl_tile *t[5] = {&d64, &d96, &d128, &d160, &d256};
-            const int warps[5] = {12, 12, 12, 12, 8}, block_n[5] = {128, 128, 128, 64, 64};
+            const int warps[5] = {8, 12, 12, 12, 8}, block_n[5] = {64, 128, 128, 64, 64};
             for (int j = 0; j < 5; j++) {
                 ck_assert_int_eq(t[j]->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
                 check_mma_shape(*t[j], FLASHCL_TILE_DEFAULT, warps[j], 1, block_n[j], h200);
             }
+            ck_assert_uint_eq(d64.local_bytes, 64 * 1024);
             ck_assert_uint_eq(d128.local_bytes, 176 * 1024);
             ck_assert_uint_eq(d256.local_bytes, 192 * 1024);
         } else if (i == 2) {  /* 64 KiB: 8 x 64 at d = 64 (48 KiB); from d = 80 even 4 x 64 (80 KiB) does not fit */
@@ -557,9 +559,9 @@ START_TEST(wgmma_gives_way_to_tensor_core)
         {"tensor-core:warps=4,m_tiles=2,block_n=64", 0, FLASHCL_VARIANT_TENSOR_CORE, 4, 2, 64},
         {"tensor-core:splits=2", 0, FLASHCL_VARIANT_TENSOR_CORE, 0, 0, 0},
         {"tensor-core-wgmma:warps=8,block_n=64;tensor-core:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 8, 1, 64},
-        {"tf32:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 192},  /* d = 64 unmasked: 12 x 192 */
+        {"tf32:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 4, 1, 128},  /* d = 64 unmasked: 4 x 128 */
         {"tensor-core:off", 0, FLASHCL_VARIANT_REGISTER_TILED, 0, 0, 0},  /* no tensor-core forward at all */
-        {"tensor-core:off;tensor-core-wgmma:on", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 12, 1, 192},
+        {"tensor-core:off;tensor-core-wgmma:on", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 4, 1, 128},
         {"", 4, FLASHCL_VARIANT_TENSOR_CORE, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -577,27 +579,34 @@ START_TEST(wgmma_gives_way_to_tensor_core)
 }
 END_TEST
 
-/* The wgmma kernel's build choices on an H200-sized device (src/kernels.c's wgmma_overlaps, wgmma_kv_stages):
- * the softmax beside the previous block's PV only on 64-key blocks past d = 96 where its registers fit, never
- * on a paged cache; three K/V buffers where they fit and the overlap is off; Q read from local memory where its
- * fragments do not fit beside the rest. */
+/* The wgmma kernel's build choices on an H200-sized device (src/kernels.c's wgmma_overlaps, wgmma_kv_stages,
+ * wgmma_resident): the softmax beside the previous block's PV only on 64-key blocks past d = 96 where its registers
+ * fit, never on a paged cache; three K/V buffers where they fit, as many times as the work-groups an SM the build
+ * is made for, and the overlap is off; Q read from local memory where its fragments do not fit beside the rest; a
+ * register cap for two or three work-groups an SM only on the shapes measured so (d <= 64, 4 x 128 and 8 x 64, not
+ * on a KV cache). A want starting with '!' must not be in the options. */
 START_TEST(wgmma_build_choices)
 {
     struct test_env *e = test_env_get();
     static const struct {
         const char *options;
         int d, varlen, causal;
-        const char *want[7];  /* substrings of the plan's build options (up to a NULL) */
+        const char *want[8];  /* substrings of the plan's build options (up to a NULL) */
     } cases[] = {
-        {"", 64, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0", "-DWARPS=12"}},  /* 12 x 192: 168 KiB with three; Q's 16 registers would crowd S's 96 */
-        {"", 64, 1, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* packed varlen too */
-        {"", 64, 2, 0, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* a KV cache: 12 x 128 */
-        {"", 64, 3, 0, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* paged: 12 x 128 */
-        {"", 48, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0", "-DWARPS=12"}},  /* 96 + 24 + 12 + 40 > 168 */
-        {"", 32, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0", "-DWARPS=12"}},  /* 96 + 16 + 8 + 40 <= 168 */
-        {"", 64, 0, 1, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},  /* 12 x 128 (120 KB with three); no skip at d = 64 */
-        {"tensor-core-wgmma:warps=8,block_n=192", 64, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DWGMMA_OVERLAP=0", "-DWARPS=8"}},  /* 255 registers leave Q room */
-        {"", 128, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 12 x 128: three need 240 KB */
+        {"", 64, 0, 0, {"-DBLOCK_N=128", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0", "-DWARPS=4", "-cl-nv-maxrregcount=168"}},  /* 4 x 128, three an SM: 72 KiB each with two, three would take 104 */
+        {"", 64, 1, 0, {"-DBLOCK_N=128", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWARPS=4", "-cl-nv-maxrregcount=168"}},  /* packed varlen too */
+        {"", 64, 2, 0, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DWARPS=12", "!-cl-nv-maxrregcount"}},  /* a KV cache: 12 x 128 */
+        {"", 64, 3, 0, {"-DBLOCK_N=128", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DWARPS=12", "!-cl-nv-maxrregcount"}},  /* paged: 12 x 128 */
+        {"", 48, 0, 0, {"-DBLOCK_N=128", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWARPS=4", "-cl-nv-maxrregcount=168"}},
+        {"", 32, 0, 1, {"-DBLOCK_N=64", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWARPS=8", "-cl-nv-maxrregcount=128"}},
+        {"", 64, 0, 1, {"-DBLOCK_N=64", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0", "-DWARPS=8", "-cl-nv-maxrregcount=128"}},  /* 8 x 64, two an SM: 64 KiB each with three; no skip at d = 64 */
+        {"", 64, 2, 1, {"-DBLOCK_N=128", "-DWARPS=12", "!-cl-nv-maxrregcount"}},  /* causal on a KV cache: 12 x 128 */
+        {"tensor-core-wgmma:warps=4,block_n=128", 64, 2, 0, {"-DKV_STAGES=3", "!-cl-nv-maxrregcount"}},  /* forced, on a KV cache: not measured with the cap */
+        {"tensor-core-wgmma:warps=12,block_n=192", 64, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWARPS=12", "!-cl-nv-maxrregcount"}},  /* 168 KiB with three; Q's 16 registers would crowd S's 96 */
+        {"tensor-core-wgmma:warps=12,block_n=192", 48, 0, 0, {"-DBLOCK_N=192", "-DQ_SMEM=1", "-DWARPS=12"}},  /* 96 + 24 + 12 + 40 > 168 */
+        {"tensor-core-wgmma:warps=12,block_n=192", 32, 0, 0, {"-DBLOCK_N=192", "-DQ_SMEM=0", "-DWARPS=12"}},  /* 96 + 16 + 8 + 40 <= 168 */
+        {"tensor-core-wgmma:warps=8,block_n=192", 64, 0, 0, {"-DBLOCK_N=192", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DWGMMA_OVERLAP=0", "-DWARPS=8", "!-cl-nv-maxrregcount"}},  /* 255 registers leave Q room */
+        {"", 128, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0", "!-cl-nv-maxrregcount"}}, /* 12 x 128: three need 240 KB */
         {"", 128, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1", "-DEXP2_POLY=1"}}, /* masked: the skip */
         {"", 160, 0, 1, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 12 x 64; overlap, no skip */
         {"", 96, 0, 1, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=1", "-DEXP2_POLY=0"}},  /* 12 x 128; exponents: only 97-128 */
@@ -605,7 +614,7 @@ START_TEST(wgmma_build_choices)
         {"", 256, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* 8 x 64 */
         {"", 160, 3, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}}, /* paged */
         {"tensor-core-wgmma:warps=12,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},
-        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},
+        {"tensor-core-wgmma:warps=12,block_n=64", 64, 0, 0, {"-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0", "!-cl-nv-maxrregcount"}},
         {"tensor-core-wgmma:warps=4,block_n=64", 128, 0, 0, {"-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=0", "-DWGMMA_PINGPONG=0", "-DBLOCK_SKIP=0", "-DEXP2_POLY=0"}},
     };
     cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
@@ -619,9 +628,12 @@ START_TEST(wgmma_build_choices)
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-        for (int j = 0; j < 7 && cases[i].want[j]; j++)
-            ck_assert_msg(strstr(plan.options, cases[i].want[j]) != NULL, "case %d (d = %d): \"%s\" not in \"%s\"", i,
-                          cases[i].d, cases[i].want[j], plan.options);
+        for (int j = 0; j < 8 && cases[i].want[j]; j++) {
+            const char *want = cases[i].want[j];
+            const bool absent = want[0] == '!';
+            ck_assert_msg((strstr(plan.options, want + absent) == NULL) == absent, "case %d (d = %d): \"%s\" %s \"%s\"",
+                          i, cases[i].d, want + absent, absent ? "in" : "not in", plan.options);
+        }
         flashcl_context_destroy(&ctx);
     }
     /* wgmma skips where the blocks to skip are a fair part of the keys: a causal diagonal across half the keys
@@ -905,9 +917,12 @@ START_TEST(emulated_tensor_core_footprints)
          FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
         {OP_FORWARD, 192, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
          FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
-        /* The built-in 12 x 192 up to d = 64 (at d = 48, the build test_forward runs: PoCL's cache has it once):
-         * 168 KiB and the emulator's scratch for 12 warps */
-        {OP_FORWARD, 48, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 256},
+        /* The built-in 4 x 128 up to d = 64 without a mask (72 KiB with two buffers), and 12 x 192 forced (at
+         * d = 48, the build test_forward runs: PoCL's cache has it once): 168 KiB and the emulator's scratch for
+         * 12 warps */
+        {OP_FORWARD, 48, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
+        {OP_FORWARD, 48, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=12,block_n=192",
+         FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 256},
     };
     /* The smallest shapes these plans can shrink to (d = 160, 2 warps x 16 rows, 16 keys: 33 KB with the
      * emulator's scratch) need more than OpenCL 1.2's 32 KB minimum; a device with less plans the FMA
@@ -948,9 +963,10 @@ START_TEST(emulated_tensor_core_footprints)
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
         ck_assert_int_eq(plan.kernel->variant, kernels[i].variant);
-        if (kernels[i].min_kb >= 256) {  /* the 12 x 192 entry: planned so, not some smaller shape */
-            ck_assert_int_eq(plan.shape.axis[AXIS_WARPS], 12);
-            ck_assert_int_eq(plan.shape.axis[AXIS_BLOCK_N], 192);
+        if (wgmma && d == 48) {  /* the built-in and forced entries: planned so, not some smaller shape */
+            ck_assert_int_eq(plan.shape.axis[AXIS_WARPS], kernels[i].min_kb >= 256 ? 12 : 4);
+            ck_assert_int_eq(plan.shape.axis[AXIS_BLOCK_N], kernels[i].min_kb >= 256 ? 192 : 128);
+            ck_assert_ptr_null(strstr(plan.options, "-cl-nv-maxrregcount"));  /* emulated: PoCL does not take it */
         }
         char label[96];
         snprintf(label, sizeof(label), "%s d=%d%s", flashcl_variant_name(kernels[i].variant), d,
