@@ -230,7 +230,8 @@ bool fcl_kernel_failure(flashcl_status st)
 {
     return st == FLASHCL_BUILD_PROGRAM_FAILURE || st == FLASHCL_OUT_OF_RESOURCES ||
            st == (flashcl_status)CL_INVALID_WORK_GROUP_SIZE || st == (flashcl_status)CL_INVALID_KERNEL ||
-           st == (flashcl_status)CL_INVALID_PROGRAM_EXECUTABLE;
+           st == (flashcl_status)CL_INVALID_PROGRAM_EXECUTABLE ||
+           st == (flashcl_status)CL_INVALID_BUILD_OPTIONS;  /* a compiler that refuses an option of the plan's */
 }
 
 flashcl_status fcl_run_planned(flashcl_context *ctx, const struct problem *p, float scale_log2,

@@ -152,7 +152,8 @@ struct kernel_info {
      * every step's is geometry's. */
     int (*step_workgroup)(const struct device_desc *dev, const struct kernel_shape *s, int step);
     /* Work-groups of the shape a compute unit holds at once by registers, where its build caps a thread's
-     * registers for that many; 0 (or NULL) where the build leaves them to the compiler: as local memory allows. */
+     * registers for that many (on the device itself: an emulated build leaves the cap out); 0 (or NULL) where the
+     * build leaves them to the compiler: as local memory allows. */
     int (*resident)(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p);
     /* The -D options that select the shape and the problem. */
     void (*options)(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,

@@ -247,14 +247,11 @@ static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_sha
  * key lookups these registers were not measured with. */
 static int wgmma_resident(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
 {
-    (void)dev;
     if (p->head_dim > 64 || p->varlen >= 2)
         return 0;
-    if (s->axis[W] == 4 && s->axis[N] == 128)
-        return 3;
-    if (s->axis[W] == 8 && s->axis[N] == 64)
-        return 2;
-    return 0;
+    const int n = s->axis[W] == 4 && s->axis[N] == 128 ? 3 : s->axis[W] == 8 && s->axis[N] == 64 ? 2 : 0;
+    /* Not where local memory holds fewer of them even with two K/V buffers: no registers given up for nothing. */
+    return n && fcl_groups_per_unit(dev, wgmma_bytes(dev, s, p, 2) + FCL_LOCAL_SLACK) >= n ? n : 0;
 }
 
 /* Three K/V buffers where they fit the device's usable local memory as the planner counts it (so a shape that fits
@@ -772,11 +769,13 @@ static const struct builtin_shape mma_builtin[] = {
  * N = 4k 379.0 / 382.5 against 380.1 / 378.4, 8k 412.6 / 412.1 against 400.6 / 401.3, 32k 417.4 / 430.7
  * against 409.0 / 413.0 (-0.3..+4.3%); causal it lost 0.8-2.6% on 5 of 6 rows (the mask's code spilled) and
  * 8 x 192 10-15% everywhere. Not on a KV cache (VARLEN 2 and 3: their key lookups spilled 52-72 bytes offline,
- * not measured on the GPU); smaller head dims follow d = 64 unmeasured. */
+ * not measured on the GPU); smaller head dims follow d = 64 unmeasured. That was v0.20's built-in; since v0.21 up to
+ * d = 64 off a KV cache the built-ins are 4 x 128 without a mask and 8 x 64 causal, several work-groups an SM
+ * (wgmma_resident: +5.6..+18.8% at N = 4k-16k on the standard table, even with the 12-warp shapes at 32k:
+ * docs/perf.md v0.21, calls 2 and 3). 12 x 192 stays a shape the tuning file and the kernel options can name. */
 static const struct builtin_shape wgmma_builtin[] = {
     {ARCH_ANY, 1, 64, FLASHCL_MASK_NONE, SHAPE(4, 1, 128), DENSE_OR_PACKED},
     {ARCH_ANY, 1, 64, FLASHCL_MASK_CAUSAL, SHAPE(8, 1, 64), DENSE_OR_PACKED},
-    {ARCH_ANY, 1, 64, FLASHCL_MASK_NONE, SHAPE(12, 1, 192), DENSE_OR_PACKED},
     {ARCH_ANY, 1, 128, -1, SHAPE(12, 1, 128), ANY_BATCH},
     {ARCH_ANY, 97, 192, -1, SHAPE(12, 1, 64), ANY_BATCH},
     {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 64), ANY_BATCH},

@@ -16,10 +16,19 @@ static bool arch_matches(const struct device_desc *dev, enum arch_class arch)
     return arch == ARCH_ANY || (arch == ARCH_NVIDIA_SM90 && dev->nv_major == 9);
 }
 
+/* The mask a built-in row is chosen by: a window that limits nothing is none, one that stops at the diagonal
+ * causal (the same function, so the same measured shape). */
+static enum flashcl_mask builtin_mask(const struct problem *p)
+{
+    if (p->mask != FLASHCL_MASK_WINDOW || p->window_left >= 0 || p->window_right > 0)
+        return p->mask;
+    return p->window_right < 0 ? FLASHCL_MASK_NONE : FLASHCL_MASK_CAUSAL;
+}
+
 static bool builtin_applies(const struct device_desc *dev, const struct builtin_shape *b, const struct problem *p)
 {
     return arch_matches(dev, b->arch) && p->head_dim >= b->head_dim_lo && p->head_dim <= b->head_dim_hi &&
-           (b->mask < 0 || b->mask == (int)p->mask) &&
+           (b->mask < 0 || b->mask == (int)builtin_mask(p)) &&
            (b->batches == ANY_BATCH || (b->batches & (1u << p->varlen)));
 }
 
@@ -123,7 +132,8 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
  * The FMA kernels aim at about four work-groups per compute unit. The
  * kernels of large work-groups (decode, whose work-group holds a KV head's
  * rows, and the tensor-core ones) count the work-groups a compute unit holds
- * at once (by local memory) and take the fewest splits that fill whole waves
+ * at once (by local memory, or by registers where the build caps them for
+ * that: kernel_info.resident) and take the fewest splits that fill whole waves
  * of them, since each split pays its first block and its merge however few
  * keys it has: 8 sequences x 8 KV heads on 132 units of 3 decode work-groups
  * run 6 splits (384 of 396), not 9 (576: a second wave a third full); a

@@ -408,15 +408,18 @@ END_TEST
  * with Q read from local memory), split over the keys; two warpgroups with 128-key blocks at d = 128 (Q
  * from local memory there too: src/kernels.c's wgmma_options); past d = 96 on 64-key blocks the softmax beside
  * the previous block's PV (WGMMA_OVERLAP): d = 128 causal with GQA, d = 160 with a window and a negative scale,
- * d = 192; GQA, causal and a window, both dtypes (tests/test_tensor_cores.c runs every case there and on the
- * H200). */
+ * d = 192; GQA, causal and a window, both dtypes; the built-in plans up to d = 64 (4 x 128 without a mask, 8 x 64
+ * causal: test_tuning checks the plans) and 192-key blocks forced (tests/test_tensor_cores.c runs every case there
+ * and on the H200). */
 START_TEST(emulated_wgmma_forward)
 {
     struct test_env *e = test_env_get();
-    static const char *const options[3] = {
+    enum { N_OPTIONS = 4 };
+    static const char *const options[N_OPTIONS] = {
         "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=2",
         "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=8,block_n=128",
-        "decode:off;decode-tensor-core:off",  /* the built-in plan: 12 x 192 at d <= 64 unmasked (test_tuning) */
+        "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=12,block_n=192",
+        "decode:off;decode-tensor-core:off",  /* the built-in plans */
     };
     static const struct {
         int options, warps, block_n;
@@ -432,11 +435,14 @@ START_TEST(emulated_wgmma_forward)
         /* 192-key blocks, the last one ragged; at d = 48 Q from local memory in a part-used panel (one case:
          * PoCL takes about 50 s to build each of these emulated 12-warp kernels; the GPU's tests run more) */
         {2, 12, 192, {1, 50, 200, 1, 1, 48, F16, 0, 0, LAYOUT_BHND, 1}},
+        /* the built-ins up to d = 64: 4 x 128 (last key block ragged), 8 x 64 causal with GQA */
+        {3, 4, 128, {1, 150, 300, 2, 1, 64, BF16, 0, 0, LAYOUT_BNHD, 1}},
+        {3, 8, 64, {1, 130, 130, 4, 2, 32, F16, 1, 0, LAYOUT_BHND, 1}},
     };
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
                                          .assume_wgmma = true, .assume_compute_capability = 90};
-    flashcl_context *ctx[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3; i++) {
+    flashcl_context *ctx[N_OPTIONS] = {NULL};
+    for (int i = 0; i < N_OPTIONS; i++) {
         struct flashcl_context_params p = {0};
         p.context = e->cl;
         p.device = e->device;
@@ -463,7 +469,7 @@ START_TEST(emulated_wgmma_forward)
         printf("emulated wgmma case %d: max|err| %.2e, LSE %.2e\n", i, r.max_abs_err, r.max_lse_err);
         ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_OPTIONS; i++)
         flashcl_context_destroy(&ctx[i]);
 }
 END_TEST

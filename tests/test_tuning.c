@@ -636,6 +636,35 @@ START_TEST(wgmma_build_choices)
         }
         flashcl_context_destroy(&ctx);
     }
+    /* At d = 64 a window picks the built-in by the function it computes: none that limits nothing is no mask (4 x 128,
+     * three an SM), one ending at the diagonal causal (8 x 64, two), a sliding window the 12-warp shape. */
+    static const struct {
+        int left, right;
+        const char *want[3];
+    } windows[] = {
+        {-1, -1, {"-DWARPS=4", "-DBLOCK_N=128", "-cl-nv-maxrregcount=168"}},
+        {-1, 0, {"-DWARPS=8", "-DBLOCK_N=64", "-cl-nv-maxrregcount=128"}},
+        {256, 0, {"-DWARPS=12", "-DBLOCK_N=128", "!-cl-nv-maxrregcount"}},
+    };
+    for (int i = 0; i < (int)(sizeof(windows) / sizeof(windows[0])); i++) {
+        flashcl_context *ctx = assumed_h200("", 0);
+        struct flashcl_attention a = shape(64, FLASHCL_F16, 0, mem);
+        struct problem pr;
+        fcl_forward_problem(&a, &pr);
+        pr.mask = FLASHCL_MASK_WINDOW;
+        pr.window_left = windows[i].left;
+        pr.window_right = windows[i].right;
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        for (int j = 0; j < 3; j++) {
+            const char *want = windows[i].want[j];
+            const bool absent = want[0] == '!';
+            ck_assert_msg((strstr(plan.options, want + absent) == NULL) == absent, "window %d, %d: \"%s\" %s \"%s\"",
+                          windows[i].left, windows[i].right, want + absent, absent ? "in" : "not in", plan.options);
+        }
+        flashcl_context_destroy(&ctx);
+    }
     /* wgmma skips where the blocks to skip are a fair part of the keys: a causal diagonal across half the keys
      * or more, or a window on the left; not a prefill chunk's diagonal against a long cache. */
     static const struct {
