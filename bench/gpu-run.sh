@@ -75,6 +75,20 @@ print(" ".join(f"{a[i]} {a[i+1]}" for i in range(len(a) - 1) if a[i] in keep))
 PY
 }
 
+# One comparison of options-ab's and pairs-ab's runs in $W: k$1-v$2 (base) against k$3-v$4, under a heading.
+ab_compare() {
+  local base new
+  base=$(ls "$W"/k$1-v$2-r*.csv 2>/dev/null | paste -sd,)
+  new=$(ls "$W"/k$3-v$4-r*.csv 2>/dev/null | paste -sd,)
+  echo "### $5"
+  if [ -n "$base" ] && [ -n "$new" ]; then
+    python3 bench/ab.py "$base" "$new" "$W/torch.csv"
+  else
+    echo "no CSV from one side (see k$1-v$2-r*.log and k$3-v$4-r*.log in the call's .tgz)"
+  fi
+  echo
+}
+
 status=0
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   meson test -C "$BUILD" --print-errorlogs >"$OUT/tests.log" 2>&1 || status=1
@@ -194,19 +208,6 @@ if [ "$MODE" = options-ab ]; then
   done
   [ ${#variants[@]} -ge 2 ] || [ ${#kernel_sets[@]} -ge 2 ] ||
     echo "options-ab: one variant ('$VARIANTS') and one kernel set: nothing to compare" >&2
-  # One comparison: the runs k$1-v$2 (base) against k$3-v$4, under a heading.
-  ab_compare() {
-    local base new
-    base=$(ls "$W"/k$1-v$2-r*.csv 2>/dev/null | paste -sd,)
-    new=$(ls "$W"/k$3-v$4-r*.csv 2>/dev/null | paste -sd,)
-    echo "### $5"
-    if [ -n "$base" ] && [ -n "$new" ]; then
-      python3 bench/ab.py "$base" "$new" "$W/torch.csv"
-    else
-      echo "no CSV from one side (see k$1-v$2-r*.log and k$3-v$4-r*.log in options-ab.tgz)"
-    fi
-    echo
-  }
   for ki in "${!kernel_sets[@]}"; do
     # each kernel set against the first, on the first variant (kernel options A/B: AB_KERNELS "-;k:block_n=..")
     [ "$ki" -eq 0 ] || ab_compare 0 0 "$ki" 0 \
@@ -240,18 +241,13 @@ if [ "$MODE" = pairs-ab ]; then
   for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for pi in "${!pairs[@]}"; do
       FLASHCL_KERNELS=$(pair_kernels "${pairs[$pi]}") FLASHCL_BUILD_OPTIONS=$(pair_options "${pairs[$pi]}") \
-        "$BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" --csv "$W/p$pi-r$round.csv" \
-        > "$W/p$pi-r$round.log" 2>&1 || status=1
+        "$BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" --csv "$W/k$pi-v0-r$round.csv" \
+        > "$W/k$pi-v0-r$round.log" 2>&1 || status=1
       tar czf "$OUT/pairs-ab.tgz" -C "$W" .  # so far: a call cut short still returns the runs made
     done
   done
   for pi in "${!pairs[@]}"; do
-    [ "$pi" -eq 0 ] && continue
-    echo "### '${pairs[0]}' -> '${pairs[$pi]}'"
-    base=$(ls "$W"/p0-r*.csv 2>/dev/null | paste -sd,) new=$(ls "$W"/p$pi-r*.csv 2>/dev/null | paste -sd,)
-    if [ -n "$base" ] && [ -n "$new" ]; then python3 bench/ab.py "$base" "$new" "$W/torch.csv"
-    else echo "no CSV from one side (see p0-r*.log and p$pi-r*.log in pairs-ab.tgz)"; fi
-    echo
+    [ "$pi" -eq 0 ] || ab_compare 0 0 "$pi" 0 "'${pairs[0]}' -> '${pairs[$pi]}'"
   done | tee "$OUT/pairs-ab.md"
   tar czf "$OUT/pairs-ab.tgz" -C "$W" .
 fi
