@@ -474,6 +474,43 @@ START_TEST(emulated_wgmma_forward)
 }
 END_TEST
 
+/* mma.sync's sm_90 built-in up to d = 64 without a mask (4 x 2 x 32, three work-groups an SM on the GPU: src/kernels.c's
+ * mma_resident) on its plain-OpenCL emulation, forced (test_tuning checks that sm_90 plans it, and its register cap):
+ * the last key and query blocks ragged, GQA, both dtypes, a negative scale. The GPU's tests (tests/test_tensor_cores.c)
+ * run it as the built-in on every non-causal case up to d = 64. */
+START_TEST(emulated_mma_sm90_builtin)
+{
+    struct test_env *e = test_env_get();
+    static const struct test_case cases[] = {
+        {1, 150, 300, 2, 1, 64, BF16, 0, 0, LAYOUT_BNHD, 1},
+        {2, 70, 45, 4, 2, 32, F16, 0, -0.3f, LAYOUT_BHND, 1},
+    };
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                         .assume_compute_capability = 90};
+    struct flashcl_context_params p = {0};
+    p.context = e->cl;
+    p.device = e->device;
+    p.kernel_options = "decode:off;decode-tensor-core:off;tensor-core:warps=4,m_tiles=2,block_n=32";
+    p.tuning_file = "";
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+    /* 32 KiB of tiles at d = 64 and the emulator's scratch (3 KiB), with the planner's slack. */
+    if (flashcl_context_local_mem_bytes(ctx) < 37 * 1024) {
+        printf("emulated mma.sync 4 x 2 x 32: skipped (%llu bytes of local memory)\n",
+               (unsigned long long)flashcl_context_local_mem_bytes(ctx));
+    } else {
+        for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+            struct case_result r;
+            rng_seed(120 + (uint64_t)i);
+            test_run_case(ctx, &cases[i], &r);
+            printf("emulated mma.sync 4 x 2 x 32 case %d: max|err| %.2e, LSE %.2e\n", i, r.max_abs_err, r.max_lse_err);
+            ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE);
+        }
+    }
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
 /* If a tensor-core kernel cannot build or launch although the probe passed,
  * the call still succeeds on an FMA kernel, says why once, and that kernel
  * alone is off for this context. A device without tensor cores is told to
@@ -585,6 +622,7 @@ int main(void)
     tcase_add_test(tc, portable_fallback);
     tcase_add_test(tc, tensor_core_failure_falls_back);
     tcase_add_test(tc, emulated_wgmma_forward);
+    tcase_add_test(tc, emulated_mma_sm90_builtin);
     tcase_add_test(tc, build_failure_falls_back_or_reports);
     tcase_add_loop_test(tc, windows, 0, COUNT(window_cases));
     tcase_add_test(tc, window_plans_tensor_core_kernels);

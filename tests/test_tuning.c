@@ -418,8 +418,8 @@ START_TEST(tensor_core_shapes_must_fit)
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
     check_mma_shape(t, FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
-    /* d <= 64 non-causal on sm_90: 8x2x64 (64 KB); causal 4x2x64. */
-    check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 2, 64, h200);
+    /* d <= 64 non-causal on sm_90: 4x2x32 (32 KB, three an SM: mma_register_cap); causal 4x2x64. */
+    check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 32, h200);
     check_mma_shape(config_of(ctx, 64, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     /* Past d = 128: 8x1x128 up to d = 160 on sm_90, then 8x1x64 where it fits (f16 d = 256: 192 KB),
      * 8x1x32 (128 KB), 4x1x32, 4x1x16, 2x1x16. */
@@ -739,6 +739,90 @@ static void check_built_footprint(flashcl_context *ctx, const struct plan *plan,
                   plan->local_bytes);
     printf("%s: declared %llu, table %zu\n", label, (unsigned long long)declared, plan->local_bytes);
 }
+
+/* mma.sync on sm_90 (the wgmma kernel off): up to d = 64 without a mask on dense and packed batches, the built-in
+ * 4 x 2 x 32 built for three work-groups an SM (168 registers a thread); causal, a sliding window, a KV cache and
+ * larger head dims keep their shapes and the compiler's registers, and so does a forced 4 x 2 x 32 with a mask (not
+ * measured with the cap). A want starting with '!' must not be in the options. */
+START_TEST(mma_register_cap)
+{
+    struct test_env *e = test_env_get();
+    static const struct {
+        const char *options;
+        int d, varlen, causal, window_left;  /* window_left >= 0: a sliding window to the diagonal */
+        int warps, m_tiles, block_n;
+        const char *want;
+    } cases[] = {
+        {"", 64, 0, 0, -1, 4, 2, 32, "-cl-nv-maxrregcount=168"},
+        {"", 64, 1, 0, -1, 4, 2, 32, "-cl-nv-maxrregcount=168"},  /* packed varlen */
+        {"", 32, 0, 0, -1, 4, 2, 32, "-cl-nv-maxrregcount=168"},
+        {"", 64, 2, 0, -1, 8, 2, 64, "!-cl-nv-maxrregcount"},     /* a KV cache: 8 x 2 x 64 */
+        {"", 64, 3, 0, -1, 8, 2, 64, "!-cl-nv-maxrregcount"},     /* paged */
+        {"", 64, 0, 1, -1, 4, 2, 64, "!-cl-nv-maxrregcount"},     /* causal */
+        {"", 64, 0, 0, 256, 4, 2, 64, "!-cl-nv-maxrregcount"},    /* a sliding window */
+        {"", 128, 0, 0, -1, 4, 2, 64, "!-cl-nv-maxrregcount"},
+        {"tensor-core:warps=4,m_tiles=2,block_n=32", 64, 0, 1, -1, 4, 2, 32, "!-cl-nv-maxrregcount"},
+        {"tensor-core:warps=4,m_tiles=2,block_n=32", 64, 2, 0, -1, 4, 2, 32, "!-cl-nv-maxrregcount"},
+        {"tensor-core:warps=8,m_tiles=2,block_n=64", 64, 0, 0, -1, 8, 2, 64, "!-cl-nv-maxrregcount"},
+    };
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 128 * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(mem);
+    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        char options[128];
+        snprintf(options, sizeof(options), "tensor-core-wgmma:off;%s", cases[i].options);
+        flashcl_context *ctx = assumed_h200(options, 0);
+        struct flashcl_attention a = shape(cases[i].d, FLASHCL_BF16, cases[i].causal, mem);
+        struct problem pr;
+        fcl_forward_problem(&a, &pr);
+        pr.varlen = cases[i].varlen;
+        if (cases[i].window_left >= 0) {
+            pr.mask = FLASHCL_MASK_WINDOW;
+            pr.window_left = cases[i].window_left;
+            pr.window_right = 0;
+        }
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
+        ck_assert_msg(plan.shape.axis[AXIS_WARPS] == cases[i].warps && plan.shape.axis[AXIS_M_TILES] == cases[i].m_tiles &&
+                          plan.shape.axis[AXIS_BLOCK_N] == cases[i].block_n,
+                      "case %d: %d x %d x %d planned", i, plan.shape.axis[AXIS_WARPS], plan.shape.axis[AXIS_M_TILES],
+                      plan.shape.axis[AXIS_BLOCK_N]);
+        const char *want = cases[i].want;
+        const bool absent = want[0] == '!';
+        ck_assert_msg((strstr(plan.options, want + absent) == NULL) == absent, "case %d: \"%s\" %s \"%s\"", i,
+                      want + absent, absent ? "in" : "not in", plan.options);
+        flashcl_context_destroy(&ctx);
+    }
+
+    /* Emulated as sm_90: the same plan without the cap (PoCL's compiler does not take NVIDIA's option), and the
+     * built kernel's local memory is the table's. */
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                         .assume_compute_capability = 90};
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    params.kernel_options = "decode:off;decode-tensor-core:off";
+    params.tuning_file = "";
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
+    struct flashcl_attention a = shape(64, FLASHCL_F16, 0, mem);
+    struct problem pr;
+    fcl_forward_problem(&a, &pr);
+    struct plan plan;
+    ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+    ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
+    /* 4 x 2 x 32: 32 KiB of tiles and the emulator's scratch; a device with less plans a smaller shape. */
+    if (flashcl_context_local_mem_bytes(ctx) >= 32 * 1024 + NV_EMULATE_SCRATCH_BYTES(4) + FCL_LOCAL_SLACK) {
+        ck_assert_int_eq(plan.shape.axis[AXIS_WARPS], 4);
+        ck_assert_int_eq(plan.shape.axis[AXIS_M_TILES], 2);
+        ck_assert_int_eq(plan.shape.axis[AXIS_BLOCK_N], 32);
+    }
+    ck_assert_ptr_null(strstr(plan.options, "-cl-nv-maxrregcount"));
+    check_built_footprint(ctx, &plan, "emulated tensor-core d=64 on sm_90");
+    flashcl_context_destroy(&ctx);
+    clReleaseMemObject(mem);
+}
+END_TEST
 
 /* As check_built_footprint for a backward plan: its block kernels (steps 1 and 2: dK/dV, and dQ or the
  * fused kernel's convert step), the larger of which the table's footprint is. */
@@ -1486,6 +1570,7 @@ int main(void)
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, wgmma_planned_where_it_runs);
     tcase_add_test(tc, wgmma_build_choices);
+    tcase_add_test(tc, mma_register_cap);
     tcase_add_test(tc, wgmma_gives_way_to_tensor_core);
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, decode_kernels_match_built_kernels);
