@@ -83,7 +83,10 @@
 #ifndef Q_SMEM
 #define Q_SMEM 0         /* 1: Q read from local memory where registers could hold it (src/kernels.c's wgmma_options) */
 #endif
-#define Q_IN_REGISTERS (M_TILES == 1 && HEAD_DIM <= 128 && !Q_SMEM)
+#ifndef Q_REGS
+#define Q_REGS 0         /* 1: with two tiles a warp (mma.sync) Q's fragments kept in registers too (2 x d / 4) */
+#endif
+#define Q_IN_REGISTERS ((M_TILES == 1 || Q_REGS) && HEAD_DIM <= 128 && !Q_SMEM)
 #if BLOCK_N % 16 != 0
 #error "BLOCK_N must be a multiple of 16"
 #endif
@@ -185,7 +188,7 @@
 /* S[64 x S_PART] += Q[64 x 16] Kᵀ[16 x S_PART]: Q's fragments from registers, or (Q_IN_REGISTERS 0) read by
  * the tensor cores from q_tile. */
 #if Q_IN_REGISTERS
-#define WGMMA_QK(d, kk, desc_k) wgmma_rs_kmajor(S_PART, d, qf[kk], desc_k, kk)
+#define WGMMA_QK(d, kk, desc_k) wgmma_rs_kmajor(S_PART, d, qf[0][kk], desc_k, kk)
 #else
 /* q_desc: the warpgroup's 64 rows of q_tile's first panel; k-step kk in panel kk / 4, 32 bytes a k-step. */
 #define WGMMA_QK(d, kk, desc_k)                                                                                      \
@@ -324,11 +327,14 @@ void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong 
 #if Q_IN_REGISTERS
     /* Q fragments (a0..a3 per k-step) of this warp's rows, from q_tile. */
     const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
-    uint qf[KSTEPS][4];
+    uint qf[M_TILES][KSTEPS][4];
 NV_UNROLL
-    for (int kk = 0; kk < KSTEPS; kk++)
-        ldmatrix_x4(local_address(&q_tile[tile_index(BLOCK_M, warp * WARP_ROWS + q_lane_row, kk * 2 + q_lane_chunk)]),
-                    qf[kk]);
+    for (int mt = 0; mt < M_TILES; mt++)
+NV_UNROLL
+        for (int kk = 0; kk < KSTEPS; kk++)
+            ldmatrix_x4(local_address(&q_tile[tile_index(BLOCK_M, warp * WARP_ROWS + 16 * mt + q_lane_row,
+                                                         kk * 2 + q_lane_chunk)]),
+                        qf[mt][kk]);
 #endif
 
     float acc[M_TILES][O_TILES][4];
@@ -430,7 +436,7 @@ NV_UNROLL
         /* The warpgroup's 64 rows against the block's keys, one k-step of 16 a wgmma; the first
          * overwrites S. K's k-step kk: panel kk / 4, 32 bytes a k-step within its 128-byte rows. */
 #if Q_IN_REGISTERS
-        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+        WGMMA_HOLD_A(&qf[0][0][0], KSTEPS * 4);
 #endif
 #if OVERLAP
         rescale_rows(acc[0], alpha);  /* to the previous block's max, before its PV (issued below) */
@@ -465,7 +471,7 @@ NV_UNROLL
 #endif
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
 #if Q_IN_REGISTERS
-        WGMMA_HOLD_A(&qf[0][0], KSTEPS * 4);
+        WGMMA_HOLD_A(&qf[0][0][0], KSTEPS * 4);
 #endif
 #else
 NV_UNROLL
@@ -478,7 +484,10 @@ NV_UNROLL
 NV_UNROLL
             for (int kk = 0; kk < KSTEPS; kk++) {
 #if Q_IN_REGISTERS
-                const uint *qa[1] = {qf[kk]};
+                const uint *qa[M_TILES];
+NV_UNROLL
+                for (int mt = 0; mt < M_TILES; mt++)
+                    qa[mt] = qf[mt][kk];
 #else
                 uint qr[M_TILES][4];
                 const uint *qa[M_TILES];
