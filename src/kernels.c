@@ -192,45 +192,30 @@ static void forward_mma_options(const struct problem *p, const struct kernel_sha
              fcl_dtype_define(p->dtype), p->varlen, block_skip, exp2_poly);
 }
 
+/* Whether a warp keeps Q's fragments in registers with two tiles (cl/flash_forward_mma.cl's Q_REGS: 2 x d / 4 of
+ * them; one-tile shapes always do) instead of reading them from local memory every block: up to d = 64 without a mask
+ * on dense and packed batches. 4 x 2 x 64 then takes 248 registers (the driver; 236-247 without), still two
+ * work-groups an SM, and a warp's block loads 32 ldmatrix.x4 instead of 40. H200, d = 64, TFLOP/s against v0.22's
+ * 4 x 2 x 32 capped for three an SM, f16 / bf16 (docs/perf.md v0.22, call 2): non-causal N = 4k 309.0 / 308.3
+ * against 277.3 / 278.4, 32k 308.6 / 317.8 against 277.2 / 282.7 (+10.7..+12.4%); 8 x 2 x 64 with it +3.7..+10.1%
+ * (255 registers, spilled); 4 x 2 x 32 at 168 registers -9.6..-13.9% (spilled). Causal 4 x 2 x 64 -2.1..+1.9% (even:
+ * not taken). Not on a KV cache, whose key lookups these registers were not measured with. */
+static bool mma_q_registers(const struct problem *p, const struct kernel_shape *s)
+{
+    return s->axis[T] == 2 && p->head_dim <= 64 && p->varlen < 2 && p->window_left < 0 && p->window_right < 0;
+}
+
 /* mma.sync: each warp skips the blocks none of its rows sees (cl/flash_forward_mma.cl's BLOCK_SKIP), always.
  * H200, f16, N = 4k / 16k, against none (docs/perf.md v0.17, call 2): d = 64 causal +5.1 / +4.5%, non-causal
  * +0.4 / +0.6%; d = 128 causal +1.3 / +1.9%, non-causal +1.5 / +2.3%. Every exponent on the MUFU (EXP2_POLY 0):
  * one tile in 8 on the FMA units lost 1.8-6.9% on 7 of 8 rows (d = 64 and 128; d = 128 N = 16k non-causal +1.5%),
  * two or three tiles 1.3-13.2% on all (v0.19 call 1). */
-/* NVIDIA's ptxas option (cl_nv_compiler_options; the sm_90a route builds its PTX with the same options) that caps a
- * thread's registers so `resident` work-groups of the shape fit an SM's 65,536; none for one, nor in the emulation,
- * whose compilers elsewhere do not take it. */
-static void append_register_cap(const struct device_desc *dev, const struct kernel_shape *s, int resident, char *buf,
-                                size_t size)
-{
-    if (resident > 1 && !dev->tensor_cores_emulated) {
-        const size_t used = strlen(buf);
-        snprintf(buf + used, size - used, " -cl-nv-maxrregcount=%d", 65536 / (32 * s->axis[W] * resident) & ~7);
-    }
-}
-
-/* Work-groups of an mma.sync shape an SM holds at once where its build caps a thread's registers for them
- * (mma_options); 0 elsewhere. At d <= 64 without a mask on dense and packed batches, 4 x 2 x 32 three (168
- * registers: ptxas 13.0 offline none spilled at d = 16-64, f16 and bf16; uncapped it takes 192, two an SM). FA2 runs
- * two independent CTAs an SM there, where the 8-warp 8 x 2 x 64 is one work-group whose warps meet at each block's
- * barrier. H200, d = 64 non-causal, TFLOP/s against 8 x 2 x 64, f16 / bf16 (docs/perf.md v0.21, call 4): N = 4k
- * 278.2 / 280.0 against 269.2 / 268.8, 32k 278.6 / 286.7 against 280.6 / 280.6 (-0.7..+4.2%); 4 x 1 x 128 at 168
- * -0.1..+0.4% at 4k, -6.4 / -9.6% at 32k. Not with a mask (causal spilled 20-24 bytes offline; not measured), nor on
- * a KV cache (not measured). */
-static int mma_resident(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
-{
-    if (p->head_dim > 64 || p->varlen >= 2 || p->window_left >= 0 || p->window_right >= 0)
-        return 0;
-    const int n = s->axis[W] == 4 && s->axis[T] == 2 && s->axis[N] == 32 ? 3 : 0;
-    /* Not where local memory holds fewer of them: no registers given up for nothing. */
-    return n && fcl_groups_per_unit(dev, mma_local_bytes(dev, s, p) + FCL_LOCAL_SLACK) >= n ? n : 0;
-}
-
 static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                         float scale_log2, char *buf, size_t size)
 {
     forward_mma_options(p, s, scale_log2, true, 0, buf, size);
-    append_register_cap(dev, s, mma_resident(dev, s, p), buf, size);
+    const size_t used = strlen(buf);
+    snprintf(buf + used, size - used, " -DQ_REGS=%d", mma_q_registers(p, s));
 }
 
 /* Whether the softmax is overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
@@ -262,6 +247,18 @@ static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_sha
     const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 63) / 64;
     return (m + 2 * (size_t)stages * n) * 128 * panels +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
+}
+
+/* NVIDIA's ptxas option (cl_nv_compiler_options; the sm_90a route builds its PTX with the same options) that caps a
+ * thread's registers so `resident` work-groups of the shape fit an SM's 65,536; none for one, nor in the emulation,
+ * whose compilers elsewhere do not take it. */
+static void append_register_cap(const struct device_desc *dev, const struct kernel_shape *s, int resident, char *buf,
+                                size_t size)
+{
+    if (resident > 1 && !dev->tensor_cores_emulated) {
+        const size_t used = strlen(buf);
+        snprintf(buf + used, size - used, " -cl-nv-maxrregcount=%d", 65536 / (32 * s->axis[W] * resident) & ~7);
+    }
 }
 
 /* Work-groups of a wgmma shape an SM holds at once where its build caps a thread's registers to fit them
@@ -772,11 +769,12 @@ static const struct builtin_shape mma_builtin[] = {
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 32), ANY_BATCH},
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 16), ANY_BATCH},
     {ARCH_ANY, 129, 256, -1, SHAPE(2, 1, 16), ANY_BATCH},
-    /* d <= 64 unmasked on sm_90, dense and packed: 4 x 2 x 32, three work-groups an SM at 168 registers
-     * (mma_resident; v0.21 call 4: -0.7..+4.2% against 8 x 2 x 64). On a KV cache 8 x 2 x 64 (one work-group of
-     * 8 warps an SM, 64 KB): it ran 2.6-4.2% above 4 x 2 x 64 at d = 64, N = 4k-32k, f16 (docs/perf.md v0.15,
-     * call 3; smaller d not measured); causal, 8 x 2 x 64 was 1.5% below at 16k. */
-    {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(4, 2, 32), DENSE_OR_PACKED},
+    /* d <= 64 unmasked on sm_90: dense and packed 4 x 2 x 64 with Q's fragments in registers (mma_q_registers:
+     * two work-groups an SM, +10.7..+12.4% against v0.22's 4 x 2 x 32 at 168 registers, three an SM, which ran
+     * -0.7..+4.3% against 8 x 2 x 64: docs/perf.md v0.21 call 4, v0.22 calls 1 and 2). On a KV cache 8 x 2 x 64 (one
+     * work-group of 8 warps an SM, 64 KB): it ran 2.6-4.2% above 4 x 2 x 64 with Q in local memory at d = 64,
+     * N = 4k-32k, f16 (v0.15, call 3; smaller d not measured); causal, 8 x 2 x 64 was 1.5% below at 16k. */
+    {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(4, 2, 64), DENSE_OR_PACKED},
     {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(8, 2, 64), ANY_BATCH},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64), ANY_BATCH},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 32), ANY_BATCH},
@@ -889,7 +887,7 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {MMA_AXES},
         .builtin = mma_builtin, .n_builtin = sizeof(mma_builtin) / sizeof(mma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = mma_local_bytes, .geometry = mma_geometry,
-        .resident = mma_resident, .options = mma_options,
+        .options = mma_options,
     },
     {
         .name = "tf32", .variant = FLASHCL_VARIANT_TF32, .op = OP_FORWARD,

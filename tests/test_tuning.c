@@ -418,8 +418,8 @@ START_TEST(tensor_core_shapes_must_fit)
     ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
     check_mma_shape(t, FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
-    /* d <= 64 non-causal on sm_90: 4x2x32 (32 KB, three an SM: mma_register_cap); causal 4x2x64. */
-    check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 32, h200);
+    /* d <= 64 on sm_90: 4x2x64 (48 KB; Q's fragments in registers without a mask: mma_build_choices). */
+    check_mma_shape(config_of(ctx, 64, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 64, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     /* Past d = 128: 8x1x128 up to d = 160 on sm_90, then 8x1x64 where it fits (f16 d = 256: 192 KB),
      * 8x1x32 (128 KB), 4x1x32, 4x1x16, 2x1x16. */
@@ -740,11 +740,11 @@ static void check_built_footprint(flashcl_context *ctx, const struct plan *plan,
     printf("%s: declared %llu, table %zu\n", label, (unsigned long long)declared, plan->local_bytes);
 }
 
-/* mma.sync on sm_90 (the wgmma kernel off): up to d = 64 without a mask on dense and packed batches, the built-in
- * 4 x 2 x 32 built for three work-groups an SM (168 registers a thread); causal, a sliding window, a KV cache and
- * larger head dims keep their shapes and the compiler's registers, and so does a forced 4 x 2 x 32 with a mask (not
- * measured with the cap). A want starting with '!' must not be in the options. */
-START_TEST(mma_register_cap)
+/* mma.sync on sm_90 (the wgmma kernel off): up to d = 64 without a mask on dense and packed batches the built-in
+ * 4 x 2 x 64 keeps Q's fragments in registers (two tiles a warp, Q_REGS); causal, a sliding window, a KV cache (8 x 2 x
+ * 64 there) and larger head dims read them from local memory, and so does a forced two-tile shape there. No register
+ * cap on mma.sync's plans. */
+START_TEST(mma_build_choices)
 {
     struct test_env *e = test_env_get();
     static const struct {
@@ -753,17 +753,17 @@ START_TEST(mma_register_cap)
         int warps, m_tiles, block_n;
         const char *want;
     } cases[] = {
-        {"", 64, 0, 0, -1, 4, 2, 32, "-cl-nv-maxrregcount=168"},
-        {"", 64, 1, 0, -1, 4, 2, 32, "-cl-nv-maxrregcount=168"},  /* packed varlen */
-        {"", 32, 0, 0, -1, 4, 2, 32, "-cl-nv-maxrregcount=168"},
-        {"", 64, 2, 0, -1, 8, 2, 64, "!-cl-nv-maxrregcount"},     /* a KV cache: 8 x 2 x 64 */
-        {"", 64, 3, 0, -1, 8, 2, 64, "!-cl-nv-maxrregcount"},     /* paged */
-        {"", 64, 0, 1, -1, 4, 2, 64, "!-cl-nv-maxrregcount"},     /* causal */
-        {"", 64, 0, 0, 256, 4, 2, 64, "!-cl-nv-maxrregcount"},    /* a sliding window */
-        {"", 128, 0, 0, -1, 4, 2, 64, "!-cl-nv-maxrregcount"},
-        {"tensor-core:warps=4,m_tiles=2,block_n=32", 64, 0, 1, -1, 4, 2, 32, "!-cl-nv-maxrregcount"},
-        {"tensor-core:warps=4,m_tiles=2,block_n=32", 64, 2, 0, -1, 4, 2, 32, "!-cl-nv-maxrregcount"},
-        {"tensor-core:warps=8,m_tiles=2,block_n=64", 64, 0, 0, -1, 8, 2, 64, "!-cl-nv-maxrregcount"},
+        {"", 64, 0, 0, -1, 4, 2, 64, "-DQ_REGS=1"},
+        {"", 64, 1, 0, -1, 4, 2, 64, "-DQ_REGS=1"},  /* packed varlen */
+        {"", 32, 0, 0, -1, 4, 2, 64, "-DQ_REGS=1"},
+        {"", 64, 2, 0, -1, 8, 2, 64, "-DQ_REGS=0"},  /* a KV cache: 8 x 2 x 64 */
+        {"", 64, 3, 0, -1, 8, 2, 64, "-DQ_REGS=0"},  /* paged */
+        {"", 64, 0, 1, -1, 4, 2, 64, "-DQ_REGS=0"},  /* causal */
+        {"", 64, 0, 0, 256, 4, 2, 64, "-DQ_REGS=0"}, /* a sliding window */
+        {"", 128, 0, 0, -1, 4, 2, 64, "-DQ_REGS=0"},
+        {"tensor-core:warps=4,m_tiles=2,block_n=32", 64, 0, 0, -1, 4, 2, 32, "-DQ_REGS=1"},
+        {"tensor-core:warps=4,m_tiles=2,block_n=32", 64, 0, 1, -1, 4, 2, 32, "-DQ_REGS=0"},
+        {"tensor-core:warps=8,m_tiles=1,block_n=64", 64, 0, 0, -1, 8, 1, 64, "-DQ_REGS=0"},  /* one tile: in registers anyway */
     };
     cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 128 * 4, NULL, NULL);
     ck_assert_ptr_nonnull(mem);
@@ -787,15 +787,13 @@ START_TEST(mma_register_cap)
                           plan.shape.axis[AXIS_BLOCK_N] == cases[i].block_n,
                       "case %d: %d x %d x %d planned", i, plan.shape.axis[AXIS_WARPS], plan.shape.axis[AXIS_M_TILES],
                       plan.shape.axis[AXIS_BLOCK_N]);
-        const char *want = cases[i].want;
-        const bool absent = want[0] == '!';
-        ck_assert_msg((strstr(plan.options, want + absent) == NULL) == absent, "case %d: \"%s\" %s \"%s\"", i,
-                      want + absent, absent ? "in" : "not in", plan.options);
+        ck_assert_msg(strstr(plan.options, cases[i].want) != NULL, "case %d: \"%s\" not in \"%s\"", i, cases[i].want,
+                      plan.options);
+        ck_assert_ptr_null(strstr(plan.options, "-cl-nv-maxrregcount"));
         flashcl_context_destroy(&ctx);
     }
 
-    /* Emulated as sm_90: the same plan without the cap (PoCL's compiler does not take NVIDIA's option), and the
-     * built kernel's local memory is the table's. */
+    /* Emulated as sm_90: the same plan, and the built kernel's local memory is the table's. */
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
                                          .assume_compute_capability = 90};
     struct flashcl_context_params params = {0};
@@ -811,13 +809,13 @@ START_TEST(mma_register_cap)
     struct plan plan;
     ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
     ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
-    /* 4 x 2 x 32: 32 KiB of tiles and the emulator's scratch; a device with less plans a smaller shape. */
-    if (flashcl_context_local_mem_bytes(ctx) >= 32 * 1024 + NV_EMULATE_SCRATCH_BYTES(4) + FCL_LOCAL_SLACK) {
+    /* 4 x 2 x 64: 48 KiB of tiles and the emulator's scratch; a device with less plans a smaller shape. */
+    if (flashcl_context_local_mem_bytes(ctx) >= 48 * 1024 + NV_EMULATE_SCRATCH_BYTES(4) + FCL_LOCAL_SLACK) {
         ck_assert_int_eq(plan.shape.axis[AXIS_WARPS], 4);
         ck_assert_int_eq(plan.shape.axis[AXIS_M_TILES], 2);
-        ck_assert_int_eq(plan.shape.axis[AXIS_BLOCK_N], 32);
+        ck_assert_int_eq(plan.shape.axis[AXIS_BLOCK_N], 64);
+        ck_assert_ptr_nonnull(strstr(plan.options, "-DQ_REGS=1"));
     }
-    ck_assert_ptr_null(strstr(plan.options, "-cl-nv-maxrregcount"));
     check_built_footprint(ctx, &plan, "emulated tensor-core d=64 on sm_90");
     flashcl_context_destroy(&ctx);
     clReleaseMemObject(mem);
@@ -1570,7 +1568,7 @@ int main(void)
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, wgmma_planned_where_it_runs);
     tcase_add_test(tc, wgmma_build_choices);
-    tcase_add_test(tc, mma_register_cap);
+    tcase_add_test(tc, mma_build_choices);
     tcase_add_test(tc, wgmma_gives_way_to_tensor_core);
     tcase_add_test(tc, candidates_match_built_kernels);
     tcase_add_test(tc, decode_kernels_match_built_kernels);
