@@ -77,9 +77,9 @@
 #if HEAD_DIM % 16 != 0 || HEAD_DIM > 256
 #error "HEAD_DIM must be a multiple of 16, at most 256"
 #endif
-/* Q's fragments held in registers for the whole key loop: one 16-row tile up to d = 128; past it
- * (O's accumulator alone is HEAD_DIM / 2 registers), with two tiles and where Q_SMEM asks they are
- * read from local memory at each k-step instead. */
+/* Q's fragments held in registers for the whole key loop: one 16-row tile up to d = 128, two where Q_REGS asks
+ * (src/kernels.c's mma_q_registers: up to d = 64); past d = 128 (O's accumulator alone is HEAD_DIM / 2
+ * registers), with two tiles otherwise and where Q_SMEM asks they are read from local memory at each k-step. */
 #ifndef Q_SMEM
 #define Q_SMEM 0         /* 1: Q read from local memory where registers could hold it (src/kernels.c's wgmma_options) */
 #endif
