@@ -11,7 +11,8 @@
  * rows of the block. With M_TILES = 2 every K/V fragment loaded with ldmatrix
  * feeds two mma (half the local-memory traffic per mma), and Q fragments are
  * re-read from local memory each k-step to leave registers for the second
- * tile; with M_TILES = 1 Q stays in registers. K and V are double-buffered
+ * tile, except where Q_REGS keeps them (up to d = 64); with M_TILES = 1 Q
+ * stays in registers. K and V are double-buffered
  * in local memory (or triple: KV_STAGES): while a block's S = QKᵀ, softmax
  * and P·V run, cp.async streams the next BLOCK_N keys of K and V into the
  * other buffer, so one barrier per block suffices (it both publishes the

@@ -77,7 +77,7 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
 flashcl_status fcl_standard_workspace_bytes(const flashcl_context *ctx, const struct flashcl_attention *a,
                                            size_t *bytes)
 {
-    struct workspace_plan plan;
+    struct workspace_plan plan = {0};
     const flashcl_status st = plan_workspace(ctx, a, &plan);
     if (st == FLASHCL_SUCCESS)
         *bytes = plan.elements * sizeof(float);
@@ -91,7 +91,7 @@ flashcl_status flashcl_standard_workspace_size(flashcl_context *ctx, const struc
     if (!ctx || !attn || !bytes)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "bytes");
     flashcl_status st = fcl_validate_attention(ctx, attn);
-    struct workspace_plan plan;
+    struct workspace_plan plan = {0};
     if (st == FLASHCL_SUCCESS)
         st = plan_workspace(ctx, attn, &plan);
     if (st == FLASHCL_SUCCESS)
@@ -342,7 +342,7 @@ flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flash
     flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
     if (st == FLASHCL_SUCCESS)
         st = fcl_check_in_order(ctx, queue);
-    struct workspace_plan plan;
+    struct workspace_plan plan = {0};
     if (st == FLASHCL_SUCCESS)
         st = plan_workspace(ctx, attn, &plan);
     if (st != FLASHCL_SUCCESS)

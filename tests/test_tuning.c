@@ -429,7 +429,7 @@ START_TEST(tensor_core_shapes_must_fit)
     flashcl_context_destroy(&ctx);
     ctx = assumed_tensor_cores(a100, 0, 0, 0, 0);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);
-    check_mma_shape(config_of(ctx, 64, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);  /* 8x2x64: sm_90's */
+    check_mma_shape(config_of(ctx, 64, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 4, 2, 64, a100);  /* as on sm_90 (8x2x64 there on a KV cache) */
     check_mma_shape(config_of(ctx, 160, FLASHCL_BF16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
     check_mma_shape(config_of(ctx, 256, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 32, a100);
     check_mma_shape(config_of(ctx, 192, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 8, 1, 64, a100);
