@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "test_hooks.h"
 
 /* ---- environment ---- */
 
@@ -86,6 +87,21 @@ flashcl_context *test_context_with_options(const char *kernel_options)
     ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
     snprintf(optioned[n_optioned].options, sizeof(optioned[n_optioned].options), "%s", kernel_options);
     optioned[n_optioned++].ctx = ctx;
+    return ctx;
+}
+
+flashcl_context *test_emulated_context(const char *kernel_options, int cc, bool wgmma)
+{
+    struct test_env *e = test_env_get();
+    struct flashcl_context_params params = {0};
+    params.context = e->cl;
+    params.device = e->device;
+    params.kernel_options = kernel_options;
+    params.tuning_file = "";
+    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                         .assume_wgmma = wgmma, .assume_compute_capability = cc};
+    flashcl_context *ctx = NULL;
+    ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
     return ctx;
 }
 

@@ -48,6 +48,10 @@ cl_command_queue test_second_queue(bool *out_of_order);
 /* A context on the shared device with these kernel options (as
  * params.kernel_options), cached per string; destroyed with the suite. */
 flashcl_context *test_context_with_options(const char *kernel_options);
+/* A new context on the shared device with NVIDIA's tensor cores emulated (cl/nv_emulate.h, a test hook) as compute
+ * capability `cc` (80 or 90), Hopper's wgmma kernel assumed too where `wgmma` (its probe passed), these kernel
+ * options and no tuning file. The caller destroys it. */
+flashcl_context *test_emulated_context(const char *kernel_options, int cc, bool wgmma);
 /* A second context forcing the tile (0 = automatic), cached per pair. */
 flashcl_context *test_context_with_blocks(int block_m, int block_n);
 /* A log callback that counts WARN lines and keeps the last (log_user: a struct test_warn_log). */

@@ -413,7 +413,6 @@ END_TEST
  * and on the H200). */
 START_TEST(emulated_wgmma_forward)
 {
-    struct test_env *e = test_env_get();
     enum { N_OPTIONS = 4 };
     static const char *const options[N_OPTIONS] = {
         "decode:off;decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64,splits=2",
@@ -439,16 +438,9 @@ START_TEST(emulated_wgmma_forward)
         {3, 4, 128, {1, 150, 300, 2, 1, 64, BF16, 0, 0, LAYOUT_BNHD, 1}},
         {3, 8, 64, {1, 130, 130, 4, 2, 32, F16, 1, 0, LAYOUT_BHND, 1}},
     };
-    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
-                                         .assume_wgmma = true, .assume_compute_capability = 90};
     flashcl_context *ctx[N_OPTIONS] = {NULL};
-    for (int i = 0; i < N_OPTIONS; i++) {
-        struct flashcl_context_params p = {0};
-        p.context = e->cl;
-        p.device = e->device;
-        p.kernel_options = options[i];
-        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx[i]));
-    }
+    for (int i = 0; i < N_OPTIONS; i++)
+        ctx[i] = test_emulated_context(options[i], 90, true);
     const cl_ulong usable = flashcl_context_local_mem_bytes(ctx[0]);
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
         /* The shape's tiles (its query rows and up to three K and V buffers, in 128-byte rows a 64-column
@@ -480,20 +472,11 @@ END_TEST
  * The GPU's tests (tests/test_tensor_cores.c) run it on every non-causal case up to d = 64. */
 START_TEST(emulated_mma_sm90_builtin)
 {
-    struct test_env *e = test_env_get();
     static const struct test_case cases[] = {
         {1, 150, 300, 2, 1, 64, BF16, 0, 0, LAYOUT_BNHD, 1},
         {2, 70, 45, 4, 2, 32, F16, 0, -0.3f, LAYOUT_BHND, 1},
     };
-    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
-                                         .assume_compute_capability = 90};
-    struct flashcl_context_params p = {0};
-    p.context = e->cl;
-    p.device = e->device;
-    p.kernel_options = "decode:off;decode-tensor-core:off";
-    p.tuning_file = "";
-    flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+    flashcl_context *ctx = test_emulated_context("decode:off;decode-tensor-core:off", 90, false);
     /* 48 KiB of tiles at d = 64 and the emulator's scratch (3 KiB), with the planner's slack. */
     if (flashcl_context_local_mem_bytes(ctx) < 53 * 1024) {
         printf("emulated mma.sync 4 x 2 x 64: skipped (%llu bytes of local memory)\n",

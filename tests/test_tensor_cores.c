@@ -110,15 +110,7 @@ static flashcl_context *emulated_context(const char *options, bool sm90)
         if (strcmp(emulated_contexts[i].options, options) == 0 && emulated_contexts[i].sm90 == sm90)
             return emulated_contexts[i].ctx;
     ck_assert_int_lt(n_emulated, MAX_EMULATED);
-    struct test_env *e = test_env_get();
-    struct flashcl_context_params params = {0};
-    params.context = e->cl;
-    params.device = e->device;
-    params.kernel_options = options;
-    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
-                                         .assume_wgmma = sm90, .assume_compute_capability = sm90 ? 90 : 80};
-    flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
+    flashcl_context *ctx = test_emulated_context(options, sm90 ? 90 : 80, sm90);
     emulated_contexts[n_emulated].options = options;
     emulated_contexts[n_emulated].sm90 = sm90;
     emulated_contexts[n_emulated++].ctx = ctx;

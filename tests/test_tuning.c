@@ -794,15 +794,7 @@ START_TEST(mma_build_choices)
     }
 
     /* Emulated as sm_90: the same plan, and the built kernel's local memory is the table's. */
-    const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
-                                         .assume_compute_capability = 90};
-    struct flashcl_context_params params = {0};
-    params.context = e->cl;
-    params.device = e->device;
-    params.kernel_options = "decode:off;decode-tensor-core:off";
-    params.tuning_file = "";
-    flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(fcl_context_create(&params, &hooks, &ctx));
+    flashcl_context *ctx = test_emulated_context("decode:off;decode-tensor-core:off", 90, false);
     struct flashcl_attention a = shape(64, FLASHCL_F16, 0, mem);
     struct problem pr;
     fcl_forward_problem(&a, &pr);
