@@ -341,13 +341,11 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
     load_tile(do_tile, BLOCK_M, d_o, do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, lid, WG_DQ);
     load_row_terms(row_lse2, row_delta, lse, l_off + (ulong)b * l_sb + (ulong)h * l_sh, l_ss, delta,
                    ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q, q0, seq_q, lid, WG_DQ);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float lse2[R], d_row[R];  /* this work-item's rows' terms, for every key block */
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        lse2[i] = row_lse2[row0 + i];
-        d_row[i] = row_delta[row0 + i];
-    }
+    /* The rows' lse2 and D are read from local memory where they are used, as in flash_backward_tiled_dkdv,
+     * not copied once into a private array before the key-block loop: Intel's CPU compiler (oneAPI OpenCL
+     * 2026.2) gave each work-item another work-item's copy inside the loop (dQ wrong, 0 in a partial
+     * block), although the kernel is valid (Oclgrind reports nothing, -cl-opt-disable is right). The first
+     * barrier of the loop orders the writes of load_row_terms before these reads. */
 
     float4 acc[R][CD4];
 #pragma unroll
@@ -411,10 +409,10 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
             float ds[R];
 #pragma unroll
             for (int i = 0; i < R; i++) {
-                float p = exp2(fma(s[i][j], scale_log2, -lse2[i]));
+                float p = exp2(fma(s[i][j], scale_log2, -row_lse2[row0 + i]));
                 if (edge && !pair_visible(q0 + row0 + i, k0 + key, seq_kv, diag))
                     p = 0.0f;
-                ds[i] = p * (dp[i][j] - d_row[i]);
+                ds[i] = p * (dp[i][j] - row_delta[row0 + i]);
             }
             vstore4((float4)(ds[0], ds[1], ds[2], ds[3]), 0, ds_tile + key * PITCH_M + row0);
         }
