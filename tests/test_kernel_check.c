@@ -1,0 +1,190 @@
+/* Every kernel of the table (src/kernels.c), each of its entry points, on
+ * small shapes against the double reference: the forward kernels with a
+ * causal mask, a window and an LSE, the decode kernels with split-KV and
+ * their merge, the backward kernels' steps, the standard path's kernels, and
+ * the tensor-core kernels through their plain-OpenCL emulation (as sm_80 and
+ * sm_90). Each case asserts which kernel ran, so a kernel the planner stops
+ * choosing here fails instead of silently going unchecked.
+ *
+ * It is the suite the kernel checker runs under Oclgrind
+ * (tools/oclgrind-check.sh: out-of-bounds accesses, data races, barrier
+ * divergence and uninitialised reads, zero reports allowed), so its shapes
+ * are the smallest that still cross a block edge, a partial block and a mask
+ * edge: Oclgrind simulates every work-item. On other devices it runs in the
+ * default suite like any other. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backward_common.h"
+#include "common.h"
+
+#define F32 FLASHCL_F32
+#define F16 FLASHCL_F16
+#define BF16 FLASHCL_BF16
+
+/* The forward kernels in the table; "only:X" options keep every other one off. */
+static const char *const forward_kernels[] = {"decode-tensor-core", "decode", "tensor-core-wgmma", "tensor-core", "tf32",
+                                              "register-tiled", "portable"};
+static const char *const backward_kernels[] = {"backward-tensor-core-fused", "backward-tensor-core", "backward-tf32",
+                                               "backward-tiled", "backward"};
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Kernel options that leave only `kernel` (with `settings`, e.g. "splits=3", or "on") among the forward or
+ * backward kernels. */
+static void only_options(char *out, size_t size, const char *kernel, const char *settings)
+{
+    const bool backward = strncmp(kernel, "backward", 8) == 0;
+    const char *const *names = backward ? backward_kernels : forward_kernels;
+    const int n = backward ? COUNT(backward_kernels) : COUNT(forward_kernels);
+    size_t len = (size_t)snprintf(out, size, "%s:%s", kernel, settings);
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], kernel) != 0)
+            len += (size_t)snprintf(out + len, size - len, ";%s:off", names[i]);
+    ck_assert_uint_lt(len, size);
+}
+
+/* The contexts of this suite, made once per options string (and emulation). */
+#define MAX_CONTEXTS 24
+static struct {
+    char options[512];
+    int emulated_cc;  /* 0: the device as it is; 80 or 90: tensor cores emulated as that compute capability */
+    flashcl_context *ctx;
+} contexts[MAX_CONTEXTS];
+static int n_contexts;
+
+static flashcl_context *context_for(const char *kernel, const char *settings, int emulated_cc)
+{
+    char options[512];
+    only_options(options, sizeof(options), kernel, settings);
+    for (int i = 0; i < n_contexts; i++)
+        if (contexts[i].emulated_cc == emulated_cc && strcmp(contexts[i].options, options) == 0)
+            return contexts[i].ctx;
+    ck_assert_int_lt(n_contexts, MAX_CONTEXTS);
+    flashcl_context *ctx = emulated_cc ? test_emulated_context(options, emulated_cc, emulated_cc >= 90)
+                                       : test_context_with_options(options);
+    snprintf(contexts[n_contexts].options, sizeof(contexts[n_contexts].options), "%s", options);
+    contexts[n_contexts].emulated_cc = emulated_cc;
+    contexts[n_contexts++].ctx = ctx;
+    return ctx;
+}
+
+static void destroy_contexts(void)
+{
+    for (int i = 0; i < n_contexts; i++)
+        if (contexts[i].emulated_cc)  /* test_context_with_options' are the shared helper's */
+            flashcl_context_destroy(&contexts[i].ctx);
+    n_contexts = 0;
+}
+
+/* ---- forward ---- */
+
+struct forward_check {
+    const char *kernel, *settings;
+    int emulated_cc;
+    enum flashcl_variant expect;
+    struct test_case c;
+};
+
+/* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, with_lse, standard, precision,
+ * windowed, window_left, window_right. Query and key counts are not multiples of any block: every kernel meets a
+ * partial block; GQA everywhere. */
+static const struct forward_check forward_checks[] = {
+    {"portable", "block_m=8,block_n=16", 0, FLASHCL_VARIANT_PORTABLE,
+     {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD, 1}},
+    {"portable", "on", 0, FLASHCL_VARIANT_PORTABLE,
+     {1, 21, 30, 2, 2, 5, F16, 0, 0, LAYOUT_PADDED, 1, 0, 0, 1, 6, 2}},
+    {"register-tiled", "block_m=16,block_n=16", 0, FLASHCL_VARIANT_REGISTER_TILED,
+     {1, 19, 37, 2, 1, 16, BF16, 1, 0, LAYOUT_BNHD, 1}},
+    {"register-tiled", "on", 0, FLASHCL_VARIANT_REGISTER_TILED,
+     {1, 21, 30, 2, 1, 8, F32, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 6, 2}},
+    {"decode", "splits=3", 0, FLASHCL_VARIANT_DECODE,  /* the split-KV merge too */
+     {1, 2, 70, 4, 2, 16, F32, 1, 0, LAYOUT_BNHD, 1}},
+    {"decode", "on", 0, FLASHCL_VARIANT_DECODE,
+     {2, 1, 45, 2, 1, 8, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 20, 0}},
+    {"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TENSOR_CORE,
+     {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
+    {"tensor-core", "warps=1,m_tiles=2,block_n=16,splits=2", 80, FLASHCL_VARIANT_TENSOR_CORE,
+     {1, 21, 40, 2, 1, 32, BF16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 6, 2}},
+    {"tf32", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TF32,
+     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3}},
+    {"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, FLASHCL_VARIANT_DECODE_TENSOR_CORE,
+     {1, 2, 45, 4, 2, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
+    {"tensor-core-wgmma", "warps=4,block_n=64", 90, FLASHCL_VARIANT_TENSOR_CORE_WGMMA,
+     {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
+};
+
+START_TEST(forward)
+{
+    const struct forward_check *f = &forward_checks[_i];
+    flashcl_context *ctx = context_for(f->kernel, f->settings, f->emulated_cc);
+    struct case_result r;
+    test_run_case(ctx, &f->c, &r);
+    printf("forward %-20s %-36s: max|err| %.2e, LSE %.2e\n", f->kernel, f->settings, r.max_abs_err, r.max_lse_err);
+    ck_assert_msg(r.variant == f->expect, "%s:%s ran %s", f->kernel, f->settings, flashcl_variant_name(r.variant));
+}
+END_TEST
+
+/* ---- backward ---- */
+
+struct backward_check {
+    const char *kernel, *settings;
+    int emulated_cc;
+    enum flashcl_variant expect;
+    struct bwd_case c;
+};
+
+/* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace, standard,
+ * windowed, window_left, window_right, precision */
+static const struct backward_check backward_checks[] = {
+    {"backward", "block_m=8,block_n=16", 0, FLASHCL_VARIANT_BACKWARD,
+     {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD}},
+    {"backward", "on", 0, FLASHCL_VARIANT_BACKWARD,
+     {1, 21, 30, 2, 1, 5, F16, 0, 0, LAYOUT_BNHD, 0, 0, 1, 6, 2}},
+    {"backward-tiled", "block_m=16,block_n=16", 0, FLASHCL_VARIANT_BACKWARD_TILED,
+     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD}},
+    {"backward-tiled", "on", 0, FLASHCL_VARIANT_BACKWARD_TILED,
+     {1, 21, 30, 2, 1, 8, BF16, 0, 0, LAYOUT_BNHD, 1, 0, 1, 6, 2}},
+    {"backward-tensor-core", "on", 80, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE,
+     {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD}},
+    {"backward-tensor-core-fused", "on", 80, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED,
+     {1, 19, 37, 2, 1, 16, BF16, 0, 0, LAYOUT_BNHD}},
+    {"backward-tf32", "on", 80, FLASHCL_VARIANT_BACKWARD_TF32,
+     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 0, 0, 0, 0, 0, FLASHCL_PRECISION_TF32X3}},
+};
+
+START_TEST(backward)
+{
+    const struct backward_check *b = &backward_checks[_i];
+    flashcl_context *ctx = context_for(b->kernel, b->settings, b->emulated_cc);
+    struct bwd_result r;
+    run_case(ctx, b->kernel, &b->c, 900 + (uint64_t)_i, &r);
+    ck_assert_msg(r.variant == b->expect, "%s:%s ran %s", b->kernel, b->settings, flashcl_variant_name(r.variant));
+}
+END_TEST
+
+/* ---- the standard (materialised) path: CLBlast's GEMMs and its own softmax and backward kernels ---- */
+
+START_TEST(standard)
+{
+    const struct test_case fwd = {1, 19, 37, 2, 1, 12, F16, 1, 0, LAYOUT_BNHD, 1, 1};
+    struct case_result r;
+    test_run_case(NULL, &fwd, &r);
+    printf("standard forward: max|err| %.2e, LSE %.2e\n", r.max_abs_err, r.max_lse_err);
+    const struct bwd_case bwd = {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD, 0, 1};
+    run_case(NULL, "standard", &bwd, 950, NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kernel_check");
+    TCase *tc = tcase_create("kernel_check");
+    tcase_set_timeout(tc, 1800);
+    tcase_add_loop_test(tc, forward, 0, COUNT(forward_checks));
+    tcase_add_loop_test(tc, backward, 0, COUNT(backward_checks));
+    tcase_add_test(tc, standard);
+    suite_add_tcase(s, tc);
+    const int rc = test_run_suite(s);
+    destroy_contexts();
+    return rc;
+}
