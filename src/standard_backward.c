@@ -140,9 +140,12 @@ static flashcl_status enqueue_standard_backward(flashcl_context *ctx, const stru
                                                 const struct backward_plan *p, cl_command_queue queue,
                                                 cl_uint n_wait, const cl_event *wait, cl_event *event)
 {
-    char options[512];
+    /* softmax_grad works on the f32 workspace only: no DTYPE, one build for every dtype; the caller's
+     * FLASHCL_BUILD_OPTIONS apply to both programs. */
+    char options[512], grad_options[512] = "-cl-std=CL1.2";
     snprintf(options, sizeof(options), "-cl-std=CL1.2 -DDTYPE=%d", fcl_dtype_define(a->q.dtype));
-    if (!fcl_append_build_options(ctx, options, sizeof(options)))
+    if (!fcl_append_build_options(ctx, options, sizeof(options)) ||
+        !fcl_append_build_options(ctx, grad_options, sizeof(grad_options)))
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "FLASHCL_BUILD_OPTIONS is too long (%zu characters)",
                         strlen(ctx->env.build_options));
     cl_kernel pack, unpack, softmax, softmax_grad;
@@ -152,7 +155,7 @@ static flashcl_status enqueue_standard_backward(flashcl_context *ctx, const stru
     if (st == FLASHCL_SUCCESS)
         st = fcl_program_get_kernel(ctx, flashcl_source_standard_attention, "row_softmax", options, false, &softmax);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, flashcl_source_standard_backward, "softmax_grad", "-cl-std=CL1.2",
+        st = fcl_program_get_kernel(ctx, flashcl_source_standard_backward, "softmax_grad", grad_options,
                                 false, &softmax_grad);
     if (st != FLASHCL_SUCCESS)
         return st;

@@ -13,6 +13,7 @@
  * edge: Oclgrind simulates every work-item. On other devices it runs in the
  * default suite like any other. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backward_common.h"
@@ -76,6 +77,17 @@ static void destroy_contexts(void)
     n_contexts = 0;
 }
 
+/* The cases are numbered forward, backward, standard; FLASHCL_KERNEL_CHECK_CASE=n runs case n alone (the
+ * kernel checker runs each in a process of its own) and FLASHCL_KERNEL_CHECK=name only that kernel's cases
+ * ("standard": the standard path's). Unset or empty: all. */
+static bool selected(int index, const char *kernel)
+{
+    const char *only_case = getenv("FLASHCL_KERNEL_CHECK_CASE"), *only_kernel = getenv("FLASHCL_KERNEL_CHECK");
+    if (only_case && *only_case && atoi(only_case) != index)
+        return false;
+    return !only_kernel || !*only_kernel || strcmp(only_kernel, kernel) == 0;
+}
+
 /* ---- forward ---- */
 
 struct forward_check {
@@ -116,6 +128,8 @@ static const struct forward_check forward_checks[] = {
 START_TEST(forward)
 {
     const struct forward_check *f = &forward_checks[_i];
+    if (!selected(_i, f->kernel))
+        return;
     flashcl_context *ctx = context_for(f->kernel, f->settings, f->emulated_cc);
     struct case_result r;
     test_run_case(ctx, &f->c, &r);
@@ -155,6 +169,8 @@ static const struct backward_check backward_checks[] = {
 START_TEST(backward)
 {
     const struct backward_check *b = &backward_checks[_i];
+    if (!selected(COUNT(forward_checks) + _i, b->kernel))
+        return;
     flashcl_context *ctx = context_for(b->kernel, b->settings, b->emulated_cc);
     struct bwd_result r;
     run_case(ctx, b->kernel, &b->c, 900 + (uint64_t)_i, &r);
@@ -166,6 +182,8 @@ END_TEST
 
 START_TEST(standard)
 {
+    if (!selected(COUNT(forward_checks) + COUNT(backward_checks), "standard"))
+        return;
     const struct test_case fwd = {1, 19, 37, 2, 1, 12, F16, 1, 0, LAYOUT_BNHD, 1, 1};
     struct case_result r;
     test_run_case(NULL, &fwd, &r);
@@ -175,8 +193,12 @@ START_TEST(standard)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--count") == 0) {  /* the number of cases, for the kernel checker */
+        printf("%d\n", COUNT(forward_checks) + COUNT(backward_checks) + 1);
+        return 0;
+    }
     Suite *s = suite_create("kernel_check");
     TCase *tc = tcase_create("kernel_check");
     tcase_set_timeout(tc, 1800);
