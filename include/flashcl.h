@@ -209,13 +209,18 @@ struct flashcl_context_params {
     enum flashcl_log_level log_level;  /* most verbose level passed; 0: INFO */
 
     /* Per-kernel overrides, one mechanism for every kernel: clauses separated
-     * by ';', each a kernel name (flashcl_variant_name) and ':' then
-     * comma-separated settings — `axis=value` fixes an axis of its shape
-     * (block_m, block_n, warps, m_tiles, as the kernel has them; the others
-     * stay automatic), `off` keeps every call off that kernel, `on` only
-     * names it (an opt-in kernel, backward-tensor-core-fused, is planned
-     * only where a clause names it). E.g.
+     * by ';', each a kernel name (flashcl_variant_name) and ':' then one or
+     * more comma-separated settings — `axis=value` fixes an axis of its
+     * shape (block_m, block_n, warps, m_tiles, as the kernel has them; the
+     * others stay automatic), `splits=N` forces split-KV where the kernel
+     * takes it, `off` keeps every call off that kernel, `on` only names it
+     * (an opt-in kernel, backward-tensor-core-fused, is planned only where a
+     * clause names it). E.g.
      * "tensor-core:warps=4,m_tiles=2,block_n=64;register-tiled:off".
+     * An empty clause (";;", a ';' leading or trailing) is nothing, so
+     * strings of clauses can be joined; inside a clause an empty setting
+     * (",,", a ',' leading or trailing) or a name with no setting
+     * ("decode:") is malformed.
      * A fixed shape whose local memory does not fit leaves the call to the
      * next kernel; where no kernel is left, the call fails with
      * FLASHCL_ERROR_INVALID_CONFIG. NULL: the environment variable
@@ -376,11 +381,17 @@ struct flashcl_attention {
  * Every view is a buffer (not an image) inside its cl_mem; inputs must be
  * readable (not CL_MEM_WRITE_ONLY) and outputs writable (not
  * CL_MEM_READ_ONLY). An output may not overlap an input, another output or
- * itself; overlap is judged on byte ranges within the same buffer (a
- * sub-buffer counts as its parent's range), with each output's rows laid
- * out by a sufficient stride test (some interleaved layouts that share no
- * byte are refused too). Two buffers created with CL_MEM_USE_HOST_PTR over
- * the same host memory look distinct to the library: such aliasing is the
+ * itself, judged in bytes within the same buffer (a sub-buffer counts as
+ * its parent's range). Between two views the judgement is exact, row by
+ * row: views that share no byte may interleave, as the slices of a fused
+ * [B, N, 3, H, d] or [B, N, H, 3, d] buffer do, and views that share one
+ * are refused; a pair it cannot tell apart within its step budget (views
+ * of different strides interleaving over tens of millions of rows, never
+ * the slices of one layout) is refused too. An output's own rows must be
+ * laid out so that, ordered by stride, each dimension steps past everything
+ * inside it (a sufficient test: a few layouts of one view that share no
+ * byte are refused). Two buffers created with CL_MEM_USE_HOST_PTR over the
+ * same host memory look distinct to the library: such aliasing is the
  * caller's to avoid. */
 FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                            cl_command_queue queue, cl_uint num_wait_events,
@@ -403,12 +414,13 @@ struct flashcl_varlen {
      * longer than attn.seq_q / attn.seq_kv; copied at the call, the arrays
      * may be freed when it returns) ... */
     const int *cu_seqlens_q, *cu_seqlens_k;
-    /* ... or from the device: int32 buffers of at least batch + 1 entries,
-     * read by the kernels unchecked. No value can make a kernel read or
-     * write outside the packed rows: an offset below 0 or past the total
-     * counts as 0 or the total, a decreasing pair is an empty sequence, a
-     * sequence longer than attn.seq_q (seq_kv) is cut to that length. Set
-     * the host array or the buffer of each, not both. */
+    /* ... or from the device: int32 buffers of at least batch + 1 entries
+     * (from byte 0 of the cl_mem; inputs like Q, so sharing no byte with O
+     * or the LSE), read by the kernels unchecked. No value can make a kernel
+     * read or write outside the packed rows: an offset below 0 or past the
+     * total counts as 0 or the total, a decreasing pair is an empty
+     * sequence, a sequence longer than attn.seq_q (seq_kv) is cut to that
+     * length. Set the host array or the buffer of each, not both. */
     cl_mem cu_seqlens_q_mem, cu_seqlens_k_mem;
     unsigned char reserved[32];  /* zero */
 };
@@ -438,8 +450,9 @@ struct flashcl_kv_lengths {
     /* Host lengths, batch entries of 0 .. attn.seq_kv (checked; copied at
      * the call) ... */
     const int *cache_seqlens;
-    /* ... or a device int32 buffer of at least batch entries, read
-     * unchecked and clamped to 0 .. attn.seq_kv in the kernels. One of the two. */
+    /* ... or a device int32 buffer of at least batch entries (sharing no
+     * byte with O or the LSE), read unchecked and clamped to 0 ..
+     * attn.seq_kv in the kernels. One of the two. */
     cl_mem cache_seqlens_mem;
     unsigned char reserved[32];  /* zero */
 };
@@ -449,15 +462,17 @@ struct flashcl_kv_lengths {
  * page_size, heads_kv, head_dim] (stride_batch steps pages, stride_seq rows
  * in a page), and key j of sequence b lives in row j % page_size of page
  * block_table[b * pages_per_seq + j / page_size]; attn.seq_kv must be
- * pages_per_seq * page_size. Pages may lie in the pool in any order. */
+ * pages_per_seq * page_size, within a dense call's limits (at most 2^30;
+ * with a window, seq_q + seq_kv below 2^30). Pages may lie in the pool in
+ * any order. */
 struct flashcl_kv_pages {
     int page_size;      /* rows per page, a multiple of 16 */
     int pages_per_seq;  /* block-table entries per sequence */
     int num_pages;      /* pages in the pool */
     /* The block table, batch * pages_per_seq page indices: a host array
      * (checked: each 0 .. num_pages - 1; copied at the call) or a device
-     * int32 buffer (read unchecked, each index clamped to 0 .. num_pages - 1).
-     * One of the two. */
+     * int32 buffer (sharing no byte with O or the LSE; read unchecked, each
+     * index clamped to 0 .. num_pages - 1). One of the two. */
     const int *block_table;
     cl_mem block_table_mem;
     unsigned char reserved[32];  /* zero */

@@ -228,6 +228,33 @@ bool fcl_program_failed(const flashcl_context *ctx, const struct kernel_info *k,
 /* ---- validate.c ---- */
 
 flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a);
+/* What fcl_validate_attention checks of the problem itself (dims, dtypes,
+ * scale, mask and window, reserved bytes), not of its views: for calls
+ * whose views are laid out otherwise (a paged KV cache). */
+flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct flashcl_attention *a);
+
+/* A view's rows in bytes of its root buffer: row (i, j, k) is the row_bytes
+ * from begin + i * stride[0] + j * stride[1] + k * stride[2], i < count[0],
+ * j < count[1], k < count[2]. */
+struct fcl_rows {
+    size_t begin, row_bytes;
+    size_t count[3], stride[3];
+};
+enum fcl_overlap { FCL_APART, FCL_OVERLAP, FCL_UNDECIDED };
+/* Ordered by stride, each dimension of more than one index steps past
+ * everything inside it: the rows are distinct and in address order (what
+ * every written view must be). */
+bool fcl_rows_nested(const struct fcl_rows *r);
+/* Whether a row of a and a row of b share a byte, decided exactly where one
+ * of them is nested, taking steps from *steps: a few for views that step
+ * alike (the slices of a fused buffer), else up to about the rows of one
+ * where their bytes meet (fewer where whole blocks lie apart). FCL_UNDECIDED
+ * where neither is nested or the steps run out. */
+enum fcl_overlap fcl_rows_overlap(const struct fcl_rows *a, const struct fcl_rows *b, size_t *steps);
+/* The steps validation allows one call's pairs of views together: a few
+ * divisions each, well under a second. Past them the pair is refused (it
+ * might overlap). */
+#define FCL_OVERLAP_STEPS ((size_t)1 << 24)
 /* a * b (a + b) into *out; true (and *out untouched) if it overflows size_t. */
 bool fcl_mul_overflows(size_t a, size_t b, size_t *out);
 bool fcl_add_overflows(size_t a, size_t b, size_t *out);

@@ -3,6 +3,12 @@
  * into one `struct kernel_override` per table entry.
  *
  *     "tensor-core:warps=4,m_tiles=2,block_n=64;register-tiled:off"
+ *
+ * Clauses are separated by ';', and an empty clause (";;", a ';' leading or
+ * trailing) is nothing, so option strings can be joined. Inside a clause
+ * every setting is written out: a name with no setting after its ':', or an
+ * empty setting (",,", a ',' leading or trailing), is refused, likely a
+ * setting lost in editing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,12 +45,21 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
         struct kernel_override *ov = &parsed[fcl_kernel_index(k)];
         ov->off = false;  /* a clause naming the kernel uses it, unless it says off (a deprecated field may have) */
         ov->named = true;
-        for (const char *s = colon + 1; s < end;) {
+        if (colon + 1 == end) {
+            snprintf(why, why_size, "%s: no setting after ':' (axis=value, splits=N, on or off)", k->name);
+            return why;
+        }
+        for (const char *s = colon + 1;;) {
             const char *s_end = s + strcspn(s, ",;");
             if (s_end > end)
                 s_end = end;
             const size_t len = (size_t)(s_end - s);
             const char *eq = memchr(s, '=', len);
+            if (len == 0) {
+                snprintf(why, why_size, "%s: an empty setting (a ',' leading, trailing or doubled) in \"%.*s\"",
+                         k->name, (int)(end - p), p);
+                return why;
+            }
             if (len == 3 && strncmp(s, "off", 3) == 0) {
                 ov->off = true;
                 ov->named = false;
@@ -87,7 +102,9 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
                 snprintf(why, why_size, "\"%.*s\" for %s is neither axis=value nor off", (int)len, s, k->name);
                 return why;
             }
-            s = s_end < end ? s_end + 1 : end;
+            if (s_end == end)
+                break;
+            s = s_end + 1;  /* past the ',': another setting must follow */
         }
         p = *end ? end + 1 : end;
     }

@@ -330,6 +330,23 @@ static const char *parse_line(const flashcl_context *ctx, char *line, struct lin
     return NULL;
 }
 
+/* One line into buf (size bytes), its newline kept, like fgets; but *len is
+ * the bytes read, so a NUL anywhere in it shows (strlen would stop there,
+ * and at the end of the file nothing else would tell). False at the end. */
+static bool read_line(FILE *f, char *buf, size_t size, size_t *len)
+{
+    size_t n = 0;
+    int c;
+    while (n + 1 < size && (c = getc(f)) != EOF) {
+        buf[n++] = (char)c;
+        if (c == '\n')
+            break;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return n > 0;
+}
+
 static void tuning_clear(flashcl_context *ctx)
 {
     free(ctx->tuned);
@@ -365,20 +382,19 @@ void fcl_tuning_load(flashcl_context *ctx, const char *param_path)
     bool header = false;
     size_t total = 0;
     const char *why = NULL;
-    while (!why && fgets(line, sizeof(line), f)) {
+    size_t len;
+    while (!why && read_line(f, line, sizeof(line), &len)) {
         line_no++;
-        const size_t len = strlen(line);
         total += len;
         if (total > MAX_FILE_BYTES) {
             why = "file larger than 1 MiB";
             break;
         }
-        /* fgets stops at a newline only: a shorter string without one, before the end, held a NUL. */
-        if (len == 0 || (line[len - 1] != '\n' && !feof(f))) {
-            why = len >= MAX_LINE ? "line too long" : "binary data (a NUL byte)";
+        if (memchr(line, '\0', len)) {
+            why = "binary data (a NUL byte)";
             break;
         }
-        if (len > MAX_LINE) {
+        if (len > MAX_LINE) {  /* its newline counted */
             why = "line too long";
             break;
         }

@@ -15,6 +15,7 @@ struct view {
     size_t dim;        /* contiguous last dimension */
     cl_mem root;       /* the buffer (or a sub-buffer's parent) */
     size_t begin, end; /* byte range in root */
+    struct fcl_rows rows;  /* its rows in root */
 };
 
 bool fcl_mul_overflows(size_t a, size_t b, size_t *out)
@@ -139,39 +140,287 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v, boo
     v->root = parent ? parent : t->mem;
     v->begin = sub_offset + t->offset;
     v->end = sub_offset + end;
+    /* The rows in bytes (a stride of one index is never stepped: 0, so nothing overflows). */
+    v->rows.begin = v->begin;
+    v->rows.row_bytes = v->dim * esize;
+    for (int i = 0; i < 3; i++) {
+        v->rows.count[i] = v->count[i];
+        v->rows.stride[i] = v->count[i] > 1 ? strides[i] * esize : 0;
+    }
     return FLASHCL_SUCCESS;
+}
+
+/* ---- whether two views share a byte ---- */
+
+#define LATTICE_STEPS ((size_t)1 << 16)  /* the lattice search's share of a pair's steps */
+
+/* A view's dimensions of more than one index, largest stride first, and the
+ * bytes a block at each depth spans: extent[l] for a block of depth l (its
+ * indices of levels 0 .. l-1 fixed; extent[n] is a row). */
+struct levels {
+    int n;
+    size_t count[3], stride[3], extent[4];
+};
+
+/* repeats: keep dimensions of stride 0 (which only repeat rows). */
+static void levels_of(const struct fcl_rows *r, bool repeats, struct levels *lv)
+{
+    lv->n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (r->count[i] < 2 || (!repeats && r->stride[i] == 0))
+            continue;
+        int at = lv->n++;
+        for (; at > 0 && lv->stride[at - 1] < r->stride[i]; at--) {
+            lv->stride[at] = lv->stride[at - 1];
+            lv->count[at] = lv->count[at - 1];
+        }
+        lv->stride[at] = r->stride[i];
+        lv->count[at] = r->count[i];
+    }
+    lv->extent[lv->n] = r->row_bytes;
+    for (int l = lv->n - 1; l >= 0; l--)
+        lv->extent[l] = lv->stride[l] * (lv->count[l] - 1) + lv->extent[l + 1];
+}
+
+/* Each level steps past everything inside it: the blocks of every depth are
+ * disjoint and in address order. */
+static bool levels_nested(const struct levels *lv)
+{
+    for (int l = 0; l < lv->n; l++)
+        if (lv->stride[l] < lv->extent[l + 1])
+            return false;
+    return true;
+}
+
+bool fcl_rows_nested(const struct fcl_rows *r)
+{
+    struct levels lv;
+    levels_of(r, true, &lv);
+    return levels_nested(&lv);
+}
+
+/* Whether a row of the nested view `a` (first row at `base`) meets bytes
+ * [lo, hi), lo < hi. Its blocks at each depth lie apart and in order, so
+ * only the one holding lo, or the next one's first row, can. */
+static bool nested_meets(const struct levels *a, size_t base, size_t lo, size_t hi)
+{
+    if (hi <= base)
+        return false;
+    if (lo < base)
+        return true;  /* [lo, hi) holds the first row's first byte */
+    for (int l = 0; l < a->n; l++) {
+        size_t j = (lo - base) / a->stride[l];
+        if (j >= a->count[l])
+            j = a->count[l] - 1;
+        const size_t start = base + j * a->stride[l];
+        if (lo >= start + a->extent[l + 1])  /* in the gap after block j */
+            return j + 1 < a->count[l] && start + a->stride[l] < hi;
+        base = start;  /* lo inside block j: the answer is in it */
+    }
+    return lo < base + a->extent[a->n];
+}
+
+/* One view's rows walked, block by block, asking the nested other about
+ * each block's span: a block it does not meet is skipped whole. */
+struct walk {
+    const struct levels *walked, *nested;
+    size_t nested_begin, nested_end;
+    size_t steps_left;
+};
+
+static enum fcl_overlap walk_blocks(struct walk *w, int l, size_t base)
+{
+    const size_t stride = w->walked->stride[l], inner = w->walked->extent[l + 1];
+    if (base >= w->nested_end)
+        return FCL_APART;
+    /* Only blocks within the nested view's bytes can meet it. */
+    size_t first = 0, last = w->walked->count[l] - 1;
+    if (base + inner <= w->nested_begin)
+        first = (w->nested_begin - base - inner) / stride + 1;
+    if ((w->nested_end - 1 - base) / stride < last)
+        last = (w->nested_end - 1 - base) / stride;
+    for (size_t j = first; j <= last; j++) {
+        if (w->steps_left == 0)
+            return FCL_UNDECIDED;
+        w->steps_left--;
+        const size_t start = base + j * stride;
+        if (!nested_meets(w->nested, w->nested_begin, start, start + inner))
+            continue;
+        if (l + 1 == w->walked->n)
+            return FCL_OVERLAP;  /* a row of each */
+        const enum fcl_overlap found = walk_blocks(w, l + 1, start);
+        if (found != FCL_APART)
+            return found;
+    }
+    return FCL_APART;
+}
+
+/* Rows of lv (first at begin) in its outermost blocks that reach [lo, hi). */
+static size_t rows_near(const struct levels *lv, size_t begin, size_t lo, size_t hi)
+{
+    if (lv->n == 0)
+        return 1;
+    const size_t stride = lv->stride[0], inner = lv->extent[1];
+    size_t first = 0, last = lv->count[0] - 1;
+    if (begin + inner <= lo)
+        first = (lo - begin - inner) / stride + 1;
+    if ((hi - 1 - begin) / stride < last)
+        last = (hi - 1 - begin) / stride;
+    size_t rows = first <= last ? last - first + 1 : 0;
+    for (int l = 1; l < lv->n; l++)
+        rows *= lv->count[l];  /* a nested view's rows fit in memory: no overflow */
+    return rows;
+}
+
+/* The other way, for views that step alike (a fused layout's slices): row
+ * y of b minus row x of a is delta + sum of m_l * stride_l over the levels
+ * of both, a level of a's giving m_l in -(count-1)..0, of b's 0..count-1,
+ * one they share (equal strides) both. They overlap iff some such sum lies
+ * in [lo, hi]. A depth-first search over m, largest stride first, keeps
+ * only the m_l the levels inside can still bring into range: where both
+ * views are nested and share their strides, at most three a level. */
+struct lattice {
+    int n;
+    long long stride[6], m_lo[6], m_hi[6];
+    long long down[7], up[7];  /* how far the levels from l on can move the sum down and up */
+};
+
+static long long floor_div(long long a, long long b)
+{
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+static long long ceil_div(long long a, long long b)
+{
+    return a >= 0 ? (a + b - 1) / b : -(-a / b);
+}
+
+static void lattice_add(struct lattice *lt, long long stride, long long m_lo, long long m_hi)
+{
+    for (int l = 0; l < lt->n; l++)
+        if (lt->stride[l] == stride) {  /* a level of both views */
+            lt->m_lo[l] += m_lo;
+            lt->m_hi[l] += m_hi;
+            return;
+        }
+    int at = lt->n++;
+    for (; at > 0 && lt->stride[at - 1] < stride; at--) {
+        lt->stride[at] = lt->stride[at - 1];
+        lt->m_lo[at] = lt->m_lo[at - 1];
+        lt->m_hi[at] = lt->m_hi[at - 1];
+    }
+    lt->stride[at] = stride;
+    lt->m_lo[at] = m_lo;
+    lt->m_hi[at] = m_hi;
+}
+
+static enum fcl_overlap lattice_search(const struct lattice *lt, int l, long long sum, long long lo, long long hi,
+                                       size_t *steps_left)
+{
+    if (l == lt->n)
+        return sum >= lo && sum <= hi ? FCL_OVERLAP : FCL_APART;
+    const long long s = lt->stride[l];
+    long long first = ceil_div(lo - sum - lt->up[l + 1], s), last = floor_div(hi - sum + lt->down[l + 1], s);
+    first = first > lt->m_lo[l] ? first : lt->m_lo[l];
+    last = last < lt->m_hi[l] ? last : lt->m_hi[l];
+    for (long long m = first; m <= last; m++) {
+        if (*steps_left == 0)
+            return FCL_UNDECIDED;
+        --*steps_left;
+        const enum fcl_overlap found = lattice_search(lt, l + 1, sum + m * s, lo, hi, steps_left);
+        if (found != FCL_APART)
+            return found;
+    }
+    return FCL_APART;
+}
+
+/* The lattice search within *steps (FCL_UNDECIDED past them, or where the
+ * byte offsets are too large for its signed sums). */
+static enum fcl_overlap lattice_overlap(const struct fcl_rows *a, const struct levels *la, const struct fcl_rows *b,
+                                        const struct levels *lb, size_t *steps)
+{
+    const size_t limit = (size_t)1 << 60;
+    if (a->begin > limit || b->begin > limit || la->extent[0] > limit || lb->extent[0] > limit)
+        return FCL_UNDECIDED;
+    struct lattice lt = {0};
+    for (int l = 0; l < la->n; l++)
+        lattice_add(&lt, (long long)la->stride[l], -(long long)(la->count[l] - 1), 0);
+    for (int l = 0; l < lb->n; l++)
+        lattice_add(&lt, (long long)lb->stride[l], 0, (long long)(lb->count[l] - 1));
+    for (int l = lt.n - 1; l >= 0; l--) {
+        lt.down[l] = lt.down[l + 1] - lt.m_lo[l] * lt.stride[l];
+        lt.up[l] = lt.up[l + 1] + lt.m_hi[l] * lt.stride[l];
+    }
+    /* Rows [x, x + a's row bytes) and [y, y + b's) share a byte iff y - x lies in
+     * [1 - b's row bytes, a's row bytes - 1]. */
+    const long long delta = (long long)b->begin - (long long)a->begin;
+    return lattice_search(&lt, 0, delta, 1 - (long long)b->row_bytes, (long long)a->row_bytes - 1, steps);
+}
+
+enum fcl_overlap fcl_rows_overlap(const struct fcl_rows *a, const struct fcl_rows *b, size_t *steps)
+{
+    struct levels la, lb;
+    levels_of(a, true, &la);
+    levels_of(b, true, &lb);
+    const size_t a_end = a->begin + la.extent[0], b_end = b->begin + lb.extent[0];
+    if (a->begin >= b_end || b->begin >= a_end)
+        return FCL_APART;
+    /* The lattice first, on a small share of the steps: where the views step alike it decides at once. */
+    struct levels a_once, b_once;
+    levels_of(a, false, &a_once);
+    levels_of(b, false, &b_once);
+    size_t lattice_steps = *steps < LATTICE_STEPS ? *steps : LATTICE_STEPS;
+    *steps -= lattice_steps;
+    const enum fcl_overlap by_lattice = lattice_overlap(a, &a_once, b, &b_once, &lattice_steps);
+    *steps += lattice_steps;  /* those it left */
+    if (by_lattice != FCL_UNDECIDED)
+        return by_lattice;
+    const bool a_nested = levels_nested(&la), b_nested = levels_nested(&lb);
+    if (!a_nested && !b_nested)
+        return FCL_UNDECIDED;
+    /* Walk the view that is not nested, or the one with fewer rows where the two meet. */
+    const bool walk_a = !a_nested || (b_nested && rows_near(&la, a->begin, b->begin, b_end) <
+                                                      rows_near(&lb, b->begin, a->begin, a_end));
+    const struct fcl_rows *walked_rows = walk_a ? a : b;
+    struct levels walked;
+    levels_of(walked_rows, false, &walked);  /* repeated rows once */
+    struct walk w = {&walked, walk_a ? &lb : &la, walk_a ? b->begin : a->begin, walk_a ? b_end : a_end, *steps};
+    if (walked.n == 0)
+        return nested_meets(w.nested, w.nested_begin, walked_rows->begin, walked_rows->begin + walked.extent[0])
+                   ? FCL_OVERLAP : FCL_APART;
+    const enum fcl_overlap found = walk_blocks(&w, 0, walked_rows->begin);
+    *steps = w.steps_left;
+    return found;
 }
 
 /* An output's rows must be distinct memory, or work-items race. Sufficient
  * test: ordered by stride, each dimension steps past everything inside it. */
 static flashcl_status check_no_self_overlap(const flashcl_context *ctx, const struct view *v)
 {
-    const size_t strides[3] = {v->t->stride_batch, v->t->stride_seq, v->t->stride_head};
-    int order[3] = {0, 1, 2};
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
-            if (strides[order[j]] < strides[order[i]]) {
-                int tmp = order[i];
-                order[i] = order[j];
-                order[j] = tmp;
-            }
-    size_t inner = v->dim;  /* elements spanned by the dimensions inside */
-    for (int i = 0; i < 3; i++) {
-        const int d = order[i];
-        if (v->count[d] == 1)
-            continue;
-        if (strides[d] < inner)
-            return fcl_fail(ctx, FLASHCL_ERROR_ALIASING,
-                        "%s's strides (%zu, %zu, %zu elements) make distinct elements overlap",
-                        v->name, strides[0], strides[1], strides[2]);
-        inner = strides[d] * (v->count[d] - 1) + inner;  /* no overflow: checked in check_view */
-    }
-    return FLASHCL_SUCCESS;
+    if (fcl_rows_nested(&v->rows))
+        return FLASHCL_SUCCESS;
+    return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "%s's strides (%zu, %zu, %zu elements) make distinct elements overlap",
+                    v->name, v->t->stride_batch, v->t->stride_seq, v->t->stride_head);
 }
 
-static bool views_overlap(const struct view *a, const struct view *b)
+/* An output and another view share no byte: decided exactly, row by row,
+ * where their byte ranges in one buffer meet, on the call's steps. */
+static flashcl_status check_apart(const flashcl_context *ctx, const struct view *out, const struct view *other,
+                                  size_t *steps)
 {
-    return a->root == b->root && a->begin < b->end && b->begin < a->end;
+    if (out->root != other->root || out->begin >= other->end || other->begin >= out->end)
+        return FLASHCL_SUCCESS;
+    switch (fcl_rows_overlap(&out->rows, &other->rows, steps)) {
+    case FCL_APART:
+        return FLASHCL_SUCCESS;
+    case FCL_OVERLAP:
+        break;
+    case FCL_UNDECIDED:
+        return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "cannot tell within %zu steps whether %s and %s share a byte "
+                        "(their rows interleave in one buffer); refused as if they did: give them byte ranges apart",
+                        FCL_OVERLAP_STEPS, out->name, other->name);
+    }
+    return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "%s overlaps %s in memory", out->name, other->name);
 }
 
 /* Each view inside its buffer; views from first_output on are written, so
@@ -183,19 +432,25 @@ static flashcl_status check_views(const flashcl_context *ctx, struct view *views
         if (st != FLASHCL_SUCCESS)
             return st;
     }
+    /* Every output's rows in order first: the pair test walks one view and asks a nested one. */
     for (int out = first_output; out < n; out++) {
         const flashcl_status st = check_no_self_overlap(ctx, &views[out]);
         if (st != FLASHCL_SUCCESS)
             return st;
-        for (int other = 0; other < n; other++)
-            if (other != out && views_overlap(&views[out], &views[other]))
-                return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "%s overlaps %s in memory",
-                            views[out].name, views[other].name);
     }
+    size_t steps = FCL_OVERLAP_STEPS;  /* for all pairs together: validation stays well under a second */
+    for (int out = first_output; out < n; out++)
+        for (int other = 0; other < n; other++) {
+            if (other == out || (other >= first_output && other < out))
+                continue;  /* itself, or a pair of outputs judged already */
+            const flashcl_status st = check_apart(ctx, &views[out], &views[other], &steps);
+            if (st != FLASHCL_SUCCESS)
+                return st;
+        }
     return FLASHCL_SUCCESS;
 }
 
-flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a)
+flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct flashcl_attention *a)
 {
     flashcl_status st = check_shape(ctx, a);
     if (st != FLASHCL_SUCCESS)
@@ -232,15 +487,22 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
             return fcl_fail(ctx, FLASHCL_INVALID_VALUE,
                             "attn.reserved[%zu] is not zero (a field of a newer flashcl than %s?)", i,
                             FLASHCL_VERSION_STRING);
+    return FLASHCL_SUCCESS;
+}
 
+flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a)
+{
+    const flashcl_status st = fcl_validate_problem(ctx, a);
+    if (st != FLASHCL_SUCCESS)
+        return st;
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
     struct view views[5] = {
-        {"attn.q", &a->q, {b, nq, hq}, d, NULL, 0, 0},
-        {"attn.k", &a->k, {b, nk, hk}, d, NULL, 0, 0},
-        {"attn.v", &a->v, {b, nk, hk}, d, NULL, 0, 0},
-        {"attn.o", &a->o, {b, nq, hq}, d, NULL, 0, 0},
-        {"attn.lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0},
+        {"attn.q", &a->q, {b, nq, hq}, d, NULL, 0, 0, {0}},
+        {"attn.k", &a->k, {b, nk, hk}, d, NULL, 0, 0, {0}},
+        {"attn.v", &a->v, {b, nk, hk}, d, NULL, 0, 0, {0}},
+        {"attn.o", &a->o, {b, nq, hq}, d, NULL, 0, 0, {0}},
+        {"attn.lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0, {0}},
     };
     return check_views(ctx, views, a->lse.mem ? 5 : 4, 3);
 }
@@ -252,7 +514,7 @@ flashcl_status fcl_validate_views(const flashcl_context *ctx, const struct view_
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "validate_views: %d views, at most %d", n, VALIDATE_MAX_VIEWS);
     for (int i = 0; i < n; i++) {
         const struct view v = {specs[i].name, specs[i].t, {specs[i].count[0], specs[i].count[1], specs[i].count[2]},
-                               specs[i].dim, NULL, 0, 0};
+                               specs[i].dim, NULL, 0, 0, {0}};
         views[i] = v;
     }
     return check_views(ctx, views, n, first_output);

@@ -65,6 +65,43 @@ static flashcl_status check_device_offsets(const flashcl_context *ctx, const cha
     return FLASHCL_SUCCESS;
 }
 
+/* A device index buffer: its entries are read from byte 0 while O and the
+ * LSE are written, so like any input it may share no byte with them. */
+struct index_buffer {
+    const char *name;  /* "varlen.cu_seqlens_q_mem" */
+    cl_mem mem;        /* NULL: given on the host (a buffer of the call's own) */
+    int entries;
+};
+
+/* A call's two index buffers apart from O and the LSE, whose rows are
+ * those of `outputs` (the views validation saw). */
+static flashcl_status check_indices_apart(const flashcl_context *ctx, const struct flashcl_attention *outputs,
+                                          const struct index_buffer indices[2])
+{
+    flashcl_tensor as_view[2];
+    struct view_spec views[4];
+    int inputs = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!indices[i].mem)
+            continue;
+        /* int32 entries as one row of f32 (4 bytes each). */
+        const flashcl_tensor t = {indices[i].mem, 0, FLASHCL_F32, 0, 0, 0};
+        as_view[inputs] = t;
+        const struct view_spec v = {indices[i].name, &as_view[inputs], {1, 1, 1}, (size_t)indices[i].entries};
+        views[inputs++] = v;
+    }
+    if (inputs == 0)
+        return FLASHCL_SUCCESS;
+    const size_t rows[3] = {(size_t)outputs->batch, (size_t)outputs->seq_q, (size_t)outputs->heads_q};
+    const struct view_spec o = {"attn.o", &outputs->o, {rows[0], rows[1], rows[2]}, (size_t)outputs->head_dim};
+    const struct view_spec lse = {"attn.lse", &outputs->lse, {rows[0], rows[1], rows[2]}, 1};
+    int n_views = inputs;
+    views[n_views++] = o;
+    if (outputs->lse.mem)
+        views[n_views++] = lse;
+    return fcl_validate_views(ctx, views, n_views, inputs);
+}
+
 static bool reserved_zero(const struct flashcl_varlen *vl)
 {
     for (size_t i = 0; i < sizeof(vl->reserved); i++)
@@ -85,9 +122,9 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
     if (attn->batch < 1 || attn->batch > (1 << 30))
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.batch = %d; must be 1..2^30 sequences", attn->batch);
     if (attn->seq_q < 1 || attn->seq_q > vl->total_q || attn->seq_kv < 1 || attn->seq_kv > vl->total_k)
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_q = %d and attn.seq_kv = %d are the longest "
-                        "sequences: 1..varlen.total_q (%d) and 1..varlen.total_k (%d)", attn->seq_q, attn->seq_kv,
-                        vl->total_q, vl->total_k);
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_q = %d and attn.seq_kv = %d, the longest "
+                        "sequences, must be 1..varlen.total_q (%d) and 1..varlen.total_k (%d)", attn->seq_q,
+                        attn->seq_kv, vl->total_q, vl->total_k);
     const struct { const char *name, *mem_name; const int *host; cl_mem mem; int total, longest; } offsets[2] = {
         {"cu_seqlens_q", "varlen.cu_seqlens_q", vl->cu_seqlens_q, vl->cu_seqlens_q_mem, vl->total_q, attn->seq_q},
         {"cu_seqlens_k", "varlen.cu_seqlens_k", vl->cu_seqlens_k, vl->cu_seqlens_k_mem, vl->total_k, attn->seq_kv},
@@ -105,7 +142,14 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
             return st;
     }
     *packed = packed_view(attn, vl);
-    return fcl_validate_attention(ctx, packed);
+    const flashcl_status st = fcl_validate_attention(ctx, packed);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    const struct index_buffer indices[2] = {
+        {"varlen.cu_seqlens_q_mem", vl->cu_seqlens_q_mem, attn->batch + 1},
+        {"varlen.cu_seqlens_k_mem", vl->cu_seqlens_k_mem, attn->batch + 1},
+    };
+    return check_indices_apart(ctx, packed, indices);
 }
 
 /* The problem of the views (packed or a cache's) on the grid of `grid`: its
@@ -195,36 +239,42 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
 
 /* ---- a KV cache of per-sequence lengths, contiguous or paged (cl/varlen.h's VARLEN 2 and 3) ---- */
 
-/* The paged layout: the pool's views, the block table, and Q/O apart from the pool. */
+/* The paged layout: the problem as a dense call's, the pool's views, the
+ * block table, and Q/O apart from the pool. */
 static flashcl_status validate_pages(const flashcl_context *ctx, const struct flashcl_attention *attn,
                                      const struct flashcl_kv_pages *pg)
 {
     for (size_t i = 0; i < sizeof(pg->reserved); i++)
         if (pg->reserved[i])
             return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "pages.reserved is not zero");
-    if (pg->page_size < 16 || pg->page_size % 16 != 0 || pg->pages_per_seq < 1 || pg->num_pages < 1)
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.page_size = %d (a multiple of 16), pages_per_seq = "
-                        "%d and num_pages = %d (each >= 1)", pg->page_size, pg->pages_per_seq, pg->num_pages);
-    /* The pool is read as Q's storage type: K and V must be of it. */
-    const flashcl_tensor *pool_views[2] = {&attn->k, &attn->v};
-    for (int i = 0; i < 2; i++)
-        if (pool_views[i]->dtype != attn->q.dtype)
-            return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.%s.dtype = %d differs from attn.q.dtype = %d",
-                            i ? "v" : "k", (int)pool_views[i]->dtype, (int)attn->q.dtype);
-    if (attn->heads_kv < 1 || attn->heads_q % attn->heads_kv != 0)
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.heads_q = %d is not a multiple of attn.heads_kv = %d",
-                        attn->heads_q, attn->heads_kv);
+    if (pg->page_size < 16)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.page_size = %d; must be a positive multiple of 16",
+                        pg->page_size);
+    if (pg->page_size % 16 != 0)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.page_size = %d is not a multiple of 16", pg->page_size);
+    if (pg->pages_per_seq < 1)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.pages_per_seq = %d; must be 1 or more",
+                        pg->pages_per_seq);
+    if (pg->num_pages < 1)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.num_pages = %d; must be 1 or more", pg->num_pages);
+    /* The dense call's limits on the real dims (attn.seq_kv at most 2^30, a window's seq_q + seq_kv below
+     * 2^30: the kernels' int row arithmetic), and its dtypes: the pool is read as Q's storage type. */
+    flashcl_status st = fcl_validate_problem(ctx, attn);
+    if (st != FLASHCL_SUCCESS)
+        return st;
     if ((long long)pg->page_size * pg->pages_per_seq != attn->seq_kv)
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_kv = %d; a paged cache holds pages_per_seq * "
-                        "page_size = %lld keys a sequence", attn->seq_kv, (long long)pg->page_size * pg->pages_per_seq);
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_kv = %d; must be pages.pages_per_seq * "
+                        "pages.page_size = %lld (the keys of a sequence)", attn->seq_kv,
+                        (long long)pg->page_size * pg->pages_per_seq);
     const long long entries = (long long)attn->batch * pg->pages_per_seq;
     if (entries > (1 << 30))
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "a block table of %lld entries", entries);
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "a block table of attn.batch * pages.pages_per_seq = %lld "
+                        "entries; at most 2^30", entries);
     if (!pg->block_table == !pg->block_table_mem)
         return fcl_fail(ctx, pg->block_table ? FLASHCL_INVALID_VALUE : FLASHCL_ERROR_NULL_ARGUMENT,
                         "pages: give block_table or block_table_mem (%s)", pg->block_table ? "both are set" : "neither is");
     if (pg->block_table_mem) {
-        const flashcl_status st = check_device_offsets(ctx, "pages.block_table", pg->block_table_mem, (int)entries);
+        st = check_device_offsets(ctx, "pages.block_table", pg->block_table_mem, (int)entries);
         if (st != FLASHCL_SUCCESS)
             return st;
     } else {
@@ -238,7 +288,7 @@ static flashcl_status validate_pages(const flashcl_context *ctx, const struct fl
     dense.k = dense.v = attn->q;
     dense.seq_kv = attn->seq_q;
     dense.heads_kv = attn->heads_q;
-    flashcl_status st = fcl_validate_attention(ctx, &dense);
+    st = fcl_validate_attention(ctx, &dense);
     if (st != FLASHCL_SUCCESS)
         return st;
     const size_t pool[3] = {(size_t)pg->num_pages, (size_t)pg->page_size, (size_t)attn->heads_kv};
@@ -265,13 +315,21 @@ static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const stru
         return fcl_fail(ctx, kv->cache_seqlens ? FLASHCL_INVALID_VALUE : FLASHCL_ERROR_NULL_ARGUMENT,
                         "lengths: give cache_seqlens or cache_seqlens_mem (%s)",
                         kv->cache_seqlens ? "both are set" : "neither is");
-    if (kv->cache_seqlens_mem)
-        return check_device_offsets(ctx, "lengths.cache_seqlens", kv->cache_seqlens_mem, attn->batch);
-    for (int b = 0; b < attn->batch; b++)
-        if (kv->cache_seqlens[b] < 0 || kv->cache_seqlens[b] > attn->seq_kv)
-            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "lengths.cache_seqlens[%d] = %d; must be 0..attn.seq_kv (%d)",
-                            b, kv->cache_seqlens[b], attn->seq_kv);
-    return FLASHCL_SUCCESS;
+    if (kv->cache_seqlens_mem) {
+        st = check_device_offsets(ctx, "lengths.cache_seqlens", kv->cache_seqlens_mem, attn->batch);
+        if (st != FLASHCL_SUCCESS)
+            return st;
+    } else {
+        for (int b = 0; b < attn->batch; b++)
+            if (kv->cache_seqlens[b] < 0 || kv->cache_seqlens[b] > attn->seq_kv)
+                return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "lengths.cache_seqlens[%d] = %d; must be 0..attn.seq_kv "
+                                "(%d)", b, kv->cache_seqlens[b], attn->seq_kv);
+    }
+    const struct index_buffer indices[2] = {
+        {"lengths.cache_seqlens_mem", kv->cache_seqlens_mem, attn->batch},
+        {"pages.block_table_mem", pages ? pages->block_table_mem : NULL, pages ? attn->batch * pages->pages_per_seq : 0},
+    };
+    return check_indices_apart(ctx, attn, indices);
 }
 
 flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struct flashcl_attention *attn,

@@ -39,11 +39,29 @@ void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
     p->esize = flashcl_dtype_size(c->dtype);
     const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
     rng_seed(seed);
+    const bool fused = c->layout == LAYOUT_FUSED_QKV || c->layout == LAYOUT_FUSED_QKV_HEADS;
+    if (fused)
+        ck_assert(c->seq_q == c->seq_kv && c->heads_q == c->heads_kv);
     for (int t = 0; t < N_TENSORS; t++) {
         const size_t n = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
         const size_t h = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
         flashcl_tensor *v = &p->view[t];
-        if (c->layout == LAYOUT_PADDED) {
+        const int slice = t == T_K || t == T_DK ? 1 : t == T_V || t == T_DV ? 2 : 0;
+        if (fused && t != T_O && t != T_DO) {
+            /* Q, K, V slices of one buffer, dQ, dK, dV of another (each tensor its own copy of the image) */
+            test_fused_view(c->layout, c->dtype, n, h, d, slice, v);
+            p->count[t] = B * n * 3 * h * d;
+            if (slice > 0) {
+                const int first = t - slice;
+                p->img[t] = malloc(p->count[t] * p->esize);
+                ck_assert_ptr_nonnull(p->img[t]);
+                memcpy(p->img[t], p->img[first], p->count[t] * p->esize);
+                p->mem[t] = p->mem[first];
+                ck_assert_cl(clRetainMemObject(p->mem[t]));
+                v->mem = p->mem[t];
+                continue;
+            }
+        } else if (c->layout == LAYOUT_PADDED) {
             v->dtype = c->dtype;
             v->stride_head = d + 3;
             v->stride_seq = h * (d + 3) + 5;
@@ -184,6 +202,18 @@ unsigned char *read_back(const struct problem *p, int t)
     ck_assert_cl(clEnqueueReadBuffer(test_env_get()->queue, p->mem[t], CL_TRUE, 0, p->count[t] * p->esize, out, 0,
                                      NULL, NULL));
     return out;
+}
+
+/* Marks the bytes of tensor t's view in `written` (its buffer's bytes). */
+static void mark_view(const struct problem *p, int t, unsigned char *written)
+{
+    const size_t B = (size_t)p->c.batch, d = (size_t)p->c.head_dim;
+    const size_t N = (size_t)(kv_like(t) ? p->c.seq_kv : p->c.seq_q);
+    const size_t H = (size_t)(kv_like(t) ? p->c.heads_kv : p->c.heads_q);
+    for (size_t b = 0; b < B; b++)
+        for (size_t n = 0; n < N; n++)
+            for (size_t h = 0; h < H; h++)
+                memset(written + elem_index(&p->view[t], p->esize, b, n, h, 0) * p->esize, 1, d * p->esize);
 }
 
 static double load_element(const struct problem *p, int t, size_t b, size_t n, size_t h, size_t e)
@@ -341,6 +371,9 @@ void problem_check(const struct problem *p, struct bwd_result *r)
                 }
         ck_assert_msg(max_err <= bound, "%s (error %.3g = %.3g of max|ref| %.3g, bound %.3g)", worst, max_err,
                       max_ref > 0 ? max_err / max_ref : max_err, max_ref, bound);
+        for (int other = T_DQ; other <= T_DV; other++)  /* gradients sharing the buffer (fused): their rows */
+            if (other != t && p->mem[other] == p->mem[t])
+                mark_view(p, other, written);
         for (size_t x = 0; x < p->count[t] * p->esize; x++)
             ck_assert_msg(written[x] || out[x] == 0xff, "byte %zu outside the %s view was overwritten", x,
                           tensor_names[t]);

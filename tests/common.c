@@ -193,6 +193,19 @@ void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flas
     }
 }
 
+void test_fused_view(enum test_layout layout, flashcl_dtype dtype, size_t seq, size_t heads, size_t dim, int slice,
+                     flashcl_tensor *out)
+{
+    flashcl_tensor t = {0};
+    t.dtype = dtype;
+    const bool per_head = layout == LAYOUT_FUSED_QKV_HEADS;
+    t.stride_head = per_head ? 3 * dim : dim;
+    t.stride_seq = 3 * heads * dim;
+    t.stride_batch = seq * 3 * heads * dim;
+    t.offset = (size_t)slice * (per_head ? dim : heads * dim) * flashcl_dtype_size(dtype);
+    *out = t;
+}
+
 /* Sets the views of Q, K, V, O for a layout; returns each buffer's size in elements. */
 static void make_layout(const struct test_case *c, struct host_tensor *q, struct host_tensor *k,
                         struct host_tensor *v, struct host_tensor *o, size_t sizes[4])
@@ -223,11 +236,9 @@ static void make_layout(const struct test_case *c, struct host_tensor *q, struct
             sizes[i] = 9 + B * t->view.stride_batch + 11;
             break;
         case LAYOUT_FUSED_QKV:
-            if (i < 3) {  /* [B, N, 3, H, d] with H = heads_q = heads_kv */
-                t->view.stride_head = d;
-                t->view.stride_seq = 3 * Hq * d;
-                t->view.stride_batch = Nq * 3 * Hq * d;
-                t->view.offset = (size_t)i * Hq * d * esize;
+        case LAYOUT_FUSED_QKV_HEADS:
+            if (i < 3) {  /* [B, N, 3, H, d] or [B, N, H, 3, d] with H = heads_q = heads_kv */
+                test_fused_view(c->layout, c->dtype, Nq, Hq, d, i, &t->view);
                 sizes[i] = B * Nq * 3 * Hq * d;
                 break;
             }
@@ -262,7 +273,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     struct host_tensor t[4];
     size_t sizes[4];
     make_layout(c, &t[0], &t[1], &t[2], &t[3], sizes);
-    const int fused = c->layout == LAYOUT_FUSED_QKV;
+    const int fused = c->layout == LAYOUT_FUSED_QKV || c->layout == LAYOUT_FUSED_QKV_HEADS;
 
     /* Host images: random inputs (also in the gaps, which must not be read
      * into results), poisoned outputs (0xFF bytes: NaN in every dtype). */

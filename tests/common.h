@@ -71,6 +71,7 @@ enum test_layout {
     LAYOUT_BHND,       /* [B, H, N, d] contiguous */
     LAYOUT_PADDED,     /* [B, N, H, d] with gaps after each row, head and batch, and an offset */
     LAYOUT_FUSED_QKV,  /* Q, K, V slices of one [B, N, 3, H, d] buffer (needs seq_q == seq_kv) */
+    LAYOUT_FUSED_QKV_HEADS, /* Q, K, V interleaved per head, slices of one [B, N, H, 3, d] buffer (likewise) */
 };
 
 struct test_case {
@@ -104,6 +105,11 @@ struct case_result {
  * |LSE - ref| / max(1, |ref|). */
 void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
                     double *atol, double *rtol, double *lse_tol);
+
+/* Slice `slice` (0, 1, 2: Q, K, V) of a fused [B, N, 3, H, d] (LAYOUT_FUSED_QKV) or [B, N, H, 3, d]
+ * (LAYOUT_FUSED_QKV_HEADS) buffer of seq rows and heads heads, mem unset. */
+void test_fused_view(enum test_layout layout, flashcl_dtype dtype, size_t seq, size_t heads, size_t dim, int slice,
+                     flashcl_tensor *out);
 
 /* The case's mask as a window around the diagonal (-1: unlimited). */
 void test_case_window(int causal, int windowed, int window_left, int window_right, int *left, int *right);

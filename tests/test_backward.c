@@ -325,6 +325,86 @@ START_TEST(forced_tiles)
 }
 END_TEST
 
+/* ---- fused-QKV gradients ---- */
+
+/* dQ, dK, dV written as the interleaved slices of one buffer, the gradient
+ * of a fused QKV projection ([B, N, 3, H, d], and per head [B, N, H, 3, d]),
+ * with Q, K, V slices of another: the slices share no byte, so the call runs
+ * and each gets its own gradient (the rows between a slice's rows are the
+ * other slices'). batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype,
+ * causal, scale, layout, own_workspace, standard. */
+static const struct bwd_case fused_cases[] = {
+    {2, 24, 24, 3, 3, 16, F32, 1, 0, LAYOUT_FUSED_QKV, 0},
+    {1, 33, 33, 2, 2, 32, F16, 0, 0, LAYOUT_FUSED_QKV_HEADS, 1},
+    {2, 20, 20, 2, 2, 9, F32, 0, 0, LAYOUT_FUSED_QKV_HEADS, 0},       /* the portable kernel (d % 4 != 0) */
+    {1, 24, 24, 2, 2, 16, F32, 1, 0, LAYOUT_FUSED_QKV, 0, 1},         /* the standard path */
+};
+
+START_TEST(fused_qkv_gradients)
+{
+    run_case(NULL, "fused qkv", &fused_cases[_i], 660 + (uint64_t)_i, NULL);
+}
+END_TEST
+
+/* The same slices moved so that they do share a byte, however little or
+ * late (one element, one batch), are refused and nothing is written; moved
+ * so that they still share none, they run. */
+START_TEST(fused_qkv_gradients_that_overlap)
+{
+    struct test_env *e = test_env_get();
+    for (int per_head = 0; per_head < 2; per_head++) {
+        const struct bwd_case c = {2, 8, 8, 2, 2, 8, F32, 0, 0, per_head ? LAYOUT_FUSED_QKV_HEADS : LAYOUT_FUSED_QKV, 0};
+        struct problem p;
+        problem_create(&p, &c, 680 + (uint64_t)per_head);
+        problem_forward(&p, e->ctx);
+        const size_t esize = p.esize, d = 8, hd = 2 * d, slot = per_head ? d : hd;  /* elements between slices */
+        struct { const char *what; struct flashcl_attention_grad g; } bad[5];
+        int n = 0;
+        for (int i = 0; i < 5; i++)
+            bad[i].g = p.g;
+        bad[n].what = "d_k one element into d_q";
+        bad[n++].g.d_k.offset -= esize;
+        bad[n].what = "d_v on d_k";
+        bad[n++].g.d_v.offset = p.g.d_k.offset;
+        bad[n].what = "d_k's second batch one element back";  /* only batch 1 meets d_q */
+        bad[n++].g.d_k.stride_batch -= 1;
+        if (per_head) {
+            bad[n].what = "d_v's heads one element closer";  /* head 1 of d_v meets head 1 of d_k */
+            bad[n++].g.d_v.stride_head -= 1;
+        } else {
+            bad[n].what = "d_v's rows one element closer";  /* position 1 of d_v meets d_k's */
+            bad[n++].g.d_v.stride_seq -= 1;
+        }
+        for (int i = 0; i < n; i++) {
+            struct flashcl_tile t;
+            size_t bytes = 7;
+            ck_assert_status(flashcl_backward_config(e->ctx, &p.a, &bad[i].g, &t), FLASHCL_ERROR_ALIASING);
+            ck_assert_status(flashcl_backward_workspace_size(e->ctx, &p.a, &bad[i].g, &bytes), FLASHCL_ERROR_ALIASING);
+            ck_assert_uint_eq(bytes, 7);
+            ck_assert_msg(flashcl_backward(e->ctx, &p.a, &bad[i].g, NULL, e->queue, 0, NULL, NULL) ==
+                          FLASHCL_ERROR_ALIASING, "%s: accepted (%s)", bad[i].what, flashcl_last_error());
+            ck_assert_msg(strstr(flashcl_last_error(), "overlaps grad.d_") != NULL, "%s: %s", bad[i].what,
+                          flashcl_last_error());
+            ck_assert_status(flashcl_standard_backward(e->ctx, &p.a, &bad[i].g, NULL, e->queue, 0, NULL, NULL),
+                             FLASHCL_ERROR_ALIASING);
+            printf("fused, refused %-38s %s\n", bad[i].what, flashcl_last_error());
+        }
+        ck_assert_cl(clFinish(e->queue));
+        unsigned char *grads = read_back(&p, T_DQ);
+        ck_assert_msg(memcmp(grads, p.img[T_DQ], p.count[T_DQ] * esize) == 0, "a refused call wrote the gradients");
+        free(grads);
+
+        /* d_k and d_v swapped: still no byte shared. */
+        struct flashcl_attention_grad apart = p.g;
+        apart.d_k.offset = 2 * slot * esize;
+        apart.d_v.offset = slot * esize;
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_backward_config(e->ctx, &p.a, &apart, &t));
+        problem_free(&p);
+    }
+}
+END_TEST
+
 /* ---- the reference against finite differences ---- */
 
 /* L = sum dO o O for one head, O from the forward reference. */
@@ -574,6 +654,8 @@ int main(void)
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, reference_finite_differences);
     tcase_add_test(tc, rejected_calls);
+    tcase_add_loop_test(tc, fused_qkv_gradients, 0, COUNT(fused_cases));
+    tcase_add_test(tc, fused_qkv_gradients_that_overlap);
     tcase_add_loop_test(tc, head_dim, 0, COUNT(head_dims));
     tcase_add_loop_test(tc, shapes, 0, COUNT(shape_cases));
     tcase_add_loop_test(tc, dtypes, 0, COUNT(dtype_cases));

@@ -187,8 +187,10 @@ END_TEST
 START_TEST(kernel_options)
 {
     struct test_env *e = test_env_get();
-    const char *good[] = {"", ";", "portable:block_m=8", "tensor-core:off;tf32:warps=8,m_tiles=2,block_n=128;",
-                          "register-tiled:block_n=32,block_m=64;portable:off"};
+    /* Empty clauses (";;", a ';' leading or trailing) are nothing, so option strings join; inside a clause
+     * every setting is written out: an empty one (",,", a ',' leading or trailing) or none is refused. */
+    const char *good[] = {"", ";", ";;", "portable:block_m=8", "tensor-core:off;tf32:warps=8,m_tiles=2,block_n=128;",
+                          ";register-tiled:block_n=32,block_m=64;;portable:off", "decode:splits=3", "decode:on"};
     const struct { const char *options, *message; } bad[] = {
         {"portable", "no ':'"},
         {"mystery:off", "\"mystery\" is not a kernel"},
@@ -201,6 +203,14 @@ START_TEST(kernel_options)
         {"portable:block_m= 8", "portable:block_m= 8"},
         {"portable:splits=0", "portable:splits=0; must be 1..64"},
         {"backward-tiled:splits=2", "backward-tiled does not take split-KV"},
+        {"decode:splits=3,", "decode: an empty setting (a ',' leading, trailing or doubled)"},
+        {"decode:", "decode: no setting after ':'"},
+        {"decode:;portable:off", "decode: no setting after ':'"},
+        {"portable:block_m=16,,block_n=16", "portable: an empty setting"},
+        {"portable:,block_m=16", "portable: an empty setting"},
+        {"portable:off,", "portable: an empty setting"},
+        {"register-tiled:off;portable:block_m=16,;tf32:off", "portable: an empty setting"},
+        {"portable:,", "portable: an empty setting"},
     };
     struct flashcl_context_params p = {0};
     p.context = e->cl;

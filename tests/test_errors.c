@@ -266,6 +266,18 @@ START_TEST(aliasing)
     a = valid();
     a.o.stride_seq = 0;  /* every row to the same place */
     expect(&a, FLASHCL_ERROR_ALIASING, "attn.o's strides");
+
+    /* Q and O interleaved in one buffer ([N, 2, H, D]) share no byte: accepted. One element closer, they do. */
+    cl_mem pair = make_buffer(test_env_get()->cl, 2 * ELEMS * 4, 0x3c);
+    a = valid();
+    a.q.mem = a.o.mem = pair;
+    a.q.stride_seq = a.o.stride_seq = 2 * H * D;
+    a.o.offset = H * D * 4;
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_config(test_env_get()->ctx, &a, &t));
+    a.o.offset -= 4;
+    expect(&a, FLASHCL_ERROR_ALIASING, "attn.o overlaps attn.q");
+    clReleaseMemObject(pair);
 }
 END_TEST
 

@@ -1,11 +1,13 @@
 /* Fuzzers of what parses untrusted input. The call validator: random attention calls (small dims, random
  * strides including 0, offsets, dtypes, buffers shared between views, LSE
- * or not) are validated by the library (flashcl_forward_config, which
- * enqueues nothing) and, independently, by brute force here: every element
- * of every view inside its buffer, no output element written twice, no
- * output byte shared with any other view. The library may refuse a safe call
- * (its overlap rule is a sufficient test) but must never accept an unsafe
- * one. The kernel_options parser and the tuning-file reader: random and
+ * or not, a quarter of them Q, K, V, O as slices of one fused buffer) are
+ * validated by the library (flashcl_forward_config, which enqueues nothing)
+ * and, independently, by brute force here: every element of every view
+ * inside its buffer, no output element written twice, no output byte shared
+ * with any other view. The library may refuse a safe call (an output's own
+ * strides are judged by a sufficient rule) but must never accept an unsafe
+ * one; and its test of whether two views share a byte, exact, against byte
+ * marking. The kernel_options parser and the tuning-file reader: random and
  * mutated text must give a status (or a WARN), never a crash or a hang; CI
  * runs them under ASan too.
  *
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "internal.h"
 
 #define MAX_BUFFERS 3
 #define MAX_BYTES 6000
@@ -63,6 +66,17 @@ static bool brute_force_view(const struct fuzz_view *v, bool output, size_t buff
     return true;
 }
 
+/* The bytes from v's first element to past its last. */
+static void view_range(const struct fuzz_view *v, size_t *lo, size_t *hi)
+{
+    const size_t esize = flashcl_dtype_size(v->t->dtype);
+    size_t last = v->dim;
+    last += (v->count[0] - 1) * v->t->stride_batch + (v->count[1] - 1) * v->t->stride_seq +
+            (v->count[2] - 1) * v->t->stride_head;
+    *lo = v->t->offset;
+    *hi = v->t->offset + last * esize;
+}
+
 START_TEST(validator_never_accepts_an_unsafe_call)
 {
     struct test_env *e = test_env_get();
@@ -79,7 +93,7 @@ START_TEST(validator_never_accepts_an_unsafe_call)
     }
     rng_seed(seed);
     const time_t start = time(NULL);
-    long accepted = 0, refused_safe = 0, unsafe = 0;
+    long accepted = 0, refused_safe = 0, unsafe = 0, accepted_interleaved = 0;
     unsigned char *owner = malloc(MAX_BYTES);
     for (long it = 0; it < iterations; it++) {
         struct flashcl_attention a = {0};
@@ -110,6 +124,23 @@ START_TEST(validator_never_accepts_an_unsafe_call)
         }
         if (!with_lse)
             a.lse.mem = NULL;
+        /* A quarter of the calls: Q, K, V, O as slices of one fused [B, N, 4, H, d] buffer, each in a slot
+         * (two may take the same one), sometimes an element off it. */
+        if (pick(0, 3) == 0) {
+            const size_t d = (size_t)a.head_dim, h = (size_t)a.heads_q, esize = flashcl_dtype_size(dtype);
+            const size_t n = (size_t)(a.seq_q > a.seq_kv ? a.seq_q : a.seq_kv);
+            for (int i = 0; i < 4; i++) {
+                flashcl_tensor *t = ts[i];
+                buffer_of[i] = 0;
+                t->mem = buffers[0];
+                t->stride_head = d;
+                t->stride_seq = 4 * h * d;
+                t->stride_batch = n * 4 * h * d;
+                t->offset = (size_t)pick(0, 3) * h * d * esize;
+                if (pick(0, 4) == 0)
+                    t->offset += esize;
+            }
+        }
 
         struct flashcl_tile tile;
         const bool library_accepts = flashcl_forward_config(e->ctx, &a, &tile) == FLASHCL_SUCCESS;
@@ -135,6 +166,16 @@ START_TEST(validator_never_accepts_an_unsafe_call)
                         safe = brute_force_view(&views[i], i >= 3, sizes[buf], owner, &overlap);
             safe = safe && !overlap;
         }
+        /* Accepted with an output's bytes and another view's in one buffer meeting: the exact test at work. */
+        bool interleaved = false;
+        for (int out = 3; out < n_views && library_accepts; out++)
+            for (int i = 0; i < n_views; i++) {
+                size_t lo[2], hi[2];
+                view_range(&views[out], &lo[0], &hi[0]);
+                view_range(&views[i], &lo[1], &hi[1]);
+                interleaved |= i != out && views[i].buffer == views[out].buffer && lo[0] < hi[1] && lo[1] < hi[0];
+            }
+        accepted_interleaved += interleaved;
         if (library_accepts && !safe) {
             unsafe++;
             ck_abort_msg("iteration %ld: the library accepted an unsafe call (batch %d, seq %d/%d, heads %d/%d, d %d, "
@@ -144,13 +185,157 @@ START_TEST(validator_never_accepts_an_unsafe_call)
         accepted += library_accepts;
         refused_safe += !library_accepts && safe;
     }
-    printf("validator fuzz: %ld calls (seed %llu) in %ld s, %ld accepted (all safe), %ld safe calls refused (the "
-           "conservative overlap rule or other checks), %ld unsafe accepted\n", iterations, seed,
-           (long)(time(NULL) - start), accepted, refused_safe, unsafe);
+    printf("validator fuzz: %ld calls (seed %llu) in %ld s, %ld accepted (all safe; %ld with an output's bytes "
+           "interleaved with another view's), %ld safe calls refused (an output's own strides, the overlap test's "
+           "steps, or other checks), %ld unsafe accepted\n", iterations, seed, (long)(time(NULL) - start), accepted,
+           accepted_interleaved, refused_safe, unsafe);
     ck_assert_int_gt(accepted, iterations / 20);  /* the generator does produce valid calls */
+    ck_assert_int_gt(accepted_interleaved, iterations / 100);  /* and interleaved ones the library takes */
     free(owner);
     for (int i = 0; i < MAX_BUFFERS; i++)
         clReleaseMemObject(buffers[i]);
+}
+END_TEST
+
+/* ---- the overlap test of two views against byte marking ---- */
+
+#define ROW_BYTES 1024
+
+/* Random rows inside ROW_BYTES bytes: nested (each dimension, ordered by stride, stepping past everything
+ * inside it, with random gaps or none) or any strides (0 included); element sizes 2 and 4. */
+static void random_rows_view(struct fcl_rows *r, bool nested)
+{
+    for (;;) {
+        const size_t esize = pick(0, 1) ? 4 : 2;
+        r->row_bytes = esize * (size_t)pick(1, 6);
+        int order[3] = {0, 1, 2};
+        for (int i = 2; i > 0; i--) {
+            const int j = pick(0, i), tmp = order[i];
+            order[i] = order[j];
+            order[j] = tmp;
+        }
+        size_t inner = r->row_bytes;
+        for (int i = 0; i < 3; i++) {
+            const int dim = order[i];
+            r->count[dim] = (size_t)pick(1, 4);
+            if (nested) {
+                r->stride[dim] = r->count[dim] > 1 || pick(0, 1) ? inner + esize * (size_t)(pick(0, 2) ? 0 : pick(0, 8)) : 0;
+                inner += r->stride[dim] * (r->count[dim] - 1);
+            } else {
+                r->stride[dim] = esize * (size_t)pick(0, 24);
+            }
+        }
+        size_t extent = r->row_bytes;
+        for (int i = 0; i < 3; i++)
+            extent += r->stride[i] * (r->count[i] - 1);
+        if (extent > ROW_BYTES)
+            continue;
+        r->begin = esize * (size_t)pick(0, (int)((ROW_BYTES - extent) / esize));
+        return;
+    }
+}
+
+/* Marks r's bytes in `marks` (mark) or says whether any is marked already. */
+static bool brute_rows(const struct fcl_rows *r, unsigned char *marks, bool mark)
+{
+    for (size_t i = 0; i < r->count[0]; i++)
+        for (size_t j = 0; j < r->count[1]; j++)
+            for (size_t k = 0; k < r->count[2]; k++) {
+                const size_t start = r->begin + i * r->stride[0] + j * r->stride[1] + k * r->stride[2];
+                for (size_t x = start; x < start + r->row_bytes; x++) {
+                    if (!mark && marks[x])
+                        return true;
+                    marks[x] |= mark;
+                }
+            }
+    return false;
+}
+
+/* The library's test of whether two views share a byte (validate.c) against
+ * marking their bytes: never wrong, and undecided only where neither view is
+ * nested (a written view always is) or its steps ran out. Fused layouts:
+ * a view and the same layout moved a little (a slice of a fused buffer or
+ * one element off it), half the time. */
+START_TEST(overlap_test_is_exact)
+{
+    rng_seed(8128);
+    unsigned char marks[ROW_BYTES];
+    long decided = 0, overlapping = 0, interleaved_apart = 0, undecided = 0;
+    for (int it = 0; it < 6000; it++) {
+        struct fcl_rows v[2];
+        bool nested[2] = {pick(0, 3) != 0, pick(0, 1) != 0};
+        random_rows_view(&v[0], nested[0]);
+        if (pick(0, 1)) {  /* the same strides, moved: fused slices, or one element into the other */
+            v[1] = v[0];
+            nested[1] = nested[0];
+            const size_t shift = (size_t)pick(1, 3) * v[0].row_bytes + (size_t)pick(-2, 2) * 2;
+            v[1].begin = v[0].begin + shift;
+            size_t extent = v[1].row_bytes;
+            for (int i = 0; i < 3; i++)
+                extent += v[1].stride[i] * (v[1].count[i] - 1);
+            if (v[1].begin + extent > ROW_BYTES)
+                continue;
+        } else {
+            random_rows_view(&v[1], nested[1]);
+        }
+        for (int i = 0; i < 2; i++)
+            if (nested[i])
+                ck_assert_msg(fcl_rows_nested(&v[i]), "case %d: a nested layout not seen as nested", it);
+        memset(marks, 0, sizeof(marks));
+        brute_rows(&v[0], marks, true);
+        const bool shared = brute_rows(&v[1], marks, false);
+        const bool few_steps = pick(0, 4) == 0;
+        const size_t steps_given = few_steps ? (size_t)pick(0, 12) : FCL_OVERLAP_STEPS;
+        for (int order = 0; order < 2; order++) {
+            size_t steps = steps_given;
+            const enum fcl_overlap got = fcl_rows_overlap(&v[order], &v[1 - order], &steps);
+            ck_assert_uint_le(steps, steps_given);
+            if (got == FCL_UNDECIDED) {
+                ck_assert_msg(few_steps || !(fcl_rows_nested(&v[0]) || fcl_rows_nested(&v[1])),
+                              "case %d: undecided, though a view is nested", it);
+                undecided++;
+                continue;
+            }
+            ck_assert_msg((got == FCL_OVERLAP) == shared,
+                          "case %d: said %s, but they share %s (begin %zu/%zu, rows %zu/%zu bytes, counts %zu,%zu,%zu / "
+                          "%zu,%zu,%zu, strides %zu,%zu,%zu / %zu,%zu,%zu)", it,
+                          got == FCL_OVERLAP ? "overlap" : "apart", shared ? "a byte" : "none", v[0].begin, v[1].begin,
+                          v[0].row_bytes, v[1].row_bytes, v[0].count[0], v[0].count[1], v[0].count[2], v[1].count[0],
+                          v[1].count[1], v[1].count[2], v[0].stride[0], v[0].stride[1], v[0].stride[2], v[1].stride[0],
+                          v[1].stride[1], v[1].stride[2]);
+            decided++;
+            overlapping += shared;
+            /* Byte ranges that meet with no byte shared: what the old range test refused. */
+            size_t end[2];
+            for (int i = 0; i < 2; i++) {
+                end[i] = v[i].begin + v[i].row_bytes;
+                for (int d = 0; d < 3; d++)
+                    end[i] += v[i].stride[d] * (v[i].count[d] - 1);
+            }
+            interleaved_apart += !shared && v[0].begin < end[1] && v[1].begin < end[0];
+        }
+    }
+    printf("overlap test: %ld decided (%ld sharing a byte, %ld interleaved without), %ld undecided\n", decided,
+           overlapping, interleaved_apart, undecided);
+    ck_assert_int_gt(overlapping, 1000);
+    ck_assert_int_gt(interleaved_apart, 300);
+
+    /* Fused gradients of a large training batch ([B, N, H, 3, d] and [B, N, 3, H, d], 16M rows of f16, d 64):
+     * told apart within the steps, as is one element off. */
+    const size_t B = 64, N = 8192, H = 32, row = 64 * 2;
+    for (int per_head = 0; per_head < 2; per_head++) {
+        const struct fcl_rows dq = {0, row, {B, N, H}, {N * 3 * H * row, 3 * H * row, per_head ? 3 * row : row}};
+        struct fcl_rows dk = dq;
+        dk.begin = per_head ? row : H * row;
+        size_t steps = FCL_OVERLAP_STEPS;
+        ck_assert_int_eq(fcl_rows_overlap(&dq, &dk, &steps), FCL_APART);
+        dk.begin -= 2;
+        ck_assert_int_eq(fcl_rows_overlap(&dq, &dk, &steps), FCL_OVERLAP);
+        dk.begin += 2;
+        dk.stride[0] -= 2;  /* only the last batches meet */
+        ck_assert_int_eq(fcl_rows_overlap(&dq, &dk, &steps), FCL_OVERLAP);
+        ck_assert_uint_gt(steps, FCL_OVERLAP_STEPS - 1000);  /* a few steps each: the lattice's */
+    }
 }
 END_TEST
 
@@ -228,6 +413,7 @@ int main(void)
     TCase *tc = tcase_create("validator");
     tcase_set_timeout(tc, 86400);  /* long runs; meson's timeout bounds the default one */
     tcase_add_test(tc, validator_never_accepts_an_unsafe_call);
+    tcase_add_test(tc, overlap_test_is_exact);
     suite_add_tcase(s, tc);
     TCase *parsers = tcase_create("parsers");
     tcase_set_timeout(parsers, 600);

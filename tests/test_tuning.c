@@ -336,6 +336,60 @@ START_TEST(malformed_files_ignored)
 }
 END_TEST
 
+/* A NUL byte anywhere makes the file binary data, ignored whole: in the
+ * header, in a line, and in the last line with no newline after it (which
+ * used to pass, the line read up to the NUL, so "good\0junk" was "good"). */
+START_TEST(nul_byte_anywhere)
+{
+    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
+    char good[512];
+    line_for(&portable, good, sizeof(good));
+    /* Each file is "flashcl-tuning 2\n<good>\n" with a NUL put in at `at` (and its last newline dropped, a
+     * tail appended). */
+    char text[1024];
+    const size_t n = (size_t)snprintf(text, sizeof(text), "flashcl-tuning 2\n%s\n", good);
+    const size_t header_len = strlen("flashcl-tuning 2\n");
+    const struct { const char *what; size_t at; bool drop_newline; const char *tail; } files[] = {
+        {"in the header", 3, false, ""},
+        {"inside the entry's line", header_len + 5, false, ""},
+        {"before the entry's newline", n - 1, false, ""},
+        {"in a last line without a newline, junk after", n - 1, true, "junk"},
+        {"ending a last line without a newline", n - 1, true, ""},
+        {"alone on the last line", n, false, ""},
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char bytes[1100];
+        memcpy(bytes, text, files[i].at);
+        bytes[files[i].at] = '\0';
+        const size_t rest = n - files[i].at - (files[i].drop_newline ? 1 : 0);
+        memcpy(bytes + files[i].at + 1, text + files[i].at, rest);
+        size_t len = files[i].at + 1 + rest;
+        memcpy(bytes + len, files[i].tail, strlen(files[i].tail));
+        len += strlen(files[i].tail);
+        write_file("");
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
+        fclose(f);
+        struct test_warn_log w = {0};
+        flashcl_context *ctx = context_with_file(&w, 0);
+        ck_assert_msg(w.warnings == 1, "NUL %s: %d warnings", files[i].what, w.warnings);
+        ck_assert_msg(strstr(w.last, "NUL") != NULL, "NUL %s: %s", files[i].what, w.last);
+        ck_assert_msg(config_of(ctx, 30, FLASHCL_F32, 0).source == FLASHCL_TILE_RULE, "NUL %s: the entry was used",
+                      files[i].what);
+        flashcl_context_destroy(&ctx);
+    }
+    /* The same file without the NUL is read and its entry used. */
+    write_file(text);
+    struct test_warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, 0);
+    ck_assert_int_eq(w.warnings, 0);
+    ck_assert_int_eq(config_of(ctx, 30, FLASHCL_F32, 0).source, FLASHCL_TILE_TUNED);
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(tuned_tile_must_fit)
 {
     /* 128x128 at d = 254 (portable kernel) needs about 470 KB; allowed only where that much works. */
@@ -1555,6 +1609,7 @@ int main(void)
     tcase_add_test(tc, fallback_lines_never_raise_local_memory);
     tcase_add_test(tc, special_files_refused);
     tcase_add_test(tc, malformed_files_ignored);
+    tcase_add_test(tc, nul_byte_anywhere);
     tcase_add_test(tc, tuned_tile_must_fit);
     tcase_add_test(tc, tensor_core_shapes_must_fit);
     tcase_add_test(tc, wgmma_planned_where_it_runs);

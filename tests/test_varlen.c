@@ -762,15 +762,200 @@ START_TEST(kv_cache_bad_host_lengths)
     pages.block_table = NULL;
     const int good_table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     pages.block_table = good_table;
-    pages.page_size = 24;
-    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
-                     FLASHCL_ERROR_INVALID_SHAPE);
-    pages.page_size = 16;
-    pages.pages_per_seq = 3;  /* 48 keys, but attn.seq_kv says 64 */
-    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
-                     FLASHCL_ERROR_INVALID_SHAPE);
+    /* Each message says what is wrong with the value it names. */
+    const struct { int page_size, pages_per_seq, num_pages; const char *message; } bad_pages[] = {
+        {24, 4, 8, "pages.page_size = 24 is not a multiple of 16"},
+        {0, 4, 8, "pages.page_size = 0; must be a positive multiple of 16"},
+        {16, 0, 8, "pages.pages_per_seq = 0; must be 1 or more"},
+        {16, 4, -1, "pages.num_pages = -1; must be 1 or more"},
+        {16, 3, 8, "attn.seq_kv = 64; must be pages.pages_per_seq * pages.page_size = 48"},  /* 48 keys, not 64 */
+    };
+    for (size_t i = 0; i < sizeof(bad_pages) / sizeof(bad_pages[0]); i++) {
+        pages.page_size = bad_pages[i].page_size;
+        pages.pages_per_seq = bad_pages[i].pages_per_seq;
+        pages.num_pages = bad_pages[i].num_pages;
+        ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
+                         FLASHCL_ERROR_INVALID_SHAPE);
+        ck_assert_msg(strstr(flashcl_last_error(), bad_pages[i].message) != NULL, "\"%s\" does not say \"%s\"",
+                      flashcl_last_error(), bad_pages[i].message);
+    }
     clReleaseMemObject(buf);
     clReleaseMemObject(out);
+}
+END_TEST
+
+/* A paged cache is held to the dense call's limits, whatever its pages
+ * hold: attn.seq_kv at most 2^30 and, with a window, seq_q + seq_kv below
+ * 2^30 (the kernels' int row arithmetic). One page of 2147483632 rows (K and
+ * V rows all one row, stride 0) and one visible key used to run and give
+ * O = 0, LSE = -inf; a page within the limits gives that key's value row. */
+START_TEST(paged_cache_limits)
+{
+    struct test_env *e = test_env_get();
+    enum { D = 16, ROWS = 16 };
+    rng_seed(1201);
+    unsigned char *q = random_rows(F32, ROWS * D), *kv = random_rows(F32, 2 * D);  /* the key row, the value row */
+    cl_mem q_mem = upload(q, ROWS * D * 4), k_mem = upload(kv, D * 4), v_mem = upload(kv + D * 4, D * 4);
+    unsigned char poison[ROWS * D * 4];
+    memset(poison, 0xff, sizeof(poison));
+    cl_mem o_mem = upload(poison, sizeof(poison)), lse_mem = upload(poison, ROWS * 4);
+    const int one_key[1] = {1}, table[1] = {0};
+    struct flashcl_kv_lengths kv_len = {0};
+    kv_len.cache_seqlens = one_key;
+    const struct { int seq_q, page_size; flashcl_status status; const char *message; } limits[] = {
+        {1, 32, FLASHCL_SUCCESS, ""},
+        {1, 2147483632, FLASHCL_ERROR_INVALID_SHAPE, "attn.seq_kv = 2147483632; must be 1..1073741824"},
+        {ROWS, 1073741808, FLASHCL_ERROR_INVALID_SHAPE, "a window needs seq_q + seq_kv below 2^30 (16 + 1073741808)"},
+    };
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        struct flashcl_attention a = {0};
+        a.batch = 1;
+        a.seq_q = limits[i].seq_q;
+        a.seq_kv = limits[i].page_size;
+        a.heads_q = a.heads_kv = 1;
+        a.head_dim = D;
+        a.q = flashcl_tensor_bnhd(q_mem, F32, (size_t)a.seq_q, 1, D);
+        a.k = flashcl_tensor_bnhd(k_mem, F32, 1, 1, D);
+        a.v = flashcl_tensor_bnhd(v_mem, F32, 1, 1, D);
+        a.k.stride_seq = a.v.stride_seq = 0;  /* every row of the page is the one row */
+        a.o = flashcl_tensor_bnhd(o_mem, F32, (size_t)a.seq_q, 1, D);
+        a.lse = flashcl_tensor_lse(lse_mem, (size_t)a.seq_q, 1);
+        a.mask = FLASHCL_MASK_WINDOW;
+        a.window_left = 0;  /* the last query sees the last key and none before it */
+        a.window_right = -1;
+        struct flashcl_kv_pages pages = {0};
+        pages.page_size = limits[i].page_size;
+        pages.pages_per_seq = 1;
+        pages.num_pages = 1;
+        pages.block_table = table;
+        ck_assert_cl(clEnqueueWriteBuffer(e->queue, o_mem, CL_TRUE, 0, sizeof(poison), poison, 0, NULL, NULL));
+        ck_assert_cl(clEnqueueWriteBuffer(e->queue, lse_mem, CL_TRUE, 0, ROWS * 4, poison, 0, NULL, NULL));
+        struct flashcl_tile t;
+        ck_assert_status(flashcl_forward_kv_cache_config(e->ctx, &a, &kv_len, &pages, &t), limits[i].status);
+        ck_assert_msg(strstr(flashcl_last_error(), limits[i].message) != NULL, "page_size %d: \"%s\"",
+                      limits[i].page_size, flashcl_last_error());
+        cl_event done = NULL;
+        ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv_len, &pages, e->queue, 0, NULL, &done),
+                         limits[i].status);
+        ck_assert_msg(strstr(flashcl_last_error(), limits[i].message) != NULL, "page_size %d: \"%s\"",
+                      limits[i].page_size, flashcl_last_error());
+        if (done) {
+            ck_assert_cl(clWaitForEvents(1, &done));
+            clReleaseEvent(done);
+        }
+        ck_assert_cl(clFinish(e->queue));
+        size_t bytes;
+        unsigned char *o = read_all(o_mem, &bytes), *lse = read_all(lse_mem, &bytes);
+        if (limits[i].status != FLASHCL_SUCCESS) {  /* refused: nothing written */
+            ck_assert_int_eq(memcmp(o, poison, sizeof(poison)), 0);
+            ck_assert_int_eq(memcmp(lse, poison, ROWS * 4), 0);
+        } else {  /* one key: P = 1, O is its value row, LSE its scaled score */
+            double score = 0;
+            for (int x = 0; x < D; x++)
+                score += hostref_load(q, F32, (size_t)x) * hostref_load(kv, F32, (size_t)x);
+            for (int x = 0; x < D; x++)
+                ck_assert_double_eq_tol(hostref_load(o, F32, (size_t)x), hostref_load(kv, F32, (size_t)(D + x)), 1e-6);
+            float got_lse;
+            memcpy(&got_lse, lse, sizeof(got_lse));
+            ck_assert_double_eq_tol(got_lse, score / sqrt((double)D), 1e-5);
+        }
+        free(o);
+        free(lse);
+    }
+    cl_mem all[] = {q_mem, k_mem, v_mem, o_mem, lse_mem};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        clReleaseMemObject(all[i]);
+    free(q);
+    free(kv);
+}
+END_TEST
+
+/* A device index buffer (cu_seqlens_*_mem, cache_seqlens_mem,
+ * block_table_mem) is read while O and the LSE are written: one sharing a
+ * byte with either is refused, as any input overlapping an output is. In
+ * the same buffer but apart from them, or inside an input, it is fine. */
+START_TEST(index_buffers_apart_from_outputs)
+{
+    struct test_env *e = test_env_get();
+    struct packed p;
+    packed_create(&p, &cases[4], 12);  /* device offsets; O starts after a guard row of 1024 bytes */
+    struct flashcl_tile t;
+    struct flashcl_varlen vl = p.vl;
+    vl.cu_seqlens_q_mem = p.o_mem;  /* its 5 offsets lie in O's guard row, apart from O's rows */
+    ck_assert_flashcl_ok(flashcl_forward_varlen_config(e->ctx, &p.attn, &vl, &t));
+    vl.cu_seqlens_q_mem = p.q_mem;  /* inside Q: both read */
+    ck_assert_flashcl_ok(flashcl_forward_varlen_config(e->ctx, &p.attn, &vl, &t));
+
+    cl_uint align_bits = 0;
+    ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof(align_bits), &align_bits, NULL));
+    const size_t align = align_bits / 8, o_start = p.attn.o.offset;
+    cl_buffer_region region = {(o_start + align - 1) / align * align, 8 * sizeof(int)};  /* inside O's rows */
+    cl_int err;
+    cl_mem inside_o = clCreateSubBuffer(p.o_mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+    ck_assert_ptr_nonnull(inside_o);
+    struct flashcl_attention o_at_0 = p.attn;
+    o_at_0.o.offset = 0;  /* O's rows from byte 0, where an index buffer of the whole cl_mem starts */
+    const struct { const struct flashcl_attention *a; cl_mem cu_q, cu_k; const char *message; } overlapping[] = {
+        {&o_at_0, p.o_mem, p.cu_k_mem, "attn.o overlaps varlen.cu_seqlens_q_mem"},
+        {&p.attn, p.cu_q_mem, inside_o, "attn.o overlaps varlen.cu_seqlens_k_mem"},
+        {&p.attn, p.cu_q_mem, p.lse_mem, "attn.lse overlaps varlen.cu_seqlens_k_mem"},
+    };
+    size_t before_bytes, after_bytes;
+    unsigned char *before = read_all(p.o_mem, &before_bytes);
+    for (size_t i = 0; i < sizeof(overlapping) / sizeof(overlapping[0]); i++) {
+        vl = p.vl;
+        vl.cu_seqlens_q_mem = overlapping[i].cu_q;
+        vl.cu_seqlens_k_mem = overlapping[i].cu_k;
+        ck_assert_status(flashcl_forward_varlen_config(e->ctx, overlapping[i].a, &vl, &t), FLASHCL_ERROR_ALIASING);
+        ck_assert_status(flashcl_forward_varlen(e->ctx, overlapping[i].a, &vl, e->queue, 0, NULL, NULL),
+                         FLASHCL_ERROR_ALIASING);
+        ck_assert_msg(strstr(flashcl_last_error(), overlapping[i].message) != NULL, "\"%s\" does not say \"%s\"",
+                      flashcl_last_error(), overlapping[i].message);
+    }
+    unsigned char *after = read_all(p.o_mem, &after_bytes);
+    ck_assert_int_eq(memcmp(before, after, before_bytes), 0);
+    free(before);
+    free(after);
+
+    /* A KV cache's lengths and block table, contiguous and paged. */
+    struct flashcl_attention a = {0};
+    a.batch = 2;
+    a.seq_q = 1;
+    a.seq_kv = 32;
+    a.heads_q = a.heads_kv = 2;
+    a.head_dim = 16;
+    a.q = flashcl_tensor_bnhd(p.q_mem, F32, 1, 2, 16);
+    a.k = a.v = flashcl_tensor_bnhd(p.k_mem, F32, 32, 2, 16);
+    a.o = flashcl_tensor_bnhd(p.o_mem, F32, 1, 2, 16);
+    a.lse = flashcl_tensor_lse(p.lse_mem, 1, 2);
+    struct flashcl_kv_lengths kv = {0};
+    kv.cache_seqlens_mem = p.q_mem;  /* an input's bytes: fine */
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(e->ctx, &a, &kv, NULL, &t));
+    struct flashcl_attention o_after = a;
+    o_after.o.offset = 64;  /* O's rows after the lengths' 8 bytes of the same cl_mem */
+    kv.cache_seqlens_mem = p.o_mem;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(e->ctx, &o_after, &kv, NULL, &t));
+    ck_assert_status(flashcl_forward_kv_cache_config(e->ctx, &a, &kv, NULL, &t), FLASHCL_ERROR_ALIASING);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "attn.o overlaps lengths.cache_seqlens_mem"));
+    kv.cache_seqlens_mem = p.lse_mem;
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, NULL, e->queue, 0, NULL, NULL), FLASHCL_ERROR_ALIASING);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "attn.lse overlaps lengths.cache_seqlens_mem"));
+    kv.cache_seqlens_mem = p.cu_k_mem;
+    struct flashcl_kv_pages pages = {0};
+    pages.page_size = 16;
+    pages.pages_per_seq = 2;
+    pages.num_pages = 4;
+    a.k = a.v = flashcl_tensor_bnhd(p.k_mem, F32, 16, 2, 16);  /* a pool of 4 pages of 16 rows */
+    pages.block_table_mem = p.q_mem;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(e->ctx, &a, &kv, &pages, &t));
+    pages.block_table_mem = inside_o;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(e->ctx, &a, &kv, &pages, &t));  /* past O's 256 bytes */
+    pages.block_table_mem = p.o_mem;
+    ck_assert_status(flashcl_forward_kv_cache(e->ctx, &a, &kv, &pages, e->queue, 0, NULL, NULL),
+                     FLASHCL_ERROR_ALIASING);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "attn.o overlaps pages.block_table_mem"));
+    clReleaseMemObject(inside_o);
+    packed_free(&p);
 }
 END_TEST
 
@@ -791,6 +976,8 @@ int main(void)
     tcase_add_loop_test(tc, kv_cache, 0, (int)(sizeof(kv_cases) / sizeof(kv_cases[0])));
     tcase_add_test(tc, kv_cache_garbage_lengths);
     tcase_add_test(tc, kv_cache_bad_host_lengths);
+    tcase_add_test(tc, paged_cache_limits);
+    tcase_add_test(tc, index_buffers_apart_from_outputs);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
