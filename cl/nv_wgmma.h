@@ -36,21 +36,24 @@
 #endif
 
 #if NV_EMULATE
-/* -DNV_EMULATE=1 (nv_emulate.h's plain OpenCL C): the descriptor is the tile and the offsets themselves. */
-typedef struct {
-    __local const uchar *tile;
-    uint offset, leading_bytes, stride_bytes;
-} wgmma_desc_t;
+/* -DNV_EMULATE=1 (nv_emulate.h's plain OpenCL C): the descriptor is the tile and the offsets themselves, as a
+ * vector (x the tile's address, y the offset, z leading_bytes, w stride_bytes), not a struct: a struct passed
+ * or returned by value is a pointer argument in the compiled code, and an always-inlined function with one
+ * leaves llvm.experimental.noalias.scope.decl behind, which Oclgrind cannot run (unoptimised builds). */
+typedef ulong4 wgmma_desc_t;
+#define nv_emu_desc_tile(d) ((__local const uchar *)(size_t)(d).x)
+#define nv_emu_desc_offset(d) ((uint)(d).y)
+#define nv_emu_desc_leading(d) ((uint)(d).z)
+#define nv_emu_desc_stride(d) ((uint)(d).w)
 
 NV_EMU_INLINE wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, uint leading_bytes, uint stride_bytes)
 {
-    const wgmma_desc_t d = {(__local const uchar *)tile, offset, leading_bytes, stride_bytes};
-    return d;
+    return (wgmma_desc_t)((ulong)(size_t)tile, offset, leading_bytes, stride_bytes);
 }
 
 NV_EMU_INLINE wgmma_desc_t wgmma_desc_plus(wgmma_desc_t d, uint offset)
 {
-    d.offset += offset;
+    d.y += offset;
     return d;
 }
 #else
@@ -100,13 +103,13 @@ static inline wgmma_desc_t wgmma_desc_plus(wgmma_desc_t d, uint offset)
  * stride_bytes apart. */
 NV_EMU_INLINE uint nv_emu_swizzled(wgmma_desc_t desc, uint at)
 {
-    at += desc.offset;
+    at += nv_emu_desc_offset(desc);
     return at ^ (((at >> 7) & 7) << 4);
 }
 
 NV_EMU_INLINE uint nv_emu_kmajor_byte(wgmma_desc_t desc, int row, int k)
 {
-    return nv_emu_swizzled(desc, (uint)((row >> 3) * desc.stride_bytes + (row & 7) * 128 + k * 2));
+    return nv_emu_swizzled(desc, (uint)((row >> 3) * nv_emu_desc_stride(desc) + (row & 7) * 128 + k * 2));
 }
 
 /* wgmma.mma_async m64nNk16 with A from registers: the warpgroup's 4 warps put their A fragments (mma.sync's
@@ -131,10 +134,10 @@ NV_EMU_INLINE void nv_emu_wgmma(__local uint *scratch, float *d, const uint *a, 
             for (int k = 0; k < 16; k++) {
                 const uint word = group[rw * NV_SCRATCH_WORDS + (rg * 4 + ((k & 7) >> 1)) * 4 + upper + 2 * (k >> 3)];
                 const float av = nv_emu_half(word, k & 1);
-                const uint at = trans ? nv_emu_swizzled(b, (uint)((k >> 3) * b.stride_bytes + (k & 7) * 128 +
-                                                                  (col >> 6) * b.leading_bytes + (col & 63) * 2))
+                const uint at = trans ? nv_emu_swizzled(b, (uint)((k >> 3) * nv_emu_desc_stride(b) + (k & 7) * 128 +
+                                                                  (col >> 6) * nv_emu_desc_leading(b) + (col & 63) * 2))
                                       : nv_emu_kmajor_byte(b, col, k);
-                const float bv = nv_emu_to_float(((__local const ushort *)b.tile)[at >> 1]);
+                const float bv = nv_emu_to_float(((__local const ushort *)nv_emu_desc_tile(b))[at >> 1]);
                 sum = fma(av, bv, sum);  /* the product is exact: fma or not, the same sum */
             }
             d[4 * j + e] = (accumulate ? d[4 * j + e] : 0.0f) + sum;
@@ -152,7 +155,7 @@ NV_EMU_INLINE void nv_emu_wgmma_ss(__local uint *scratch, float *d, wgmma_desc_t
     for (int i = 0; i < 4; i++) {
         const int r = row + 8 * (i & 1), c = k + 8 * (i >> 1);
         /* c and c + 1 in one 16-byte chunk: one word */
-        a[i] = ((__local const uint *)a_desc.tile)[nv_emu_kmajor_byte(a_desc, r, c) >> 2];
+        a[i] = ((__local const uint *)nv_emu_desc_tile(a_desc))[nv_emu_kmajor_byte(a_desc, r, c) >> 2];
     }
     nv_emu_wgmma(scratch, d, a, b, accumulate, n, 0);
 }

@@ -18,6 +18,7 @@
 
 #include "backward_common.h"
 #include "common.h"
+#include "varlen_common.h"
 
 #define F32 FLASHCL_F32
 #define F16 FLASHCL_F16
@@ -77,7 +78,7 @@ static void destroy_contexts(void)
     n_contexts = 0;
 }
 
-/* The cases are numbered forward, backward, standard; FLASHCL_KERNEL_CHECK_CASE=n runs case n alone (the
+/* The cases are numbered forward, backward, varlen, KV cache, standard; FLASHCL_KERNEL_CHECK_CASE=n runs case n alone (the
  * kernel checker runs each in a process of its own), FLASHCL_KERNEL_CHECK=name only that kernel's cases
  * ("standard": the standard path's) and FLASHCL_KERNEL_CHECK_SKIP=name all but that kernel's. Unset or
  * empty: all. */
@@ -184,11 +185,85 @@ START_TEST(backward)
 }
 END_TEST
 
+/* ---- packed batches (varlen) and KV caches: the kernels' VARLEN builds ---- */
+
+struct varlen_check {
+    const char *kernel, *settings;
+    int emulated_cc;
+    enum flashcl_variant expect;
+    struct vl_case c;
+};
+
+/* batch, lens_q, lens_k, heads_q, heads_kv, head_dim, dtype, mask, window_left, window_right, device_offsets,
+ * precision. Empty sequences, rows with no key, device offsets. */
+static const struct varlen_check varlen_checks[] = {
+    {"portable", "on", 0, FLASHCL_VARIANT_PORTABLE,
+     {3, {5, 0, 17}, {9, 0, 20}, 2, 1, 12, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
+    {"register-tiled", "on", 0, FLASHCL_VARIANT_REGISTER_TILED,
+     {3, {5, 0, 17}, {9, 3, 20}, 2, 1, 16, F16, FLASHCL_MASK_WINDOW, 4, 1, 1}},
+    {"decode", "splits=2", 0, FLASHCL_VARIANT_DECODE,
+     {3, {1, 2, 0}, {30, 17, 5}, 4, 2, 16, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
+    {"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TENSOR_CORE,
+     {2, {17, 9}, {33, 9}, 2, 1, 16, F16, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
+    {"tf32", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TF32,
+     {2, {17, 9}, {33, 9}, 2, 1, 16, F32, FLASHCL_MASK_WINDOW, 6, 0, 1, FLASHCL_PRECISION_TF32X3}},
+    {"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, FLASHCL_VARIANT_DECODE_TENSOR_CORE,
+     {2, {1, 2}, {40, 17}, 4, 2, 16, F16, FLASHCL_MASK_NONE, 0, 0, 1}},
+    {"tensor-core-wgmma", "warps=4,block_n=64", 90, FLASHCL_VARIANT_TENSOR_CORE_WGMMA,
+     {2, {17, 9}, {33, 9}, 2, 1, 16, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
+};
+
+START_TEST(varlen)
+{
+    const struct varlen_check *v = &varlen_checks[_i];
+    if (!selected(COUNT(forward_checks) + COUNT(backward_checks) + _i, v->kernel))
+        return;
+    const enum flashcl_variant ran = varlen_run(context_for(v->kernel, v->settings, v->emulated_cc), &v->c,
+                                                960 + (uint64_t)_i, "kernel_check");
+    ck_assert_msg(ran == v->expect, "%s:%s ran %s", v->kernel, v->settings, flashcl_variant_name(ran));
+}
+END_TEST
+
+struct cache_check {
+    const char *kernel, *settings;
+    int emulated_cc;
+    enum flashcl_variant expect;
+    struct kv_case c;
+};
+
+/* batch, seq_q, capacity, lens, heads_q, heads_kv, head_dim, dtype, mask, window_left, window_right,
+ * device_lengths, page_size (0: contiguous), host_table, precision. */
+static const struct cache_check cache_checks[] = {
+    {"portable", "on", 0, FLASHCL_VARIANT_PORTABLE,
+     {2, 3, 24, {3, 20}, 2, 2, 12, BF16, FLASHCL_MASK_WINDOW, 5, 0, 0, 0}},
+    {"register-tiled", "on", 0, FLASHCL_VARIANT_REGISTER_TILED,
+     {2, 5, 32, {5, 30}, 2, 1, 16, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, 16, 0}},
+    {"decode", "splits=2", 0, FLASHCL_VARIANT_DECODE,
+     {2, 1, 32, {17, 32}, 4, 2, 16, F16, FLASHCL_MASK_NONE, 0, 0, 1, 16, 0}},
+    {"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TENSOR_CORE,
+     {2, 20, 32, {20, 32}, 2, 1, 16, F16, FLASHCL_MASK_CAUSAL, 0, 0, 1, 16, 0}},
+    {"decode-tensor-core", "warps=1,block_n=16", 80, FLASHCL_VARIANT_DECODE_TENSOR_CORE,
+     {2, 1, 32, {17, 32}, 4, 2, 16, BF16, FLASHCL_MASK_NONE, 0, 0, 1, 16, 1}},
+};
+
+START_TEST(kv_cache)
+{
+    const struct cache_check *k = &cache_checks[_i];
+    if (!selected(COUNT(forward_checks) + COUNT(backward_checks) + COUNT(varlen_checks) + _i, k->kernel))
+        return;
+    const enum flashcl_variant ran = kv_cache_run(context_for(k->kernel, k->settings, k->emulated_cc), &k->c,
+                                                  980 + (uint64_t)_i, false);
+    ck_assert_msg(ran == k->expect, "%s:%s ran %s", k->kernel, k->settings, flashcl_variant_name(ran));
+}
+END_TEST
+
+#define N_CASES (COUNT(forward_checks) + COUNT(backward_checks) + COUNT(varlen_checks) + COUNT(cache_checks) + 1)
+
 /* ---- the standard (materialised) path: CLBlast's GEMMs and its own softmax and backward kernels ---- */
 
 START_TEST(standard)
 {
-    if (!selected(COUNT(forward_checks) + COUNT(backward_checks), "standard"))
+    if (!selected(N_CASES - 1, "standard"))
         return;
     const struct test_case fwd = {1, 19, 37, 2, 1, 12, F16, 1, 0, LAYOUT_BNHD, 1, 1};
     struct case_result r;
@@ -202,7 +277,7 @@ END_TEST
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--count") == 0) {  /* the number of cases, for the kernel checker */
-        printf("%d\n", COUNT(forward_checks) + COUNT(backward_checks) + 1);
+        printf("%d\n", N_CASES);
         return 0;
     }
     Suite *s = suite_create("kernel_check");
@@ -210,6 +285,8 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 1800);
     tcase_add_loop_test(tc, forward, 0, COUNT(forward_checks));
     tcase_add_loop_test(tc, backward, 0, COUNT(backward_checks));
+    tcase_add_loop_test(tc, varlen, 0, COUNT(varlen_checks));
+    tcase_add_loop_test(tc, kv_cache, 0, COUNT(cache_checks));
     tcase_add_test(tc, standard);
     suite_add_tcase(s, tc);
     const int rc = test_run_suite(s);

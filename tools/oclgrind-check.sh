@@ -46,11 +46,6 @@ export OCLGRIND_LOG="$work/reports.txt"
 # value tracking carries state from one buffer's lifetime to the next within a process. A case that reports
 # nothing alone reported reads of D as uninitialised (values its own previous kernel had written, the same
 # bits, checked with printf) whenever another case had run first in the same process.
-# Not the emulated wgmma kernel: built unoptimised (which the uninitialised-read check needs) Oclgrind
-# leaves it out of the program (clCreateKernel: "Kernel 'flash_forward_mma' not found"); built optimised,
-# it reports cl/nv_wgmma.h's accumulator indexing, a float* walked across the rows of the kernel's
-# [tiles][4] arrays (docs/reliability.md). PoCL, Intel's runtime and the GPU run the case.
-export FLASHCL_KERNEL_CHECK_SKIP=tensor-core-wgmma
 status=0
 cases=$("$build/tests/test_kernel_check" --count)
 for ((i = 0; i < cases; i++)); do
