@@ -240,6 +240,10 @@ WRAP_CREATE(cl_context, clCreateContext,
             (const cl_context_properties *p, cl_uint n, const cl_device_id *d,
              void(CL_CALLBACK *f)(const char *, const void *, size_t, void *), void *u, cl_int *errcode_ret),
             (p, n, d, f, u, errcode_ret))
+/* The tensor-core probe's queue (src/nvidia.c): created on NVIDIA devices only, so its release went
+ * uncounted against no create on the H200 until this was wrapped. */
+WRAP_CREATE(cl_command_queue, clCreateCommandQueue,
+            (cl_context c, cl_device_id d, cl_command_queue_properties p, cl_int *errcode_ret), (c, d, p, errcode_ret))
 WRAP_CREATE(cl_mem, clCreateBuffer, (cl_context c, cl_mem_flags f, size_t n, void *h, cl_int *errcode_ret),
             (c, f, n, h, errcode_ret))
 WRAP_CREATE(cl_mem, clCreateSubBuffer,
