@@ -386,8 +386,9 @@ struct flashcl_attention {
  * row: views that share no byte may interleave, as the slices of a fused
  * [B, N, 3, H, d] or [B, N, H, 3, d] buffer do, and views that share one
  * are refused; a pair it cannot tell apart within its step budget (views
- * of different strides interleaving over tens of millions of rows, never
- * the slices of one layout) is refused too. An output's own rows must be
+ * of different strides interleaving over tens of millions of rows; the
+ * slices of one layout are decided at once below 2^60 bytes) is refused
+ * too. An output's own rows must be
  * laid out so that, ordered by stride, each dimension steps past everything
  * inside it (a sufficient test: a few layouts of one view that share no
  * byte are refused). Two buffers created with CL_MEM_USE_HOST_PTR over the

@@ -245,15 +245,18 @@ enum fcl_overlap { FCL_APART, FCL_OVERLAP, FCL_UNDECIDED };
  * everything inside it: the rows are distinct and in address order (what
  * every written view must be). */
 bool fcl_rows_nested(const struct fcl_rows *r);
-/* Whether a row of a and a row of b share a byte, decided exactly where one
- * of them is nested, taking steps from *steps: a few for views that step
- * alike (the slices of a fused buffer), else up to about the rows of one
- * where their bytes meet (fewer where whole blocks lie apart). FCL_UNDECIDED
- * where neither is nested or the steps run out. */
+/* Whether a row of a and a row of b share a byte, taking steps from *steps:
+ * first a search over the differences of their row offsets (a few steps for
+ * views that step alike, the slices of a fused buffer; starts and extents
+ * under 2^60 bytes), else a walk of one view against the other where that
+ * one is nested (up to about the rows of the walked one where their bytes
+ * meet, fewer where whole blocks lie apart). FCL_UNDECIDED where neither
+ * decides or the steps run out. Rows must have at least one byte. */
 enum fcl_overlap fcl_rows_overlap(const struct fcl_rows *a, const struct fcl_rows *b, size_t *steps);
-/* The steps validation allows one call's pairs of views together: a few
- * divisions each, well under a second. Past them the pair is refused (it
- * might overlap). */
+/* The steps one check of a call's views allows all its pairs together (a
+ * paged KV-cache call makes three checks, a backward two): a few divisions
+ * each, well under a second. Past them the pair is refused (it might
+ * overlap). */
 #define FCL_OVERLAP_STEPS ((size_t)1 << 24)
 /* a * b (a + b) into *out; true (and *out untouched) if it overflows size_t. */
 bool fcl_mul_overflows(size_t a, size_t b, size_t *out);

@@ -183,11 +183,12 @@ static void levels_of(const struct fcl_rows *r, bool repeats, struct levels *lv)
 }
 
 /* Each level steps past everything inside it: the blocks of every depth are
- * disjoint and in address order. */
+ * disjoint and in address order. A stride of 0 never is (the walk divides by
+ * the strides of a nested view), whatever the row's bytes. */
 static bool levels_nested(const struct levels *lv)
 {
     for (int l = 0; l < lv->n; l++)
-        if (lv->stride[l] < lv->extent[l + 1])
+        if (lv->stride[l] == 0 || lv->stride[l] < lv->extent[l + 1])
             return false;
     return true;
 }
@@ -416,9 +417,10 @@ static flashcl_status check_apart(const flashcl_context *ctx, const struct view 
     case FCL_OVERLAP:
         break;
     case FCL_UNDECIDED:
-        return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "cannot tell within %zu steps whether %s and %s share a byte "
-                        "(their rows interleave in one buffer); refused as if they did: give them byte ranges apart",
-                        FCL_OVERLAP_STEPS, out->name, other->name);
+        return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "cannot tell within the validation's step budget (%zu steps for all of the call's "
+                        "pairs of views) whether %s and %s share a byte (their rows interleave in one buffer); "
+                        "refused as if they did: give them byte ranges apart", FCL_OVERLAP_STEPS, out->name,
+                        other->name);
     }
     return fcl_fail(ctx, FLASHCL_ERROR_ALIASING, "%s overlaps %s in memory", out->name, other->name);
 }
@@ -438,7 +440,7 @@ static flashcl_status check_views(const flashcl_context *ctx, struct view *views
         if (st != FLASHCL_SUCCESS)
             return st;
     }
-    size_t steps = FCL_OVERLAP_STEPS;  /* for all pairs together: validation stays well under a second */
+    size_t steps = FCL_OVERLAP_STEPS;  /* for all pairs together: each check_views well under a second */
     for (int out = first_output; out < n; out++)
         for (int other = 0; other < n; other++) {
             if (other == out || (other >= first_output && other < out))
