@@ -82,6 +82,7 @@ static void usage(FILE *f)
             "                  FLASHCL_BUILD_OPTIONS=-cl-nv-verbose, NVIDIA's register report)\n"
             "  --quick         a seconds-long sweep for CPU devices: N 256,512, d 64, f32,\n"
             "                  causal 0,1, tokens 1024, hidden 256, warmup 1, reps 3\n"
+            "  --version       the library's version\n"
             "The device is chosen by FLASHCL_DEVICE (\"P:D\" or a name substring), else the\n"
             "first GPU, else the first device.\n",
             BENCH_PATH_NAMES, BENCH_PATH_DEFAULT_NAMES);
@@ -164,7 +165,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"verbose", no_argument, 0, 'v'},       {"pass", required_argument, 0, 'P'},
         {"decode", required_argument, 0, 'D'}, {"page-size", required_argument, 0, 'S'},
         {"varlen", required_argument, 0, 'L'}, {"heads", required_argument, 0, 'K'},
-        {"calls", required_argument, 0, 'N'},  {"help", no_argument, 0, 'h'},
+        {"calls", required_argument, 0, 'N'},  {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -206,6 +207,7 @@ static void parse_options(int argc, char **argv, struct options *o)
             break;
         case 'v': o->verbose = true; break;
         case 'h': usage(stdout); exit(EXIT_SUCCESS);
+        case 'V': printf("flashcl-bench %s\n", flashcl_version()); exit(EXIT_SUCCESS);
         default: usage(stderr); exit(EXIT_FAILURE);
         }
         if (bad) {

@@ -898,7 +898,7 @@ int main(int argc, char **argv)
         {"json", no_argument, 0, 'j'}, {"tune", no_argument, 0, 't'},    {"quick", no_argument, 0, 'q'},
         {"out", required_argument, 0, 'o'}, {"n", required_argument, 0, 'n'}, {"d", required_argument, 0, 'd'},
         {"tokens", required_argument, 0, 'T'}, {"hidden", required_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -917,8 +917,10 @@ int main(int argc, char **argv)
                    "  --n, --d         roofline shape (16384, 128); --tune times candidates at N (default 4096,\n"
                    "                   2048 with --quick) with batch*N = --tokens (16384), heads*d = --hidden (2048);\n"
                    "                   decode keys: one query a sequence against a cache of N keys\n"
-                   "  --out FILE       tuning file (default $XDG_CACHE_HOME/flashcl/tuning.txt)\n");
+                   "  --out FILE       tuning file (default $XDG_CACHE_HOME/flashcl/tuning.txt)\n"
+                   "  --version        the library's version\n");
             return 0;
+        case 'V': printf("flashcl-probe %s\n", flashcl_version()); return 0;
         default:
             return 2;
         }

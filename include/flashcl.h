@@ -43,9 +43,12 @@
 extern "C" {
 #endif
 
-/* The library's version at run time, e.g. "0.3.0" (FLASHCL_VERSION_STRING is
+/* The library's version at run time, e.g. "0.4.0" (FLASHCL_VERSION_STRING is
  * the header's). */
 FLASHCL_API const char *flashcl_version(void);
+/* The loaded library's ABI number (FLASHCL_API_VERSION is the header's): a
+ * program may refuse to run where the two differ. */
+FLASHCL_API int flashcl_api_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status                                                                     */

@@ -52,6 +52,11 @@ const char *flashcl_version(void)
     return FLASHCL_VERSION_STRING;
 }
 
+int flashcl_api_version(void)
+{
+    return FLASHCL_API_VERSION;
+}
+
 /* The public structs' sizes are part of the ABI (docs/design.md): new fields
  * take reserved bytes, never grow them. Checked where the sizes are known. */
 #if defined(__LP64__) && (defined(__x86_64__) || defined(__aarch64__))

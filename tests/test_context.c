@@ -320,6 +320,11 @@ START_TEST(reserved_must_be_zero)
     ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_INVALID_VALUE);
     ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "params.reserved"));
     ck_assert_str_eq(flashcl_version(), FLASHCL_VERSION_STRING);
+    ck_assert_int_eq(flashcl_api_version(), FLASHCL_API_VERSION);
+    char expect[32];
+    snprintf(expect, sizeof(expect), "%d.%d.%d", FLASHCL_VERSION_NUMBER / 10000, FLASHCL_VERSION_NUMBER / 100 % 100,
+             FLASHCL_VERSION_NUMBER % 100);
+    ck_assert_str_eq(flashcl_version(), expect);
     ck_assert_str_eq(flashcl_dtype_name(FLASHCL_BF16), "bf16");
     ck_assert_ptr_null(flashcl_dtype_name((flashcl_dtype)9));
 }

@@ -19,6 +19,7 @@
  *   --max-generations N  with --check: at most N greedy generations (default all)
  *   --min-agreement P with --check: the top-1 agreement (%) that passes (default 99)
  *   --dump-logits F   with --check: write our logits of every forced position (f32)
+ *   --version         the library's version
  *
  * Text goes to stdout as it is generated; statistics to stderr.
  */
@@ -41,9 +42,26 @@ double now_seconds(void)
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--chat] [-n N] [--temp T] [--top-p P] [--seed S] [--chunk C] [--no-profile] MODEL.gguf \"prompt\" | -f FILE\n"
+            "usage: %s [options] MODEL.gguf \"prompt\" | -f FILE\n"
             "       %s [--max-positions N] [--max-generations N] [--min-agreement P] [--dump-logits FILE] --check REFERENCE MODEL.gguf\n"
-            "       %s --compare-chunked C [-n N] MODEL.gguf \"prompt\" | -f FILE\n",
+            "       %s --compare-chunked C [-n N] MODEL.gguf \"prompt\" | -f FILE\n"
+            "  -f FILE               the prompt from a file\n"
+            "  --chat                wrap the prompt in the model's ChatML template\n"
+            "  -n N                  tokens to generate (default 64; stops at EOS)\n"
+            "  --temp T              sampling temperature (default 0: greedy)\n"
+            "  --top-p P             nucleus sampling mass (default 1)\n"
+            "  --seed S              the sampler's seed (default 1)\n"
+            "  --no-profile          no OpenCL profiling events (times per phase not shown)\n"
+            "  --chunk C             prefill in chunks of C tokens over the KV cache (default: one dense causal pass)\n"
+            "  --compare-chunked C   prefill once in one pass and once in chunks of C; compare the last position's\n"
+            "                        logits and the next -n greedy tokens\n"
+            "  --check REF           compare with llama.cpp's reference data (tests/data/llm-reference.txt)\n"
+            "  --max-positions N     with --check: at most N teacher-forced positions (default all)\n"
+            "  --max-generations N   with --check: at most N greedy generations (default all)\n"
+            "  --min-agreement P     with --check: the top-1 agreement (%%) that passes (default 99)\n"
+            "  --dump-logits F       with --check: write the logits of every forced position (f32)\n"
+            "  --version             the library's version\n"
+            "The device: FLASHCL_DEVICE (README). Text goes to stdout as it is generated; statistics to stderr.\n",
             argv0, argv0, argv0);
 }
 
@@ -233,6 +251,9 @@ int main(int argc, char **argv)
             prompt_file = VALUE();
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(argv[0]);
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("flashcl-llm %s\n", flashcl_version());
             return 0;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "flashcl-llm: unknown option %s\n", a);
