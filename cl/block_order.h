@@ -11,7 +11,7 @@
  * *every* (batch, head) go first and the lightest of all go last (longest
  * processing time first): the heaviest block of a late head no longer
  * starts late. The tensor-core kernels use it; the FMA kernels keep the
- * per-head order, which measured faster for them (docs/perf.md, v0.5).
+ * per-head order, which measured faster for them (docs/perf-history.md, 2026-11-29).
  */
 #ifndef FLASHCL_BLOCK_ORDER_H
 #define FLASHCL_BLOCK_ORDER_H

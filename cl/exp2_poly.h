@@ -8,7 +8,7 @@
  * Why: the tensor-core softmaxes can take some of their exponents from here (nv_mma.h, EXP2_POLY), to
  * share them between the MUFU pipe (4 exponents a clock a sub-partition) and the FMA pipes, eight times as
  * wide: FlashAttention-4's device. On the H200 it paid only where wgmma's warpgroups take turns and skip
- * blocks at d = 128; elsewhere the softmax was not waiting on the MUFU (docs/perf.md v0.19).
+ * blocks at d = 128; elsewhere the softmax was not waiting on the MUFU (docs/perf-history.md, 2026-12-03).
  *
  * How: x = j + f, j = round(x), f in [-0.5, 0.5]. 2^f is 1 + f q(f) with q of degree 4 (a near-minimax
  * fit: relative error 1.1e-7 with its f32 coefficients evaluated exactly, 1.72e-7 in f32 Horner with

@@ -14,12 +14,12 @@
  * and V fragments read by ldmatrix, the online softmax on the accumulator
  * fragments (nv_mma.h). The flash_decode.cl kernel reads every K/V element
  * from local memory once per row of the group and is limited by those loads
- * at four rows (docs/perf.md, v0.8); here an ldmatrix serves all 16 rows.
+ * at four rows (docs/perf-history.md, 2026-12-01); here an ldmatrix serves all 16 rows.
  *
  * K and V blocks of BLOCK_N keys stream through STAGES buffers by cp.async
  * (one barrier a block; STAGES - 1 blocks in flight while one is computed:
  * decode is bound by how many bytes each work-group has in flight, as
- * docs/perf.md v0.12 measures); warp w takes keys
+ * docs/perf-history.md, 2026-12-01 measures); warp w takes keys
  * [w KW, (w + 1) KW) of every block with its own running max, sum and
  * accumulator, and at the end the WARPS partial results are merged through
  * local memory in warp order, rescaled to the common max: no atomics, the

@@ -115,7 +115,7 @@
  * S = QKᵀ may share the tensor cores and end together, every softmax then running at once. In turns (0, 1, .. and
  * back to 0: nv_wgmma.h's named barriers), warpgroup 0's S is queued first, its softmax can run while the others'
  * products do, and so on; the next block's barrier lines them up again (measured: -0.6..+2.2% at d = 65-192,
- * -2..-5% at d = 64; docs/perf.md v0.16, so src/kernels.c takes it at 65-192 only). A turn covers a block's S (with the
+ * -2..-5% at d = 64; docs/perf-history.md, 2026-12-02, so src/kernels.c takes it at 65-192 only). A turn covers a block's S (with the
  * overlap, S and the previous block's PV); the last warpgroup passes no turn after the last block, so no
  * barrier is left half arrived at. Every warpgroup runs the work-group's blocks (kb's bounds are its), so each
  * takes the same number of turns. */
@@ -178,7 +178,7 @@
 #include "nv_wgmma.h"
 /* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
  * keys) the H200 (driver 580.159) gave sampled errors of 1e-2, each product right alone and waiting on every
- * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf.md, v0.11). */
+ * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf-history.md, 2026-12-01). */
 #if BLOCK_N == HEAD_DIM && BLOCK_N == 64
 #define S_PART 32  /* one token: it names the product (wgmma_n32_kmajor) */
 #elif BLOCK_N == HEAD_DIM
@@ -390,7 +390,7 @@ NV_UNROLL
     /* A warpgroup (mma.sync: a warp) whose rows are all past the sequence's end, in its last query block, takes the
      * work-group's copies and barriers only (and its turns), and computes nothing: the loop's own code stays as
      * it is (with BLOCK_SKIP such rows skip each block already, and the rest measured 0.8-3.7% slower beside it:
-     * docs/perf.md v0.18, call 2). Emulated, the products' lane exchanges are work-group barriers, so there it
+     * docs/perf-history.md, 2026-12-02). Emulated, the products' lane exchanges are work-group barriers, so there it
      * computes its rows too. */
     if (warp_any(group_row0 >= seq_q)) {
         for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {

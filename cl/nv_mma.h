@@ -41,7 +41,7 @@ static inline float quad_xor(float v, int mask)
 #endif
 
 /* Independent chains the softmax's row reductions run in: 1, 2 or 4, at most S_TILES and SOFTMAX_CHAINS
- * (-DSOFTMAX_CHAINS=1 is one chain, as before v0.14). */
+ * (-DSOFTMAX_CHAINS=1 is one chain, as before 2026-12-01). */
 #ifndef SOFTMAX_CHAINS
 #define SOFTMAX_CHAINS 4
 #endif
@@ -137,7 +137,7 @@ NV_UNROLL
                 acc[n][2 * r + 1] *= rescale_by;
             }
         }
-        alpha[r] = rescale_by;  /* stored last: stored where computed, the driver's PTX computed it earlier (v0.15) */
+        alpha[r] = rescale_by;  /* stored last: stored where computed, the driver's PTX computed it earlier (2026-12-02) */
     }
 }
 

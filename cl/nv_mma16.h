@@ -100,7 +100,7 @@ static inline int swizzle(int row, int chunk)
  * lane's row bits with chunk0 % 8 alone, which takes four values: a lane keeps the four byte offsets, and
  * each address is a tile's base, one of them and a constant (ldmatrix's [register + immediate]). Computed
  * whole at each ldmatrix, the XOR, scale and add took the driver's code 3 integer instructions an ldmatrix
- * (ptxas 13.0, its PTX for d = 128: 400 integer instructions against 256 mma a block; docs/perf.md v0.14).
+ * (ptxas 13.0, its PTX for d = 128: 400 integer instructions against 256 mma a block; docs/perf-history.md, 2026-12-01).
  * For the swizzle()'s tiles (mma.sync's), not -DWGMMA=1's panels. */
 struct lane_chunks {
     uint at[4];  /* bytes to (lane_row, 2 i + lane_chunk) */
@@ -153,7 +153,7 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
  * which the swizzle mixes in, the same each pass). A thread's copies are then one local address and one global
  * address, each plus a multiple of a pass, worked out once a block; load_tile's division, swizzle and 64-bit
  * product for every chunk took the driver's wgmma code 416 instructions a warp a block at d = 128 (12 x 128),
- * 40% of its key loop (Nsight Compute, docs/perf.md v0.16). A block wholly inside the sequence (all but the last)
+ * 40% of its key loop (Nsight Compute, docs/perf-history.md, 2026-12-02). A block wholly inside the sequence (all but the last)
  * copies without a test of the sequence's end (a thread whose last pass would run past `rows` still skips it,
  * where `rows` is no multiple of a pass). -DNV_LEAN_COPIES=0 copies as load_tile does (an A/B switch). */
 #define PASS_ROWS (WG / CHUNKS)
@@ -204,7 +204,7 @@ NV_UNROLL
  * all its page numbers first (one lookup serves K and V: the same keys),
  * then issues its copies, so the lookups' latencies overlap instead of each
  * copy waiting on its own (measured: 1.44-1.51x dense with one lookup per
- * copy, 1.19-1.25x with K's and V's batched apart, docs/perf.md v0.8). */
+ * copy, 1.19-1.25x with K's and V's batched apart, docs/perf-history.md, 2026-12-01). */
 #define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
 static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
                                  __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,

@@ -72,7 +72,7 @@ static inline wgmma_desc_t wgmma_desc(__local const uint4 *tile, uint offset, ui
 /* The descriptor of the matrix `offset` bytes further into the same tile (offset a multiple of 16): one 32-bit
  * add to the start address, the low 14 bits in 16-byte units, which no local address (all under 256 KB) carries
  * out of. wgmma_desc's mask, shifts and ors at every wgmma took the driver's code 6 instructions each (docs/perf.md
- * v0.16); with a tile's descriptor made once, each product's is this add. */
+ * 2026-12-02); with a tile's descriptor made once, each product's is this add. */
 static inline wgmma_desc_t wgmma_desc_plus(wgmma_desc_t d, uint offset)
 {
     uint lo;

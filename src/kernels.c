@@ -104,7 +104,7 @@ static size_t tiled_local_bytes(const struct device_desc *dev, const struct kern
 
 /* The sizing rule on the usable local memory, rounded down to a multiple of
  * 16, capped at 64 rows (32 when causal past d = 64) and 32 keys: the
- * fastest shapes measured (docs/perf.md, v0.4). */
+ * fastest shapes measured (docs/perf-history.md, 2026-11-29). */
 static void tiled_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
 {
     const size_t bound = flashcl_block_size_bound(dev->usable_local, sizeof(float), (size_t)p->head_dim);
@@ -195,8 +195,8 @@ static void forward_mma_options(const struct problem *p, const struct kernel_sha
 /* Whether a warp keeps Q's fragments in registers with two tiles (cl/flash_forward_mma.cl's Q_REGS: 2 x d / 4 of
  * them; one-tile shapes always do) instead of reading them from local memory every block: up to d = 64 without a mask
  * on dense and packed batches. 4 x 2 x 64 then takes 248 registers (the driver; 236-247 without), still two
- * work-groups an SM, and a warp's block loads 32 ldmatrix.x4 instead of 40. H200, d = 64, TFLOP/s against v0.22's
- * 4 x 2 x 32 capped for three an SM, f16 / bf16 (docs/perf.md v0.22, call 2): non-causal N = 4k 309.0 / 308.3
+ * work-groups an SM, and a warp's block loads 32 ldmatrix.x4 instead of 40. H200, d = 64, TFLOP/s against 2026-12-03's
+ * 4 x 2 x 32 capped for three an SM, f16 / bf16 (docs/perf-history.md, 2026-12-03): non-causal N = 4k 309.0 / 308.3
  * against 277.3 / 278.4, 32k 308.6 / 317.8 against 277.2 / 282.7 (+10.7..+12.4%); 8 x 2 x 64 with it +3.7..+10.1%
  * (255 registers, spilled); 4 x 2 x 32 at 168 registers -9.6..-13.9% (spilled). Causal 4 x 2 x 64 -2.1..+1.9% (even:
  * not taken). Not on a KV cache, whose key lookups these registers were not measured with. */
@@ -206,10 +206,10 @@ static bool mma_q_registers(const struct problem *p, const struct kernel_shape *
 }
 
 /* mma.sync: each warp skips the blocks none of its rows sees (cl/flash_forward_mma.cl's BLOCK_SKIP), always.
- * H200, f16, N = 4k / 16k, against none (docs/perf.md v0.17, call 2): d = 64 causal +5.1 / +4.5%, non-causal
+ * H200, f16, N = 4k / 16k, against none (docs/perf-history.md, 2026-12-02): d = 64 causal +5.1 / +4.5%, non-causal
  * +0.4 / +0.6%; d = 128 causal +1.3 / +1.9%, non-causal +1.5 / +2.3%. Every exponent on the MUFU (EXP2_POLY 0):
  * one tile in 8 on the FMA units lost 1.8-6.9% on 7 of 8 rows (d = 64 and 128; d = 128 N = 16k non-causal +1.5%),
- * two or three tiles 1.3-13.2% on all (v0.19 call 1). */
+ * two or three tiles 1.3-13.2% on all (2026-12-03). */
 static void mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                         float scale_log2, char *buf, size_t size)
 {
@@ -224,7 +224,7 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
  * (BLOCK_N / 4) and about 40 more (addresses, the rows' m and l), within what a work-group of W warps leaves
  * each (65536 / 32 W registers, at most 255); ptxas 13.0 offline agreed on the built-in shapes (no spills
  * where this fits, spills where not). Q is read from local memory where its fragments (d / 4) would not fit
- * beside them. H200, f16, TFLOP/s without / with it (docs/perf.md v0.15, call 3), non-causal / causal:
+ * beside them. H200, f16, TFLOP/s without / with it (docs/perf-history.md, 2026-12-02), non-causal / causal:
  * N = 16k d = 128 12 x 64 395.9 / 420.0, 408.2 / 427.2 (the built-in 12 x 128: 428.9 / 427.5); N = 8k d = 160
  * 12 x 64 427.5 / 428.9, 406.3 / 414.8; d = 256 8 x 64 384.4 / 404.4, 378.7 / 394.4; where it lost: d = 64 12 x 64
  * 292.3 / 289.0, 281.3 / 279.9, 16 x 64 302.4 / 276.3, and on 128-key blocks (call 1) d = 64 12 x 128 369.7 /
@@ -266,7 +266,7 @@ static void append_register_cap(const struct device_desc *dev, const struct kern
  * allows. At d <= 64 on dense and packed batches: 4 x 128 three (168 registers a thread), 8 x 64 two (128). Several
  * work-groups an SM fall out of step, where one work-group's warpgroups meet at each block's barrier and run their
  * products, softmaxes and PVs together; and one's first copies and last stores run under the others' loops. H200,
- * d = 64, TFLOP/s against the 12-warp built-ins, f16 / bf16 (docs/perf.md v0.21, call 1): non-causal 4 x 128 N = 4k
+ * d = 64, TFLOP/s against the 12-warp built-ins, f16 / bf16 (docs/perf-history.md, 2026-12-03): non-causal 4 x 128 N = 4k
  * 440.5 / 451.1 against 382.2 / 383.1, 8k 449.5 / 462.7 against 414.2 / 412.7, 16k 430.7 / 449.8 against 421.8 /
  * 420.8 (+2.1..+17.7%; 8 x 64 there +0.0..+6.4%); causal 8 x 64 N = 4k 355.4 / 366.8 against 338.8 / 338.4, 8k
  * 398.1 / 408.5 against 381.8 / 380.0, 16k 424.9 / 428.8 against 403.2 / 402.2 (+4.3..+8.4%; 4 x 128 there
@@ -301,7 +301,7 @@ static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kern
 
 /* Whether the work-group's warpgroups issue their products in turns (cl/flash_forward_mma.cl's WGMMA_PINGPONG):
  * where there are two or more, at head dims 65-192. H200, f16, TFLOP/s without / with the turns (docs/perf.md
- * v0.16, calls 1 and 3): d = 128 12 x 128, N = 4k / 16k, non-causal 496.4 / 493.4, 523.9 / 520.8, causal 411.0 /
+ * 2026-12-02, calls 1 and 3): d = 128 12 x 128, N = 4k / 16k, non-causal 496.4 / 493.4, 523.9 / 520.8, causal 411.0 /
  * 413.7, 496.3 / 505.8 (call 3: -0.6..+1.9%; call 1, before the lean copies: +0.2..+2.1%); d = 160 12 x 64 N = 8k
  * +2.1 / +2.2% (call 1); where it lost: d = 64 12 x 128 -1.7..-4.9% (both calls), d = 256 8 x 64 -3.7% non-causal
  * (+0.5% causal; call 1). */
@@ -313,9 +313,9 @@ static bool wgmma_pingpong(const struct problem *p, const struct kernel_shape *s
 /* Whether wgmma's warpgroups skip the blocks none of their rows sees (BLOCK_SKIP): with a mask past d = 64, not
  * with the overlap, and where the blocks to skip are a fair part of a work-group's keys: a window on the left, or a
  * causal diagonal across at least half the keys (rows >= keys / 2). H200, f16, N = 4k / 8k / 16k, against none
- * (docs/perf.md v0.17, call 2): d = 128 causal +4.7 / +1.7 / +1.8%; where it lost: d = 128 non-causal -1.0..-1.4%
+ * (docs/perf-history.md, 2026-12-02): d = 128 causal +4.7 / +1.7 / +1.8%; where it lost: d = 128 non-causal -1.0..-1.4%
  * (there only the last block's rows past the sequence skip), d = 64 causal +0.6 / -3.5 / -3.2%, non-causal +1.3 /
- * -0.7 / -1.0%; chunked prefill (d = 128 GQA 32:8, 512 and 2048 rows against 16k and 64k keys, v0.18 call 2, two
+ * -0.7 / -1.0%; chunked prefill (d = 128 GQA 32:8, 512 and 2048 rows against 16k and 64k keys, 2026-12-02, two
  * rounds) 1.7-4.6% slower, the diagonal there 1-12% of the keys. Head dims 65-127 follow d = 128 unmeasured. */
 static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
 {
@@ -328,7 +328,7 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
 /* The n-tiles in 8 whose exponents cl/nv_mma.h's softmax takes from exp2_poly (FMA units) instead of the MUFU:
  * one where it was measured faster, none elsewhere: where the warpgroups skip blocks (BLOCK_SKIP: a mask past
  * d = 64, with the turns), on 128-key blocks with Q read from local memory, at head dims up to 128 (the
- * built-in 12 x 128 at d = 97-128). H200, TFLOP/s, all on the MUFU against one tile in 8 (docs/perf.md v0.19,
+ * built-in 12 x 128 at d = 97-128). H200, TFLOP/s, all on the MUFU against one tile in 8 (docs/perf-history.md, 2026-12-03,
  * calls 1 and 3), d = 128 causal: f16 N = 4k 431.1 / 439.3 and 434.8 / 443.7, 8k 492.4 / 496.1, 16k 516.5 / 526.1
  * and 519.2 / 527.3; bf16 4k 428.4 / 444.1, 8k 490.0 / 500.9, 16k 515.4 / 524.6 (+0.7..+3.7%). Where it did not
  * pay: d = 96 causal -6.6% (12 x 128 with Q's fragments in registers), d = 192 causal -0.3..+0.3% (12 x 64),
@@ -350,7 +350,7 @@ static bool wgmma_q_crowds(const struct problem *p, const struct kernel_shape *s
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
  * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
  * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
- * Q in registers 399.9 / 398.1 (docs/perf.md v0.13); at d = 64, 12 x 128, registers ran 345 / 331 and local
+ * Q in registers 399.9 / 398.1 (docs/perf-history.md, 2026-12-01); at d = 64, 12 x 128, registers ran 345 / 331 and local
  * memory 340 / 326; with the overlap where its estimate leaves no room for Q's d / 4 (wgmma_overlaps). */
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
@@ -659,7 +659,7 @@ static size_t decode_mma_stage_bytes(const struct kernel_shape *s, const struct 
     return 2 * n * nv_tile_row_bytes(p->head_dim) + (p->varlen == 3 ? 2 * n * sizeof(cl_ulong) : 0);
 }
 
-/* Decode streams K/V at the rate each work-group's bytes in flight allow (docs/perf.md v0.12): the
+/* Decode streams K/V at the rate each work-group's bytes in flight allow (docs/perf-history.md, 2026-12-01): the
  * number of buffers (2..4) that puts the most K and V in flight a compute unit, counting the
  * work-groups a unit holds by local memory, but never fewer than two a unit where two buffers give two
  * (one's barriers and merge then overlap another's streaming). H200, d = 128, 4 warps x 64 keys: three
@@ -754,13 +754,13 @@ static const struct builtin_shape backward_tf32_builtin[] = {
 
 #define SHAPE(w, t, n) {.axis = {[W] = (w), [T] = (t), [N] = (n)}}
 
-/* f16/bf16, preferred first (sweeps on the H200, docs/perf.md v0.5): 4 x 2 x 64 up to d = 128; smaller
- * shapes for devices whose local memory it does not fit. (v0.5 to v0.13 took 8 x 1 x 128 for non-causal
- * d = 128 on sm_90; since v0.14's ldmatrix addresses 4 x 2 x 64 runs it 5.7% faster, 298.7 against 282.6
+/* f16/bf16, preferred first (sweeps on the H200, docs/perf-history.md, 2026-11-29): 4 x 2 x 64 up to d = 128; smaller
+ * shapes for devices whose local memory it does not fit. (2026-11-29 to 2026-12-01 took 8 x 1 x 128 for non-causal
+ * d = 128 on sm_90; since 2026-12-01's ldmatrix addresses 4 x 2 x 64 runs it 5.7% faster, 298.7 against 282.6
  * TFLOP/s at N = 16k, f16: two work-groups an SM, whose barriers do not meet.) */
 static const struct builtin_shape mma_builtin[] = {
     /* Past d = 128: one 16-row tile a warp (O is HEAD_DIM / 2 registers). On the H200 (docs/perf.md,
-     * v0.10) 8 warps x 128 keys ran best at d = 160 (210 KB; past d = 160 it does not fit), 8 x 64 at
+     * 2026-12-01) 8 warps x 128 keys ran best at d = 160 (210 KB; past d = 160 it does not fit), 8 x 64 at
      * d = 192 and 256 (1.2-1.5x 4 x 1 x 32); 8 x 1 x 32 where 64-key blocks do not fit (f16 d = 256:
      * 192 KB against 128 KB). */
     {ARCH_NVIDIA_SM90, 129, 160, -1, SHAPE(8, 1, 128), ANY_BATCH},
@@ -770,10 +770,10 @@ static const struct builtin_shape mma_builtin[] = {
     {ARCH_ANY, 129, 256, -1, SHAPE(4, 1, 16), ANY_BATCH},
     {ARCH_ANY, 129, 256, -1, SHAPE(2, 1, 16), ANY_BATCH},
     /* d <= 64 unmasked on sm_90: dense and packed 4 x 2 x 64 with Q's fragments in registers (mma_q_registers:
-     * two work-groups an SM, +10.7..+12.4% against v0.22's 4 x 2 x 32 at 168 registers, three an SM, which ran
-     * -0.7..+4.3% against 8 x 2 x 64: docs/perf.md v0.21 call 4, v0.22 calls 1 and 2). On a KV cache 8 x 2 x 64 (one
+     * two work-groups an SM, +10.7..+12.4% against 2026-12-03's 4 x 2 x 32 at 168 registers, three an SM, which ran
+     * -0.7..+4.3% against 8 x 2 x 64: docs/perf-history.md, 2026-12-03, 2026-12-03 calls 1 and 2). On a KV cache 8 x 2 x 64 (one
      * work-group of 8 warps an SM, 64 KB): it ran 2.6-4.2% above 4 x 2 x 64 with Q in local memory at d = 64,
-     * N = 4k-32k, f16 (v0.15, call 3; smaller d not measured); causal, 8 x 2 x 64 was 1.5% below at 16k. */
+     * N = 4k-32k, f16 (2026-12-02; smaller d not measured); causal, 8 x 2 x 64 was 1.5% below at 16k. */
     {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(4, 2, 64), DENSE_OR_PACKED},
     {ARCH_NVIDIA_SM90, 1, 64, FLASHCL_MASK_NONE, SHAPE(8, 2, 64), ANY_BATCH},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 2, 64), ANY_BATCH},
@@ -782,21 +782,21 @@ static const struct builtin_shape mma_builtin[] = {
 };
 
 /* wgmma (sm_90a): warpgroups of 4 warps, 64 query rows each; d a multiple of 16 up to 256, 64, 128 or 192 keys a
- * block. H200, N = 16k, f16, TFLOP/s non-causal / causal (docs/perf.md v0.11): d = 64: 12 x 128 345 / 337,
+ * block. H200, N = 16k, f16, TFLOP/s non-causal / causal (docs/perf-history.md, 2026-12-01): d = 64: 12 x 128 345 / 337,
  * 8 x 64 303 / 301, 8 x 128 254 / 260, 4 x 64 257 / 258; d = 128: 12 x 64 400 / 400, 12 x 128 361 / 361
- * (spilled), 8 x 128 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. N = 8k, f16 (v0.13): d = 96 12 x 128
+ * (spilled), 8 x 128 345 / 351, 8 x 64 284 / 279, 4 x 64 273 / 280. N = 8k, f16 (2026-12-01): d = 96 12 x 128
  * 364 / 352, 12 x 64 321 / 321, 8 x 64 282 / 263; d = 128 12 x 128 with Q read from local memory 413 / 424
  * (wgmma_options); past d = 128 (Q from local memory always) 12 x 64 up to d = 192 (d = 160 405 / 390 against
  * 8 x 64's 326 / 320; d = 192 398 / 384 against 339 / 341), 8 x 64 past it (d = 256 378 / 365, 12 x 64 spills:
  * 252 / 268; 4 x 64 228 / 229). Then smaller ones where those do not fit. Up to d = 64 without a mask, 12 x 192
- * (FlashAttention-3's 192 x 192 there): H200, d = 64, TFLOP/s against 12 x 128, f16 / bf16 (v0.20, call 1):
+ * (FlashAttention-3's 192 x 192 there): H200, d = 64, TFLOP/s against 12 x 128, f16 / bf16 (2026-12-03):
  * N = 4k 379.0 / 382.5 against 380.1 / 378.4, 8k 412.6 / 412.1 against 400.6 / 401.3, 32k 417.4 / 430.7
  * against 409.0 / 413.0 (-0.3..+4.3%); causal it lost 0.8-2.6% on 5 of 6 rows (the mask's code spilled) and
  * 8 x 192 10-15% everywhere. Not on a KV cache (VARLEN 2 and 3: their key lookups spilled 52-72 bytes offline,
- * not measured on the GPU); smaller head dims follow d = 64 unmeasured. That was v0.20's built-in; since v0.21 up to
+ * not measured on the GPU); smaller head dims follow d = 64 unmeasured. That was 2026-12-03's built-in; since 2026-12-03 up to
  * d = 64 off a KV cache the built-ins are 4 x 128 without a mask and 8 x 64 causal, several work-groups an SM
  * (wgmma_resident: +5.6..+18.8% at N = 4k-16k on the standard table, even with the 12-warp shapes at 32k:
- * docs/perf.md v0.21, calls 2 and 3). 12 x 192 stays a shape the tuning file and the kernel options can name. */
+ * docs/perf-history.md, 2026-12-03, calls 2 and 3). 12 x 192 stays a shape the tuning file and the kernel options can name. */
 static const struct builtin_shape wgmma_builtin[] = {
     {ARCH_ANY, 1, 64, FLASHCL_MASK_NONE, SHAPE(4, 1, 128), DENSE_OR_PACKED},
     {ARCH_ANY, 1, 64, FLASHCL_MASK_CAUSAL, SHAPE(8, 1, 64), DENSE_OR_PACKED},
@@ -806,7 +806,7 @@ static const struct builtin_shape wgmma_builtin[] = {
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 64), ANY_BATCH},
 };
 
-/* TF32 (H200 sweep, docs/perf.md v0.5): 8 x 2 x 32 past d = 64, 4 x 2 x 64 up to it. */
+/* TF32 (H200 sweep, docs/perf-history.md, 2026-11-29): 8 x 2 x 32 past d = 64, 4 x 2 x 64 up to it. */
 static const struct builtin_shape tf32_builtin[] = {
     {ARCH_ANY, 65, 256, -1, SHAPE(8, 2, 32), ANY_BATCH},
     {ARCH_ANY, 1, 64, -1, SHAPE(4, 2, 64), ANY_BATCH},

@@ -43,7 +43,7 @@ float OVL fmin(float a, float b) { return __builtin_fminf(a, b); }
 int OVL max(int a, int b) { return a > b ? a : b; }
 int OVL min(int a, int b) { return a < b ? a : b; }
 int OVL clamp(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
-float OVL native_exp2(float x) { return __nvvm_ex2_approx_f(x); }  /* NVIDIA's OpenCL: not ftz (docs/perf.md v0.14) */
+float OVL native_exp2(float x) { return __nvvm_ex2_approx_f(x); }  /* NVIDIA's OpenCL: not ftz (docs/perf-history.md, 2026-12-01) */
 float OVL exp2(float x) { return __nvvm_ex2_approx_f(x); }
 float OVL log2(float x) { return __nvvm_lg2_approx_f(x); }
 float2 OVL vload2(size_t i, const __local float *p) { return (float2)(p[2 * i], p[2 * i + 1]); }

@@ -12,7 +12,7 @@
 # Needs ptxas (PTXAS, default ptxas on PATH or /usr/local/cuda/bin/ptxas) and nvdisasm (NVDISASM,
 # default nvdisasm on PATH; PyPI's nvidia-cuda-nvdisasm wheel has one). The static __local arrays are
 # shrunk first to share 48 KB (ptxas alone refuses more; their size changes no instruction).
-# docs/perf.md (v0.14) used it to find the ldmatrix address arithmetic and the exponent's fix-up, v0.15
+# docs/perf.md (2026-12-01) used it to find the ldmatrix address arithmetic and the exponent's fix-up, 2026-12-02
 # to see that the overlapped wgmma loop kept its softmax between the two waits (printed where there is one).
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
