@@ -78,20 +78,14 @@ static void destroy_contexts(void)
     n_contexts = 0;
 }
 
-/* The cases are numbered forward, backward, varlen, KV cache, standard; FLASHCL_KERNEL_CHECK_CASE=n runs case n alone (the
- * kernel checker runs each in a process of its own), FLASHCL_KERNEL_CHECK=name only that kernel's cases
- * ("standard": the standard path's) and FLASHCL_KERNEL_CHECK_SKIP=name all but that kernel's. Unset or
- * empty: all. */
+/* The cases are numbered forward, backward, varlen, KV cache, standard. FLASHCL_KERNEL_CHECK_CASE=n runs
+ * case n alone (the kernel checker runs each in a process of its own), FLASHCL_KERNEL_CHECK=name only that
+ * kernel's cases ("standard": the standard path's). Unset or empty: all. */
 static bool selected(int index, const char *kernel)
 {
     const char *only_case = getenv("FLASHCL_KERNEL_CHECK_CASE"), *only_kernel = getenv("FLASHCL_KERNEL_CHECK");
-    const char *skip = getenv("FLASHCL_KERNEL_CHECK_SKIP");
     if (only_case && *only_case && atoi(only_case) != index)
         return false;
-    if (skip && strcmp(skip, kernel) == 0) {
-        printf("case %d (%s): skipped (FLASHCL_KERNEL_CHECK_SKIP)\n", index, kernel);
-        return false;
-    }
     return !only_kernel || !*only_kernel || strcmp(only_kernel, kernel) == 0;
 }
 
