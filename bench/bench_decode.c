@@ -245,7 +245,7 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
     if (st == FLASHCL_SUCCESS)
         st = bench_decode_config(env, &p, &t);
     if (st == FLASHCL_SUCCESS) {
-        r->kernel = flashcl_variant_name(t.variant);
+        r->kernel = t.kernel;
         r->splits = t.splits;
         st = bench_time(env, BENCH_FLASH, &p.b, &p.c, warmup, reps, &r->median_ms, &r->min_ms, &r->last_ms);
     }

@@ -292,7 +292,7 @@ const char *bench_kernel_name(struct bench_env *env, enum bench_path path, struc
     const flashcl_status st = b->grad.d_q.mem ? flashcl_backward_config(env->ctx, &b->attn, &b->grad, &t)
                               : b->varlen     ? flashcl_forward_varlen_config(env->ctx, &b->attn, b->varlen, &t)
                                               : flashcl_forward_config(env->ctx, &b->attn, &t);
-    return st == FLASHCL_SUCCESS ? flashcl_variant_name(t.variant) : "?";
+    return st == FLASHCL_SUCCESS ? t.kernel : "?";
 }
 
 /* Ascending, NaNs (a run without profiling information) last. */

@@ -18,6 +18,9 @@
  *       writes the winners to the tuning file the library reads. Decode keys
  *       (one query a sequence against a cache of N keys, GQA and MHA) tune
  *       the decode kernel's key block and split count together.
+ *   flashcl-probe --kernels
+ *       Prints the library's kernel table as Markdown (docs/design.md's
+ *       table is this output); needs no device.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -34,6 +37,56 @@
 #include "hostref.h"
 
 #define CHECK_N 100  /* tokens of the correctness check of each candidate */
+
+/* Kernel names compared (NULL: no kernel planned, equal to nothing). */
+static bool same_kernel(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+/* The kernel table, one row a kernel in the planner's order, then each kernel's summary. */
+static int print_kernels(void)
+{
+    static const char *const dtype_names[] = {[FLASHCL_F32] = "f32", [FLASHCL_F16] = "f16", [FLASHCL_BF16] = "bf16"};
+    printf("| kernel | pass | source | dtypes | head dims | needs | takes | axes and built-in shapes |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    const int n = flashcl_kernel_count();
+    for (int i = 0; i < n; i++) {
+        struct flashcl_kernel_info k;
+        char shapes[2048];
+        if (flashcl_kernel_describe(i, &k) != FLASHCL_SUCCESS ||
+            flashcl_kernel_shapes(i, shapes, sizeof(shapes)) != FLASHCL_SUCCESS) {
+            fprintf(stderr, "flashcl-probe: %s\n", flashcl_last_error());
+            return 1;
+        }
+        char dtypes[32] = "";
+        for (int t = FLASHCL_F32; t <= FLASHCL_BF16; t++)
+            if (k.dtypes & (1u << t))
+                snprintf(dtypes + strlen(dtypes), sizeof(dtypes) - strlen(dtypes), "%s%s", dtypes[0] ? ", " : "",
+                         dtype_names[t]);
+        char dims[32];
+        if (k.head_dim_step == 1)
+            snprintf(dims, sizeof(dims), "1..%d", k.head_dim_max);
+        else
+            snprintf(dims, sizeof(dims), "%d..%d step %d", k.head_dim_step, k.head_dim_max, k.head_dim_step);
+        const char *needs = k.tensor_cores == 2   ? "wgmma (compute capability 9.0, its probe), 16-byte rows"
+                            : k.tensor_cores == 1 ? "tensor cores (sm_80+), 16-byte rows"
+                                                  : "any OpenCL 1.2 device";
+        char takes[96];
+        snprintf(takes, sizeof(takes), "%s%s%s%s", k.varlen ? "varlen, KV caches" : "dense",
+                 k.split_kv ? ", split-KV" : "", k.opt_in ? ", opt-in" : "",
+                 k.dtypes == (1u << FLASHCL_F32) && k.tensor_cores ? ", precision TF32/TF32X3" : "");
+        printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", k.name, k.backward ? "backward" : "forward", k.source,
+               dtypes, dims, needs, takes, shapes[0] ? shapes : "—");
+    }
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        struct flashcl_kernel_info k;
+        flashcl_kernel_describe(i, &k);
+        printf("- **%s**: %s\n", k.name, k.summary);
+    }
+    return 0;
+}
 
 struct options {
     bool json, tune, quick;
@@ -356,9 +409,9 @@ static const char *key_dtype_name(const struct tune_key *key)
 }
 
 /* Whether the variant is one of the TF32 kernels, which a TF32 key tunes. */
-static bool tf32_variant(enum flashcl_variant v)
+static bool tf32_kernel(const char *v)
 {
-    return v == FLASHCL_VARIANT_TF32 || v == FLASHCL_VARIANT_BACKWARD_TF32;
+    return same_kernel(v, "tf32") || same_kernel(v, "backward-tf32");
 }
 
 #define MAX_SPLITS 64  /* what kernel_options' splits takes (1..64) */
@@ -545,12 +598,12 @@ static flashcl_status time_pass(struct bench_env *env, const struct tune_problem
  * Returns the median ms; -1 if it does not plan `expected` (and, splits > 0,
  * that split count), -2 if it disagreed with the reference, -3 if the timing
  * failed. */
-static double evaluate(flashcl_context *ctx, cl_command_queue queue, enum flashcl_variant expected, int splits,
+static double evaluate(flashcl_context *ctx, cl_command_queue queue, const char *expected, int splits,
                        const struct tune_problem *check, const struct tune_problem *timed, int reps)
 {
     struct bench_env env = {.ctx = ctx, .queue = queue};
     struct flashcl_tile t;
-    if (problem_config(ctx, check, &t) != FLASHCL_SUCCESS || t.variant != expected || (splits && t.splits != splits))
+    if (problem_config(ctx, check, &t) != FLASHCL_SUCCESS || !same_kernel(t.kernel, expected) || (splits && t.splits != splits))
         return -1;
     if (!(check_error(&env, check) <= bench_tolerance(&check->c)))
         return -2;
@@ -563,14 +616,14 @@ static double evaluate(flashcl_context *ctx, cl_command_queue queue, enum flashc
 /* The kernel the library plans for a key on aligned [B, N, H, d] views
  * (the backward's with the LSE and gradients it needs); 0 where it plans
  * none. */
-static enum flashcl_variant planned_variant(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key,
+static const char *planned_kernel(flashcl_context *ctx, cl_command_queue queue, const struct tune_key *key,
                                             const struct options *opt)
 {
     struct tune_problem t;
     struct flashcl_tile tile = {0};
     const bool ok = key_problem(ctx, queue, key, opt, true, 1, &t) && problem_config(ctx, &t, &tile) == FLASHCL_SUCCESS;
     problem_release(&t);
-    return ok ? tile.variant : (enum flashcl_variant)0;
+    return ok ? tile.kernel : (const char *)NULL;
 }
 
 /* A decode key's candidates: each of the decode kernel's block_n candidates
@@ -578,7 +631,7 @@ static enum flashcl_variant planned_variant(flashcl_context *ctx, cl_command_que
  * s/2, s, 3s/2, 2s), capped as the planner caps a tuned count (each split
  * at least two key blocks, 64 at most), so the tuning file can replay each
  * on this grid. rows, splits and groups filled as the entry records them. */
-static int decode_candidates(flashcl_context *base, enum flashcl_variant variant, const struct tune_key *key,
+static int decode_candidates(flashcl_context *base, const char *variant, const struct tune_key *key,
                              const struct tune_problem *timed, int planned_splits, size_t usable_local,
                              struct flashcl_tuned_config *out, int max)
 {
@@ -686,14 +739,14 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
      * key's, up to five split counts a shape (for the progress bar). */
     struct flashcl_tuned_config cand[128];
     int total = 0, done = 0;
-    enum flashcl_variant variant_of[MAX_KEYS];
+    const char *kernel_of[MAX_KEYS];
     for (int i = 0; i < n_keys; i++) {
-        variant_of[i] = planned_variant(base, queue, &keys[i], opt);
-        if (!variant_of[i] && !keys[i].group && !keys[i].precision)
-            variant_of[i] = keys[i].pass == BENCH_PASS_FORWARD ? FLASHCL_VARIANT_PORTABLE : FLASHCL_VARIANT_BACKWARD;
-        if (keys[i].precision && !tf32_variant(variant_of[i]))
+        kernel_of[i] = planned_kernel(base, queue, &keys[i], opt);
+        if (!kernel_of[i] && !keys[i].group && !keys[i].precision)
+            kernel_of[i] = keys[i].pass == BENCH_PASS_FORWARD ? "portable" : "backward";
+        if (keys[i].precision && !tf32_kernel(kernel_of[i]))
             continue;  /* skipped below: no TF32 kernel here */
-        int n = flashcl_tuning_candidates(base, variant_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
+        int n = flashcl_tuning_candidates(base, kernel_of[i], keys[i].dtype, keys[i].d, p->usable_local, NULL, 0);
         n *= keys[i].group ? 5 : 1;
         total += (n < max_candidates ? n : max_candidates) + 1;
     }
@@ -711,15 +764,15 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             snprintf(pass, sizeof(pass), "decode/%d", key->group);
         else
             snprintf(pass, sizeof(pass), "%s", bench_pass_name(key->pass));
-        const enum flashcl_variant var = variant_of[i];
-        if (key->group && var != FLASHCL_VARIANT_DECODE && var != FLASHCL_VARIANT_DECODE_TENSOR_CORE) {
+        const char *const var = kernel_of[i];
+        if (key->group && !same_kernel(var, "decode") && !same_kernel(var, "decode-tensor-core")) {
             printf("%-8s %-6s %3d %6d  not planned on a decode kernel here (%s); skipped\n", pass,
-                   flashcl_dtype_name(key->dtype), key->d, key->causal, var ? flashcl_variant_name(var) : "no plan");
+                   flashcl_dtype_name(key->dtype), key->d, key->causal, var ? var : "no plan");
             continue;
         }
-        if (key->precision && !tf32_variant(var)) {  /* the FMA kernels' own keys tune those */
+        if (key->precision && !tf32_kernel(var)) {  /* the FMA kernels' own keys tune those */
             printf("%-8s %-6s %3d %6d  not planned on a TF32 kernel here (%s); skipped\n", pass, key_dtype_name(key),
-                   key->d, key->causal, var ? flashcl_variant_name(var) : "no plan");
+                   key->d, key->causal, var ? var : "no plan");
             continue;
         }
         /* Inputs: a small problem to check, a realistic one to time. */
@@ -733,7 +786,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         }
         struct flashcl_tile base_tile = {0};
         problem_config(base, &timed, &base_tile);
-        const double untuned = evaluate(base, queue, base_tile.variant, 0, &check, &timed, reps);
+        const double untuned = evaluate(base, queue, base_tile.kernel, 0, &check, &timed, reps);
 
         struct flashcl_tuned_config all[128];
         int n_all = key->group ? decode_candidates(base, var, key, &timed, base_tile.splits, p->usable_local, all, 128)
@@ -745,11 +798,11 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         /* The untuned choice is a candidate too, so the winner is never a
          * configuration measured slower than what the library would do. */
         int n_try = n_pick;
-        const bool has_baseline = base_tile.variant == var && n_try < 128;
+        const bool has_baseline = same_kernel(base_tile.kernel, var) && n_try < 128;
         if (has_baseline) {
             struct flashcl_tuned_config *u = &cand[n_try++];
             memset(u, 0, sizeof(*u));
-            u->variant = var;
+            u->kernel = var;
             u->dtype = key->dtype;
             u->head_dim = key->d;
             u->block_m = base_tile.block_m;
@@ -783,7 +836,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         }
         fprintf(stderr, "\r%*s\r", 100, "");
         double final_tuned = best, final_untuned = untuned;
-        if (best_j >= 0 && !(has_baseline && best_j == n_try - 1) && var == base_tile.variant) {
+        if (best_j >= 0 && !(has_baseline && best_j == n_try - 1) && same_kernel(var, base_tile.kernel)) {
             /* Noise can crown the wrong one: winner and untuned choice timed
              * again in alternation; the untuned one stays unless beaten. */
             flashcl_context *wctx = candidate_context(cl, dev, &cand[best_j], p->usable_local);
@@ -805,10 +858,10 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         }
         if (has_baseline && best_j == n_try - 1)
             final_tuned = final_untuned;  /* the untuned choice won: the same configuration */
-        if (best_j >= 0 && var == base_tile.variant) {
+        if (best_j >= 0 && same_kernel(var, base_tile.kernel)) {
             struct flashcl_tuned_config w = cand[best_j];
             w.causal = key->causal;
-            w.precision = tf32_variant(var) ? key->precision : FLASHCL_PRECISION_EXACT;
+            w.precision = tf32_kernel(var) ? key->precision : FLASHCL_PRECISION_EXACT;
             w.ms = final_tuned;
             winners[n_winners++] = w;
             char shape[96] = "";
@@ -898,7 +951,8 @@ int main(int argc, char **argv)
         {"json", no_argument, 0, 'j'}, {"tune", no_argument, 0, 't'},    {"quick", no_argument, 0, 'q'},
         {"out", required_argument, 0, 'o'}, {"n", required_argument, 0, 'n'}, {"d", required_argument, 0, 'd'},
         {"tokens", required_argument, 0, 'T'}, {"hidden", required_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}, {"kernels", no_argument, 0, 'k'},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -911,13 +965,25 @@ int main(int argc, char **argv)
         case 'T': opt.tokens = atol(optarg); break;
         case 'H': opt.hidden = atol(optarg); break;
         case 'd': opt.d = atoi(optarg); break;
+        case 'k': return print_kernels();
         case 'h':
             printf("usage: flashcl-probe [--json] [--n N] [--d D] [--tokens T] [--hidden C]\n"
                    "                     [--tune [--quick] [--out FILE]]\n"
-                   "  --n, --d         roofline shape (16384, 128); --tune times candidates at N (default 4096,\n"
-                   "                   2048 with --quick) with batch*N = --tokens (16384), heads*d = --hidden (2048);\n"
-                   "                   decode keys: one query a sequence against a cache of N keys\n"
-                   "  --out FILE       tuning file (default $XDG_CACHE_HOME/flashcl/tuning.txt)\n"
+                   "       flashcl-probe --kernels | --help | --version\n"
+                   "Probes the device flashcl would use (FLASHCL_DEVICE, else the first GPU): the local memory\n"
+                   "that really builds and runs, copy bandwidth, FMA and tensor-core rates, the roofline.\n"
+                   "  --json           the probe's results as JSON on stdout\n"
+                   "  --n N, --d D     roofline shape: sequence length and head dim (16384, 128)\n"
+                   "  --tune           also time each kernel's candidate tiles per pass, dtype, head dim and\n"
+                   "                   mask (each checked against a double-precision reference first) and\n"
+                   "                   write the winners to the tuning file the library reads\n"
+                   "  --quick          with --tune: fewer candidates and N = 2048\n"
+                   "  --out FILE       with --tune: the tuning file (default $FLASHCL_TUNING, else\n"
+                   "                   $XDG_CACHE_HOME/flashcl/tuning.txt)\n"
+                   "  --tokens T       with --tune: batch*N of the timed calls (16384); N is --n (4096)\n"
+                   "  --hidden C       with --tune: heads*d of the timed calls (2048)\n"
+                   "  --kernels        print the kernel table as Markdown (docs/design.md's) and exit\n"
+                   "  --help           this text\n"
                    "  --version        the library's version\n");
             return 0;
         case 'V': printf("flashcl-probe %s\n", flashcl_version()); return 0;

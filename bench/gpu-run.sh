@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One whole GPU run on the lent NVIDIA machine (../shared/DEVICE.md): build
+# One whole GPU run on an NVIDIA machine with its OpenCL driver: build
 # flashcl against NVIDIA's OpenCL, run the test suite there, run flashcl-bench
 # and PyTorch's SDPA backends on the same shapes, and join the two tables.
 # Results go to $OUT (default ./gpu-out). Needs the Debian packages of

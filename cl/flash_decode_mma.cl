@@ -126,13 +126,10 @@ static inline void load_kv_rows(__local uint4 *k_tile, __local uint4 *v_tile, __
 #define LOAD_BLOCK(k_dst, v_dst, table, first) LOAD_KV(k_dst, v_dst, first)
 #endif
 
+#include "forward_args.h"
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void flash_decode_mma(__global const storage_t *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
-                      __global const storage_t *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
-                      __global const storage_t *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
-                      __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
-                      __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                      int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
+void flash_decode_mma(FORWARD_ARGS(storage_t))
 {
     __local uint4 q_tile[ROWS * ROW_CHUNKS] __attribute__((aligned(16)));
     __local uint4 k_tiles[STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* block j in j % STAGES */

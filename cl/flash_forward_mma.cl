@@ -256,13 +256,10 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
     copy_async_commit()
 #endif
 
+#include "forward_args.h"
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void flash_forward_mma(__global const ushort *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
-                       __global const ushort *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
-                       __global const ushort *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
-                       __global ushort *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
-                       __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                       int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
+void flash_forward_mma(FORWARD_ARGS(ushort))
 {
     __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     __local uint4 k_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));

@@ -141,13 +141,10 @@ static inline void load_paged_tile(__local float *tile, int pitch, int rows, __g
 #define LOAD_KEYS(tile, pitch, base, sb, ss, first, seq) load_tile(tile, pitch, BLOCK_N, base, ss, first, seq, tid)
 #endif
 
+#include "forward_args.h"
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void flash_forward_tf32(__global const float *q, ulong q_off, ulong q_sb, ulong q_ss, ulong q_sh,
-                        __global const float *k, ulong k_off, ulong k_sb, ulong k_ss, ulong k_sh,
-                        __global const float *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh,
-                        __global float *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
-                        __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                        int has_lse, int seq_q, int seq_kv, int group, float scale_log2 VARLEN_ARGS SPLIT_ARGS)
+void flash_forward_tf32(FORWARD_ARGS(float))
 {
     __local float q_tile[BLOCK_M * PITCH_QK] __attribute__((aligned(16)));
     __local float k_tile[BLOCK_N * PITCH_QK] __attribute__((aligned(16)));

@@ -3,15 +3,39 @@
  *
  * One header, C99, usable from C++. The library computes
  *
- *     O = softmax(scale * Q Kᵀ  [+ causal mask]) V
+ *     O = softmax(scale * Q Kᵀ  [+ causal or window mask]) V
  *
  * block by block in OpenCL local memory (the online-softmax recurrence), so no
- * N×N matrix ever exists. Every call is enqueued on the caller's command queue
- * and returns without waiting, like CLBlast.
+ * N×N matrix ever exists, and its exact gradients (flashcl_backward). Every
+ * call is enqueued on the caller's command queue and returns without waiting,
+ * like CLBlast.
  *
  * Thread safety: a flashcl_context may be used from several threads at once;
  * the library serialises what must be serialised. flashcl_last_error() is
  * per thread.
+ *
+ * A C user's checklist:
+ *  1. Link with `pkg-config --cflags --libs flashcl`; check at start-up that
+ *     flashcl_api_version() == FLASHCL_API_VERSION if the binary may meet
+ *     another build of the library.
+ *  2. flashcl_context_create(NULL, &ctx) picks a device (FLASHCL_DEVICE, else
+ *     the first GPU); pass your own cl_context and cl_device_id to share
+ *     buffers with the rest of your program.
+ *  3. Zero every struct before filling it (`struct flashcl_attention a = {0};`,
+ *     designated initialisers): zero is each field's default and the
+ *     reserved bytes must be zero.
+ *  4. Describe each tensor with a view (flashcl_tensor_bnhd / _bhnd, or your
+ *     own strides); outputs may not overlap inputs.
+ *  5. Enqueue on a queue of the context's device; wait on the returned event
+ *     or on the queue before reading the outputs. Buffers must outlive the
+ *     work.
+ *  6. On a status other than FLASHCL_SUCCESS nothing was enqueued;
+ *     flashcl_last_error() says which argument and why.
+ *  7. Kernels are named by strings ("tensor-core", "backward-tiled", ...):
+ *     the *_config calls report the one a call runs, params.kernel_options
+ *     steers them. Nothing needs setting for a correct result.
+ *  8. Release with flashcl_context_destroy(&ctx) once your own work on it
+ *     is enqueued; work in flight keeps what it needs.
  */
 #ifndef FLASHCL_H
 #define FLASHCL_H
@@ -109,43 +133,6 @@ enum flashcl_log_level {
 
 typedef void (*flashcl_log_fn)(void *user, enum flashcl_log_level level, const char *message);
 
-/* Which kernel a call runs. */
-enum flashcl_variant {
-    FLASHCL_VARIANT_PORTABLE = 1,       /* cl/flash_forward.cl: any OpenCL 1.2 device, any d and
-                                           tile, FMA units */
-    FLASHCL_VARIANT_TENSOR_CORE = 2,    /* cl/flash_forward_mma.cl: NVIDIA sm_80+, f16/bf16, mma.sync */
-    FLASHCL_VARIANT_REGISTER_TILED = 3, /* cl/flash_forward_tiled.cl: any OpenCL 1.2 device, FMA
-                                           units, d % 4 == 0, tiles of 16..128 in steps of 16 */
-    FLASHCL_VARIANT_TF32 = 4,           /* cl/flash_forward_tf32.cl: NVIDIA sm_80+, f32 inputs with
-                                           precision TF32 or TF32X3, mma.sync m16n8k8 */
-    FLASHCL_VARIANT_BACKWARD = 5,       /* cl/flash_backward.cl: the backward pass, any OpenCL 1.2
-                                           device, any d and tile */
-    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE = 6, /* cl/flash_backward_mma.cl: the backward pass on NVIDIA
-                                           sm_80+, f16/bf16, d % 16 == 0 up to 128, mma.sync */
-    FLASHCL_VARIANT_DECODE = 7,         /* cl/flash_decode.cl: few query rows against many keys (decode),
-                                           any OpenCL 1.2 device, FMA units, d % 4 == 0; one work-group
-                                           per KV head holds its group's query rows (group x seq_q <= 16),
-                                           keys split across work-groups */
-    FLASHCL_VARIANT_BACKWARD_TILED = 8, /* cl/flash_backward_tiled.cl: the backward pass, any OpenCL 1.2
-                                           device, FMA units, d % 4 == 0, blocks of 16..128 in steps of 16 */
-    FLASHCL_VARIANT_DECODE_TENSOR_CORE = 9, /* cl/flash_decode_mma.cl: the decode kernel's work-groups on
-                                           NVIDIA sm_80+ tensor cores, f16/bf16, d % 16 == 0 up to 128,
-                                           the group's rows as one 16-row mma tile */
-    FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED = 10, /* cl/flash_backward_mma.cl with FUSED_DQ: as
-                                           BACKWARD_TENSOR_CORE, dQ added up by the dK/dV pass in key-block
-                                           order (no second pass; still bitwise deterministic). Opt-in,
-                                           "backward-tensor-core-fused:on": slower on the H200
-                                           (docs/backward.md) */
-    FLASHCL_VARIANT_BACKWARD_TF32 = 11, /* cl/flash_backward_tf32.cl: the backward pass on NVIDIA sm_80+
-                                           tensor cores for f32 data with precision TF32 or TF32X3,
-                                           d % 16 == 0 up to 128, mma.sync m16n8k8; deterministic */
-    FLASHCL_VARIANT_TENSOR_CORE_WGMMA = 12 /* cl/flash_forward_mma.cl with WGMMA: Hopper (compute capability
-                                           9.0), f16/bf16, d % 16 == 0 up to 256, wgmma through the sm_90a route
-                                           (docs/design.md), planned where its probe at context creation
-                                           computed right, ahead of TENSOR_CORE ("tensor-core-wgmma:off"
-                                           plans mma.sync there; "tensor-core:off" neither) */
-};
-
 /* Parameters of flashcl_context_create. Zero/NULL in any field means its
  * default; a NULL params pointer means all defaults. */
 struct flashcl_context_params {
@@ -162,14 +149,6 @@ struct flashcl_context_params {
      * as clinfo -l lists them) or a case-insensitive substring of the
      * platform or device name, e.g. "NVIDIA" or "pthread". NULL: the env. */
     const char *device_select;
-
-    /* Deprecated (use kernel_options; kept working through 0.x): force the
-     * FMA kernels' tile, 1..256 each, as "register-tiled:block_m=..,block_n=..;
-     * portable:block_m=..,block_n=..". A size the register-tiled kernel does
-     * not run (not a multiple of 16, or over 128) turns that kernel off; the
-     * decode kernels are off with either set. */
-    int block_m;
-    int block_n;
 
     /* Nonzero: never use the tensor-core kernels (tensor-core, TF32,
      * decode-tensor-core, backward-tensor-core(-fused)), only
@@ -189,18 +168,6 @@ struct flashcl_context_params {
      * forced and tuned tiles use more than the reported size. */
     size_t local_mem_bytes;
 
-    /* Deprecated (use kernel_options): FLASHCL_VARIANT_PORTABLE is
-     * "register-tiled:off;decode:off;decode-tensor-core:off";
-     * FLASHCL_VARIANT_REGISTER_TILED and 0
-     * change nothing. Other values are refused. */
-    enum flashcl_variant fma_variant;
-
-    /* Deprecated (use kernel_options): the tensor-core and TF32 kernels'
-     * shape, as "tensor-core:warps=..,m_tiles=..,block_n=..;tf32:...". */
-    int mma_warps;
-    int mma_m_tiles;
-    int mma_block_n;
-
     /* Folder of the on-disk program cache. NULL: FLASHCL_CACHE_DIR, else
      * $XDG_CACHE_HOME/flashcl, else ~/.cache/flashcl. "" (or "off"): no
      * disk cache. A folder that cannot be created or written turns it off. */
@@ -212,7 +179,7 @@ struct flashcl_context_params {
     enum flashcl_log_level log_level;  /* most verbose level passed; 0: INFO */
 
     /* Per-kernel overrides, one mechanism for every kernel: clauses separated
-     * by ';', each a kernel name (flashcl_variant_name) and ':' then one or
+     * by ';', each a kernel name (struct flashcl_tile lists them) and ':' then one or
      * more comma-separated settings — `axis=value` fixes an axis of its
      * shape (block_m, block_n, warps, m_tiles, as the kernel has them; the
      * others stay automatic), `splits=N` forces split-KV where the kernel
@@ -236,7 +203,8 @@ struct flashcl_context_params {
     unsigned char reserved[64];
 };
 
-/* Compound-literal helper (C only): flashcl_context_params(.block_m = 2) */
+/* Compound-literal helper (C only):
+ * flashcl_context_params(.kernel_options = "register-tiled:block_m=32") */
 #define flashcl_context_params(...) (&(const struct flashcl_context_params){ __VA_ARGS__ })
 
 /* Creates a context bound to one OpenCL device. On failure *out is NULL. */
@@ -281,6 +249,10 @@ typedef struct flashcl_tensor {
     size_t stride_batch;  /* elements */
     size_t stride_seq;    /* elements */
     size_t stride_head;   /* elements */
+    /* Zero (the view helpers below and `= {0}` leave it so). Room for
+     * fields of later versions, such as a per-tensor scale for 8-bit
+     * storage; a nonzero byte is refused (FLASHCL_INVALID_VALUE). */
+    unsigned char reserved[16];
 } flashcl_tensor;
 
 /* Contiguous [batch, seq, heads, dim] view (the layout of PyTorch's
@@ -342,13 +314,9 @@ struct flashcl_attention {
      * finite value is used as given. */
     float scale;
 
-    /* Deprecated spelling of mask = FLASHCL_MASK_CAUSAL (nonzero), kept
-     * working through 0.x; set one or the other (both set must agree). */
-    int causal;
-
     /* How f32 inputs may be multiplied (f16/bf16 ignore it). 0 (EXACT):
      * f32 FMA, the default. TF32 / TF32X3 allow the TF32 tensor-core kernels
-     * (the forward's, and flashcl_backward's FLASHCL_VARIANT_BACKWARD_TF32)
+     * (the forward's "tf32", and flashcl_backward's "backward-tf32")
      * where the context has tensor cores (flashcl_forward_config and
      * flashcl_backward_config say which kernel runs; elsewhere the call stays
      * exact). */
@@ -367,6 +335,38 @@ struct flashcl_attention {
     /* Zero. Room for fields of later versions (sequence offsets, page
      * tables) without changing the struct's size. */
     unsigned char reserved[120];
+};
+
+/* ------------------------------------------------------------------------ */
+/* Kernels and tiles                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Where a tile came from. */
+enum flashcl_tile_source {
+    FLASHCL_TILE_RULE = 1,    /* the sizing rule on the local memory (flashcl_block_size_bound) */
+    FLASHCL_TILE_DEFAULT = 2, /* a built-in shape of the kernel */
+    FLASHCL_TILE_TUNED = 3,   /* an entry of the tuning file */
+    FLASHCL_TILE_FORCED = 4   /* params.kernel_options (or FLASHCL_KERNELS) */
+};
+
+/* The kernel one call runs and its tile, as the *_config calls report it.
+ * Kernels are named, never numbered: the names are those of
+ * params.kernel_options, the logs and the tuning file ("portable",
+ * "register-tiled", "tensor-core", "tensor-core-wgmma", "tf32", "decode",
+ * "decode-tensor-core", "backward", "backward-tiled", "backward-tensor-core",
+ * "backward-tensor-core-fused", "backward-tf32"; docs/design.md's table, or
+ * `flashcl-probe --kernels`, says what each runs), and a later version may
+ * add kernels without changing this header. */
+struct flashcl_tile {
+    const char *kernel;  /* the kernel's name; static storage, never NULL after a successful call */
+    enum flashcl_tile_source source;
+    int warps, m_tiles;  /* tensor-core and TF32 kernels only (0 otherwise) */
+    int block_m;        /* query rows per work-group */
+    int block_n;        /* keys per streamed K/V block */
+    int workgroup_size; /* work-items per work-group (backward-tiled: its dK/dV step's; dQ's is 4·block_m) */
+    size_t local_bytes; /* local memory the kernel declares */
+    int splits;         /* split-KV: work-groups sharing a query block's keys, merged after (1: none) */
+    unsigned char reserved[28];  /* written as zero; room for later fields */
 };
 
 /* Enqueues O = softmax(scale·QKᵀ)·V (and LSE) on queue, after the events in
@@ -400,6 +400,25 @@ struct flashcl_attention {
 FLASHCL_API flashcl_status flashcl_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                            cl_command_queue queue, cl_uint num_wait_events,
                                            const cl_event *wait_list, cl_event *event);
+
+/* The kernel and tile flashcl_forward would use for this exact call: the
+ * first kernel, in order of preference (decode-tensor-core and decode for
+ * calls whose KV head's query rows, group x seq_q, are at most 16; then
+ * tensor-core-wgmma, tensor-core, tf32, register-tiled, portable), that
+ * supports the call and whose shape fits. Where the context
+ * has tensor cores (NVIDIA, compute capability >= 8.0, the probe built, not
+ * portable_only) and every view's rows start on 16 bytes (offset and
+ * strides multiples of 16 bytes): f16/bf16 with head_dim a multiple of 16
+ * up to 256 run the tensor-core kernel — on compute capability 9.0 the
+ * wgmma kernel where flashcl_context_has_wgmma, unless the kernel options
+ * turn it off, or name tensor-core (a shape, splits, "on") or turn that off
+ * without naming it; f32 with precision TF32/TF32X3 and
+ * head_dim a multiple of 8 up to 128 the TF32 kernel. Everything else runs
+ * on the FMA units: the register-tiled kernel where head_dim % 4 == 0 and
+ * its tile fits the local memory, else the portable one. */
+FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
+                                                  const struct flashcl_attention *attn,
+                                                  struct flashcl_tile *out);
 
 /* ------------------------------------------------------------------------ */
 /* Packed batches of different lengths                                        */
@@ -491,7 +510,8 @@ FLASHCL_API flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const 
                                                     cl_uint num_wait_events, const cl_event *wait_list,
                                                     cl_event *event);
 
-struct flashcl_tile;
+/* The kernel and tile flashcl_forward_kv_cache and flashcl_forward_varlen
+ * would use for these calls, as flashcl_forward_config. */
 FLASHCL_API flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                            const struct flashcl_kv_lengths *lengths,
                                                            const struct flashcl_kv_pages *pages,
@@ -524,6 +544,17 @@ FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
                                                            const struct flashcl_attention_grad *grad,
                                                            size_t *bytes);
 
+/* The kernel and tile flashcl_backward would use for this call: on the FMA
+ * units "backward-tiled" where the head dim is a multiple of 4, else
+ * "backward"; on tensor cores (16-byte rows, head dims of 16s up to 128)
+ * "backward-tensor-core" (or the opt-in "backward-tensor-core-fused") for
+ * f16/bf16 and "backward-tf32" for f32 whose attn.precision allows TF32.
+ * block_m query rows and block_n keys per block, forced with kernel_options
+ * such as "backward-tiled:block_m=..,block_n=..". */
+FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                                   const struct flashcl_attention_grad *grad,
+                                                   struct flashcl_tile *out);
+
 /* Enqueues the exact gradients dQ, dK, dV of O = softmax(scale·QKᵀ)·V for
  * the forward problem attn (its q, k, v, o, scale, mask; attn.lse is
  * required: the forward's log-sum-exp, from which P is recomputed block by
@@ -532,19 +563,6 @@ FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
  * order). workspace: a buffer of at least flashcl_backward_workspace_size
  * bytes, or NULL to let the call allocate (and release) one. On any
  * validation failure nothing is enqueued and the outputs are untouched. */
-struct flashcl_tile;  /* below, with the kernels */
-
-/* The kernel and tile flashcl_backward would use for this call (variant
- * FLASHCL_VARIANT_BACKWARD_TILED where the head dim is a multiple of 4, else
- * FLASHCL_VARIANT_BACKWARD, or on tensor cores (16-byte rows, head dims of
- * 16s up to 128) FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED) for f16/bf16 and
- * FLASHCL_VARIANT_BACKWARD_TF32 for f32 whose attn.precision allows TF32; block_m
- * query rows and block_n keys per block, forced with kernel_options
- * "backward-tiled:block_m=..,block_n=.." or "backward:block_m=..,block_n=.."). */
-FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
-                                                   const struct flashcl_attention_grad *grad,
-                                                   struct flashcl_tile *out);
-
 FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                             const struct flashcl_attention_grad *grad, cl_mem workspace,
                                             cl_command_queue queue, cl_uint num_wait_events,
@@ -598,63 +616,6 @@ FLASHCL_API flashcl_status flashcl_standard_backward(flashcl_context *ctx, const
                                                      cl_command_queue queue, cl_uint num_wait_events,
                                                      const cl_event *wait_list, cl_event *event);
 
-/* ------------------------------------------------------------------------ */
-/* Kernels and tiles                                                          */
-/* ------------------------------------------------------------------------ */
-
-/* "portable", "tensor-core", "register-tiled", "tf32", "backward" or
- * "backward-tensor-core": the kernels' names
- * in logs, the tuning file and params.kernel_options; NULL for an unknown
- * value. */
-FLASHCL_API const char *flashcl_variant_name(enum flashcl_variant variant);
-
-/* Where a tile came from. */
-enum flashcl_tile_source {
-    FLASHCL_TILE_RULE = 1,    /* the sizing rule on the local memory (flashcl_block_size_bound) */
-    FLASHCL_TILE_DEFAULT = 2, /* a built-in shape of the kernel */
-    FLASHCL_TILE_TUNED = 3,   /* an entry of the tuning file */
-    FLASHCL_TILE_FORCED = 4   /* params.kernel_options (or FLASHCL_KERNELS, or a deprecated field) */
-};
-
-/* A kernel and its tile, as flashcl_forward_tile (the FMA kernel for a
- * head_dim and dtype) and flashcl_forward_config (one exact call) report. */
-struct flashcl_tile {
-    enum flashcl_variant variant;
-    enum flashcl_tile_source source;
-    int warps, m_tiles;  /* tensor-core and TF32 kernels only (0 otherwise) */
-    int block_m;        /* query rows per work-group */
-    int block_n;        /* keys per streamed K/V block */
-    int workgroup_size; /* work-items per work-group (backward-tiled: its dK/dV step's; dQ's is 4·block_m) */
-    size_t local_bytes; /* local memory the kernel declares */
-    int splits;         /* split-KV: work-groups sharing a query block's keys, merged after (1: none) */
-    unsigned char reserved[28];  /* written as zero; room for later fields */
-};
-
-/* The FMA kernel (register-tiled or portable) and its tile for this
- * head_dim and dtype on this context (no mask; after the rule, rounding,
- * a tuned entry or a forced size). */
-FLASHCL_API flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim,
-                                                flashcl_dtype dtype, struct flashcl_tile *out);
-
-/* The kernel and tile flashcl_forward would use for this exact call: the
- * first kernel, in order of preference (decode-tensor-core and decode for
- * calls whose KV head's query rows, group x seq_q, are at most 16; then
- * tensor-core-wgmma, tensor-core, tf32, register-tiled, portable), that
- * supports the call and whose shape fits. Where the context
- * has tensor cores (NVIDIA, compute capability >= 8.0, the probe built, not
- * portable_only) and every view's rows start on 16 bytes (offset and
- * strides multiples of 16 bytes): f16/bf16 with head_dim a multiple of 16
- * up to 256 run the tensor-core kernel — on compute capability 9.0 the
- * wgmma kernel where flashcl_context_has_wgmma, unless the kernel options
- * turn it off, or name tensor-core (a shape, splits, "on") or turn that off
- * without naming it; f32 with precision TF32/TF32X3 and
- * head_dim a multiple of 8 up to 128 the TF32 kernel. Everything else runs
- * on the FMA units: the register-tiled kernel where head_dim % 4 == 0 and
- * its tile fits the local memory, else the portable one. */
-FLASHCL_API flashcl_status flashcl_forward_config(flashcl_context *ctx,
-                                                  const struct flashcl_attention *attn,
-                                                  struct flashcl_tile *out);
-
 /* Local memory one work-group may use here, which the tiles are sized from:
  * params.local_mem_bytes, else the tuning file's probed value, else the
  * architecture's known size (NVIDIA compute capability >= 8.0 with the
@@ -670,7 +631,7 @@ FLASHCL_API size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx);
 FLASHCL_API int flashcl_context_has_tensor_cores(const flashcl_context *ctx, const char **why);
 
 /* Nonzero when the kernels built through the sm_90a route (Hopper's wgmma:
- * FLASHCL_VARIANT_TENSOR_CORE_WGMMA) may be planned here: compute capability
+ * "tensor-core-wgmma") may be planned here: compute capability
  * 9.0, and a probe at context creation built one through the route and
  * computed its products exactly. *why (if not NULL) gets a sentence starting
  * "on" or "off" that says why. */

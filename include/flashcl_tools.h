@@ -26,13 +26,45 @@ FLASHCL_API size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_
                                             size_t head_dim);
 
 /* ------------------------------------------------------------------------ */
+/* The kernels                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* What one kernel of the library's table runs, for listings such as
+ * `flashcl-probe --kernels` (docs/design.md's table is its output). */
+struct flashcl_kernel_info {
+    const char *name;        /* as params.kernel_options and struct flashcl_tile name it */
+    const char *source;      /* its OpenCL C file, e.g. "cl/flash_forward_mma.cl" */
+    const char *summary;     /* one sentence: what it is for */
+    int backward;            /* 1: computes dQ, dK, dV; 0: the forward */
+    unsigned dtypes;         /* bit 1 << FLASHCL_F32 / F16 / BF16 per storage type it takes */
+    int head_dim_step;       /* head dims it takes: multiples of this ... */
+    int head_dim_max;        /* ... up to this */
+    int tensor_cores;        /* 1: NVIDIA sm_80+ tensor cores (mma.sync); 2: Hopper's wgmma */
+    int varlen;              /* takes packed batches and KV caches */
+    int split_kv;            /* splits a query block's keys across work-groups */
+    int opt_in;              /* planned only where kernel_options name it */
+    unsigned char reserved[32];
+};
+
+/* Kernels in the table, in the planner's order of preference. */
+FLASHCL_API int flashcl_kernel_count(void);
+/* Kernel `index` (0 .. flashcl_kernel_count() - 1) into *out. */
+FLASHCL_API flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *out);
+/* Its shapes as one line of text, for listings: the tunable axes (range and
+ * the candidates --tune tries), the built-in shapes preferred first with
+ * where each applies, and whether a sizing rule sizes it, e.g.
+ * "axes: warps 1..8 {2,4,8}, block_n 16..256 {32,64}; built-in: d 1..128:
+ * warps=4,block_n=64". FLASHCL_INVALID_VALUE if it does not fit in size. */
+FLASHCL_API flashcl_status flashcl_kernel_shapes(int index, char *buf, size_t size);
+
+/* ------------------------------------------------------------------------ */
 /* Tuning                                                                     */
 /* ------------------------------------------------------------------------ */
 
-/* One configuration of the tuning file: for (variant, dtype, head_dim,
+/* One configuration of the tuning file: for (kernel, dtype, head_dim,
  * causal), the tile the library should use. */
 struct flashcl_tuned_config {
-    enum flashcl_variant variant;
+    const char *kernel;    /* a kernel's name (struct flashcl_tile lists them) */
     flashcl_dtype dtype;
     int head_dim;
     int causal;
@@ -62,7 +94,7 @@ struct flashcl_tuned_config {
  * the context's usable local memory) and whose work-group the device can
  * launch; none where the kernel does not run that dtype or head_dim.
  * Writes up to max into out; returns how many exist. */
-FLASHCL_API int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant,
+FLASHCL_API int flashcl_tuning_candidates(const flashcl_context *ctx, const char *kernel,
                                           flashcl_dtype dtype, int head_dim, size_t local_mem_bytes,
                                           struct flashcl_tuned_config *out, int max);
 

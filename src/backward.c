@@ -57,9 +57,9 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
     if (needs_lse && !a->lse.mem)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT,
                     "attn.lse.mem is NULL; the backward pass reads the forward's log-sum-exp");
-    for (size_t i = 0; i < sizeof(g->reserved); i++)
-        if (g->reserved[i] != 0)
-            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "grad.reserved[%zu] = %d; must be 0", i, (int)g->reserved[i]);
+    const flashcl_status reserved = FCL_CHECK_RESERVED(ctx, "grad.reserved", g->reserved);
+    if (reserved != FLASHCL_SUCCESS)
+        return reserved;
     const struct { const char *name; const flashcl_tensor *t; } grads[] = {
         {"grad.d_o", &g->d_o}, {"grad.d_q", &g->d_q}, {"grad.d_k", &g->d_k}, {"grad.d_v", &g->d_v}};
     for (size_t i = 0; i < 4; i++) {
@@ -74,7 +74,7 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
     }
 
     /* The workspace is checked like a written view: one row of ws_bytes / 4 floats. */
-    const flashcl_tensor ws_view = {workspace, 0, FLASHCL_F32, 0, 0, 0};
+    const flashcl_tensor ws_view = {.mem = workspace, .dtype = FLASHCL_F32};
     if (workspace) {
         size_t ws_size = 0;
         const cl_int err = clGetMemObjectInfo(workspace, CL_MEM_SIZE, sizeof(ws_size), &ws_size, NULL);
@@ -142,10 +142,9 @@ static flashcl_status validate_and_plan(const flashcl_context *ctx, const struct
 flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                const struct flashcl_attention_grad *grad, size_t *bytes)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !grad || !bytes)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                    !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "bytes");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, grad, bytes);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
     struct problem p;
     struct plan plan;
@@ -308,10 +307,9 @@ static void backward_problem(const struct flashcl_attention *attn, const struct 
 flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                        const struct flashcl_attention_grad *grad, struct flashcl_tile *out)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !grad || !out)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                        !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "out");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, grad, out);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
     struct problem p;
     struct backward_workspace w;

@@ -209,27 +209,6 @@ static uint64_t read_u64(const unsigned char *p)
     return v;
 }
 
-FILE *fcl_open_regular(const char *path, const char **why)
-{
-    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        *why = errno == ENOENT ? "absent" : "cannot be opened";
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        *why = "not a regular file";
-        return NULL;
-    }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        *why = "cannot be opened";
-    }
-    return f;
-}
-
 /* Reads all of a regular file that fits the cap: opened without following
  * a link and without blocking (a FIFO or device there is refused, not
  * waited on). NULL with a reason otherwise. */
@@ -376,4 +355,33 @@ void fcl_cache_store(flashcl_context *ctx, const char *source, const char *optio
         fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "program cache: could not write %s", path);
     free(entry);
     free(key);
+}
+
+unsigned char *fcl_program_binary(cl_device_id device, cl_program program, size_t *size)
+{
+    cl_uint n = 0;
+    if (clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof(n), &n, NULL) != CL_SUCCESS || n == 0 || n > 64)
+        return NULL;
+    cl_device_id devices[64];
+    size_t sizes[64];
+    if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, n * sizeof(devices[0]), devices, NULL) != CL_SUCCESS ||
+        clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, n * sizeof(sizes[0]), sizes, NULL) != CL_SUCCESS)
+        return NULL;
+    cl_uint mine = n;
+    for (cl_uint i = 0; i < n; i++)
+        if (devices[i] == device)
+            mine = i;
+    if (mine == n || sizes[mine] == 0)
+        return NULL;
+    unsigned char *bins[64] = {NULL}, *bin = malloc(sizes[mine] + 1);
+    if (!bin)
+        return NULL;
+    bins[mine] = bin;  /* the others' NULL: not copied */
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, n * sizeof(bins[0]), bins, NULL) != CL_SUCCESS) {
+        free(bin);
+        return NULL;
+    }
+    bin[sizes[mine]] = '\0';
+    *size = sizes[mine];
+    return bin;
 }

@@ -212,24 +212,6 @@ static void env_free(struct fcl_env *env)
     }
 }
 
-bool fcl_append_build_options(const flashcl_context *ctx, char *options, size_t size)
-{
-    const char *extra = ctx->env.build_options;
-    if (!extra || !*extra)
-        return true;
-    const size_t used = strlen(options);
-    const int n = snprintf(options + used, size - used, " %s", extra);
-    return n >= 0 && (size_t)n < size - used;
-}
-
-static bool all_zero(const unsigned char *bytes, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (bytes[i])
-            return false;
-    return true;
-}
-
 static flashcl_status check_params(const struct flashcl_context_params *params)
 {
     if ((params->context == NULL) != (params->device == NULL))
@@ -238,35 +220,15 @@ static flashcl_status check_params(const struct flashcl_context_params *params)
     if (params->log_level < 0 || params->log_level > FLASHCL_LOG_DEBUG)
         return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "params.log_level = %d; must be 0..%d", (int)params->log_level,
                         FLASHCL_LOG_DEBUG);
-    if (!all_zero(params->reserved, sizeof(params->reserved)))
-        return fcl_fail(NULL, FLASHCL_INVALID_VALUE,
-                        "params.reserved is not zero (fields of a newer flashcl than %s?)", FLASHCL_VERSION_STRING);
-    const struct { const char *name; int value, lo, hi, step; } fields[] = {
-        {"block_m", params->block_m, 1, 256, 1},    {"block_n", params->block_n, 1, 256, 1},
-        {"mma_warps", params->mma_warps, 1, 8, 1},  {"mma_m_tiles", params->mma_m_tiles, 1, 2, 1},
-        {"mma_block_n", params->mma_block_n, 16, 128, 16},
-    };
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        const int v = fields[i].value;
-        if (v != 0 && (v < fields[i].lo || v > fields[i].hi || (v - fields[i].lo) % fields[i].step != 0))
-            return fcl_fail(NULL, FLASHCL_ERROR_INVALID_CONFIG,
-                            "params.%s = %d; must be 0 (automatic) or %d..%d in steps of %d", fields[i].name, v,
-                            fields[i].lo, fields[i].hi, fields[i].step);
-    }
-    if (params->fma_variant != 0 && params->fma_variant != FLASHCL_VARIANT_PORTABLE &&
-        params->fma_variant != FLASHCL_VARIANT_REGISTER_TILED)
-        return fcl_fail(NULL, FLASHCL_ERROR_INVALID_CONFIG,
-                        "params.fma_variant = %d; must be 0, FLASHCL_VARIANT_PORTABLE or FLASHCL_VARIANT_REGISTER_TILED",
-                        (int)params->fma_variant);
-    return FLASHCL_SUCCESS;
+    return FCL_CHECK_RESERVED(NULL, "params.reserved", params->reserved);
 }
 
 flashcl_status fcl_context_create(const struct flashcl_context_params *params, const struct fcl_test_hooks *hooks,
                                   flashcl_context **out)
 {
-    fcl_clear_error();
-    if (!out)
-        return fcl_fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "out is NULL");
+    const flashcl_status entry = FCL_ENTER(NULL, out);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     *out = NULL;
     static const struct flashcl_context_params defaults = {0};
     if (!params)

@@ -6,13 +6,6 @@
 
 #include "internal.h"
 
-#define LOG2E 1.4426950408889634
-
-int fcl_dtype_define(flashcl_dtype dtype)
-{
-    return dtype == FLASHCL_F32 ? 0 : dtype == FLASHCL_F16 ? 1 : 2;
-}
-
 /* The queue must run on the context's device, or the enqueue fails late. */
 static flashcl_status check_queue(const flashcl_context *ctx, cl_command_queue queue)
 {
@@ -41,41 +34,13 @@ flashcl_status fcl_check_queue(const flashcl_context *ctx, cl_command_queue queu
 flashcl_status fcl_check_call(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,
                               cl_uint num_wait_events, const cl_event *wait_list)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !queue)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "queue");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, queue);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = fcl_check_queue(ctx, queue, num_wait_events, wait_list);
     if (st == FLASHCL_SUCCESS)
         st = fcl_validate_attention(ctx, attn);
     return st;
-}
-
-float fcl_effective_scale(const struct flashcl_attention *attn)
-{
-    return attn->scale != 0.0f ? attn->scale : (float)(1.0 / sqrt((double)attn->head_dim));
-}
-
-float fcl_scale_log2(const struct flashcl_attention *attn)
-{
-    return (float)(fcl_effective_scale(attn) * LOG2E);
-}
-
-enum flashcl_mask fcl_attention_mask(const struct flashcl_attention *attn)
-{
-    return attn->mask != FLASHCL_MASK_NONE ? attn->mask : attn->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
-}
-
-void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *right)
-{
-    const enum flashcl_mask mask = fcl_attention_mask(attn);
-    *left = mask == FLASHCL_MASK_WINDOW ? attn->window_left : -1;
-    *right = mask == FLASHCL_MASK_WINDOW ? attn->window_right : mask == FLASHCL_MASK_CAUSAL ? 0 : -1;
-    /* A window no row can reach past is no limit: unlimited, so the kernels' int sums cannot wrap (and a
-     * huge window builds the program of none). Row i's diagonal lies in [seq_kv - seq_q, seq_kv - 1]. */
-    if (*left >= attn->seq_kv)
-        *left = -1;
-    if (*right >= attn->seq_q)
-        *right = -1;
 }
 
 cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize)

@@ -30,6 +30,17 @@ flashcl_status fcl_fail(const flashcl_context *ctx, flashcl_status status, const
 /* Appends more text (a build log) to the thread's current error message. */
 void fcl_fail_append(const char *text);
 void fcl_clear_error(void);
+/* The start of every public call: clears the thread's error, then fails
+ * (FLASHCL_ERROR_NULL_ARGUMENT, "attn is NULL") on the first NULL pointer
+ * of the list, named as written. ctx (which may be NULL) receives the log. */
+flashcl_status fcl_enter(const flashcl_context *ctx, const char *names, const void *const *pointers, size_t n);
+#define FCL_ENTER(ctx, ...)                                                                                        \
+    fcl_enter(ctx, #__VA_ARGS__, (const void *const[]){__VA_ARGS__},                                              \
+              sizeof((const void *const[]){__VA_ARGS__}) / sizeof(const void *))
+/* The one check of a struct's reserved bytes: FLASHCL_INVALID_VALUE naming
+ * `what` (e.g. "attn.reserved") and the first nonzero byte, else success. */
+flashcl_status fcl_check_reserved(const flashcl_context *ctx, const char *what, const unsigned char *bytes, size_t n);
+#define FCL_CHECK_RESERVED(ctx, what, array) fcl_check_reserved(ctx, what, array, sizeof(array))
 void fcl_log_msg(const flashcl_context *ctx, enum flashcl_log_level level, const char *fmt, ...)
     FLASHCL_PRINTF(3, 4);
 
@@ -42,9 +53,6 @@ struct program_entry;
  * sm_90a route (cl/nv_wgmma.h). Caller holds ctx->lock. */
 flashcl_status fcl_program_get_kernel(flashcl_context *ctx, const char *source, const char *name,
                                   const char *options, bool sm90a, cl_kernel *out);
-/* The binary (NVIDIA: PTX text) of a built program for `device`, NUL-terminated, malloc'd; NULL if there
- * is none. The program may belong to a context of several devices. */
-unsigned char *fcl_program_binary(cl_device_id device, cl_program program, size_t *size);
 /* The sm_90a route (cl/nv_wgmma.h): from the PTX the compiler made for sm_90 (size bytes), the same PTX
  * with every marked comment turned into code and the target sm_90a, malloc'd (its length in *out_size),
  * or NULL: no `.target sm_90` line, already sm_90a, or no marker (not a program of the route). */
@@ -53,6 +61,9 @@ char *fcl_sm90a_patch(const char *ptx, size_t size, size_t *out_size);
  * program cache and log (the probe); NULL with the error set. */
 cl_program fcl_program_build_sm90a(cl_context cl, cl_device_id device, const char *source, const char *options);
 void fcl_program_cache_free(flashcl_context *ctx);
+/* Appends the caller's extra build options (FLASHCL_BUILD_OPTIONS) to
+ * options; false if they do not fit in size. */
+bool fcl_append_build_options(const flashcl_context *ctx, char *options, size_t size);
 
 /* workspace.c: device scratch buffers kept for reuse across calls. */
 #define FCL_WORKSPACE_SLOTS 4
@@ -113,11 +124,17 @@ const struct tuned_entry *fcl_tuning_find(const flashcl_context *ctx, const stru
 /* SipHash-2-4 of data under a 128-bit key. */
 uint64_t fcl_siphash24(const unsigned char key[FCL_SIPHASH_KEY_BYTES], const void *data, size_t n);
 
-/* ---- cache.c: compiled programs on disk ---- */
+/* ---- regular_file.c ---- */
 
 /* A regular file opened for reading without blocking (a FIFO or a device
  * is refused, not waited on); NULL with the reason ("absent", ...). */
 FILE *fcl_open_regular(const char *path, const char **why);
+
+/* ---- cache.c: compiled programs on disk ---- */
+
+/* The binary (NVIDIA: PTX text) of a built program for `device`, NUL-terminated, malloc'd; NULL if there
+ * is none. The program may belong to a context of several devices. */
+unsigned char *fcl_program_binary(cl_device_id device, cl_program program, size_t *size);
 
 /* Picks the cache folder (param, FLASHCL_CACHE_DIR, XDG cache; "" or "off":
  * none) and records what identifies this device's binaries. */
@@ -150,9 +167,6 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
  * kernel's reason when none does. */
 flashcl_status fcl_plan(const flashcl_context *ctx, const struct problem *p, float scale_log2, struct plan *out);
 void fcl_plan_to_tile(const struct plan *plan, struct flashcl_tile *out);
-void fcl_shape_to_config(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
-                         struct flashcl_tuned_config *c);
-void fcl_config_to_shape(const struct kernel_info *k, const struct flashcl_tuned_config *c, struct kernel_shape *s);
 
 /* ---- overrides.c: params.kernel_options, FLASHCL_KERNELS, deprecated fields ---- */
 
@@ -193,26 +207,31 @@ flashcl_status fcl_forward_planned(flashcl_context *ctx, const struct flashcl_at
                                    const struct fcl_varlen_args *varlen, cl_command_queue queue,
                                    cl_uint num_wait_events, const cl_event *wait_list, cl_event *event);
 
-int fcl_dtype_define(flashcl_dtype dtype);
 /* The wait list's shape and that the queue runs on the context's device. */
 flashcl_status fcl_check_queue(const flashcl_context *ctx, cl_command_queue queue, cl_uint num_wait_events,
                                const cl_event *wait_list);
 /* Checks what every attention call checks: pointers, the queue, the problem. */
 flashcl_status fcl_check_call(flashcl_context *ctx, const struct flashcl_attention *attn, cl_command_queue queue,
                               cl_uint num_wait_events, const cl_event *wait_list);
-/* 1/sqrt(d) unless the caller set a scale; times log2(e) for the kernels' base-2 scores. */
-float fcl_effective_scale(const struct flashcl_attention *attn);
-float fcl_scale_log2(const struct flashcl_attention *attn);
-/* attn.mask, or FLASHCL_MASK_CAUSAL for the deprecated attn.causal. */
-enum flashcl_mask fcl_attention_mask(const struct flashcl_attention *attn);
-/* The keys row i sees as a window around its diagonal (-1: unlimited on
- * that side): causal is (-1, 0), no mask (-1, -1). */
-void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *right);
 /* Failures of a kernel itself (it did not build, or the device cannot
  * launch it), after which another kernel of the table may run the call. */
 bool fcl_kernel_failure(flashcl_status st);
 /* Sets the five kernel arguments of a view (mem, offset and strides in elements) from *arg on. */
 cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize);
+
+/* ---- tensor.c ---- */
+
+/* The kernels' -DDTYPE value of a storage type (cl/storage.h). */
+int fcl_dtype_define(flashcl_dtype dtype);
+
+/* ---- attention.c: what an attention struct asks for ---- */
+
+/* 1/sqrt(d) unless the caller set a scale; times log2(e) for the kernels' base-2 scores. */
+float fcl_effective_scale(const struct flashcl_attention *attn);
+float fcl_scale_log2(const struct flashcl_attention *attn);
+/* The keys row i sees as a window around its diagonal (-1: unlimited on
+ * that side): causal is (-1, 0), no mask (-1, -1). */
+void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *right);
 
 /* ---- nvidia.c: the tensor-core probe ---- */
 
@@ -301,8 +320,6 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
                                  const struct flashcl_attention_grad *g, bool needs_lse, cl_mem workspace,
                                  size_t ws_bytes);
 
-/* ---- the context (device.c) ---- */
-
 /* ---- device.c: the context ---- */
 
 /* The environment, read once at context creation (never per call). */
@@ -315,10 +332,6 @@ struct fcl_env {
     char *kernels;             /* FLASHCL_KERNELS; "" when unset */
     char *user_cache;          /* $XDG_CACHE_HOME/flashcl or ~/.cache/flashcl; "" if neither is set */
 };
-
-/* Appends the caller's extra build options (FLASHCL_BUILD_OPTIONS) to
- * options; false if they do not fit in size. */
-bool fcl_append_build_options(const flashcl_context *ctx, char *options, size_t size);
 
 struct failed_program {
     const struct kernel_info *kernel;

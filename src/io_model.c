@@ -6,9 +6,9 @@
 flashcl_status flashcl_io_model(int batch, int heads_q, int heads_kv, int seq_q, int seq_kv, int head_dim,
                                 size_t elem_bytes, int block_m, int block_n, struct flashcl_io_estimate *out)
 {
-    fcl_clear_error();
-    if (!out)
-        return fcl_fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "out is NULL");
+    const flashcl_status entry = FCL_ENTER(NULL, out);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     if (batch < 1 || heads_q < 1 || heads_kv < 1 || seq_q < 1 || seq_kv < 1 || head_dim < 1 || block_m < 1 ||
         block_n < 1 || heads_q % heads_kv != 0)
         return fcl_fail(NULL, FLASHCL_ERROR_INVALID_SHAPE,

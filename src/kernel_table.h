@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "flashcl.h"
+#include "flashcl_tools.h"
 
 /* What a kernel computes. */
 enum kernel_op {
@@ -99,8 +100,9 @@ struct builtin_shape {
 #define PRECISION_BIT(p) (1u << (p))
 
 struct kernel_info {
-    const char *name;                /* logs, tuning file, overrides */
-    enum flashcl_variant variant;    /* the public id */
+    const char *name;                /* its one identity: logs, tuning file, overrides, flashcl_tile */
+    const char *file;                /* its OpenCL C file, for listings */
+    const char *summary;             /* one sentence for listings (flashcl_kernel_describe) */
     enum kernel_op op;
     const char *source;              /* embedded OpenCL C */
     const char *entry;               /* kernel function (the first step's, for several) */
@@ -185,11 +187,17 @@ static inline long long fcl_groups_per_unit(const struct device_desc *dev, size_
 extern const struct kernel_info fcl_kernels[];
 extern const int fcl_kernel_count;
 
-/* The table entry of a public variant or a name; NULL if none. Its index
- * through fcl_kernel_index. */
-const struct kernel_info *fcl_kernel_by_variant(enum flashcl_variant variant);
+/* The table entry of a name (len bytes, or NUL-terminated); NULL if none.
+ * Its index through fcl_kernel_index. */
 const struct kernel_info *fcl_kernel_by_name(const char *name, size_t len);
+const struct kernel_info *fcl_kernel_named(const char *name);
 int fcl_kernel_index(const struct kernel_info *k);
+
+/* A shape as a tuning file's configuration (the kernel's name, its axes, block_m from its geometry) and
+ * back (the axes the kernel has). */
+void fcl_shape_to_config(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
+                         struct flashcl_tuned_config *c);
+void fcl_config_to_shape(const struct kernel_info *k, const struct flashcl_tuned_config *c, struct kernel_shape *s);
 
 /* Axis names as the tuning file and the overrides write them. */
 const char *fcl_axis_name(enum axis a);

@@ -7,6 +7,7 @@
  * built kernels. The kernels' #error lines are a second guard: every shape
  * the axes and `launchable` admit passes them. Why each built-in shape is
  * what it is: docs/perf.md and docs/tuning.md. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -831,7 +832,9 @@ static const struct builtin_shape tf32_builtin[] = {
 /* In order of preference: the planner takes the first that runs a call. */
 const struct kernel_info fcl_kernels[] = {
     {
-        .name = "decode-tensor-core", .variant = FLASHCL_VARIANT_DECODE_TENSOR_CORE, .op = OP_FORWARD,
+        .name = "decode-tensor-core", .file = "cl/flash_decode_mma.cl",
+        .summary = "Decode (a KV head's group x seq_q query rows, at most 16, as one 16-row mma tile) against many keys on NVIDIA sm_80+ tensor cores, keys split across work-groups.",
+        .op = OP_FORWARD,
         .source = flashcl_source_flash_decode_mma, .entry = "flash_decode_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -846,7 +849,9 @@ const struct kernel_info fcl_kernels[] = {
         .geometry = decode_mma_geometry, .options = decode_mma_options,
     },
     {
-        .name = "decode", .variant = FLASHCL_VARIANT_DECODE, .op = OP_FORWARD,
+        .name = "decode", .file = "cl/flash_decode.cl",
+        .summary = "Decode on the FMA units of any OpenCL 1.2 device: one work-group per KV head holds its group's query rows (group x seq_q <= 16), keys split across work-groups.",
+        .op = OP_FORWARD,
         .source = flashcl_source_flash_decode, .entry = "flash_decode",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -861,7 +866,9 @@ const struct kernel_info fcl_kernels[] = {
         .options = decode_options,
     },
     {
-        .name = "tensor-core-wgmma", .variant = FLASHCL_VARIANT_TENSOR_CORE_WGMMA, .op = OP_FORWARD,
+        .name = "tensor-core-wgmma", .file = "cl/flash_forward_mma.cl",
+        .summary = "The forward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right; ahead of tensor-core.",
+        .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -876,7 +883,9 @@ const struct kernel_info fcl_kernels[] = {
         .resident = wgmma_resident, .options = wgmma_options,
     },
     {
-        .name = "tensor-core", .variant = FLASHCL_VARIANT_TENSOR_CORE, .op = OP_FORWARD,
+        .name = "tensor-core", .file = "cl/flash_forward_mma.cl",
+        .summary = "The forward on NVIDIA sm_80+ tensor cores with mma.sync m16n8k16.",
+        .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -890,7 +899,9 @@ const struct kernel_info fcl_kernels[] = {
         .options = mma_options,
     },
     {
-        .name = "tf32", .variant = FLASHCL_VARIANT_TF32, .op = OP_FORWARD,
+        .name = "tf32", .file = "cl/flash_forward_tf32.cl",
+        .summary = "The forward for f32 data on NVIDIA sm_80+ tensor cores with TF32 or 3xTF32 operands (attn.precision TF32 / TF32X3 only).",
+        .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_tf32, .entry = "flash_forward_tf32",
         .dtypes = DTYPE_BIT(FLASHCL_F32),
         .masks = ALL_MASKS,
@@ -905,7 +916,9 @@ const struct kernel_info fcl_kernels[] = {
         .options = tf32_options,
     },
     {
-        .name = "register-tiled", .variant = FLASHCL_VARIANT_REGISTER_TILED, .op = OP_FORWARD,
+        .name = "register-tiled", .file = "cl/flash_forward_tiled.cl",
+        .summary = "The forward on the FMA units of any OpenCL 1.2 device, each work-item holding a register tile of scores.",
+        .op = OP_FORWARD,
         .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -920,7 +933,9 @@ const struct kernel_info fcl_kernels[] = {
         .options = tiled_options,
     },
     {
-        .name = "portable", .variant = FLASHCL_VARIANT_PORTABLE, .op = OP_FORWARD,
+        .name = "portable", .file = "cl/flash_forward.cl",
+        .summary = "The forward on any OpenCL 1.2 device, any head dim and tile: the fallback every call can run.",
+        .op = OP_FORWARD,
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -933,20 +948,25 @@ const struct kernel_info fcl_kernels[] = {
         .local_bytes = portable_local_bytes, .geometry = portable_geometry, .options = portable_options,
     },
     {
-        .name = "backward-tensor-core-fused", .variant = FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED,
+        .name = "backward-tensor-core-fused", .file = "cl/flash_backward_mma.cl",
+        .summary = "As backward-tensor-core, dQ added up by the dK/dV pass in key-block order (no second pass; still deterministic). Opt-in: slower on the H200.",
         .op = OP_BACKWARD, .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq_convert"},
         .dq_accumulated = true, .opt_in = true,
         BACKWARD_MMA_COMMON, .local_bytes = backward_mma_fused_local_bytes, .options = backward_mma_fused_options,
     },
     {
-        .name = "backward-tensor-core", .variant = FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, .op = OP_BACKWARD,
+        .name = "backward-tensor-core", .file = "cl/flash_backward_mma.cl",
+        .summary = "The backward on NVIDIA sm_80+ tensor cores with mma.sync: a dK/dV pass per key block, a dQ pass per query block; deterministic.",
+        .op = OP_BACKWARD,
         .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq"},
         BACKWARD_MMA_COMMON, .local_bytes = backward_mma_local_bytes, .options = backward_mma_options,
     },
     {
-        .name = "backward-tf32", .variant = FLASHCL_VARIANT_BACKWARD_TF32, .op = OP_BACKWARD,
+        .name = "backward-tf32", .file = "cl/flash_backward_tf32.cl",
+        .summary = "The backward for f32 data on NVIDIA sm_80+ tensor cores with TF32 or 3xTF32 operands; deterministic.",
+        .op = OP_BACKWARD,
         .source = flashcl_source_flash_backward_tf32, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_tf32_dkdv", "flash_backward_tf32_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32),
@@ -961,7 +981,9 @@ const struct kernel_info fcl_kernels[] = {
         .geometry = backward_mma_geometry, .options = backward_tf32_options,
     },
     {
-        .name = "backward-tiled", .variant = FLASHCL_VARIANT_BACKWARD_TILED, .op = OP_BACKWARD,
+        .name = "backward-tiled", .file = "cl/flash_backward_tiled.cl",
+        .summary = "The backward on the FMA units of any OpenCL 1.2 device, with register tiles; deterministic.",
+        .op = OP_BACKWARD,
         .source = flashcl_source_flash_backward_tiled, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_tiled_dkdv", "flash_backward_tiled_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -975,7 +997,9 @@ const struct kernel_info fcl_kernels[] = {
         .options = backward_tiled_options,
     },
     {
-        .name = "backward", .variant = FLASHCL_VARIANT_BACKWARD, .op = OP_BACKWARD,
+        .name = "backward", .file = "cl/flash_backward.cl",
+        .summary = "The backward on any OpenCL 1.2 device, any head dim and tile: the fallback every backward can run.",
+        .op = OP_BACKWARD,
         .source = flashcl_source_flash_backward, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_dkdv", "flash_backward_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -1011,14 +1035,6 @@ bool fcl_axis_in_range(const struct kernel_info *k, enum axis a, int value)
     return s->lo > 0 && value >= s->lo && value <= s->hi && (value - s->lo) % s->step == 0;
 }
 
-const struct kernel_info *fcl_kernel_by_variant(enum flashcl_variant variant)
-{
-    for (int i = 0; i < fcl_kernel_count; i++)
-        if (fcl_kernels[i].variant == variant)
-            return &fcl_kernels[i];
-    return NULL;
-}
-
 const struct kernel_info *fcl_kernel_by_name(const char *name, size_t len)
 {
     for (int i = 0; i < fcl_kernel_count; i++)
@@ -1032,10 +1048,108 @@ int fcl_kernel_index(const struct kernel_info *k)
     return (int)(k - fcl_kernels);
 }
 
-const char *flashcl_variant_name(enum flashcl_variant variant)
+const struct kernel_info *fcl_kernel_named(const char *name)
 {
-    const struct kernel_info *k = fcl_kernel_by_variant(variant);
-    return k ? k->name : NULL;
+    return name ? fcl_kernel_by_name(name, strlen(name)) : NULL;
+}
+
+int flashcl_kernel_count(void)
+{
+    return fcl_kernel_count;
+}
+
+flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *out)
+{
+    const flashcl_status entry = FCL_ENTER(NULL, out);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
+    if (index < 0 || index >= fcl_kernel_count)
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "index = %d; must be 0..%d", index, fcl_kernel_count - 1);
+    const struct kernel_info *k = &fcl_kernels[index];
+    memset(out, 0, sizeof(*out));
+    out->name = k->name;
+    out->source = k->file;
+    out->summary = k->summary;
+    out->backward = k->op == OP_BACKWARD;
+    out->dtypes = k->dtypes;
+    out->head_dim_step = k->head_dim_step;
+    out->head_dim_max = k->head_dim_max;
+    out->tensor_cores = (k->needs & NEEDS_SM90A) ? 2 : (k->needs & NEEDS_TENSOR_CORES) ? 1 : 0;
+    out->varlen = k->varlen;
+    out->split_kv = k->combine != NULL;
+    out->opt_in = k->opt_in;
+    return FLASHCL_SUCCESS;
+}
+
+/* Appends to buf (used bytes so far in *used); false once it does not fit. */
+static bool append(char *buf, size_t size, size_t *used, const char *fmt, ...) FLASHCL_PRINTF(4, 5);
+static bool append(char *buf, size_t size, size_t *used, const char *fmt, ...)
+{
+    if (*used >= size)
+        return false;
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(buf + *used, size - *used, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= size - *used) {
+        *used = size;
+        return false;
+    }
+    *used += (size_t)n;
+    return true;
+}
+
+flashcl_status flashcl_kernel_shapes(int index, char *buf, size_t size)
+{
+    const flashcl_status entry = FCL_ENTER(NULL, buf);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
+    if (index < 0 || index >= fcl_kernel_count)
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "index = %d; must be 0..%d", index, fcl_kernel_count - 1);
+    const struct kernel_info *k = &fcl_kernels[index];
+    static const char *const mask_names[] = {"no mask", "causal", "window"};
+    static const char *const batch_names[] = {"dense", "packed", "KV cache", "paged"};
+    size_t used = 0;
+    const char *sep = "axes: ";
+    for (int a = 0; a < AXIS_COUNT; a++) {
+        const struct axis_spec *s = &k->axes[a];
+        if (!s->lo)
+            continue;
+        append(buf, size, &used, "%s%s %d..%d", sep, axis_names[a], s->lo, s->hi);
+        if (s->step > 1)
+            append(buf, size, &used, " step %d", s->step);
+        for (int c = 0; c < 8 && s->candidates[c]; c++)
+            append(buf, size, &used, "%s%d", c ? "," : " {", s->candidates[c]);
+        append(buf, size, &used, "}");
+        sep = ", ";
+    }
+    sep = "; built-in: ";
+    for (int i = 0; i < k->n_builtin; i++) {
+        const struct builtin_shape *b = &k->builtin[i];
+        append(buf, size, &used, "%s%sd %d..%d", sep, b->arch == ARCH_NVIDIA_SM90 ? "sm_90 " : "", b->head_dim_lo,
+               b->head_dim_hi);
+        if (b->mask >= 0 && b->mask < 3)
+            append(buf, size, &used, " %s", mask_names[b->mask]);
+        for (int v = 0, first = 1; b->batches && v < 4; v++)
+            if (b->batches & (1u << v)) {
+                append(buf, size, &used, "%s%s", first ? " " : "/", batch_names[v]);
+                first = 0;
+            }
+        const char *axis_sep = ": ";
+        for (int a = 0; a < AXIS_COUNT; a++)
+            if (b->shape.axis[a]) {
+                append(buf, size, &used, "%s%s=%d", axis_sep, axis_names[a], b->shape.axis[a]);
+                axis_sep = ",";
+            }
+        sep = "; ";
+    }
+    if (k->rule)
+        append(buf, size, &used, "; rule: sized from the %s local memory", k->rule_reported ? "reported" : "usable");
+    if (used >= size)
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "buffer of %zu bytes is too small", size);
+    if (used == 0)
+        buf[0] = '\0';
+    return FLASHCL_SUCCESS;
 }
 
 const char *fcl_kernel_supports(const struct kernel_info *k, const struct problem *p)
@@ -1059,4 +1173,36 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
     if ((k->needs & NEEDS_ROWS_16B) && !p->rows_16b)
         return "views whose rows do not start on 16 bytes";
     return NULL;
+}
+
+size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes, size_t head_dim)
+{
+    if (elem_bytes == 0 || head_dim == 0)
+        return 0;
+    /* Four B×d arrays: Q, K, V blocks and the output accumulator. */
+    return local_mem_bytes / (4 * elem_bytes * head_dim);
+}
+
+void fcl_shape_to_config(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
+                         struct flashcl_tuned_config *c)
+{
+    c->kernel = k->name;
+    int block_m = 0, workgroup = 0;
+    c->block_n = s->axis[AXIS_BLOCK_N];
+    c->warps = s->axis[AXIS_WARPS];
+    c->m_tiles = s->axis[AXIS_M_TILES];
+    /* block_m is an axis of the FMA kernels and follows from the shape for the others. */
+    k->geometry(dev, s, &block_m, &workgroup);
+    c->block_m = s->axis[AXIS_BLOCK_M] ? s->axis[AXIS_BLOCK_M] : block_m;
+}
+
+void fcl_config_to_shape(const struct kernel_info *k, const struct flashcl_tuned_config *c, struct kernel_shape *s)
+{
+    memset(s, 0, sizeof(*s));
+    const int values[AXIS_COUNT] = {
+        [AXIS_BLOCK_M] = c->block_m, [AXIS_BLOCK_N] = c->block_n, [AXIS_WARPS] = c->warps,
+        [AXIS_M_TILES] = c->m_tiles};
+    for (int a = 0; a < AXIS_COUNT; a++)
+        if (k->axes[a].lo)
+            s->axis[a] = values[a];
 }

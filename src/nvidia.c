@@ -202,7 +202,7 @@ static void probe_sm90a_route(flashcl_context *ctx)
         snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "off: wgmma needs compute capability 9.0 (sm_90a)");
         return;
     }
-    const struct kernel_info *k = fcl_kernel_by_variant(FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+    const struct kernel_info *k = fcl_kernel_named("tensor-core-wgmma");
     if (k && ctx->overrides[fcl_kernel_index(k)].off) {
         snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "off: turned off by the kernel options (not probed)");
         return;

@@ -116,52 +116,9 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
                                          bool portable_only)
 {
     struct kernel_override *ov = ctx->overrides;
-    /* The deprecated fields first, so kernel_options can refine them. */
-    const struct kernel_info *tiled = fcl_kernel_by_variant(FLASHCL_VARIANT_REGISTER_TILED);
-    const struct kernel_info *portable = fcl_kernel_by_variant(FLASHCL_VARIANT_PORTABLE);
-    const struct kernel_info *fma[2] = {tiled, portable};
-    for (int i = 0; i < 2; i++) {
-        struct kernel_override *o = &ov[fcl_kernel_index(fma[i])];
-        const int values[2] = {params->block_m, params->block_n};
-        const enum axis axes[2] = {AXIS_BLOCK_M, AXIS_BLOCK_N};
-        for (int j = 0; j < 2; j++) {
-            if (!values[j])
-                continue;
-            if (!fcl_axis_in_range(fma[i], axes[j], values[j])) {
-                o->off = true;  /* a tile only the portable kernel runs */
-                continue;
-            }
-            o->fixed |= 1u << axes[j];
-            o->shape.axis[axes[j]] = values[j];
-        }
-    }
-    if (params->fma_variant == FLASHCL_VARIANT_PORTABLE)
-        ov[fcl_kernel_index(tiled)].off = true;
-    /* Those fields name the register-tiled and portable kernels' tiles: the
-     * decode kernels, which would take the decode-shaped calls first, stay out. */
-    if (params->fma_variant == FLASHCL_VARIANT_PORTABLE || params->block_m || params->block_n) {
-        ov[fcl_kernel_index(fcl_kernel_by_variant(FLASHCL_VARIANT_DECODE))].off = true;
-        ov[fcl_kernel_index(fcl_kernel_by_variant(FLASHCL_VARIANT_DECODE_TENSOR_CORE))].off = true;
-    }
-    for (int i = 0; i < fcl_kernel_count; i++) {
-        const struct kernel_info *k = &fcl_kernels[i];
-        if (!(k->needs & NEEDS_TENSOR_CORES))
-            continue;
-        /* The deprecated fields name the forward tensor-core and TF32 kernels' shape only; the wgmma
-         * kernel, whose place a forced tensor-core shape takes, is off where they are set. */
-        const bool named = k->op == OP_FORWARD && !k->packs_group && !(k->needs & NEEDS_SM90A);
-        if ((k->needs & NEEDS_SM90A) && (params->mma_warps || params->mma_m_tiles || params->mma_block_n))
+    for (int i = 0; i < fcl_kernel_count && portable_only; i++)
+        if (fcl_kernels[i].needs & NEEDS_TENSOR_CORES)
             ov[i].off = true;
-        const int values[3] = {params->mma_warps, params->mma_m_tiles, params->mma_block_n};
-        const enum axis axes[3] = {AXIS_WARPS, AXIS_M_TILES, AXIS_BLOCK_N};
-        for (int j = 0; j < 3 && named; j++)
-            if (values[j]) {
-                ov[i].fixed |= 1u << axes[j];
-                ov[i].shape.axis[axes[j]] = values[j];
-            }
-        if (portable_only)
-            ov[i].off = true;
-    }
 
     char why[256];
     if (params->kernel_options) {

@@ -287,7 +287,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     out->dtype = a->q.dtype;
     out->precision = a->precision;
     out->head_dim = a->head_dim;
-    out->mask = fcl_attention_mask(a);
+    out->mask = a->mask;
     fcl_attention_window(a, &out->window_left, &out->window_right);
     out->batch = a->batch;
     out->heads_q = a->heads_q;
@@ -300,7 +300,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
 void fcl_plan_to_tile(const struct plan *plan, struct flashcl_tile *out)
 {
     memset(out, 0, sizeof(*out));
-    out->variant = plan->kernel->variant;
+    out->kernel = plan->kernel->name;
     out->source = plan->source;
     out->warps = plan->shape.axis[AXIS_WARPS];
     out->m_tiles = plan->shape.axis[AXIS_M_TILES];
@@ -314,9 +314,9 @@ void fcl_plan_to_tile(const struct plan *plan, struct flashcl_tile *out)
 flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                       struct flashcl_tile *out)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !out)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "out");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, out);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
     if (st != FLASHCL_SUCCESS)
         return st;
@@ -329,36 +329,9 @@ flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl
     return st;
 }
 
-flashcl_status flashcl_forward_tile(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, struct flashcl_tile *out)
-{
-    fcl_clear_error();
-    if (!ctx || !out)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", ctx ? "out" : "ctx");
-    if (head_dim < 1 || head_dim > FLASHCL_MAX_HEAD_DIM)
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "head_dim = %d; must be 1..%d", head_dim,
-                        FLASHCL_MAX_HEAD_DIM);
-    if (flashcl_dtype_size(dtype) == 0)
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "dtype = %d is not a flashcl_dtype", (int)dtype);
-    /* The FMA kernels: views that rule the tensor cores out (rows_16b false). */
-    const struct problem p = {.op = OP_FORWARD, .dtype = dtype, .head_dim = head_dim};
-    struct plan plan;
-    const flashcl_status st = fcl_plan(ctx, &p, 1.0f, &plan);
-    if (st == FLASHCL_SUCCESS)
-        fcl_plan_to_tile(&plan, out);
-    return st;
-}
-
 size_t flashcl_context_local_mem_bytes(const flashcl_context *ctx)
 {
     return ctx ? ctx->dev.usable_local : 0;
-}
-
-size_t flashcl_block_size_bound(size_t local_mem_bytes, size_t elem_bytes, size_t head_dim)
-{
-    if (elem_bytes == 0 || head_dim == 0)
-        return 0;
-    /* Four B×d arrays: Q, K, V blocks and the output accumulator. */
-    return local_mem_bytes / (4 * elem_bytes * head_dim);
 }
 
 /* Appends a candidate (counting it even past max, so callers can size). */
@@ -369,34 +342,10 @@ static void add_candidate(struct flashcl_tuned_config *out, int max, int *count,
     (*count)++;
 }
 
-void fcl_shape_to_config(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
-                         struct flashcl_tuned_config *c)
+int flashcl_tuning_candidates(const flashcl_context *ctx, const char *kernel, flashcl_dtype dtype, int head_dim,
+                              size_t local_mem_bytes, struct flashcl_tuned_config *out, int max)
 {
-    c->variant = k->variant;
-    int block_m = 0, workgroup = 0;
-    c->block_n = s->axis[AXIS_BLOCK_N];
-    c->warps = s->axis[AXIS_WARPS];
-    c->m_tiles = s->axis[AXIS_M_TILES];
-    /* block_m is an axis of the FMA kernels and follows from the shape for the others. */
-    k->geometry(dev, s, &block_m, &workgroup);
-    c->block_m = s->axis[AXIS_BLOCK_M] ? s->axis[AXIS_BLOCK_M] : block_m;
-}
-
-void fcl_config_to_shape(const struct kernel_info *k, const struct flashcl_tuned_config *c, struct kernel_shape *s)
-{
-    memset(s, 0, sizeof(*s));
-    const int values[AXIS_COUNT] = {
-        [AXIS_BLOCK_M] = c->block_m, [AXIS_BLOCK_N] = c->block_n, [AXIS_WARPS] = c->warps,
-        [AXIS_M_TILES] = c->m_tiles};
-    for (int a = 0; a < AXIS_COUNT; a++)
-        if (k->axes[a].lo)
-            s->axis[a] = values[a];
-}
-
-int flashcl_tuning_candidates(const flashcl_context *ctx, enum flashcl_variant variant, flashcl_dtype dtype,
-                              int head_dim, size_t local_mem_bytes, struct flashcl_tuned_config *out, int max)
-{
-    const struct kernel_info *k = fcl_kernel_by_variant(variant);
+    const struct kernel_info *k = fcl_kernel_named(kernel);
     if (!ctx || !k || head_dim < 1 || head_dim > FLASHCL_MAX_HEAD_DIM || flashcl_dtype_size(dtype) == 0)
         return 0;
     const struct problem p = {.op = k->op, .dtype = dtype, .head_dim = head_dim, .rows_16b = true,

@@ -101,35 +101,6 @@ char *fcl_sm90a_patch(const char *ptx, size_t size, size_t *out_size)
     return out;
 }
 
-unsigned char *fcl_program_binary(cl_device_id device, cl_program program, size_t *size)
-{
-    cl_uint n = 0;
-    if (clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof(n), &n, NULL) != CL_SUCCESS || n == 0 || n > 64)
-        return NULL;
-    cl_device_id devices[64];
-    size_t sizes[64];
-    if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, n * sizeof(devices[0]), devices, NULL) != CL_SUCCESS ||
-        clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, n * sizeof(sizes[0]), sizes, NULL) != CL_SUCCESS)
-        return NULL;
-    cl_uint mine = n;
-    for (cl_uint i = 0; i < n; i++)
-        if (devices[i] == device)
-            mine = i;
-    if (mine == n || sizes[mine] == 0)
-        return NULL;
-    unsigned char *bins[64] = {NULL}, *bin = malloc(sizes[mine] + 1);
-    if (!bin)
-        return NULL;
-    bins[mine] = bin;  /* the others' NULL: not copied */
-    if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, n * sizeof(bins[0]), bins, NULL) != CL_SUCCESS) {
-        free(bin);
-        return NULL;
-    }
-    bin[sizes[mine]] = '\0';
-    *size = sizes[mine];
-    return bin;
-}
-
 /* Rebuilds `built` (from source, for sm_90) through the sm_90a route in `cl`; the new program or NULL with
  * the error set (logged through `log`, which may be NULL). */
 static cl_program build_sm90a(const flashcl_context *log, cl_context cl, cl_device_id device, cl_program built,
@@ -308,4 +279,14 @@ void fcl_program_cache_free(flashcl_context *ctx)
         program_free(p);
     }
     ctx->programs = NULL;
+}
+
+bool fcl_append_build_options(const flashcl_context *ctx, char *options, size_t size)
+{
+    const char *extra = ctx->env.build_options;
+    if (!extra || !*extra)
+        return true;
+    const size_t used = strlen(options);
+    const int n = snprintf(options + used, size - used, " %s", extra);
+    return n >= 0 && (size_t)n < size - used;
 }

@@ -87,9 +87,9 @@ flashcl_status fcl_standard_workspace_bytes(const flashcl_context *ctx, const st
 flashcl_status flashcl_standard_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                size_t *bytes)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !bytes)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", !ctx ? "ctx" : !attn ? "attn" : "bytes");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, bytes);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
     struct workspace_plan plan = {0};
     if (st == FLASHCL_SUCCESS)

@@ -53,10 +53,9 @@ static flashcl_status plan_backward(const flashcl_context *ctx, const struct fla
 flashcl_status flashcl_standard_backward_workspace_size(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                         const struct flashcl_attention_grad *grad, size_t *bytes)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !grad || !bytes)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                    !ctx ? "ctx" : !attn ? "attn" : !grad ? "grad" : "bytes");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, grad, bytes);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
     struct backward_plan plan;
     if (st == FLASHCL_SUCCESS)

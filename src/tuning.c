@@ -43,13 +43,6 @@ static void tuning_identity(flashcl_context *ctx)
     sanitize(ctx->tuning_driver);
 }
 
-static bool reserved_zero(const struct flashcl_tuned_config *c)
-{
-    for (size_t i = 0; i < sizeof(c->reserved); i++)
-        if (c->reserved[i])
-            return false;
-    return true;
-}
 
 static const char *mask_word(int mask)
 {
@@ -96,16 +89,19 @@ static const char *group_fields_invalid(const struct kernel_info *k, int rows, i
     return NULL;
 }
 
-flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, char *buf, size_t size)
+flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *config, char *buf, size_t size)
 {
-    fcl_clear_error();
-    if (!c || !buf)
-        return fcl_fail(NULL, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", c ? "buf" : "config");
-    const struct kernel_info *k = fcl_kernel_by_variant(c->variant);
+    const flashcl_status entry = FCL_ENTER(NULL, config, buf);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
+    const struct flashcl_tuned_config *c = config;
+    const struct kernel_info *k = fcl_kernel_named(c->kernel);
     if (!k)
-        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.variant = %d is not a kernel", (int)c->variant);
-    if (!reserved_zero(c))
-        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.reserved is not zero");
+        return fcl_fail(NULL, FLASHCL_INVALID_VALUE, "config.kernel = \"%s\" is not a kernel",
+                        c->kernel ? c->kernel : "(null)");
+    const flashcl_status reserved = FCL_CHECK_RESERVED(NULL, "config.reserved", c->reserved);
+    if (reserved != FLASHCL_SUCCESS)
+        return reserved;
     const char *group_why = group_fields_invalid(k, c->rows, c->splits, c->groups);
     if (!group_why)
         group_why = precision_invalid(k, c->precision);
@@ -134,9 +130,9 @@ flashcl_status flashcl_tuning_override(const struct flashcl_tuned_config *c, cha
 flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct flashcl_tuned_config *c,
                                      size_t probed_local_mem, char *line, size_t size)
 {
-    fcl_clear_error();
-    if (!ctx || !line)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL", ctx ? "line" : "ctx");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, line);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     int n = snprintf(line, size, "device=%s|driver=%s|flashcl=%s|", ctx->tuning_device, ctx->tuning_driver,
                      FLASHCL_VERSION_STRING);
     if (n < 0 || (size_t)n >= size)
@@ -145,13 +141,14 @@ flashcl_status flashcl_tuning_format(const flashcl_context *ctx, const struct fl
     if (!c) {
         n = snprintf(line + used, size - used, "kind=local_mem|bytes=%zu", probed_local_mem);
     } else {
-        const struct kernel_info *k = fcl_kernel_by_variant(c->variant);
+        const struct kernel_info *k = fcl_kernel_named(c->kernel);
         const char *t = flashcl_dtype_name(c->dtype);
-        if (!reserved_zero(c))
-            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config.reserved is not zero");
+        const flashcl_status reserved = FCL_CHECK_RESERVED(ctx, "config.reserved", c->reserved);
+        if (reserved != FLASHCL_SUCCESS)
+            return reserved;
         if (!k || !t || c->head_dim < 1 || c->head_dim > FLASHCL_MAX_HEAD_DIM)
-            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config has variant %d, dtype %d, head_dim %d",
-                            (int)c->variant, (int)c->dtype, c->head_dim);
+            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "config has kernel \"%s\", dtype %d, head_dim %d",
+                            c->kernel ? c->kernel : "(null)", (int)c->dtype, c->head_dim);
         const char *group_why = group_fields_invalid(k, c->rows, c->splits, c->groups);
         if (!group_why)
             group_why = precision_invalid(k, c->precision);

@@ -77,6 +77,11 @@ static flashcl_status check_view(const flashcl_context *ctx, struct view *v, boo
 {
     const flashcl_tensor *t = v->t;
     const size_t esize = flashcl_dtype_size(t->dtype);
+    char what[48];
+    snprintf(what, sizeof(what), "%s.reserved", v->name);
+    const flashcl_status reserved = fcl_check_reserved(ctx, what, t->reserved, sizeof(t->reserved));
+    if (reserved != FLASHCL_SUCCESS)
+        return reserved;
 
     size_t mem_size = 0;
     cl_context mem_ctx = NULL;
@@ -481,15 +486,7 @@ flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct fla
     if (a->mask != FLASHCL_MASK_WINDOW && (a->window_left || a->window_right))
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.window_left = %d, attn.window_right = %d need attn.mask = "
                         "FLASHCL_MASK_WINDOW", a->window_left, a->window_right);
-    if (a->causal && a->mask != FLASHCL_MASK_NONE && a->mask != FLASHCL_MASK_CAUSAL)
-        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.causal = %d disagrees with attn.mask = %d", a->causal,
-                        (int)a->mask);
-    for (size_t i = 0; i < sizeof(a->reserved); i++)
-        if (a->reserved[i])
-            return fcl_fail(ctx, FLASHCL_INVALID_VALUE,
-                            "attn.reserved[%zu] is not zero (a field of a newer flashcl than %s?)", i,
-                            FLASHCL_VERSION_STRING);
-    return FLASHCL_SUCCESS;
+    return FCL_CHECK_RESERVED(ctx, "attn.reserved", a->reserved);
 }
 
 flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a)

@@ -85,7 +85,7 @@ static flashcl_status check_indices_apart(const flashcl_context *ctx, const stru
         if (!indices[i].mem)
             continue;
         /* int32 entries as one row of f32 (4 bytes each). */
-        const flashcl_tensor t = {indices[i].mem, 0, FLASHCL_F32, 0, 0, 0};
+        const flashcl_tensor t = {.mem = indices[i].mem, .dtype = FLASHCL_F32};
         as_view[inputs] = t;
         const struct view_spec v = {indices[i].name, &as_view[inputs], {1, 1, 1}, (size_t)indices[i].entries};
         views[inputs++] = v;
@@ -102,20 +102,13 @@ static flashcl_status check_indices_apart(const flashcl_context *ctx, const stru
     return fcl_validate_views(ctx, views, n_views, inputs);
 }
 
-static bool reserved_zero(const struct flashcl_varlen *vl)
-{
-    for (size_t i = 0; i < sizeof(vl->reserved); i++)
-        if (vl->reserved[i])
-            return false;
-    return true;
-}
-
 /* Everything but the queue; on success *packed is the view validation saw. */
 static flashcl_status validate_varlen(const flashcl_context *ctx, const struct flashcl_attention *attn,
                                       const struct flashcl_varlen *vl, struct flashcl_attention *packed)
 {
-    if (!reserved_zero(vl))
-        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "varlen.reserved is not zero");
+    const flashcl_status reserved = FCL_CHECK_RESERVED(ctx, "varlen.reserved", vl->reserved);
+    if (reserved != FLASHCL_SUCCESS)
+        return reserved;
     if (vl->total_q < 1 || vl->total_k < 1)
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "varlen.total_q = %d, total_k = %d; each must be >= 1",
                         vl->total_q, vl->total_k);
@@ -168,10 +161,9 @@ static void varlen_problem(const struct flashcl_attention *views, const struct f
 flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, const struct flashcl_attention *attn,
                                              const struct flashcl_varlen *varlen, struct flashcl_tile *out)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !varlen || !out)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                        !ctx ? "ctx" : !attn ? "attn" : !varlen ? "varlen" : "out");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, varlen, out);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     struct flashcl_attention packed;
     flashcl_status st = validate_varlen(ctx, attn, varlen, &packed);
     if (st != FLASHCL_SUCCESS)
@@ -201,10 +193,9 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
                                       const struct flashcl_varlen *varlen, cl_command_queue queue,
                                       cl_uint num_wait_events, const cl_event *wait_list, cl_event *event)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !varlen || !queue)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                        !ctx ? "ctx" : !attn ? "attn" : !varlen ? "varlen" : "queue");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, varlen, queue);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     struct flashcl_attention packed;
     flashcl_status st = validate_varlen(ctx, attn, varlen, &packed);  /* the views, once */
     if (st == FLASHCL_SUCCESS)
@@ -244,9 +235,9 @@ flashcl_status flashcl_forward_varlen(flashcl_context *ctx, const struct flashcl
 static flashcl_status validate_pages(const flashcl_context *ctx, const struct flashcl_attention *attn,
                                      const struct flashcl_kv_pages *pg)
 {
-    for (size_t i = 0; i < sizeof(pg->reserved); i++)
-        if (pg->reserved[i])
-            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "pages.reserved is not zero");
+    const flashcl_status pages_reserved = FCL_CHECK_RESERVED(ctx, "pages.reserved", pg->reserved);
+    if (pages_reserved != FLASHCL_SUCCESS)
+        return pages_reserved;
     if (pg->page_size < 16)
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.page_size = %d; must be a positive multiple of 16",
                         pg->page_size);
@@ -305,9 +296,9 @@ static flashcl_status validate_pages(const flashcl_context *ctx, const struct fl
 static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const struct flashcl_attention *attn,
                                           const struct flashcl_kv_lengths *kv, const struct flashcl_kv_pages *pages)
 {
-    for (size_t i = 0; i < sizeof(kv->reserved); i++)
-        if (kv->reserved[i])
-            return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "lengths.reserved is not zero");
+    const flashcl_status lengths_reserved = FCL_CHECK_RESERVED(ctx, "lengths.reserved", kv->reserved);
+    if (lengths_reserved != FLASHCL_SUCCESS)
+        return lengths_reserved;
     flashcl_status st = pages ? validate_pages(ctx, attn, pages) : fcl_validate_attention(ctx, attn);
     if (st != FLASHCL_SUCCESS)
         return st;
@@ -336,10 +327,9 @@ flashcl_status flashcl_forward_kv_cache_config(flashcl_context *ctx, const struc
                                                const struct flashcl_kv_lengths *lengths,
                                                const struct flashcl_kv_pages *pages, struct flashcl_tile *out)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !lengths || !out)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                        !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "out");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, lengths, out);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = validate_kv_lengths(ctx, attn, lengths, pages);
     struct problem p;
     varlen_problem(attn, attn, pages ? 3 : 2, &p);
@@ -356,10 +346,9 @@ flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flash
                                         cl_command_queue queue, cl_uint num_wait_events, const cl_event *wait_list,
                                         cl_event *event)
 {
-    fcl_clear_error();
-    if (!ctx || !attn || !lengths || !queue)
-        return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "%s is NULL",
-                        !ctx ? "ctx" : !attn ? "attn" : !lengths ? "lengths" : "queue");
+    const flashcl_status entry = FCL_ENTER(ctx, ctx, attn, lengths, queue);
+    if (entry != FLASHCL_SUCCESS)
+        return entry;
     flashcl_status st = validate_kv_lengths(ctx, attn, lengths, pages);  /* the views, once */
     if (st == FLASHCL_SUCCESS)
         st = fcl_check_queue(ctx, queue, num_wait_events, wait_list);

@@ -158,7 +158,7 @@ void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue 
         const size_t rows = (size_t)p->c.batch * (size_t)p->c.heads_q * (size_t)p->c.seq_q;
         struct flashcl_tile tile;
         ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p->a, &p->g, &tile));
-        if (tile.variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED) {
+        if (kernel_is(tile.kernel, "backward-tensor-core-fused")) {
             ck_assert_uint_ge(bytes, rows * sizeof(float) * (1 + (size_t)p->c.head_dim));
             /* A workspace 4 bytes short is refused before anything is enqueued: dQ keeps its poison. */
             cl_int err;
@@ -179,11 +179,11 @@ void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue 
         ws = clCreateBuffer(test_env_get()->cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
         ck_assert_ptr_nonnull(ws);
     }
-    p->variant = 0;
+    p->kernel = 0;
     if (!p->c.standard) {
         struct flashcl_tile tile;
         ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p->a, &p->g, &tile));
-        p->variant = tile.variant;
+        p->kernel = tile.kernel;
     }
     cl_event done = NULL;
     if (p->c.standard)
@@ -278,7 +278,7 @@ static void problem_reference(const struct problem *p, double *ref[3])
  * atol (1e-6) covers gradients that are all near 0 (e.g. dQ of a row whose
  * only key gives P = 1, so dS = 0 exactly up to rounding).
  *
- * The tensor-core backward (FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, and _FUSED,
+ * The tensor-core backward ("backward-tensor-core", and _FUSED,
  * which sums dQ's per-key-block partials in f32 instead of in one chain) also rounds
  * P and dS to the storage type before the second products (dV = Pᵀ dO,
  * dK = dSᵀ Q, dQ = dS K), as FlashAttention-2 does: each term of those sums
@@ -292,7 +292,7 @@ static void problem_reference(const struct problem *p, double *ref[3])
  * cases. Bounds, about 9x and 11x those for longer sums than the tests
  * have: 5e-3 (f16) and 4e-2 (bf16) of max|ref|.
  *
- * The TF32 backward (FLASHCL_VARIANT_BACKWARD_TF32) rounds every operand of
+ * The TF32 backward ("backward-tf32") rounds every operand of
  * its five products (Q, K, V, dO, and P, dS) to TF32:
  *  - TF32: 2^-11 = 4.9e-4 relative per operand, the f16 backward's unit, but
  *    on all six operands (f16 inputs are exact in f16) and after a TF32
@@ -306,16 +306,16 @@ static void problem_reference(const struct problem *p, double *ref[3])
  *    small x small term 2^-22: close to f32. Seen (emulated): at most 7.9e-7
  *    of max|ref|, as exact f32; bound 5e-5, 2.5x the exact f32 bound.
  */
-void backward_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
+void backward_tolerance(flashcl_dtype dtype, const char *variant, enum flashcl_precision precision,
                         double *atol, double *rtol)
 {
     *atol = 1e-6;
-    if (variant == FLASHCL_VARIANT_BACKWARD_TF32 && precision == FLASHCL_PRECISION_TF32) {
+    if (kernel_is(variant, "backward-tf32") && precision == FLASHCL_PRECISION_TF32) {
         *atol = 1e-3;
         *rtol = 1e-2;
-    } else if (variant == FLASHCL_VARIANT_BACKWARD_TF32)
+    } else if (kernel_is(variant, "backward-tf32"))
         *rtol = 5e-5;
-    else if (variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE || variant == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED)
+    else if (kernel_is(variant, "backward-tensor-core") || kernel_is(variant, "backward-tensor-core-fused"))
         *rtol = dtype == F16 ? 5e-3 : 4e-2;
     else
         *rtol = dtype == F32 ? 2e-5 : dtype == F16 ? 4e-3 : 3e-2;
@@ -330,7 +330,7 @@ void problem_check(const struct problem *p, struct bwd_result *r)
     double *ref[3];
     problem_reference(p, ref);
     double atol, rtol;
-    backward_tolerance(c->dtype, p->variant, c->precision, &atol, &rtol);
+    backward_tolerance(c->dtype, p->kernel, c->precision, &atol, &rtol);
     const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
     for (int o = 0; o < 3; o++) {
         const int t = T_DQ + o;
@@ -378,7 +378,7 @@ void problem_check(const struct problem *p, struct bwd_result *r)
             ck_assert_msg(written[x] || out[x] == 0xff, "byte %zu outside the %s view was overwritten", x,
                           tensor_names[t]);
         r->max_err[o] = max_ref > 0 ? max_err / max_ref : max_err;
-        r->variant = p->variant;
+        r->kernel = p->kernel;
         free(out);
         free(written);
         free(ref[o]);
@@ -397,7 +397,7 @@ void run_case(flashcl_context *ctx, const char *what, const struct bwd_case *c, 
     problem_backward(&p, ctx, e->queue);
     struct bwd_result r;
     problem_check(&p, &r);
-    const char *kernel = c->standard ? "standard" : flashcl_variant_name(p.variant);
+    const char *kernel = c->standard ? "standard" : p.kernel;
     printf("%-16s %-20s B=%d Nq=%-3d Nk=%-3d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d precision=%d: max err / "
            "max|ref| dQ %.2e dK %.2e dV %.2e\n", what, kernel ? kernel : "?", c->batch, c->seq_q, c->seq_kv,
            c->heads_q, c->heads_kv, c->head_dim, (int)c->dtype, c->causal, (int)c->layout, (int)c->precision,

@@ -37,12 +37,12 @@ struct problem {
     cl_mem mem[N_TENSORS], lse;
     struct flashcl_attention a;
     struct flashcl_attention_grad g;
-    enum flashcl_variant variant;  /* the kernel problem_backward ran (flashcl_backward_config); 0: standard */
+    const char *kernel;  /* the kernel problem_backward ran (flashcl_backward_config); 0: standard */
 };
 
 struct bwd_result {
     double max_err[3];   /* dQ, dK, dV: max |got - ref| / max|ref| */
-    enum flashcl_variant variant;
+    const char *kernel;
 };
 
 /* Random inputs (also in the gaps of padded layouts), poisoned O, LSE and gradients. */
@@ -54,8 +54,8 @@ void problem_forward(struct problem *p, flashcl_context *ctx);
 void problem_backward(struct problem *p, flashcl_context *ctx, cl_command_queue queue);
 unsigned char *read_back(const struct problem *p, int t);
 /* |got - ref| <= atol + rtol * max|ref| per output tensor, for the kernel that ran (and the precision
- * the call allowed, which only FLASHCL_VARIANT_BACKWARD_TF32 uses). */
-void backward_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
+ * the call allowed, which only "backward-tf32" uses). */
+void backward_tolerance(flashcl_dtype dtype, const char *variant, enum flashcl_precision precision,
                         double *atol, double *rtol);
 /* Compares with the reference; rows that see no key have dQ exactly 0; bytes outside the views kept their poison. */
 void problem_check(const struct problem *p, struct bwd_result *r);

@@ -10,13 +10,6 @@
 
 static struct test_env env;
 
-#define MAX_FORCED 8
-static struct {
-    int block_m, block_n;
-    flashcl_context *ctx;
-} forced[MAX_FORCED];
-static int n_forced;
-
 struct test_env *test_env_get(void)
 {
     if (env.ctx)
@@ -30,26 +23,50 @@ struct test_env *test_env_get(void)
     return &env;
 }
 
-/* Through the deprecated params.block_m/block_n on purpose: they must keep
- * working through 0.x (kernel_options has its own tests). */
+/* The FMA forward kernels' tile forced (0: that axis automatic): both
+ * kernels get it where register-tiled runs that size (16..128 in steps of
+ * 16), else register-tiled is off; the decode kernels, which would take
+ * decode-shaped calls first, are off. */
 flashcl_context *test_context_with_blocks(int block_m, int block_n)
 {
-    struct test_env *e = test_env_get();
-    for (int i = 0; i < n_forced; i++)
-        if (forced[i].block_m == block_m && forced[i].block_n == block_n)
-            return forced[i].ctx;
-    ck_assert_int_lt(n_forced, MAX_FORCED);
-    struct flashcl_context_params params = {0};
-    params.context = e->cl;
-    params.device = e->device;
-    params.block_m = block_m;
-    params.block_n = block_n;
-    flashcl_context *ctx = NULL;
-    ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
-    forced[n_forced].block_m = block_m;
-    forced[n_forced].block_n = block_n;
-    forced[n_forced++].ctx = ctx;
-    return ctx;
+    char tile[64] = "";
+    if (block_m)
+        snprintf(tile, sizeof(tile), "block_m=%d", block_m);
+    if (block_n)
+        snprintf(tile + strlen(tile), sizeof(tile) - strlen(tile), "%sblock_n=%d", block_m ? "," : "", block_n);
+    const bool tiled_runs = (!block_m || (block_m % 16 == 0 && block_m <= 128)) &&
+                            (!block_n || (block_n % 16 == 0 && block_n <= 128));
+    char options[256];
+    snprintf(options, sizeof(options), "decode:off;decode-tensor-core:off;portable:%s;register-tiled:%s",
+             tile[0] ? tile : "on", tiled_runs && tile[0] ? tile : tiled_runs ? "on" : "off");
+    return test_context_with_options(options);
+}
+
+flashcl_status test_fma_tile(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, struct flashcl_tile *out)
+{
+    const size_t esize = flashcl_dtype_size(dtype ? dtype : FLASHCL_F32);
+    const size_t rows = 64, d = head_dim > 0 ? (size_t)head_dim : 1;
+    cl_int err;
+    /* One element past each view's start: rows off 16 bytes keep the tensor cores out. */
+    const size_t bytes = (rows * d + 1) * esize;
+    cl_mem in = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    ck_assert_cl(err);
+    cl_mem out_mem = clCreateBuffer(flashcl_context_cl_context(ctx), CL_MEM_READ_WRITE, bytes, NULL, &err);
+    ck_assert_cl(err);
+    struct flashcl_attention a = {0};
+    a.batch = 1;
+    a.seq_q = a.seq_kv = (int)rows;
+    a.heads_q = a.heads_kv = 1;
+    a.head_dim = head_dim;
+    a.q = flashcl_tensor_bnhd(in, dtype, rows, 1, d);
+    a.q.offset = esize;
+    a.k = a.v = a.q;
+    a.o = a.q;
+    a.o.mem = out_mem;
+    const flashcl_status st = flashcl_forward_config(ctx, &a, out);
+    clReleaseMemObject(in);
+    clReleaseMemObject(out_mem);
+    return st;
 }
 
 #define MAX_OPTIONED 64  /* the tuning suite alone builds more than 16 forced plans on an H200 */
@@ -129,8 +146,6 @@ int test_run_suite(Suite *s)
     srunner_run_all(runner, CK_NORMAL);
     const int failed = srunner_ntests_failed(runner);
     srunner_free(runner);
-    for (int i = 0; i < n_forced; i++)
-        flashcl_context_destroy(&forced[i].ctx);
     for (int i = 0; i < n_optioned; i++)
         flashcl_context_destroy(&optioned[i].ctx);
     if (env.queue)
@@ -153,12 +168,12 @@ static size_t elem_index(const struct host_tensor *t, size_t b, size_t n, size_t
            n * t->view.stride_seq + h * t->view.stride_head + e;
 }
 
-void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
+void test_tolerance(flashcl_dtype dtype, const char *variant, enum flashcl_precision precision,
                     double *atol, double *rtol, double *lse_tol)
 {
     *atol = 2e-6;
     *lse_tol = 2e-5;  /* times max(1, |LSE|) */
-    if (variant == FLASHCL_VARIANT_TF32 && precision == FLASHCL_PRECISION_TF32) {
+    if (kernel_is(variant, "tf32") && precision == FLASHCL_PRECISION_TF32) {
         /* Scores from operands rounded to 10 mantissa bits (2^-11 = 4.9e-4
          * relative each), summed over d terms; P and V rounded the same way. */
         *atol = 4e-3;
@@ -166,15 +181,15 @@ void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flas
         *lse_tol = 4e-3;
         return;
     }
-    if (variant == FLASHCL_VARIANT_TF32) {
+    if (kernel_is(variant, "tf32")) {
         /* 3xTF32: operands carry about 21 bits (2^-22 relative per part). */
         *atol = 2e-5;
         *rtol = 1e-4;
         *lse_tol = 1e-4;
         return;
     }
-    if (variant == FLASHCL_VARIANT_TENSOR_CORE || variant == FLASHCL_VARIANT_DECODE_TENSOR_CORE ||
-        variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA) {
+    if (kernel_is(variant, "tensor-core") || kernel_is(variant, "decode-tensor-core") ||
+        kernel_is(variant, "tensor-core-wgmma")) {
         /* P is rounded to the storage type for the P·V mma: 2 x half an ulp x max|v|. */
         *atol = dtype == FLASHCL_F16 ? 1e-3 : 8e-3;
         *rtol = dtype == FLASHCL_F16 ? 1.2e-3 : 8e-3;
@@ -270,7 +285,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     const size_t Hq = (size_t)c->heads_q, Hk = (size_t)c->heads_kv, d = (size_t)c->head_dim;
     const size_t group = Hq / Hk;
 
-    struct host_tensor t[4];
+    struct host_tensor t[4] = {0};
     size_t sizes[4];
     make_layout(c, &t[0], &t[1], &t[2], &t[3], sizes);
     const int fused = c->layout == LAYOUT_FUSED_QKV || c->layout == LAYOUT_FUSED_QKV_HEADS;
@@ -360,7 +375,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
 
     struct flashcl_tile config;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &config));
-    const enum flashcl_variant variant = c->standard ? FLASHCL_VARIANT_PORTABLE : config.variant;
+    const char *const variant = c->standard ? "portable" : config.kernel;
 
     cl_event done = NULL;
     if (c->standard)
@@ -421,7 +436,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         result->max_abs_err = max_err;
         result->max_lse_err = max_lse_err;
         result->rel_l2_err = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
-        result->variant = variant;
+        result->kernel = variant;
         /* FNV-1a over the bytes of O and LSE as read back. */
         uint64_t h = 0xcbf29ce484222325ull;
         for (size_t x = 0; x < sizes[3] * esize; x++)
@@ -458,8 +473,8 @@ bool test_wgmma_takes(const flashcl_context *ctx, flashcl_dtype dtype, int head_
     return dtype != FLASHCL_F32 && head_dim % 16 == 0 && head_dim <= 256 && flashcl_context_has_wgmma(ctx, &why);
 }
 
-enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim)
+const char *test_tensor_core_forward(const flashcl_context *ctx, int head_dim)
 {
-    return test_wgmma_takes(ctx, FLASHCL_F16, head_dim) ? FLASHCL_VARIANT_TENSOR_CORE_WGMMA
-                                                       : FLASHCL_VARIANT_TENSOR_CORE;
+    return test_wgmma_takes(ctx, FLASHCL_F16, head_dim) ? "tensor-core-wgmma"
+                                                       : "tensor-core";
 }

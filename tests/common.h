@@ -7,6 +7,7 @@
 #include <check.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "flashcl.h"
 #include "hostref.h"
@@ -53,7 +54,17 @@ flashcl_context *test_context_with_options(const char *kernel_options);
  * options and no tuning file. The caller destroys it. */
 flashcl_context *test_emulated_context(const char *kernel_options, int cc, bool wgmma);
 /* A second context forcing the tile (0 = automatic), cached per pair. */
+/* Whether a kernel name (NULL where no kernel ran, e.g. the standard path) is this one. */
+static inline bool kernel_is(const char *kernel, const char *name)
+{
+    return kernel && strcmp(kernel, name) == 0;
+}
+
 flashcl_context *test_context_with_blocks(int block_m, int block_n);
+/* The forward kernel and tile flashcl_forward_config plans on ctx for a
+ * plain call of this head_dim and dtype on the FMA units (64 queries, 64
+ * keys, one head, no mask, rows off 16 bytes so no tensor-core kernel). */
+flashcl_status test_fma_tile(flashcl_context *ctx, int head_dim, flashcl_dtype dtype, struct flashcl_tile *out);
 /* A log callback that counts WARN lines and keeps the last (log_user: a struct test_warn_log). */
 struct test_warn_log {
     int warnings;
@@ -91,7 +102,7 @@ struct case_result {
     double max_abs_err;     /* over O */
     double max_lse_err;     /* over LSE */
     double rel_l2_err;      /* ||O - ref|| / ||ref|| */
-    enum flashcl_variant variant; /* the kernel that ran (flash path) */
+    const char *kernel; /* the kernel that ran (flash path) */
     uint64_t output_hash;   /* FNV-1a of O's and LSE's bytes: equal hashes for bit-identical outputs */
 };
 
@@ -103,7 +114,7 @@ struct case_result {
  * max|v| (inputs here lie in [-1, 1]). The TF32 variant's bounds follow
  * from its operand rounding (docs/precision.md). lse_tol bounds
  * |LSE - ref| / max(1, |ref|). */
-void test_tolerance(flashcl_dtype dtype, enum flashcl_variant variant, enum flashcl_precision precision,
+void test_tolerance(flashcl_dtype dtype, const char *variant, enum flashcl_precision precision,
                     double *atol, double *rtol, double *lse_tol);
 
 /* Slice `slice` (0, 1, 2: Q, K, V) of a fused [B, N, 3, H, d] (LAYOUT_FUSED_QKV) or [B, N, H, 3, d]
@@ -123,6 +134,6 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
  * 16 up to 256, flashcl_context_has_wgmma), and the f16/bf16 forward kernel a device with tensor cores runs by default
  * for this head dim (16-byte rows): the wgmma kernel there, else mma.sync. */
 bool test_wgmma_takes(const flashcl_context *ctx, flashcl_dtype dtype, int head_dim);
-enum flashcl_variant test_tensor_core_forward(const flashcl_context *ctx, int head_dim);
+const char *test_tensor_core_forward(const flashcl_context *ctx, int head_dim);
 
 #endif

@@ -72,7 +72,7 @@ static void run_tiled(const char *what, const struct bwd_case *c, int block_m, i
     struct flashcl_tile t;
     ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p.a, &p.g, &t));
     problem_free(&p);
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+    ck_assert_str_eq(t.kernel, "backward-tiled");
     ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
     ck_assert_int_eq(t.block_m, block_m);
     ck_assert_int_eq(t.block_n, block_n);
@@ -81,7 +81,7 @@ static void run_tiled(const char *what, const struct bwd_case *c, int block_m, i
     snprintf(label, sizeof(label), "%s, tiled %dx%d", what, block_m, block_n);
     struct bwd_result r;
     run_case(ctx, label, c, seed, &r);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+    ck_assert_str_eq(r.kernel, "backward-tiled");
 }
 
 /* Every head dim class of the kernel (one float4 column, columns shared unevenly by the 16 work-items of a row
@@ -142,12 +142,12 @@ START_TEST(tiled_fallback)
         struct flashcl_tile t;
         const bool tiled = dims[i] % 4 == 0;
         ck_assert_flashcl_ok(flashcl_backward_config(tiled_context(16, 16), &p.a, &p.g, &t));
-        ck_assert_int_eq(t.variant, tiled ? FLASHCL_VARIANT_BACKWARD_TILED : FLASHCL_VARIANT_BACKWARD);
+        ck_assert_str_eq(t.kernel, tiled ? "backward-tiled" : "backward");
         ck_assert_int_eq(t.source, tiled ? FLASHCL_TILE_FORCED : FLASHCL_TILE_RULE);
         ck_assert_flashcl_ok(flashcl_backward_config(e->ctx, &p.a, &p.g, &t));
-        ck_assert_int_eq(t.variant, tiled ? FLASHCL_VARIANT_BACKWARD_TILED : FLASHCL_VARIANT_BACKWARD);
+        ck_assert_str_eq(t.kernel, tiled ? "backward-tiled" : "backward");
         ck_assert_flashcl_ok(flashcl_backward_config(off, &p.a, &p.g, &t));
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD);
+        ck_assert_str_eq(t.kernel, "backward");
         problem_free(&p);
     }
 }
@@ -280,7 +280,7 @@ static void check_backward_config(flashcl_context *ctx, const struct bwd_case *c
     problem_create(&p, c, 1);
     struct flashcl_tile t;
     ck_assert_flashcl_ok(flashcl_backward_config(ctx, &p.a, &p.g, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD);
+    ck_assert_str_eq(t.kernel, "backward");
     ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
     ck_assert_int_eq(t.block_m, block_m);
     ck_assert_int_eq(t.block_n, block_n);
@@ -466,8 +466,8 @@ END_TEST
 static const char *const deterministic_options[] = {
     "backward-tensor-core:off;backward-tiled:block_m=32,block_n=16",
     "backward-tensor-core:off;backward-tiled:off"};
-static const enum flashcl_variant deterministic_variants[] = {FLASHCL_VARIANT_BACKWARD_TILED,
-                                                              FLASHCL_VARIANT_BACKWARD};
+static const char *const deterministic_variants[] = {"backward-tiled",
+                                                              "backward"};
 
 START_TEST(deterministic)
 {
@@ -479,7 +479,7 @@ START_TEST(deterministic)
     problem_create(&p, &c, 500);
     problem_forward(&p, ctx);
     problem_backward(&p, ctx, e->queue);
-    ck_assert_int_eq(p.variant, deterministic_variants[_i]);
+    ck_assert_str_eq(p.kernel, deterministic_variants[_i]);
     unsigned char *first[3];
     for (int o = 0; o < 3; o++)
         first[o] = read_back(&p, T_DQ + o);
@@ -497,7 +497,7 @@ START_TEST(deterministic)
             free(again);
         }
     }
-    printf("deterministic, %s: 4 runs bit-identical (second queue %s)\n", flashcl_variant_name(p.variant),
+    printf("deterministic, %s: 4 runs bit-identical (second queue %s)\n", p.kernel,
            out_of_order ? "out-of-order" : "in-order");
     struct bwd_result r;
     problem_check(&p, &r);

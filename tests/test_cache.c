@@ -76,7 +76,7 @@ static int child_main(const char *dir)
     a.k = flashcl_tensor_bnhd(mk, FLASHCL_F32, N, 1, D);
     a.v = flashcl_tensor_bnhd(mv, FLASHCL_F32, N, 1, D);
     a.o = flashcl_tensor_bnhd(mo, FLASHCL_F32, N, 1, D);
-    a.causal = 1;
+    a.mask = FLASHCL_MASK_CAUSAL;
     int result = 3;
     if (flashcl_forward(ctx, &a, queue, 0, NULL, NULL) == FLASHCL_SUCCESS &&
         clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, sizeof(o), o, 0, NULL, NULL) == CL_SUCCESS) {
@@ -434,7 +434,7 @@ static void fuzz_forward(const char *dir, unsigned char *o, size_t o_bytes, stru
     a.head_dim = D;
     a.q = a.k = a.v = flashcl_tensor_bnhd(mq, FLASHCL_F32, N, 1, D);
     a.o = flashcl_tensor_bnhd(mo, FLASHCL_F32, N, 1, D);
-    a.causal = 1;
+    a.mask = FLASHCL_MASK_CAUSAL;
     ck_assert_uint_eq(o_bytes, sizeof(q));
     ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 0, NULL, NULL));
     ck_assert_cl(clEnqueueReadBuffer(e->queue, mo, CL_TRUE, 0, o_bytes, o, 0, NULL, NULL));

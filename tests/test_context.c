@@ -100,21 +100,22 @@ START_TEST(bad_params)
 {
     flashcl_context *ctx = NULL;
     struct flashcl_context_params p = {0};
-    p.block_m = 300;
+    p.kernel_options = "portable:block_m=300";
     ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_ERROR_INVALID_CONFIG);
-    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "block_m = 300"));
-    p.block_m = 0;
-    p.block_n = -2;
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "block_m"));
+    ck_assert_ptr_null(ctx);
+    p.kernel_options = "no-such-kernel:off";
     ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_ERROR_INVALID_CONFIG);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "no-such-kernel"));
+    p.kernel_options = NULL;
     ck_assert_status(flashcl_context_create(NULL, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
-    p.block_n = 0;
     p.log_level = (enum flashcl_log_level)9;
     ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_INVALID_VALUE);
     ck_assert_ptr_null(ctx);
     p.log_level = 0;
-    p.fma_variant = FLASHCL_VARIANT_TENSOR_CORE;  /* tensor-core variants cannot be forced */
-    ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_ERROR_INVALID_CONFIG);
-    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "params.fma_variant = 2"));
+    p.reserved[63] = 1;
+    ck_assert_status(flashcl_context_create(&p, &ctx), FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "params.reserved[63]"));
     ck_assert_ptr_null(ctx);
 }
 END_TEST
@@ -165,14 +166,14 @@ START_TEST(forced_tile_that_cannot_fit)
         flashcl_context *ctx = NULL;
         ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
         struct flashcl_tile tile;
-        const flashcl_status st = flashcl_forward_tile(ctx, 256, FLASHCL_F32, &tile);
+        const flashcl_status st = test_fma_tile(ctx, 256, FLASHCL_F32, &tile);
         if (i == 0) {
             ck_assert_int_eq(st, FLASHCL_ERROR_INVALID_CONFIG);
             ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "256x256"));
             ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "1067008"));
         } else {
             ck_assert_int_eq(st, FLASHCL_SUCCESS);
-            ck_assert_int_eq(tile.variant, FLASHCL_VARIANT_PORTABLE);
+            ck_assert_str_eq(tile.kernel, "portable");
             ck_assert_int_eq(tile.source, FLASHCL_TILE_FORCED);
             ck_assert_int_eq(tile.block_m, 256);
             ck_assert_uint_eq(tile.local_bytes, 1067008);
@@ -230,48 +231,24 @@ START_TEST(kernel_options)
         ck_assert_ptr_null(ctx);
     }
 
-    /* Forced through the option, and through the deprecated fields. */
+    /* Forced through the option. */
     struct flashcl_tile t;
     p.kernel_options = "register-tiled:off;portable:block_m=8,block_n=24";
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_flashcl_ok(test_fma_tile(ctx, 64, FLASHCL_F32, &t));
+    ck_assert_str_eq(t.kernel, "portable");
     ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
     ck_assert_int_eq(t.block_m, 8);
     ck_assert_int_eq(t.block_n, 24);
     flashcl_context_destroy(&ctx);
-    p.kernel_options = NULL;
-    p.block_m = 32;
-    p.block_n = 48;  /* a register-tiled tile */
+    p.kernel_options = "register-tiled:block_m=32,block_n=48";
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_flashcl_ok(test_fma_tile(ctx, 64, FLASHCL_F32, &t));
+    ck_assert_str_eq(t.kernel, "register-tiled");
     ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
     ck_assert_int_eq(t.block_m, 32);
     ck_assert_int_eq(t.block_n, 48);
-    flashcl_context_destroy(&ctx);
-    p.block_n = 40;  /* not a register-tiled size: the portable kernel runs it */
-    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
-    ck_assert_int_eq(t.block_n, 40);
-    flashcl_context_destroy(&ctx);
-    p.block_n = 0;
-    p.block_m = 8;  /* turns the register-tiled kernel off, ... */
-    p.kernel_options = "register-tiled:block_n=32";  /* ... which a clause naming it turns on again */
-    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
-    ck_assert_int_eq(t.block_n, 32);
-    ck_assert_int_eq(t.block_m % 16, 0);  /* 8 is not its size: its own choice */
-    flashcl_context_destroy(&ctx);
-    p.kernel_options = NULL;
-    p.block_m = p.block_n = 0;
-    p.fma_variant = FLASHCL_VARIANT_PORTABLE;
-    ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
     flashcl_context_destroy(&ctx);
 }
 END_TEST
@@ -302,8 +279,8 @@ START_TEST(kernel_options_environment)
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
     unsetenv("FLASHCL_KERNELS");
     struct flashcl_tile t;
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 32, FLASHCL_F32, &t));  /* after the unset */
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_flashcl_ok(test_fma_tile(ctx, 32, FLASHCL_F32, &t));  /* after the unset */
+    ck_assert_str_eq(t.kernel, "portable");
     ck_assert_int_eq(t.block_m, 4);
     ck_assert_int_eq(t.source, FLASHCL_TILE_FORCED);
     flashcl_context_destroy(&ctx);

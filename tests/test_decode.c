@@ -58,8 +58,8 @@ START_TEST(against_reference)
         struct case_result r;
         rng_seed(4000 + 31 * (uint64_t)_i + (uint64_t)i);
         test_run_case(ctx, &cases[_i], &r);
-        ck_assert_msg(r.variant == FLASHCL_VARIANT_DECODE, "case %d ran %s, not decode", _i,
-                      flashcl_variant_name(r.variant));
+        ck_assert_msg(kernel_is(r.kernel, "decode"), "case %d ran %s, not decode", _i,
+                      r.kernel);
         const struct test_case *c = &cases[_i];
         printf("decode %-30s B=%d Nq=%d Nk=%-4d Hq=%d Hkv=%d d=%-3d dtype=%d: max|err| %.2e, LSE %.2e\n",
                contexts[i] ? contexts[i] : "(default)", c->batch, c->seq_q, c->seq_kv, c->heads_q, c->heads_kv,
@@ -80,7 +80,7 @@ START_TEST(repeatable)
         test_run_case(ctx, &c, &a);
         rng_seed(77);
         test_run_case(ctx, &c, &b);
-        ck_assert_int_eq(a.variant, FLASHCL_VARIANT_DECODE);
+        ck_assert_str_eq(a.kernel, "decode");
         ck_assert_msg(a.output_hash == b.output_hash, "two runs gave different bytes (splits %s)",
                       split ? "9" : "1");
     }
@@ -122,9 +122,9 @@ START_TEST(planned_where_rows_fit)
         a.o.mem = out;
         struct flashcl_tile t;
         ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options(FMA_DECODE), &a, &t));
-        ck_assert_msg((t.variant == FLASHCL_VARIANT_DECODE) == calls[i].decode, "call %zu: planned %s", i,
-                      flashcl_variant_name(t.variant));
-        if (t.variant == FLASHCL_VARIANT_DECODE) {
+        ck_assert_msg((kernel_is(t.kernel, "decode")) == calls[i].decode, "call %zu: planned %s", i,
+                      t.kernel);
+        if (kernel_is(t.kernel, "decode")) {
             ck_assert_int_eq(t.block_m, calls[i].seq_q);
             ck_assert_int_ge(t.splits, 1);
             ck_assert_int_le(t.splits, (4096 + t.block_n - 1) / t.block_n);
@@ -136,7 +136,7 @@ START_TEST(planned_where_rows_fit)
     struct flashcl_tile t;
     flashcl_context *forced = test_context_with_options(FMA_DECODE "decode:block_n=128,splits=5");
     ck_assert_flashcl_ok(flashcl_forward_config(forced, &a, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_DECODE);
+    ck_assert_str_eq(t.kernel, "decode");
     ck_assert_int_eq(t.splits, 5);
     ck_assert_int_eq(t.block_n, 128);
     a.seq_kv = 200;
@@ -157,17 +157,17 @@ START_TEST(planned_where_rows_fit)
                                              calls[i].head_dim);
         b.o.mem = out;
         ck_assert_flashcl_ok(flashcl_forward_config(tc, &b, &t));
-        const enum flashcl_variant want = !calls[i].decode ? t.variant
-                                          : calls[i].head_dim % 16 == 0 ? FLASHCL_VARIANT_DECODE_TENSOR_CORE
-                                                                        : FLASHCL_VARIANT_DECODE;
-        ck_assert_msg(t.variant == want, "call %zu with tensor cores: planned %s", i, flashcl_variant_name(t.variant));
-        ck_assert(calls[i].decode || (t.variant != FLASHCL_VARIANT_DECODE &&
-                                      t.variant != FLASHCL_VARIANT_DECODE_TENSOR_CORE));
+        const char *const want = !calls[i].decode ? t.kernel
+                                          : calls[i].head_dim % 16 == 0 ? "decode-tensor-core"
+                                                                        : "decode";
+        ck_assert_msg(kernel_is(t.kernel, want), "call %zu with tensor cores: planned %s", i, t.kernel);
+        ck_assert(calls[i].decode || (!kernel_is(t.kernel, "decode") &&
+                                      !kernel_is(t.kernel, "decode-tensor-core")));
     }
     flashcl_context_destroy(&tc);
     /* Turned off, the same call runs elsewhere. */
     ck_assert_flashcl_ok(flashcl_forward_config(test_context_with_options("decode:off;decode-tensor-core:off"), &a, &t));
-    ck_assert_int_ne(t.variant, FLASHCL_VARIANT_DECODE);
+    ck_assert_str_ne(t.kernel, "decode");
     clReleaseMemObject(buf);
     clReleaseMemObject(out);
 }
@@ -465,7 +465,7 @@ START_TEST(emulated_tensor_core_decode_stages)
                 test_run_case(ctx, &runs[c], &r);
                 printf("emulated decode, %d buffers, %s, case %d: max|err| %.2e, LSE %.2e\n", configs[i].stages,
                        split ? "3 splits" : "planned splits", c, r.max_abs_err, r.max_lse_err);
-                ck_assert_int_eq(r.variant, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+                ck_assert_str_eq(r.kernel, "decode-tensor-core");
             }
             /* The buffers the plan built with: the count this context was meant to exercise. */
             cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 1 << 20, NULL, NULL);

@@ -58,8 +58,8 @@ static void check_balanced(const char *scenario, long k)
 
 static void write_tuning_file(const char *path)
 {
-    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.5};
-    struct flashcl_tuned_config tiled = {FLASHCL_VARIANT_REGISTER_TILED, FLASHCL_F32, 32, 0, 32, 48, 0, 0, 1.25};
+    struct flashcl_tuned_config portable = {"portable", FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.5};
+    struct flashcl_tuned_config tiled = {"register-tiled", FLASHCL_F32, 32, 0, 32, 48, 0, 0, 1.25};
     char line[512];
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
@@ -112,7 +112,7 @@ START_TEST(context_creation)
         }
         if (st == FLASHCL_SUCCESS) {
             struct flashcl_tile t;
-            ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));  /* a usable context */
+            ck_assert_flashcl_ok(test_fma_tile(ctx, 64, FLASHCL_F32, &t));  /* a usable context */
         } else {
             ck_assert_msg(ctx == NULL, "%s: a failed creation (%s failing) left *out set", name, r.failed);
             ck_assert_msg(*flashcl_last_error(), "%s: no message after %s failed", name, r.failed);
@@ -359,7 +359,7 @@ START_TEST(attention_calls)
     printf("%s: %ld calls, each failed in turn: %ld refused (%ld after a kernel was enqueued), %ld succeeded "
            "(recovered, or an optional call)", s->name, total, refused, after_enqueue, recovered);
     if (s->kind == CALL_FORWARD)
-        printf("; ran %s with %d split(s)", flashcl_variant_name(tile.variant), tile.splits);
+        printf("; ran %s with %d split(s)", tile.kernel, tile.splits);
     printf("\n");
     for (int t = 0; t < N_TENSORS; t++)
         free(expected[t]);

@@ -18,7 +18,7 @@ static void run_and_report(flashcl_context *ctx, const char *what, const struct 
     struct case_result r;
     rng_seed((uint64_t)(c->seq_q * 7919 + c->seq_kv * 104729 + c->head_dim * 31 + c->heads_q));
     test_run_case(ctx, c, &r);
-    printf("%-12s %-22s", flashcl_variant_name(r.variant), what);
+    printf("%-12s %-22s", r.kernel, what);
     printf(" B=%d Nq=%-4d Nk=%-4d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d: "
            "max|err| %.2e, rel L2 %.2e, LSE %.2e\n", c->batch, c->seq_q, c->seq_kv, c->heads_q,
            c->heads_kv, c->head_dim, (int)c->dtype, c->causal, (int)c->layout, r.max_abs_err,
@@ -156,20 +156,20 @@ START_TEST(window_plans_tensor_core_kernels)
     a.mask = FLASHCL_MASK_CAUSAL;
     struct flashcl_tile t;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_eq(t.kernel, "tensor-core");
     a.mask = FLASHCL_MASK_WINDOW;
     a.window_left = 16;
     a.window_right = 0;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_eq(t.kernel, "tensor-core");
     a.q = a.k = a.v = flashcl_tensor_bnhd(buf, F32, 64, 2, 64);
     a.o = a.q;
     a.o.offset = 64 * 2 * 64 * 4;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_str_eq(t.kernel, "register-tiled");
     a.precision = FLASHCL_PRECISION_TF32;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TF32);
+    ck_assert_str_eq(t.kernel, "tf32");
     clReleaseMemObject(buf);
     flashcl_context_destroy(&ctx);
 }
@@ -234,28 +234,29 @@ START_TEST(forced_tiles_match)
     const struct test_case c1 = {1, 45, 61, 4, 2, 24, F32, 1, 0, LAYOUT_BNHD, 1};
     const struct test_case c2 = {1, 61, 45, 2, 2, 40, BF16, 1, 0, LAYOUT_BNHD, 1};
     const struct test_case c3 = {1, 300, 290, 2, 1, 64, F32, 0, 0, LAYOUT_BHND, 1};
-    const enum flashcl_variant want = bm % 16 == 0 && bn % 16 == 0 ? FLASHCL_VARIANT_REGISTER_TILED
-                                                                     : FLASHCL_VARIANT_PORTABLE;
+    const char *const want = bm % 16 == 0 && bn % 16 == 0 ? "register-tiled"
+                                                                     : "portable";
     const struct test_case *cases[] = {&c1, &c2, &c3};
-    for (int i = 0; i < (want == FLASHCL_VARIANT_REGISTER_TILED ? 3 : 2); i++) {
+    for (int i = 0; i < (kernel_is(want, "register-tiled") ? 3 : 2); i++) {
         struct flashcl_tile t;
         run_and_report(ctx, "forced tile", cases[i]);
-        ck_assert_flashcl_ok(flashcl_forward_tile(ctx, cases[i]->head_dim, cases[i]->dtype, &t));
-        ck_assert_int_eq(t.variant, cases[i]->head_dim % 4 == 0 ? want : FLASHCL_VARIANT_PORTABLE);
+        ck_assert_flashcl_ok(test_fma_tile(ctx, cases[i]->head_dim, cases[i]->dtype, &t));
+        ck_assert_str_eq(t.kernel, cases[i]->head_dim % 4 == 0 ? want : "portable");
     }
 }
 END_TEST
 
-/* A context on the shared device that never uses tensor cores; fma_variant
- * as in flashcl_context_params. */
-static flashcl_context *fma_only_context(enum flashcl_variant fma_variant)
+/* A context on the shared device that never uses tensor cores; "portable":
+ * nor the register-tiled and decode kernels. */
+static flashcl_context *fma_only_context(const char *kernel)
 {
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
     p.context = e->cl;
     p.device = e->device;
     p.portable_only = 1;
-    p.fma_variant = fma_variant;
+    if (kernel && kernel_is(kernel, "portable"))
+        p.kernel_options = "register-tiled:off;decode:off;decode-tensor-core:off";
     flashcl_context *ctx = NULL;
     ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
     return ctx;
@@ -265,13 +266,13 @@ static flashcl_context *fma_only_context(enum flashcl_variant fma_variant)
  * default runs on it when asked) on the shape cases. */
 START_TEST(portable_kernel)
 {
-    flashcl_context *ctx = fma_only_context(FLASHCL_VARIANT_PORTABLE);
+    flashcl_context *ctx = fma_only_context("portable");
     struct case_result r;
     rng_seed((uint64_t)_i + 300);
     test_run_case(ctx, &shape_cases[_i], &r);
-    printf("%-12s shape case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), _i,
+    printf("%-12s shape case %2d: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", r.kernel, _i,
            r.max_abs_err, r.rel_l2_err, r.max_lse_err);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_str_eq(r.kernel, "portable");
     flashcl_context_destroy(&ctx);
 }
 END_TEST
@@ -279,19 +280,19 @@ END_TEST
 /* f32 with d a multiple of 4 runs the register-tiled kernel unless told otherwise. */
 START_TEST(register_tiled_default)
 {
-    flashcl_context *ctx = fma_only_context(0);
+    flashcl_context *ctx = fma_only_context(NULL);
     const struct test_case c = {1, 130, 130, 2, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1};
     struct case_result r;
     rng_seed(77);
     test_run_case(ctx, &c, &r);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_str_eq(r.kernel, "register-tiled");
     struct flashcl_tile t;
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, F32, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_flashcl_ok(test_fma_tile(ctx, 64, F32, &t));
+    ck_assert_str_eq(t.kernel, "register-tiled");
     ck_assert_int_eq(t.block_m % 16, 0);
     ck_assert_int_eq(t.block_n % 16, 0);
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 30, F32, &t));  /* d % 4 != 0 */
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_flashcl_ok(test_fma_tile(ctx, 30, F32, &t));  /* d % 4 != 0 */
+    ck_assert_str_eq(t.kernel, "portable");
     flashcl_context_destroy(&ctx);
 }
 END_TEST
@@ -321,20 +322,20 @@ END_TEST
  * plan nothing and are reported, not run). */
 static const struct {
     const char *options;
-    enum flashcl_variant variant;
+    const char *kernel;
     struct test_case c;
 } forced_kernels[] = {
-    {"tensor-core:off;tf32:off;register-tiled:off", FLASHCL_VARIANT_PORTABLE,
+    {"tensor-core:off;tf32:off;register-tiled:off", "portable",
      {2, 70, 90, 4, 2, 24, F32, 1, 0, LAYOUT_PADDED, 1}},
-    {"tensor-core:off;tf32:off;register-tiled:off;portable:block_m=5,block_n=3", FLASHCL_VARIANT_PORTABLE,
+    {"tensor-core:off;tf32:off;register-tiled:off;portable:block_m=5,block_n=3", "portable",
      {1, 40, 33, 2, 2, 7, BF16, 0, 0, LAYOUT_BNHD, 1}},
-    {"tensor-core:off;tf32:off", FLASHCL_VARIANT_REGISTER_TILED, {2, 70, 90, 4, 2, 32, F16, 1, 0, LAYOUT_BHND, 1}},
-    {"tensor-core:off;tf32:off;register-tiled:block_m=16,block_n=48", FLASHCL_VARIANT_REGISTER_TILED,
+    {"tensor-core:off;tf32:off", "register-tiled", {2, 70, 90, 4, 2, 32, F16, 1, 0, LAYOUT_BHND, 1}},
+    {"tensor-core:off;tf32:off;register-tiled:block_m=16,block_n=48", "register-tiled",
      {1, 100, 61, 2, 1, 64, F32, 1, 0, LAYOUT_BNHD, 1}},
-    {"tf32:off;tensor-core-wgmma:off", FLASHCL_VARIANT_TENSOR_CORE, {1, 150, 130, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1}},
-    {"tensor-core-wgmma:off;tensor-core:warps=2,m_tiles=1,block_n=32", FLASHCL_VARIANT_TENSOR_CORE,
+    {"tf32:off;tensor-core-wgmma:off", "tensor-core", {1, 150, 130, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1}},
+    {"tensor-core-wgmma:off;tensor-core:warps=2,m_tiles=1,block_n=32", "tensor-core",
      {1, 150, 130, 2, 2, 128, BF16, 0, 0, LAYOUT_BHND, 1}},
-    {"tf32:warps=4,m_tiles=1,block_n=16", FLASHCL_VARIANT_TF32,
+    {"tf32:warps=4,m_tiles=1,block_n=16", "tf32",
      {1, 150, 130, 2, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3}},
 };
 
@@ -342,9 +343,9 @@ START_TEST(each_kernel_forced)
 {
     flashcl_context *ctx = test_context_with_options(forced_kernels[_i].options);
     const struct test_case *c = &forced_kernels[_i].c;
-    const enum flashcl_variant want = forced_kernels[_i].variant;
+    const char *const want = forced_kernels[_i].kernel;
     const char *why = NULL;
-    const bool tensor = want == FLASHCL_VARIANT_TENSOR_CORE || want == FLASHCL_VARIANT_TF32;
+    const bool tensor = kernel_is(want, "tensor-core") || kernel_is(want, "tf32");
     if (tensor && !flashcl_context_has_tensor_cores(ctx, &why)) {
         printf("forced %-44s not run here: %s\n", forced_kernels[_i].options, why);
         return;
@@ -352,9 +353,9 @@ START_TEST(each_kernel_forced)
     struct case_result r;
     rng_seed((uint64_t)_i + 900);
     test_run_case(ctx, c, &r);
-    printf("forced %-44s %-14s max|err| %.2e\n", forced_kernels[_i].options, flashcl_variant_name(r.variant),
+    printf("forced %-44s %-14s max|err| %.2e\n", forced_kernels[_i].options, r.kernel,
            r.max_abs_err);
-    ck_assert_int_eq(r.variant, want);
+    ck_assert_str_eq(r.kernel, want);
 }
 END_TEST
 
@@ -371,10 +372,10 @@ START_TEST(tf32_request_on_fma_kernels_stays_exact)
         struct case_result r;
         rng_seed(210 + (uint64_t)i);
         test_run_case(ctx, &cases[i], &r);
-        ck_assert(r.variant == FLASHCL_VARIANT_REGISTER_TILED || r.variant == FLASHCL_VARIANT_PORTABLE);
+        ck_assert(kernel_is(r.kernel, "register-tiled") || kernel_is(r.kernel, "portable"));
         double atol, rtol, lse_tol, atol_exact, rtol_exact, lse_exact;
-        test_tolerance(F32, r.variant, cases[i].precision, &atol, &rtol, &lse_tol);
-        test_tolerance(F32, r.variant, FLASHCL_PRECISION_EXACT, &atol_exact, &rtol_exact, &lse_exact);
+        test_tolerance(F32, r.kernel, cases[i].precision, &atol, &rtol, &lse_tol);
+        test_tolerance(F32, r.kernel, FLASHCL_PRECISION_EXACT, &atol_exact, &rtol_exact, &lse_exact);
         ck_assert_double_eq(atol, atol_exact);  /* judged by the exact bound */
         ck_assert_double_eq(rtol, rtol_exact);
     }
@@ -385,7 +386,7 @@ END_TEST
  * views whose rows are not 16-byte aligned. */
 START_TEST(portable_fallback)
 {
-    flashcl_context *ctx = fma_only_context(0);
+    flashcl_context *ctx = fma_only_context(NULL);
     const char *why = NULL;
     ck_assert_int_eq(flashcl_context_has_tensor_cores(ctx, &why), 0);
     ck_assert_ptr_nonnull(strstr(why, "portable_only"));
@@ -393,12 +394,12 @@ START_TEST(portable_fallback)
     rng_seed(5);
     const struct test_case eligible = {2, 200, 200, 4, 4, 64, F16, 1, 0, LAYOUT_BNHD, 1};
     test_run_case(ctx, &eligible, &r);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_str_eq(r.kernel, "register-tiled");
     flashcl_context_destroy(&ctx);
 
     const struct test_case padded = {1, 64, 64, 2, 2, 64, F16, 0, 0, LAYOUT_PADDED, 1};
     test_run_case(NULL, &padded, &r);
-    ck_assert_int_ne(r.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_ne(r.kernel, "tensor-core");
 }
 END_TEST
 
@@ -459,7 +460,7 @@ START_TEST(emulated_wgmma_forward)
         rng_seed(90 + (uint64_t)i);
         test_run_case(ctx[cases[i].options], c, &r);
         printf("emulated wgmma case %d: max|err| %.2e, LSE %.2e\n", i, r.max_abs_err, r.max_lse_err);
-        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        ck_assert_str_eq(r.kernel, "tensor-core-wgmma");
     }
     for (int i = 0; i < N_OPTIONS; i++)
         flashcl_context_destroy(&ctx[i]);
@@ -487,7 +488,7 @@ START_TEST(emulated_mma_sm90_builtin)
             rng_seed(120 + (uint64_t)i);
             test_run_case(ctx, &cases[i], &r);
             printf("emulated mma.sync 4 x 2 x 64 case %d: max|err| %.2e, LSE %.2e\n", i, r.max_abs_err, r.max_lse_err);
-            ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE);
+            ck_assert_str_eq(r.kernel, "tensor-core");
         }
     }
     flashcl_context_destroy(&ctx);
@@ -522,11 +523,11 @@ START_TEST(tensor_core_failure_falls_back)
     }
     if (real) {
         ck_assert_int_eq(w.warnings, 0);
-        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_TENSOR_CORE);
+        ck_assert_str_eq(r.kernel, "tensor-core");
     } else {
         ck_assert_int_eq(w.warnings, 1);
         ck_assert_ptr_nonnull(strstr(w.last, "tensor-core"));
-        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_REGISTER_TILED);
+        ck_assert_str_eq(r.kernel, "register-tiled");
         /* Only that kernel is off: a TF32 call still plans the TF32 kernel
          * (and falls back on its own failure, with its own WARN). */
         rng_seed(62);

@@ -399,7 +399,7 @@ START_TEST(parsers_take_any_text)
         flashcl_context *ctx = NULL;
         ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));  /* a bad file is a WARN, never a failure */
         struct flashcl_tile t;
-        ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 64, FLASHCL_F32, &t));
+        ck_assert_flashcl_ok(test_fma_tile(ctx, 64, FLASHCL_F32, &t));
         flashcl_context_destroy(&ctx);
     }
     unlink(path);

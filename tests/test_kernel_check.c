@@ -94,7 +94,7 @@ static bool selected(int index, const char *kernel)
 struct kernel_under_check {
     const char *kernel, *settings;
     int emulated_cc;
-    enum flashcl_variant expect;
+    const char *expect;
 };
 
 /* Local memory a forced shape needs beyond the 32 KiB every OpenCL device has: only wgmma's smallest (64 query
@@ -102,7 +102,7 @@ struct kernel_under_check {
  * planner counts it. */
 static size_t local_bytes_needed(const struct kernel_under_check *k)
 {
-    return strcmp(k->kernel, "tensor-core-wgmma") == 0 ? 44096 : 0;
+    return kernel_is(k->kernel, "tensor-core-wgmma") ? 44096 : 0;
 }
 
 /* The context case `index` runs on; NULL where it is not selected or the device's local memory cannot hold
@@ -121,9 +121,9 @@ static flashcl_context *case_context(int index, const struct kernel_under_check 
     return ctx;
 }
 
-static void check_ran(const struct kernel_under_check *k, enum flashcl_variant ran)
+static void check_ran(const struct kernel_under_check *k, const char *ran)
 {
-    ck_assert_msg(ran == k->expect, "%s:%s ran %s", k->kernel, k->settings, flashcl_variant_name(ran));
+    ck_assert_msg(kernel_is(ran, k->expect), "%s:%s ran %s", k->kernel, k->settings, ran);
 }
 
 /* ---- forward ---- */
@@ -137,27 +137,27 @@ struct forward_check {
  * windowed, window_left, window_right. Query and key counts are not multiples of any block: every kernel meets a
  * partial block; GQA everywhere. */
 static const struct forward_check forward_checks[] = {
-    {{"portable", "block_m=8,block_n=16", 0, FLASHCL_VARIANT_PORTABLE},
+    {{"portable", "block_m=8,block_n=16", 0, "portable"},
      {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD, 1}},
-    {{"portable", "on", 0, FLASHCL_VARIANT_PORTABLE},
+    {{"portable", "on", 0, "portable"},
      {1, 21, 30, 2, 2, 5, F16, 0, 0, LAYOUT_PADDED, 1, 0, 0, 1, 6, 2}},
-    {{"register-tiled", "block_m=16,block_n=16", 0, FLASHCL_VARIANT_REGISTER_TILED},
+    {{"register-tiled", "block_m=16,block_n=16", 0, "register-tiled"},
      {1, 19, 37, 2, 1, 16, BF16, 1, 0, LAYOUT_BNHD, 1}},
-    {{"register-tiled", "on", 0, FLASHCL_VARIANT_REGISTER_TILED},
+    {{"register-tiled", "on", 0, "register-tiled"},
      {1, 21, 30, 2, 1, 8, F32, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 6, 2}},
-    {{"decode", "splits=3", 0, FLASHCL_VARIANT_DECODE},  /* the split-KV merge too */
+    {{"decode", "splits=3", 0, "decode"},  /* the split-KV merge too */
      {1, 2, 70, 4, 2, 16, F32, 1, 0, LAYOUT_BNHD, 1}},
-    {{"decode", "on", 0, FLASHCL_VARIANT_DECODE},
+    {{"decode", "on", 0, "decode"},
      {2, 1, 45, 2, 1, 8, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 20, 0}},
-    {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TENSOR_CORE},
+    {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, "tensor-core"},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
-    {{"tensor-core", "warps=1,m_tiles=2,block_n=16,splits=2", 80, FLASHCL_VARIANT_TENSOR_CORE},
+    {{"tensor-core", "warps=1,m_tiles=2,block_n=16,splits=2", 80, "tensor-core"},
      {1, 21, 40, 2, 1, 32, BF16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 6, 2}},
-    {{"tf32", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TF32},
+    {{"tf32", "warps=1,m_tiles=1,block_n=16", 80, "tf32"},
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3}},
-    {{"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, FLASHCL_VARIANT_DECODE_TENSOR_CORE},
+    {{"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, "decode-tensor-core"},
      {1, 2, 45, 4, 2, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
-    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
+    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, "tensor-core-wgmma"},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
 };
 
@@ -171,7 +171,7 @@ START_TEST(forward)
     test_run_case(ctx, &f->c, &r);
     printf("forward %-20s %-36s: max|err| %.2e, LSE %.2e\n", f->k.kernel, f->k.settings, r.max_abs_err,
            r.max_lse_err);
-    check_ran(&f->k, r.variant);
+    check_ran(&f->k, r.kernel);
 }
 END_TEST
 
@@ -185,19 +185,19 @@ struct backward_check {
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace, standard,
  * windowed, window_left, window_right, precision */
 static const struct backward_check backward_checks[] = {
-    {{"backward", "block_m=8,block_n=16", 0, FLASHCL_VARIANT_BACKWARD},
+    {{"backward", "block_m=8,block_n=16", 0, "backward"},
      {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD}},
-    {{"backward", "on", 0, FLASHCL_VARIANT_BACKWARD},
+    {{"backward", "on", 0, "backward"},
      {1, 21, 30, 2, 1, 5, F16, 0, 0, LAYOUT_BNHD, 0, 0, 1, 6, 2}},
-    {{"backward-tiled", "block_m=16,block_n=16", 0, FLASHCL_VARIANT_BACKWARD_TILED},
+    {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD}},
-    {{"backward-tiled", "on", 0, FLASHCL_VARIANT_BACKWARD_TILED},
+    {{"backward-tiled", "on", 0, "backward-tiled"},
      {1, 21, 30, 2, 1, 8, BF16, 0, 0, LAYOUT_BNHD, 1, 0, 1, 6, 2}},
-    {{"backward-tensor-core", "on", 80, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
+    {{"backward-tensor-core", "on", 80, "backward-tensor-core"},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD}},
-    {{"backward-tensor-core-fused", "on", 80, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED},
+    {{"backward-tensor-core-fused", "on", 80, "backward-tensor-core-fused"},
      {1, 19, 37, 2, 1, 16, BF16, 0, 0, LAYOUT_BNHD}},
-    {{"backward-tf32", "on", 80, FLASHCL_VARIANT_BACKWARD_TF32},
+    {{"backward-tf32", "on", 80, "backward-tf32"},
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 0, 0, 0, 0, 0, FLASHCL_PRECISION_TF32X3}},
 };
 
@@ -209,7 +209,7 @@ START_TEST(backward)
         return;
     struct bwd_result r;
     run_case(ctx, b->k.kernel, &b->c, 900 + (uint64_t)_i, &r);
-    check_ran(&b->k, r.variant);
+    check_ran(&b->k, r.kernel);
 }
 END_TEST
 
@@ -223,19 +223,19 @@ struct varlen_check {
 /* batch, lens_q, lens_k, heads_q, heads_kv, head_dim, dtype, mask, window_left, window_right, device_offsets,
  * precision. Empty sequences, rows with no key, device offsets. */
 static const struct varlen_check varlen_checks[] = {
-    {{"portable", "on", 0, FLASHCL_VARIANT_PORTABLE},
+    {{"portable", "on", 0, "portable"},
      {3, {5, 0, 17}, {9, 0, 20}, 2, 1, 12, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
-    {{"register-tiled", "on", 0, FLASHCL_VARIANT_REGISTER_TILED},
+    {{"register-tiled", "on", 0, "register-tiled"},
      {3, {5, 0, 17}, {9, 3, 20}, 2, 1, 16, F16, FLASHCL_MASK_WINDOW, 4, 1, 1}},
-    {{"decode", "splits=2", 0, FLASHCL_VARIANT_DECODE},
+    {{"decode", "splits=2", 0, "decode"},
      {3, {1, 2, 0}, {30, 17, 5}, 4, 2, 16, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
-    {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TENSOR_CORE},
+    {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, "tensor-core"},
      {2, {17, 9}, {33, 9}, 2, 1, 16, F16, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
-    {{"tf32", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TF32},
+    {{"tf32", "warps=1,m_tiles=1,block_n=16", 80, "tf32"},
      {2, {17, 9}, {33, 9}, 2, 1, 16, F32, FLASHCL_MASK_WINDOW, 6, 0, 1, FLASHCL_PRECISION_TF32X3}},
-    {{"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, FLASHCL_VARIANT_DECODE_TENSOR_CORE},
+    {{"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, "decode-tensor-core"},
      {2, {1, 2}, {40, 17}, 4, 2, 16, F16, FLASHCL_MASK_NONE, 0, 0, 1}},
-    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
+    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, "tensor-core-wgmma"},
      {2, {17, 9}, {33, 9}, 2, 1, 16, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
 };
 
@@ -256,15 +256,15 @@ struct cache_check {
 /* batch, seq_q, capacity, lens, heads_q, heads_kv, head_dim, dtype, mask, window_left, window_right,
  * device_lengths, page_size (0: contiguous), host_table, precision. */
 static const struct cache_check cache_checks[] = {
-    {{"portable", "on", 0, FLASHCL_VARIANT_PORTABLE},
+    {{"portable", "on", 0, "portable"},
      {2, 3, 24, {3, 20}, 2, 2, 12, BF16, FLASHCL_MASK_WINDOW, 5, 0, 0, 0}},
-    {{"register-tiled", "on", 0, FLASHCL_VARIANT_REGISTER_TILED},
+    {{"register-tiled", "on", 0, "register-tiled"},
      {2, 5, 32, {5, 30}, 2, 1, 16, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, 16, 0}},
-    {{"decode", "splits=2", 0, FLASHCL_VARIANT_DECODE},
+    {{"decode", "splits=2", 0, "decode"},
      {2, 1, 32, {17, 32}, 4, 2, 16, F16, FLASHCL_MASK_NONE, 0, 0, 1, 16, 0}},
-    {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, FLASHCL_VARIANT_TENSOR_CORE},
+    {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, "tensor-core"},
      {2, 20, 32, {20, 32}, 2, 1, 16, F16, FLASHCL_MASK_CAUSAL, 0, 0, 1, 16, 0}},
-    {{"decode-tensor-core", "warps=1,block_n=16", 80, FLASHCL_VARIANT_DECODE_TENSOR_CORE},
+    {{"decode-tensor-core", "warps=1,block_n=16", 80, "decode-tensor-core"},
      {2, 1, 32, {17, 32}, 4, 2, 16, BF16, FLASHCL_MASK_NONE, 0, 0, 1, 16, 1}},
 };
 

@@ -80,7 +80,7 @@ START_TEST(worked_example_block_2)
 {
     flashcl_context *ctx = test_context_with_blocks(2, 2);
     struct flashcl_tile tile;
-    ck_assert_flashcl_ok(flashcl_forward_tile(ctx, 1, FLASHCL_F32, &tile));
+    ck_assert_flashcl_ok(test_fma_tile(ctx, 1, FLASHCL_F32, &tile));
     ck_assert_int_eq(tile.block_n, 2);  /* two K/V blocks: the rescale path runs */
     check_example(_i, ctx, 1.0f, 0.0f);
 }

@@ -76,7 +76,7 @@ static void pair_create(struct pair *p, int n, int h, int d, int causal)
     p->a.k = flashcl_tensor_bnhd(p->k, F32, (size_t)n, (size_t)h, (size_t)d);
     p->a.v = flashcl_tensor_bnhd(p->v, F32, (size_t)n, (size_t)h, (size_t)d);
     p->a.o = flashcl_tensor_bnhd(p->o_std, F32, (size_t)n, (size_t)h, (size_t)d);
-    p->a.causal = causal;
+    p->a.mask = causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
 }
 
 static void pair_release(struct pair *p)

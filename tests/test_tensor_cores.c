@@ -126,18 +126,18 @@ static flashcl_context *context_with_options(const char *options)
  * kernel options: `expected` must run (the decode kernel, which would take
  * the one-query cases first, off). */
 static void run_case_on(flashcl_context *ctx, const struct test_case *c, uint64_t seed, const char *label,
-                        enum flashcl_variant expected)
+                        const char *expected)
 {
     struct case_result r;
     rng_seed(seed);
     test_run_case(ctx, c, &r);
-    printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", flashcl_variant_name(r.variant), label,
+    printf("%-14s %s: max|err| %.2e, rel L2 %.2e, LSE %.2e\n", r.kernel, label,
            r.max_abs_err, r.rel_l2_err, r.max_lse_err);
-    ck_assert_int_eq(r.variant, expected);
+    ck_assert_str_eq(r.kernel, expected);
 }
 
 static void run_tensor_core_case(const char *options, const struct test_case *c, uint64_t seed, const char *label,
-                                 enum flashcl_variant expected)
+                                 const char *expected)
 {
     run_case_on(context_with_options(options), c, seed, label, expected);
 }
@@ -146,7 +146,7 @@ START_TEST(tf32)
 {
     char label[32];
     snprintf(label, sizeof(label), "%s case %2d", tf32_cases[_i].precision == TF32 ? "tf32  " : "tf32x3", _i);
-    run_tensor_core_case("decode:off;decode-tensor-core:off", &tf32_cases[_i], (uint64_t)_i + 200, label, FLASHCL_VARIANT_TF32);
+    run_tensor_core_case("decode:off;decode-tensor-core:off", &tf32_cases[_i], (uint64_t)_i + 200, label, "tf32");
 }
 END_TEST
 
@@ -155,7 +155,7 @@ START_TEST(tensor_core)
     char label[32];
     snprintf(label, sizeof(label), "tensor-core case %2d", _i);
     run_tensor_core_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:off", &tensor_core_cases[_i], (uint64_t)_i + 100,
-                         label, FLASHCL_VARIANT_TENSOR_CORE);
+                         label, "tensor-core");
 }
 END_TEST
 
@@ -164,7 +164,7 @@ START_TEST(tf32_split)
     char label[32];
     snprintf(label, sizeof(label), "tf32 split 3 case %2d", _i);
     run_tensor_core_case("decode:off;decode-tensor-core:off;tf32:block_n=16,splits=3", &tf32_cases[_i], (uint64_t)_i + 250, label,
-                         FLASHCL_VARIANT_TF32);
+                         "tf32");
 }
 END_TEST
 
@@ -175,7 +175,7 @@ START_TEST(decode_tensor_core)
         char label[80];
         snprintf(label, sizeof(label), "decode case %d %s", _i, decode_contexts[i]);
         run_tensor_core_case(decode_contexts[i], &decode_cases[_i], (uint64_t)_i * 7 + i + 300, label,
-                             FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+                             "decode-tensor-core");
     }
 }
 END_TEST
@@ -190,7 +190,7 @@ START_TEST(decode_tensor_core_repeatable)
         test_run_case(context_with_options(options[i]), &decode_cases[0], &a);
         rng_seed(77);
         test_run_case(context_with_options(options[i]), &decode_cases[0], &b);
-        ck_assert_int_eq(a.variant, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+        ck_assert_str_eq(a.kernel, "decode-tensor-core");
         ck_assert_msg(a.output_hash == b.output_hash, "two runs of the same decode call differ (%s)", options[i]);
     }
 }
@@ -204,11 +204,11 @@ START_TEST(tensor_core_split)
     snprintf(label, sizeof(label), "split 3 case %2d", _i);
     run_tensor_core_case("decode:off;decode-tensor-core:off;tensor-core-wgmma:off;tensor-core:block_n=16,splits=3",
                          &tensor_core_cases[_i], (uint64_t)_i + 150,
-                         label, FLASHCL_VARIANT_TENSOR_CORE);
+                         label, "tensor-core");
 }
 END_TEST
 
-/* ---- Hopper's wgmma forward (the sm_90a route): FLASHCL_VARIANT_TENSOR_CORE_WGMMA ---- */
+/* ---- Hopper's wgmma forward (the sm_90a route): "tensor-core-wgmma" ---- */
 
 /* The wgmma tests' contexts: emulated, as sm_90 with its plain-OpenCL wgmma. */
 static flashcl_context *wgmma_context(const char *options)
@@ -237,7 +237,7 @@ static void run_wgmma_case(const char *options, int i, uint64_t seed, const char
         return;
     char label[40];
     snprintf(label, sizeof(label), "wgmma %s case %2d", what, i);
-    run_case_on(wgmma_context(options), c, seed, label, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+    run_case_on(wgmma_context(options), c, seed, label, "tensor-core-wgmma");
 }
 
 START_TEST(tensor_core_wgmma)
@@ -287,7 +287,7 @@ START_TEST(tensor_core_wgmma_split_turns)
 }
 END_TEST
 
-/* ---- the backward pass: FLASHCL_VARIANT_BACKWARD_TENSOR_CORE(_FUSED) ---- */
+/* ---- the backward pass: "backward-tensor-core"(_FUSED) ---- */
 
 /* batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace.
  * Lengths that are no multiple of any block, both causal alignments, GQA and
@@ -319,8 +319,8 @@ static void check_backward_default(int i)
     snprintf(label, sizeof(label), "backward %2d", i);
     struct bwd_result r;
     run_case(context_with_options(""), label, c, 1000 + (uint64_t)i, &r);
-    ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
-                                                           : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+    ck_assert_str_eq(r.kernel, c->layout == LAYOUT_PADDED ? "backward-tiled"
+                                                           : "backward-tensor-core");
 }
 
 START_TEST(backward)
@@ -344,8 +344,8 @@ static void check_backward_fused(int index)
         snprintf(label, sizeof(label), "backward %2d/%d", index, i);
         struct bwd_result r;
         run_case(context_with_options(options[i]), label, c, 1000 + (uint64_t)index, &r);
-        ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
-                                                               : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
+        ck_assert_str_eq(r.kernel, c->layout == LAYOUT_PADDED ? "backward-tiled"
+                                                               : "backward-tensor-core-fused");
     }
 }
 
@@ -376,8 +376,8 @@ START_TEST(backward_deterministic)
     problem_create(&p, &c, 1500);
     problem_forward(&p, ctx);
     problem_backward(&p, ctx, e->queue);
-    ck_assert_int_eq(p.variant, _i == 0 ? FLASHCL_VARIANT_BACKWARD_TENSOR_CORE
-                                        : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED);
+    ck_assert_str_eq(p.kernel, _i == 0 ? "backward-tensor-core"
+                                        : "backward-tensor-core-fused");
     unsigned char *first[3];
     for (int o = 0; o < 3; o++)
         first[o] = read_back(&p, T_DQ + o);
@@ -403,7 +403,7 @@ START_TEST(backward_deterministic)
     struct bwd_result r;
     problem_check(&p, &r);
     printf("backward deterministic (%s): 3 runs bit-identical; max err / max|ref| dQ %.2e dK %.2e dV %.2e\n",
-           flashcl_variant_name(p.variant), r.max_err[0], r.max_err[1], r.max_err[2]);
+           p.kernel, r.max_err[0], r.max_err[1], r.max_err[2]);
     for (int o = 0; o < 3; o++)
         free(first[o]);
     clReleaseCommandQueue(other);
@@ -449,8 +449,8 @@ START_TEST(backward_ptxas_report)
         ck_assert_flashcl_ok(flashcl_backward_config(fused ? context_with_options(backward_fused) : e->ctx, &p.a,
                                                      &p.g, &t));
         problem_free(&p);
-        ck_assert_int_eq(t.variant, fused ? FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED
-                                          : FLASHCL_VARIANT_BACKWARD_TENSOR_CORE);
+        ck_assert_str_eq(t.kernel, fused ? "backward-tensor-core-fused"
+                                          : "backward-tensor-core");
         char options[256];
         snprintf(options, sizeof(options), "-cl-std=CL1.2 -DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d "
                  "-DDTYPE=1 -DCAUSAL=%d -DFUSED_DQ=%d -cl-nv-verbose", c.head_dim, t.block_m, t.block_n, t.warps,
@@ -464,7 +464,7 @@ START_TEST(backward_ptxas_report)
 }
 END_TEST
 
-/* ---- the f32 backward on TF32 tensor cores: FLASHCL_VARIANT_BACKWARD_TF32 ---- */
+/* ---- the f32 backward on TF32 tensor cores: "backward-tf32" ---- */
 
 #define BWD_TF32(b, nq, nk, hq, hk, d, causal, scale, layout, ws, precision)                                       \
     {b, nq, nk, hq, hk, d, F32, causal, scale, layout, ws, 0, 0, 0, 0, precision}
@@ -497,8 +497,8 @@ static void run_tf32_backward(const char *options, const struct bwd_case *c, uin
 {
     struct bwd_result r;
     run_case(context_with_options(options), label, c, seed, &r);
-    ck_assert_int_eq(r.variant, c->layout == LAYOUT_PADDED ? FLASHCL_VARIANT_BACKWARD_TILED
-                                                           : FLASHCL_VARIANT_BACKWARD_TF32);
+    ck_assert_str_eq(r.kernel, c->layout == LAYOUT_PADDED ? "backward-tiled"
+                                                           : "backward-tf32");
 }
 
 START_TEST(backward_tf32)
@@ -526,7 +526,7 @@ START_TEST(backward_tf32_not_exact)
     const struct bwd_case c = BWD_TF32(1, 100, 129, 4, 2, 64, 1, 0, LAYOUT_BNHD, 0, FLASHCL_PRECISION_EXACT);
     struct bwd_result r;
     run_case(context_with_options("decode:off;decode-tensor-core:off"), "bwd exact f32", &c, 2200, &r);
-    ck_assert_int_eq(r.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+    ck_assert_str_eq(r.kernel, "backward-tiled");
 }
 END_TEST
 
@@ -540,7 +540,7 @@ START_TEST(backward_tf32_deterministic)
     problem_create(&p, &c, 2300 + (uint64_t)_i);
     problem_forward(&p, ctx);
     problem_backward(&p, ctx, test_env_get()->queue);
-    ck_assert_int_eq(p.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+    ck_assert_str_eq(p.kernel, "backward-tf32");
     unsigned char *first[3];
     for (int o = 0; o < 3; o++)
         first[o] = read_back(&p, T_DQ + o);
@@ -594,7 +594,7 @@ START_TEST(backward_tf32_footprint)
         struct flashcl_tile t;
         ck_assert_flashcl_ok(flashcl_backward_config(context_with_options(builds[i].options), &p.a, &p.g, &t));
         problem_free(&p);
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+        ck_assert_str_eq(t.kernel, "backward-tf32");
         char *log;
         cl_program prog = build_backward_tf32(&t, c.head_dim, c.causal, c.precision == TF32X3 ? 3 : 1,
                                               emulated ? "" : "-cl-nv-verbose", &log);
@@ -629,16 +629,16 @@ START_TEST(backward_tf32_planned)
         size_t local;
         int compute_capability, head_dim;
         enum flashcl_precision precision;
-        enum flashcl_variant variant;
+        const char *kernel;
         int warps, block_m, block_n;
     } plans[] = {
-        {232448, 90, 64, TF32, FLASHCL_VARIANT_BACKWARD_TF32, 4, 64, 64},     /* 112 KB */
-        {232448, 90, 128, TF32X3, FLASHCL_VARIANT_BACKWARD_TF32, 4, 64, 64},  /* 210 KB */
-        {101376, 86, 64, TF32X3, FLASHCL_VARIANT_BACKWARD_TF32, 2, 32, 32},   /* 56 KB */
-        {101376, 86, 112, TF32, FLASHCL_VARIANT_BACKWARD_TF32, 2, 32, 32},    /* 93 KB */
-        {101376, 86, 128, TF32, FLASHCL_VARIANT_BACKWARD_TF32, 1, 16, 16},    /* 53 KB */
-        {232448, 90, 64, FLASHCL_PRECISION_EXACT, FLASHCL_VARIANT_BACKWARD_TILED, 0, 64, 64},
-        {232448, 90, 72, TF32, FLASHCL_VARIANT_BACKWARD_TILED, 0, 64, 64},    /* not a multiple of 16 */
+        {232448, 90, 64, TF32, "backward-tf32", 4, 64, 64},     /* 112 KB */
+        {232448, 90, 128, TF32X3, "backward-tf32", 4, 64, 64},  /* 210 KB */
+        {101376, 86, 64, TF32X3, "backward-tf32", 2, 32, 32},   /* 56 KB */
+        {101376, 86, 112, TF32, "backward-tf32", 2, 32, 32},    /* 93 KB */
+        {101376, 86, 128, TF32, "backward-tf32", 1, 16, 16},    /* 53 KB */
+        {232448, 90, 64, FLASHCL_PRECISION_EXACT, "backward-tiled", 0, 64, 64},
+        {232448, 90, 72, TF32, "backward-tiled", 0, 64, 64},    /* not a multiple of 16 */
     };
     for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {
         struct flashcl_context_params params = {0};
@@ -659,10 +659,10 @@ START_TEST(backward_tf32_planned)
         problem_free(&p);
         flashcl_context_destroy(&ctx);
         printf("backward planned with %zu bytes local, d = %d, precision %d: %s %dx%dx%d, %zu bytes\n",
-               plans[i].local, plans[i].head_dim, (int)plans[i].precision, flashcl_variant_name(t.variant), t.warps,
+               plans[i].local, plans[i].head_dim, (int)plans[i].precision, t.kernel, t.warps,
                t.block_m, t.block_n, t.local_bytes);
-        ck_assert_int_eq(t.variant, plans[i].variant);
-        if (t.variant == FLASHCL_VARIANT_BACKWARD_TF32) {
+        ck_assert_str_eq(t.kernel, plans[i].kernel);
+        if (kernel_is(t.kernel, "backward-tf32")) {
             ck_assert_int_eq(t.warps, plans[i].warps);
             ck_assert_int_eq(t.block_m, plans[i].block_m);
             ck_assert_int_eq(t.block_n, plans[i].block_n);

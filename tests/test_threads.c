@@ -62,7 +62,7 @@ static void *work(void *arg)
         a.k = flashcl_tensor_bnhd(mk, FLASHCL_F32, (size_t)n, 1, (size_t)d);
         a.v = flashcl_tensor_bnhd(mv, FLASHCL_F32, (size_t)n, 1, (size_t)d);
         a.o = flashcl_tensor_bnhd(mo, FLASHCL_F32, (size_t)n, 1, (size_t)d);
-        a.causal = causal;
+        a.mask = causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
         bool ok = flashcl_forward(w->ctx, &a, queue, 0, NULL, NULL) == FLASHCL_SUCCESS &&
                   clEnqueueReadBuffer(queue, mo, CL_TRUE, 0, elems * 4, o, 0, NULL, NULL) == CL_SUCCESS;
         for (int row = 0; ok && row < n; row++) {

@@ -1,5 +1,8 @@
 /* The sizing rule's arithmetic (the seed chapter's figures) and the tile the
  * library picks from it on this device. */
+#include <stdio.h>
+#include <string.h>
+
 #include "common.h"
 #include "flashcl_tools.h"
 
@@ -23,10 +26,10 @@ START_TEST(automatic_tile_fits_and_obeys_the_rule)
     cl_ulong reported = 0;
     ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(reported), &reported, NULL));
     struct flashcl_tile t;
-    ck_assert_flashcl_ok(flashcl_forward_tile(e->ctx, dims[_i], FLASHCL_F32, &t));
+    ck_assert_flashcl_ok(test_fma_tile(e->ctx, dims[_i], FLASHCL_F32, &t));
     /* The portable kernel sizes from the reported local memory, the
      * register-tiled one from what the context knows works. */
-    const size_t local = t.variant == FLASHCL_VARIANT_PORTABLE ? (size_t)reported
+    const size_t local = kernel_is(t.kernel, "portable") ? (size_t)reported
                                                                 : flashcl_context_local_mem_bytes(e->ctx);
     ck_assert_uint_ge(flashcl_context_local_mem_bytes(e->ctx), (size_t)reported);
     const size_t bound = flashcl_block_size_bound(local, 4, (size_t)dims[_i]);
@@ -42,24 +45,50 @@ END_TEST
 START_TEST(forced_tile_is_reported)
 {
     struct flashcl_tile t;
-    ck_assert_flashcl_ok(flashcl_forward_tile(test_context_with_blocks(5, 3), 64, FLASHCL_BF16, &t));
+    ck_assert_flashcl_ok(test_fma_tile(test_context_with_blocks(5, 3), 64, FLASHCL_BF16, &t));
     ck_assert_int_eq(t.block_m, 5);
     ck_assert_int_eq(t.block_n, 3);
-    ck_assert_flashcl_ok(flashcl_forward_tile(test_context_with_blocks(0, 7), 64, FLASHCL_F32, &t));
+    ck_assert_flashcl_ok(test_fma_tile(test_context_with_blocks(0, 7), 64, FLASHCL_F32, &t));
     ck_assert_int_eq(t.block_n, 7);
     ck_assert_int_ge(t.block_m, 1);
 }
 END_TEST
 
-START_TEST(tile_query_checks_arguments)
+/* The table as flashcl_kernel_describe lists it: every kernel once, each
+ * name one kernel_options accepts, sane fields; bad arguments refused. */
+START_TEST(kernels_are_listed)
 {
     struct test_env *e = test_env_get();
-    struct flashcl_tile t;
-    ck_assert_status(flashcl_forward_tile(NULL, 64, FLASHCL_F32, &t), FLASHCL_ERROR_NULL_ARGUMENT);
-    ck_assert_status(flashcl_forward_tile(e->ctx, 64, FLASHCL_F32, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
-    ck_assert_status(flashcl_forward_tile(e->ctx, 0, FLASHCL_F32, &t), FLASHCL_ERROR_INVALID_SHAPE);
-    ck_assert_status(flashcl_forward_tile(e->ctx, 257, FLASHCL_F32, &t), FLASHCL_ERROR_INVALID_SHAPE);
-    ck_assert_status(flashcl_forward_tile(e->ctx, 64, (flashcl_dtype)0, &t), FLASHCL_ERROR_INVALID_DTYPE);
+    const int n = flashcl_kernel_count();
+    ck_assert_int_ge(n, 12);
+    for (int i = 0; i < n; i++) {
+        struct flashcl_kernel_info k;
+        memset(&k, 0xA5, sizeof(k));
+        ck_assert_flashcl_ok(flashcl_kernel_describe(i, &k));
+        ck_assert_ptr_nonnull(k.name);
+        ck_assert_ptr_nonnull(k.summary);
+        ck_assert_ptr_nonnull(strstr(k.source, "cl/"));
+        ck_assert_int_ne(k.dtypes & (1u << FLASHCL_F32 | 1u << FLASHCL_F16 | 1u << FLASHCL_BF16), 0);
+        ck_assert_int_ge(k.head_dim_step, 1);
+        ck_assert_int_le(k.head_dim_max, FLASHCL_MAX_HEAD_DIM);
+        for (size_t b = 0; b < sizeof(k.reserved); b++)
+            ck_assert_int_eq(k.reserved[b], 0);
+        for (int j = 0; j < i; j++) {
+            struct flashcl_kernel_info other;
+            ck_assert_flashcl_ok(flashcl_kernel_describe(j, &other));
+            ck_assert_str_ne(other.name, k.name);
+        }
+        char options[64];
+        snprintf(options, sizeof(options), "%s:off", k.name);
+        struct flashcl_context_params p = {.context = e->cl, .device = e->device, .kernel_options = options};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(flashcl_context_create(&p, &ctx));
+        flashcl_context_destroy(&ctx);
+    }
+    struct flashcl_kernel_info k;
+    ck_assert_status(flashcl_kernel_describe(-1, &k), FLASHCL_INVALID_VALUE);
+    ck_assert_status(flashcl_kernel_describe(n, &k), FLASHCL_INVALID_VALUE);
+    ck_assert_status(flashcl_kernel_describe(0, NULL), FLASHCL_ERROR_NULL_ARGUMENT);
 }
 END_TEST
 
@@ -71,7 +100,7 @@ int main(void)
     tcase_add_test(tc, rule_reproduces_the_seed);
     tcase_add_loop_test(tc, automatic_tile_fits_and_obeys_the_rule, 0, (int)(sizeof(dims) / sizeof(dims[0])));
     tcase_add_test(tc, forced_tile_is_reported);
-    tcase_add_test(tc, tile_query_checks_arguments);
+    tcase_add_test(tc, kernels_are_listed);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

@@ -72,7 +72,7 @@ static struct flashcl_attention shape(int d, flashcl_dtype dtype, int causal, cl
     a.q = a.k = a.v = flashcl_tensor_bnhd(mem, dtype, 64, 1, (size_t)d);
     a.o = a.q;
     a.o.offset = 64 * (size_t)d * flashcl_dtype_size(dtype);  /* second half of the buffer */
-    a.causal = causal;
+    a.mask = causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     return a;
 }
 
@@ -93,9 +93,9 @@ static struct flashcl_tile config_of(flashcl_context *ctx, int d, flashcl_dtype 
 START_TEST(round_trip_and_used)
 {
     /* d = 30 runs on the portable kernel, d = 32 on the register-tiled one. */
-    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.5};
-    struct flashcl_tuned_config tiled = {FLASHCL_VARIANT_REGISTER_TILED, FLASHCL_F32, 32, 1, 32, 48, 0, 0, 1.25};
-    struct flashcl_tuned_config mma = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 64, 0, 0, 32, 8, 1, 0.25};
+    struct flashcl_tuned_config portable = {"portable", FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.5};
+    struct flashcl_tuned_config tiled = {"register-tiled", FLASHCL_F32, 32, 1, 32, 48, 0, 0, 1.25};
+    struct flashcl_tuned_config mma = {"tensor-core", FLASHCL_F16, 64, 0, 0, 32, 8, 1, 0.25};
     char text[2048], line[512];
     snprintf(text, sizeof(text), "# written by a test\nflashcl-tuning 2\n");
     const struct flashcl_tuned_config *entries[] = {&portable, &tiled, &mma};
@@ -109,12 +109,12 @@ START_TEST(round_trip_and_used)
     flashcl_context *ctx = context_with_file(&w, 0);
     ck_assert_int_eq(w.warnings, 0);
     struct flashcl_tile t = config_of(ctx, 30, FLASHCL_F32, 1);
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_PORTABLE);
+    ck_assert_str_eq(t.kernel, "portable");
     ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
     ck_assert_int_eq(t.block_m, 5);
     ck_assert_int_eq(t.block_n, 7);
     t = config_of(ctx, 32, FLASHCL_F32, 1);
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_str_eq(t.kernel, "register-tiled");
     ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
     ck_assert_int_eq(t.block_m, 32);
     ck_assert_int_eq(t.block_n, 48);
@@ -134,7 +134,7 @@ START_TEST(round_trip_and_used)
     if (flashcl_context_has_wgmma(ctx, NULL)) {
         /* sm_90: the wgmma kernel, ahead of mma.sync in the table, runs d = 64 on its own built-in shape;
          * the entry is mma.sync's (docs/tuning.md) */
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        ck_assert_str_eq(t.kernel, "tensor-core-wgmma");
         ck_assert_int_eq(t.source, FLASHCL_TILE_DEFAULT);
     } else if (flashcl_context_has_tensor_cores(ctx, NULL)) {
         ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
@@ -142,7 +142,7 @@ START_TEST(round_trip_and_used)
         ck_assert_int_eq(t.m_tiles, 1);
         ck_assert_int_eq(t.block_n, 32);
     } else {
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+        ck_assert_str_eq(t.kernel, "register-tiled");
         ck_assert_int_eq(t.source, FLASHCL_TILE_RULE);
     }
     flashcl_context_destroy(&ctx);
@@ -166,7 +166,7 @@ static void record_info(void *user, enum flashcl_log_level level, const char *me
  * a fallback (with an INFO line), and loses to a line of this identity. */
 START_TEST(other_devices_ignored_other_versions_fall_back)
 {
-    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
+    struct flashcl_tuned_config portable = {"portable", FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
     struct flashcl_tuned_config exact = portable;
     exact.block_m = 3;
     char line[512], exact_line[512], text[2048];
@@ -280,7 +280,7 @@ END_TEST
 /* Files of version 1 (variant=, causal=0/1) still read. */
 START_TEST(version_1_files_read)
 {
-    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.0};
+    struct flashcl_tuned_config portable = {"portable", FLASHCL_F32, 30, 1, 5, 7, 0, 0, 1.0};
     char line[512], text[1024];
     line_for(&portable, line, sizeof(line));
     char *kind = strstr(line, "kind=");
@@ -302,7 +302,7 @@ END_TEST
 
 START_TEST(malformed_files_ignored)
 {
-    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
+    struct flashcl_tuned_config portable = {"portable", FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
     char good[512];
     line_for(&portable, good, sizeof(good));
     char long_line[2000];
@@ -341,7 +341,7 @@ END_TEST
  * used to pass, the line read up to the NUL, so "good\0junk" was "good"). */
 START_TEST(nul_byte_anywhere)
 {
-    struct flashcl_tuned_config portable = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
+    struct flashcl_tuned_config portable = {"portable", FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0};
     char good[512];
     line_for(&portable, good, sizeof(good));
     /* Each file is "flashcl-tuning 2\n<good>\n" with a NUL put in at `at` (and its last newline dropped, a
@@ -393,7 +393,7 @@ END_TEST
 START_TEST(tuned_tile_must_fit)
 {
     /* 128x128 at d = 254 (portable kernel) needs about 470 KB; allowed only where that much works. */
-    struct flashcl_tuned_config big = {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 254, 0, 128, 128, 0, 0, 1.0};
+    struct flashcl_tuned_config big = {"portable", FLASHCL_F32, 254, 0, 128, 128, 0, 0, 1.0};
     write_one_entry(&big);
     struct test_warn_log w = {0};
     flashcl_context *small = context_with_file(&w, 100000);
@@ -413,15 +413,24 @@ END_TEST
  * mma shape (0s: none) and the test's tuning file or none. */
 static flashcl_context *assumed_tensor_cores(size_t local_mem, int warps, int m_tiles, int block_n, int with_file)
 {
+    char options[160] = "";
+    if (warps || m_tiles || block_n) {  /* the forward mma.sync kernels' shape, which the wgmma one gives way to */
+        char shape[64] = "";
+        const int values[3] = {warps, m_tiles, block_n};
+        const char *const names[3] = {"warps", "m_tiles", "block_n"};
+        for (int i = 0; i < 3; i++)
+            if (values[i])
+                snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%s=%d", shape[0] ? "," : "",
+                         names[i], values[i]);
+        snprintf(options, sizeof(options), "tensor-core:%s;tf32:%s", shape, shape);
+    }
     const int compute_capability = local_mem >= 232448 ? 90 : 80;  /* an H200's local memory, else an A100-class one */
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
     p.context = e->cl;
     p.device = e->device;
     p.local_mem_bytes = local_mem;
-    p.mma_warps = warps;
-    p.mma_m_tiles = m_tiles;
-    p.mma_block_n = block_n;
+    p.kernel_options = options;
     p.tuning_file = with_file ? path : "";
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true,
                                          .assume_compute_capability = compute_capability};
@@ -443,8 +452,8 @@ static void check_mma_shape(struct flashcl_tile t, enum flashcl_tile_source sour
 }
 
 /* A context on this device as an H200 would plan it: tensor cores and wgmma assumed (compute capability 9.0),
- * 227 KB of local memory, no tuning file, these kernel options (and the deprecated mma_warps). */
-static flashcl_context *assumed_h200(const char *options, int mma_warps)
+ * 227 KB of local memory, no tuning file, these kernel options. */
+static flashcl_context *assumed_h200(const char *options)
 {
     struct test_env *e = test_env_get();
     struct flashcl_context_params p = {0};
@@ -452,7 +461,6 @@ static flashcl_context *assumed_h200(const char *options, int mma_warps)
     p.device = e->device;
     p.local_mem_bytes = 232448;
     p.kernel_options = options;
-    p.mma_warps = mma_warps;
     p.tuning_file = "";
     const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .assume_wgmma = true,
                                          .assume_compute_capability = 90};
@@ -469,7 +477,7 @@ START_TEST(tensor_core_shapes_must_fit)
     /* f16 d = 128: 4x2x64 (96 KB) with or without a mask, then 4x1x32, 4x1x16. */
     flashcl_context *ctx = assumed_tensor_cores(h200, 0, 0, 0, 0);
     struct flashcl_tile t = config_of(ctx, 128, FLASHCL_F16, 0);
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_eq(t.kernel, "tensor-core");
     check_mma_shape(t, FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 1), FLASHCL_TILE_DEFAULT, 4, 2, 64, h200);
     /* d <= 64 on sm_90: 4x2x64 (48 KB; Q's fragments in registers without a mask: mma_build_choices). */
@@ -498,7 +506,7 @@ START_TEST(tensor_core_shapes_must_fit)
     check_mma_shape(config_of(ctx, 256, FLASHCL_F16, 0), FLASHCL_TILE_DEFAULT, 2, 1, 16, small);
     flashcl_context_destroy(&ctx);
     ctx = assumed_tensor_cores(tiny, 0, 0, 0, 0);
-    ck_assert_int_ne(config_of(ctx, 128, FLASHCL_F16, 0).variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_ne(config_of(ctx, 128, FLASHCL_F16, 0).kernel, "tensor-core");
     flashcl_context_destroy(&ctx);
 
     /* TF32 at d = 128: 8x2x32 (170 KB) on an H200, 4x2x32 on an A100's 163 KB; 4x2x64 at d = 64. */
@@ -511,7 +519,7 @@ START_TEST(tensor_core_shapes_must_fit)
         struct flashcl_attention a = shape(128, FLASHCL_F32, 0, mem);
         a.precision = FLASHCL_PRECISION_TF32X3;
         ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
-        ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TF32);
+        ck_assert_str_eq(t.kernel, "tf32");
         check_mma_shape(t, FLASHCL_TILE_DEFAULT, i == 0 ? 8 : 4, 2, 32, locals[i]);
         a = shape(64, FLASHCL_F32, 1, mem);
         a.precision = FLASHCL_PRECISION_TF32;
@@ -526,11 +534,11 @@ START_TEST(tensor_core_shapes_must_fit)
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_FORCED, 4, 1, 32, small);
     flashcl_context_destroy(&ctx);
     ctx = assumed_tensor_cores(small, 8, 2, 128, 0);
-    ck_assert_int_ne(config_of(ctx, 128, FLASHCL_F16, 0).variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_ne(config_of(ctx, 128, FLASHCL_F16, 0).kernel, "tensor-core");
     flashcl_context_destroy(&ctx);
 
     /* Tuned: 8x2x128 at d = 128 needs 192 KB; used on an H200, not in 64 KB. */
-    struct flashcl_tuned_config big = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 128, 0, 256, 128, 8, 2, 1.0};
+    struct flashcl_tuned_config big = {"tensor-core", FLASHCL_F16, 128, 0, 256, 128, 8, 2, 1.0};
     write_one_entry(&big);
     ctx = assumed_tensor_cores(h200, 0, 0, 0, 1);
     check_mma_shape(config_of(ctx, 128, FLASHCL_F16, 0), FLASHCL_TILE_TUNED, 8, 2, 128, h200);
@@ -569,29 +577,29 @@ START_TEST(wgmma_planned_where_it_runs)
         const struct flashcl_tile d64 = config_of(ctx, 64, FLASHCL_F16, 1), d128 = config_of(ctx, 128, FLASHCL_BF16, 0);
         const struct flashcl_tile d96 = config_of(ctx, 96, FLASHCL_F16, 0), d160 = config_of(ctx, 160, FLASHCL_BF16, 1);
         const struct flashcl_tile d256 = config_of(ctx, 256, FLASHCL_F16, 1), d40 = config_of(ctx, 40, FLASHCL_F16, 0);
-        ck_assert_int_ne(d40.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);  /* not a multiple of 16 */
+        ck_assert_str_ne(d40.kernel, "tensor-core-wgmma");  /* not a multiple of 16 */
         if (i == 0) {  /* causal d = 64: 8 warps x 64 keys, two work-groups an SM (64 KiB each with three
                         * buffers); 12 warps x 128 keys up to d = 128 (176 KiB at 96 and 128: two 64-column
                         * panels), 12 x 64 at d = 160 (168 KiB), 8 x 64 at d = 256 (192 KiB) */
             const struct flashcl_tile *t[5] = {&d64, &d96, &d128, &d160, &d256};
             const int warps[5] = {8, 12, 12, 12, 8}, block_n[5] = {64, 128, 128, 64, 64};
             for (int j = 0; j < 5; j++) {
-                ck_assert_int_eq(t[j]->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+                ck_assert_str_eq(t[j]->kernel, "tensor-core-wgmma");
                 check_mma_shape(*t[j], FLASHCL_TILE_DEFAULT, warps[j], 1, block_n[j], h200);
             }
             ck_assert_uint_eq(d64.local_bytes, 64 * 1024);
             ck_assert_uint_eq(d128.local_bytes, 176 * 1024);
             ck_assert_uint_eq(d256.local_bytes, 192 * 1024);
         } else if (i == 2) {  /* 64 KiB: 8 x 64 at d = 64 (48 KiB); from d = 80 even 4 x 64 (80 KiB) does not fit */
-            ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+            ck_assert_str_eq(d64.kernel, "tensor-core-wgmma");
             check_mma_shape(d64, FLASHCL_TILE_DEFAULT, 8, 1, 64, small);
-            ck_assert_int_eq(d96.variant, FLASHCL_VARIANT_TENSOR_CORE);
-            ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
+            ck_assert_str_eq(d96.kernel, "tensor-core");
+            ck_assert_str_eq(d128.kernel, "tensor-core");
         } else {
-            ck_assert_int_eq(d64.variant, FLASHCL_VARIANT_TENSOR_CORE);
-            ck_assert_int_eq(d96.variant, FLASHCL_VARIANT_TENSOR_CORE);
-            ck_assert_int_eq(d128.variant, FLASHCL_VARIANT_TENSOR_CORE);
-            ck_assert_int_eq(d256.variant, FLASHCL_VARIANT_TENSOR_CORE);
+            ck_assert_str_eq(d64.kernel, "tensor-core");
+            ck_assert_str_eq(d96.kernel, "tensor-core");
+            ck_assert_str_eq(d128.kernel, "tensor-core");
+            ck_assert_str_eq(d256.kernel, "tensor-core");
         }
         flashcl_context_destroy(&ctx);
     }
@@ -599,29 +607,27 @@ START_TEST(wgmma_planned_where_it_runs)
 END_TEST
 
 /* Naming tensor-core in the kernel options (a shape, splits) turns the wgmma kernel off, so the shape is
- * mma.sync's (the probe's candidates rely on it), and so does turning it off; naming both keeps each; the
- * deprecated mma_* fields, which mean tensor-core's shape, turn it off too. Assumed as on sm_90 with the
- * probe passed; nothing launched. */
+ * mma.sync's (the probe's candidates rely on it), and so does turning it off; naming both keeps each.
+ * Assumed as on sm_90 with the probe passed; nothing launched. */
 START_TEST(wgmma_gives_way_to_tensor_core)
 {
     static const struct {
         const char *options;
-        int mma_warps;
-        enum flashcl_variant want;
+        const char *want;
         int warps, m_tiles, block_n;
     } cases[] = {
-        {"tensor-core:warps=4,m_tiles=2,block_n=64", 0, FLASHCL_VARIANT_TENSOR_CORE, 4, 2, 64},
-        {"tensor-core:splits=2", 0, FLASHCL_VARIANT_TENSOR_CORE, 0, 0, 0},
-        {"tensor-core-wgmma:warps=8,block_n=64;tensor-core:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 8, 1, 64},
-        {"tf32:warps=4", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 4, 1, 128},  /* d = 64 unmasked: 4 x 128 */
-        {"tensor-core:off", 0, FLASHCL_VARIANT_REGISTER_TILED, 0, 0, 0},  /* no tensor-core forward at all */
-        {"tensor-core:off;tensor-core-wgmma:on", 0, FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 4, 1, 128},
-        {"", 4, FLASHCL_VARIANT_TENSOR_CORE, 4, 0, 0},
+        {"tensor-core:warps=4,m_tiles=2,block_n=64", "tensor-core", 4, 2, 64},
+        {"tensor-core:splits=2", "tensor-core", 0, 0, 0},
+        {"tensor-core-wgmma:warps=8,block_n=64;tensor-core:warps=4", "tensor-core-wgmma", 8, 1, 64},
+        {"tf32:warps=4", "tensor-core-wgmma", 4, 1, 128},  /* d = 64 unmasked: 4 x 128 */
+        {"tensor-core:off", "register-tiled", 0, 0, 0},  /* no tensor-core forward at all */
+        {"tensor-core:off;tensor-core-wgmma:on", "tensor-core-wgmma", 4, 1, 128},
+        {"tensor-core:on", "tensor-core", 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        flashcl_context *ctx = assumed_h200(cases[i].options, cases[i].mma_warps);
+        flashcl_context *ctx = assumed_h200(cases[i].options);
         const struct flashcl_tile t = config_of(ctx, 64, FLASHCL_F16, 0);
-        ck_assert_msg(t.variant == cases[i].want, "\"%s\": %s", cases[i].options, flashcl_variant_name(t.variant));
+        ck_assert_msg(kernel_is(t.kernel, cases[i].want), "\"%s\": %s", cases[i].options, t.kernel);
         if (cases[i].warps)
             ck_assert_int_eq(t.warps, cases[i].warps);
         if (cases[i].m_tiles)
@@ -682,14 +688,14 @@ START_TEST(wgmma_build_choices)
     cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
     ck_assert_ptr_nonnull(mem);
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
-        flashcl_context *ctx = assumed_h200(cases[i].options, 0);
+        flashcl_context *ctx = assumed_h200(cases[i].options);
         struct flashcl_attention a = shape(cases[i].d, FLASHCL_F16, cases[i].causal, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
         pr.varlen = cases[i].varlen;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        ck_assert_str_eq(plan.kernel->name, "tensor-core-wgmma");
         for (int j = 0; j < 8 && cases[i].want[j]; j++)
             check_build_option(plan.options, cases[i].want[j], i);
         flashcl_context_destroy(&ctx);
@@ -705,7 +711,7 @@ START_TEST(wgmma_build_choices)
         {256, 0, {"-DWARPS=12", "-DBLOCK_N=128", "!-cl-nv-maxrregcount"}},
     };
     for (int i = 0; i < (int)(sizeof(windows) / sizeof(windows[0])); i++) {
-        flashcl_context *ctx = assumed_h200("", 0);
+        flashcl_context *ctx = assumed_h200("");
         struct flashcl_attention a = shape(64, FLASHCL_F16, 0, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
@@ -714,7 +720,7 @@ START_TEST(wgmma_build_choices)
         pr.window_right = windows[i].right;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        ck_assert_str_eq(plan.kernel->name, "tensor-core-wgmma");
         for (int j = 0; j < 3; j++)
             check_build_option(plan.options, windows[i].want[j], i);
         flashcl_context_destroy(&ctx);
@@ -729,7 +735,7 @@ START_TEST(wgmma_build_choices)
         {4096, 4096, -1, "-DBLOCK_SKIP=1"}, {512, 16384, 256, "-DBLOCK_SKIP=1"},
     };
     for (int i = 0; i < (int)(sizeof(chunks) / sizeof(chunks[0])); i++) {
-        flashcl_context *ctx = assumed_h200("", 0);
+        flashcl_context *ctx = assumed_h200("");
         struct flashcl_attention a = shape(128, FLASHCL_F16, 1, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
@@ -738,7 +744,7 @@ START_TEST(wgmma_build_choices)
         pr.window_left = chunks[i].window_left;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
+        ck_assert_str_eq(plan.kernel->name, "tensor-core-wgmma");
         ck_assert_msg(strstr(plan.options, chunks[i].want) != NULL, "chunk %d: \"%s\" not in \"%s\"", i,
                       chunks[i].want, plan.options);
         flashcl_context_destroy(&ctx);
@@ -746,13 +752,13 @@ START_TEST(wgmma_build_choices)
     /* mma.sync's warps skip always, masked or not; its exponents all on the MUFU (d = 128 causal too). */
     for (int i = 0; i < 4; i++) {
         const int causal = i & 1, d = 64 << (i >> 1);
-        flashcl_context *ctx = assumed_h200("tensor-core-wgmma:off", 0);
+        flashcl_context *ctx = assumed_h200("tensor-core-wgmma:off");
         struct flashcl_attention a = shape(d, FLASHCL_F16, causal, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
+        ck_assert_str_eq(plan.kernel->name, "tensor-core");
         ck_assert_msg(strstr(plan.options, "-DBLOCK_SKIP=1") != NULL, "d %d causal %d: \"%s\"", d, causal,
                       plan.options);
         ck_assert_msg(strstr(plan.options, "-DEXP2_POLY=0") != NULL, "d %d causal %d: \"%s\"", d, causal,
@@ -786,7 +792,7 @@ static void check_built_footprint(flashcl_context *ctx, const struct plan *plan,
     char vendor[256] = "";
     ck_assert_cl(clGetDeviceInfo(test_env_get()->device, CL_DEVICE_VENDOR, sizeof(vendor) - 1, vendor, NULL));
     const bool nvidia = strstr(vendor, "NVIDIA") != NULL;
-    const cl_ulong aligned_extra = nvidia && plan->kernel->variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA ? 1024 : 0;
+    const cl_ulong aligned_extra = nvidia && kernel_is(plan->kernel->name, "tensor-core-wgmma") ? 1024 : 0;
     ck_assert_msg(declared + FCL_LOCAL_SLACK >= plan->local_bytes &&
                       declared <= plan->local_bytes + FCL_LOCAL_SLACK + aligned_extra,
                   "%s: the kernel declares %llu bytes, the table says %zu", label, (unsigned long long)declared,
@@ -824,7 +830,7 @@ START_TEST(mma_build_choices)
     for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
         char options[128];
         snprintf(options, sizeof(options), "tensor-core-wgmma:off;%s", cases[i].options);
-        flashcl_context *ctx = assumed_h200(options, 0);
+        flashcl_context *ctx = assumed_h200(options);
         struct flashcl_attention a = shape(cases[i].d, FLASHCL_BF16, cases[i].causal, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
@@ -836,7 +842,7 @@ START_TEST(mma_build_choices)
         }
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
+        ck_assert_str_eq(plan.kernel->name, "tensor-core");
         ck_assert_msg(plan.shape.axis[AXIS_WARPS] == cases[i].warps && plan.shape.axis[AXIS_M_TILES] == cases[i].m_tiles &&
                           plan.shape.axis[AXIS_BLOCK_N] == cases[i].block_n,
                       "case %d: %d x %d x %d planned", i, plan.shape.axis[AXIS_WARPS], plan.shape.axis[AXIS_M_TILES],
@@ -853,7 +859,7 @@ START_TEST(mma_build_choices)
     fcl_forward_problem(&a, &pr);
     struct plan plan;
     ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
-    ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_eq(plan.kernel->name, "tensor-core");
     /* 4 x 2 x 64: 48 KiB of tiles and the emulator's scratch; a device with less plans a smaller shape. */
     if (flashcl_context_local_mem_bytes(ctx) >= 48 * 1024 + NV_EMULATE_SCRATCH_BYTES(4) + FCL_LOCAL_SLACK) {
         ck_assert_int_eq(plan.shape.axis[AXIS_WARPS], 4);
@@ -897,25 +903,25 @@ START_TEST(candidates_match_built_kernels)
     static const int dims[] = {16, 64, 128, 256};
     static const size_t locals[] = {49152, 98304, 232448};
     struct flashcl_tuned_config c[256];
-    const enum flashcl_variant variants[] = {FLASHCL_VARIANT_PORTABLE, FLASHCL_VARIANT_REGISTER_TILED,
-                                             FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_VARIANT_TF32};
+    const char *const variants[] = {"portable", "register-tiled",
+                                             "tensor-core", "tf32"};
     const flashcl_dtype dtypes[] = {FLASHCL_F32, FLASHCL_F32, FLASHCL_F16, FLASHCL_F32};  /* f32 exact: no tensor cores */
     for (int v = 0; v < 4; v++)
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 3; j++) {
                 const int n = flashcl_tuning_candidates(e->ctx, variants[v], dtypes[v], dims[i], locals[j], c, 256);
                 ck_assert_int_le(n, 256);
-                if (variants[v] == FLASHCL_VARIANT_PORTABLE)
+                if (kernel_is(variants[v], "portable"))
                     ck_assert_int_gt(n, 0);
-                else if (variants[v] == FLASHCL_VARIANT_REGISTER_TILED)  /* 16x16 at d = 256 needs 52 KB */
+                else if (kernel_is(variants[v], "register-tiled"))  /* 16x16 at d = 256 needs 52 KB */
                     ck_assert_int_eq(n == 0, dims[i] == 256 && locals[j] < 52224);
-                else if (variants[v] == FLASHCL_VARIANT_TF32 && dims[i] > 128)  /* past the TF32 kernel's head dims */
+                else if (kernel_is(variants[v], "tf32") && dims[i] > 128)  /* past the TF32 kernel's head dims */
                     ck_assert_int_eq(n, 0);
                 else if (locals[j] >= (dims[i] > 128 ? 232448u : 98304u))  /* d = 256: 96 KB + slack at least */
                     ck_assert_int_gt(n, 0);
                 for (int k = 0; k < n; k++) {
                     ck_assert_int_eq(c[k].head_dim, dims[i]);
-                    ck_assert_int_eq(c[k].variant, variants[v]);
+                    ck_assert_str_eq(c[k].kernel, variants[v]);
                 }
                 if (j > 0)
                     ck_assert_int_le(flashcl_tuning_candidates(e->ctx, variants[v], dtypes[v], dims[i], locals[j - 1],
@@ -938,12 +944,12 @@ START_TEST(candidates_match_built_kernels)
             cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * (size_t)d * 4, NULL, NULL);
             ck_assert_ptr_nonnull(mem);
             struct flashcl_attention a = shape(d, dtypes[v], 0, mem);
-            a.precision = variants[v] == FLASHCL_VARIANT_TF32 ? FLASHCL_PRECISION_TF32 : FLASHCL_PRECISION_EXACT;
+            a.precision = kernel_is(variants[v], "tf32") ? FLASHCL_PRECISION_TF32 : FLASHCL_PRECISION_EXACT;
             struct problem p;
             fcl_forward_problem(&a, &p);
             struct plan plan;
             ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
-            ck_assert_int_eq(plan.kernel->variant, variants[v]);
+            ck_assert_str_eq(plan.kernel->name, variants[v]);
             ck_assert_int_eq(plan.source, FLASHCL_TILE_FORCED);
             check_built_footprint(ctx, &plan, options);
             clReleaseMemObject(mem);
@@ -966,15 +972,15 @@ START_TEST(decode_kernels_match_built_kernels)
     ck_assert_ptr_nonnull(mem);
     const struct {
         const char *options;
-        enum flashcl_variant variant;
+        const char *kernel;
         flashcl_dtype dtype;
         int varlen;
     } kernels[] = {
         /* The planner's shapes (they fit whatever this device has), and small forced ones. */
-        {"decode-tensor-core:off", FLASHCL_VARIANT_DECODE, FLASHCL_F32, 0},
-        {"decode-tensor-core:off;decode:block_n=32", FLASHCL_VARIANT_DECODE, FLASHCL_F16, 3},
-        {"", FLASHCL_VARIANT_DECODE_TENSOR_CORE, FLASHCL_F16, 0},
-        {"decode-tensor-core:warps=2,block_n=64", FLASHCL_VARIANT_DECODE_TENSOR_CORE, FLASHCL_BF16, 3},
+        {"decode-tensor-core:off", "decode", FLASHCL_F32, 0},
+        {"decode-tensor-core:off;decode:block_n=32", "decode", FLASHCL_F16, 3},
+        {"", "decode-tensor-core", FLASHCL_F16, 0},
+        {"decode-tensor-core:warps=2,block_n=64", "decode-tensor-core", FLASHCL_BF16, 3},
     };
     const int n_kernels = flashcl_context_has_tensor_cores(e->ctx, NULL) ? 4 : 2;
     for (int i = 0; i < n_kernels; i++) {
@@ -993,7 +999,7 @@ START_TEST(decode_kernels_match_built_kernels)
         p.varlen = kernels[i].varlen;  /* 3: a paged cache (its row tables count for the FMA kernel) */
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, kernels[i].variant);
+        ck_assert_str_eq(plan.kernel->name, kernels[i].kernel);
         char label[160];
         snprintf(label, sizeof(label), "%s (varlen %d)", kernels[i].options, kernels[i].varlen);
         check_built_footprint(ctx, &plan, label);
@@ -1012,7 +1018,7 @@ START_TEST(backward_tiled_matches_built_kernels)
     static const int dims[] = {64, 128};
     struct flashcl_tuned_config c[256];
     for (int i = 0; i < 2; i++) {
-        const int n = flashcl_tuning_candidates(e->ctx, FLASHCL_VARIANT_BACKWARD_TILED, FLASHCL_F32, dims[i], usable,
+        const int n = flashcl_tuning_candidates(e->ctx, "backward-tiled", FLASHCL_F32, dims[i], usable,
                                                 c, 256);
         ck_assert_int_gt(n, 0);
         ck_assert_int_le(n, 256);
@@ -1030,7 +1036,7 @@ START_TEST(backward_tiled_matches_built_kernels)
             p.op = OP_BACKWARD;
             struct plan plan;
             ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
-            ck_assert_int_eq(plan.kernel->variant, FLASHCL_VARIANT_BACKWARD_TILED);
+            ck_assert_str_eq(plan.kernel->name, "backward-tiled");
             ck_assert_int_eq(plan.source, FLASHCL_TILE_FORCED);
             char label[160];
             snprintf(label, sizeof(label), "%s at d = %d", options, dims[i]);
@@ -1054,31 +1060,31 @@ START_TEST(emulated_tensor_core_footprints)
         enum kernel_op op;
         int d, seq_q;
         const char *options;
-        enum flashcl_variant variant;
+        const char *kernel;
         int varlen;  /* 3: a paged cache (the decode kernel's row tables, one a buffer, count) */
         int min_kb;  /* skipped on a device of less local memory */
     } kernels[] = {
-        {OP_FORWARD, 96, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
-        {OP_FORWARD, 160, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE},
-        {OP_FORWARD, 96, 1, "", FLASHCL_VARIANT_DECODE_TENSOR_CORE},
-        {OP_FORWARD, 64, 1, "", FLASHCL_VARIANT_DECODE_TENSOR_CORE, 3},  /* 2-4 buffers, as local memory allows */
-        {OP_BACKWARD, 96, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
-        {OP_BACKWARD, 64, 64, "", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE},
-        {OP_BACKWARD, 96, 64, "backward-tensor-core-fused:on", FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED},
+        {OP_FORWARD, 96, 64, "decode-tensor-core:off", "tensor-core"},
+        {OP_FORWARD, 160, 64, "decode-tensor-core:off", "tensor-core"},
+        {OP_FORWARD, 96, 1, "", "decode-tensor-core"},
+        {OP_FORWARD, 64, 1, "", "decode-tensor-core", 3},  /* 2-4 buffers, as local memory allows */
+        {OP_BACKWARD, 96, 64, "", "backward-tensor-core"},
+        {OP_BACKWARD, 64, 64, "", "backward-tensor-core"},
+        {OP_BACKWARD, 96, 64, "backward-tensor-core-fused:on", "backward-tensor-core-fused"},
         /* Hopper's wgmma kernel (its plain-OpenCL wgmma; assumed sm_90), one warpgroup, 64-key blocks: 43 KB
          * at d = 64; whole 64-column panels at d = 96 (83 KB) and d = 192 (123 KB, Q read from local memory) */
         {OP_FORWARD, 64, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
-         FLASHCL_VARIANT_TENSOR_CORE_WGMMA},
+         "tensor-core-wgmma"},
         {OP_FORWARD, 96, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
-         FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
+         "tensor-core-wgmma", 0, 128},
         {OP_FORWARD, 192, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=4,block_n=64",
-         FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
+         "tensor-core-wgmma", 0, 128},
         /* The built-in 4 x 128 up to d = 64 without a mask (72 KiB with two buffers), and 12 x 192 forced (at
          * d = 48, the build test_forward runs: PoCL's cache has it once): 168 KiB and the emulator's scratch for
          * 12 warps */
-        {OP_FORWARD, 48, 64, "decode-tensor-core:off", FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 128},
+        {OP_FORWARD, 48, 64, "decode-tensor-core:off", "tensor-core-wgmma", 0, 128},
         {OP_FORWARD, 48, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=12,block_n=192",
-         FLASHCL_VARIANT_TENSOR_CORE_WGMMA, 0, 256},
+         "tensor-core-wgmma", 0, 256},
     };
     /* The smallest shapes these plans can shrink to (d = 160, 2 warps x 16 rows, 16 keys: 33 KB with the
      * emulator's scratch) need more than OpenCL 1.2's 32 KB minimum; a device with less plans the FMA
@@ -1095,7 +1101,7 @@ START_TEST(emulated_tensor_core_footprints)
         params.context = e->cl;
         params.device = e->device;
         params.kernel_options = kernels[i].options;
-        const bool wgmma = kernels[i].variant == FLASHCL_VARIANT_TENSOR_CORE_WGMMA;
+        const bool wgmma = kernel_is(kernels[i].kernel, "tensor-core-wgmma");
         if (device_local < (cl_ulong)kernels[i].min_kb * 1024) {
             printf("emulated %s footprint at d = %d: skipped (%llu bytes of local memory)\n", kernels[i].options,
                    kernels[i].d, (unsigned long long)device_local);
@@ -1118,14 +1124,14 @@ START_TEST(emulated_tensor_core_footprints)
         p.varlen = kernels[i].varlen;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
-        ck_assert_int_eq(plan.kernel->variant, kernels[i].variant);
+        ck_assert_str_eq(plan.kernel->name, kernels[i].kernel);
         if (wgmma && d == 48) {  /* the built-in and forced entries: planned so, not some smaller shape */
             ck_assert_int_eq(plan.shape.axis[AXIS_WARPS], kernels[i].min_kb >= 256 ? 12 : 4);
             ck_assert_int_eq(plan.shape.axis[AXIS_BLOCK_N], kernels[i].min_kb >= 256 ? 192 : 128);
             ck_assert_ptr_null(strstr(plan.options, "-cl-nv-maxrregcount"));  /* emulated: PoCL does not take it */
         }
         char label[96];
-        snprintf(label, sizeof(label), "%s d=%d%s", flashcl_variant_name(kernels[i].variant), d,
+        snprintf(label, sizeof(label), "%s d=%d%s", kernels[i].kernel, d,
                  kernels[i].varlen == 3 ? " paged" : "");
         if (p.op == OP_FORWARD) {
             check_built_footprint(ctx, &plan, label);
@@ -1192,10 +1198,10 @@ START_TEST(backward_tf32_shapes_fit)
                 for (int precision = FLASHCL_PRECISION_TF32; precision <= FLASHCL_PRECISION_TF32X3; precision++) {
                     const struct flashcl_tile t = backward_config_precision(ctx, d, FLASHCL_F32, causal, precision);
                     if (d % 16 != 0 || d > 128) {
-                        ck_assert_int_ne(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+                        ck_assert_str_ne(t.kernel, "backward-tf32");
                         continue;
                     }
-                    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+                    ck_assert_str_eq(t.kernel, "backward-tf32");
                     ck_assert_int_eq(t.source, FLASHCL_TILE_DEFAULT);
                     ck_assert_uint_le(t.local_bytes + FCL_LOCAL_SLACK, locals[i]);
                     /* The first built-in shape wherever it fits: on the H200 up to d = 128. */
@@ -1207,7 +1213,7 @@ START_TEST(backward_tf32_shapes_fit)
                 }
                 const struct flashcl_tile exact = backward_config_precision(ctx, d, FLASHCL_F32, causal,
                                                                             FLASHCL_PRECISION_EXACT);
-                ck_assert_int_ne(exact.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+                ck_assert_str_ne(exact.kernel, "backward-tf32");
             }
         flashcl_context_destroy(&ctx);
     }
@@ -1221,9 +1227,9 @@ START_TEST(fused_backward_opt_in)
 {
     static const char *const options[] = {"", "backward-tensor-core-fused:on", "backward-tensor-core:off",
                                           "backward-tensor-core-fused:warps=2,block_m=32,block_n=32"};
-    static const enum flashcl_variant expected[] = {
-        FLASHCL_VARIANT_BACKWARD_TENSOR_CORE, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED,
-        FLASHCL_VARIANT_BACKWARD_TILED, FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED};
+    static const char *const expected[] = {
+        "backward-tensor-core", "backward-tensor-core-fused",
+        "backward-tiled", "backward-tensor-core-fused"};
     struct test_env *e = test_env_get();
     for (int i = 0; i < 4; i++) {
         struct flashcl_context_params p = {0};
@@ -1238,9 +1244,9 @@ START_TEST(fused_backward_opt_in)
         size_t bytes = 0;
         const struct flashcl_tile t =
             backward_config_and_workspace(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, &bytes);
-        ck_assert_int_eq(t.variant, expected[i]);
+        ck_assert_str_eq(t.kernel, expected[i]);
         const size_t rows = 64;  /* batch 1, one head, 64 queries (shape()) */
-        if (expected[i] == FLASHCL_VARIANT_BACKWARD_TENSOR_CORE_FUSED) {
+        if (kernel_is(expected[i], "backward-tensor-core-fused")) {
             const size_t chunk = t.block_m % 32 == 0 ? 32 : 16;
             ck_assert_uint_eq(bytes, 4 * ((rows + 63) / 64 * 64 + rows * 64 + 1 + (rows + chunk - 1) / chunk));
         } else {
@@ -1255,7 +1261,7 @@ END_TEST
  * used by the backward planner for its key only. 32 x 16 is not the rule's 64 x 64 tile. */
 START_TEST(backward_entry_used)
 {
-    const struct flashcl_tuned_config c = {FLASHCL_VARIANT_BACKWARD_TILED, FLASHCL_F32, 64, 0, 32, 16, 0, 0, 1.0};
+    const struct flashcl_tuned_config c = {"backward-tiled", FLASHCL_F32, 64, 0, 32, 16, 0, 0, 1.0};
     char line[512];
     line_for(&c, line, sizeof(line));
     ck_assert_ptr_nonnull(strstr(line, "|kind=backward|kernel=backward-tiled|"));
@@ -1264,7 +1270,7 @@ START_TEST(backward_entry_used)
     flashcl_context *ctx = context_with_file(&w, 0);
     ck_assert_int_eq(w.warnings, 0);
     struct flashcl_tile t = backward_config_of(ctx, 64, FLASHCL_F32, 0);
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TILED);
+    ck_assert_str_eq(t.kernel, "backward-tiled");
     ck_assert_int_eq(t.source, FLASHCL_TILE_TUNED);
     ck_assert_int_eq(t.block_m, 32);
     ck_assert_int_eq(t.block_n, 16);
@@ -1323,7 +1329,7 @@ static struct flashcl_tile decode_config_of(flashcl_context *ctx, int batch, int
     clReleaseMemObject(q);
     clReleaseMemObject(o);
     clReleaseMemObject(kv);
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_DECODE);
+    ck_assert_str_eq(t.kernel, "decode");
     return t;
 }
 
@@ -1331,7 +1337,7 @@ static struct flashcl_tile decode_config_of(flashcl_context *ctx, int batch, int
  * splits measured on 2 (sequence, KV head) pairs. */
 static struct flashcl_tuned_config decode_entry(void)
 {
-    struct flashcl_tuned_config c = {FLASHCL_VARIANT_DECODE, FLASHCL_F32, DEC_D, 0, 0, 96, 0, 0, 0.5};
+    struct flashcl_tuned_config c = {"decode", FLASHCL_F32, DEC_D, 0, 0, 96, 0, 0, 0.5};
     c.rows = 4;
     c.splits = 5;
     c.groups = 2;
@@ -1390,7 +1396,7 @@ START_TEST(decode_entry_used)
         struct case_result r;
         rng_seed(41);
         test_run_case(ctx, &run, &r);
-        ck_assert_int_eq(r.variant, FLASHCL_VARIANT_DECODE);
+        ck_assert_str_eq(r.kernel, "decode");
     } else {
         printf("decode_entry_used: the tuned shape does not fit this device's local memory; not run\n");
     }
@@ -1481,7 +1487,7 @@ START_TEST(decode_entry_malformed)
     }
     unlink(path);
 
-    struct flashcl_tuned_config bad[4] = {c, c, c, {FLASHCL_VARIANT_PORTABLE, FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0}};
+    struct flashcl_tuned_config bad[4] = {c, c, c, {"portable", FLASHCL_F32, 30, 0, 5, 7, 0, 0, 1.0}};
     bad[0].rows = 3;
     bad[1].groups = 0;
     bad[2].splits = 65;
@@ -1503,7 +1509,7 @@ END_TEST
 static void check_tf32_tile(struct flashcl_tile t, enum flashcl_tile_source source, int block_m, int block_n,
                             int warps)
 {
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_BACKWARD_TF32);
+    ck_assert_str_eq(t.kernel, "backward-tf32");
     ck_assert_int_eq(t.source, source);
     ck_assert_int_eq(t.block_m, block_m);
     ck_assert_int_eq(t.block_n, block_n);
@@ -1513,8 +1519,8 @@ static void check_tf32_tile(struct flashcl_tile t, enum flashcl_tile_source sour
 START_TEST(tf32_entries_by_precision)
 {
     const size_t h200 = 232448;
-    struct flashcl_tuned_config tf32 = {FLASHCL_VARIANT_BACKWARD_TF32, FLASHCL_F32, 64, 0, 32, 64, 2, 0, 1.0};
-    struct flashcl_tuned_config x3 = {FLASHCL_VARIANT_BACKWARD_TF32, FLASHCL_F32, 64, 0, 64, 32, 2, 0, 2.0};
+    struct flashcl_tuned_config tf32 = {"backward-tf32", FLASHCL_F32, 64, 0, 32, 64, 2, 0, 1.0};
+    struct flashcl_tuned_config x3 = {"backward-tf32", FLASHCL_F32, 64, 0, 64, 32, 2, 0, 2.0};
     tf32.precision = FLASHCL_PRECISION_TF32;
     x3.precision = FLASHCL_PRECISION_TF32X3;
     char a[512], b[512], text[1400];
@@ -1534,7 +1540,7 @@ START_TEST(tf32_entries_by_precision)
     flashcl_context_destroy(&ctx);
 
     /* The forward TF32 kernel's lines alike: a 3xTF32 line leaves TF32 calls their built-in shape. */
-    struct flashcl_tuned_config fwd = {FLASHCL_VARIANT_TF32, FLASHCL_F32, 64, 0, 64, 32, 4, 1, 1.0};
+    struct flashcl_tuned_config fwd = {"tf32", FLASHCL_F32, 64, 0, 64, 32, 4, 1, 1.0};
     fwd.precision = FLASHCL_PRECISION_TF32X3;
     write_one_entry(&fwd);
     ctx = assumed_tensor_cores(h200, 0, 0, 0, 1);
@@ -1544,7 +1550,7 @@ START_TEST(tf32_entries_by_precision)
     struct flashcl_tile t;
     attn.precision = FLASHCL_PRECISION_TF32X3;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &attn, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TF32);
+    ck_assert_str_eq(t.kernel, "tf32");
     check_mma_shape(t, FLASHCL_TILE_TUNED, 4, 1, 32, h200);
     attn.precision = FLASHCL_PRECISION_TF32;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &attn, &t));
@@ -1561,7 +1567,7 @@ START_TEST(tf32_entries_by_precision)
         check_tf32_tile(backward_config_precision(ctx, 64, FLASHCL_F32, 0, precision), FLASHCL_TILE_TUNED, 32, 64, 2);
     flashcl_context_destroy(&ctx);
 
-    struct flashcl_tuned_config mma = {FLASHCL_VARIANT_TENSOR_CORE, FLASHCL_F16, 128, 0, 128, 64, 4, 2, 1.0};
+    struct flashcl_tuned_config mma = {"tensor-core", FLASHCL_F16, 128, 0, 128, 64, 4, 2, 1.0};
     mma.precision = FLASHCL_PRECISION_TF32;
     x3.precision = (enum flashcl_precision)7;
     const struct flashcl_tuned_config *bad[2] = {&mma, &x3};

@@ -161,11 +161,11 @@ START_TEST(varlen_plans_tensor_cores)
     packed_create(&p, &cases[1], 13);  /* f16, d = 64, causal */
     struct flashcl_tile t;
     ck_assert_flashcl_ok(flashcl_forward_varlen_config(ctx, &p.attn, &p.vl, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_TENSOR_CORE);
+    ck_assert_str_eq(t.kernel, "tensor-core");
     packed_free(&p);
     packed_create(&p, &cases[2], 13);  /* bf16, d = 24 */
     ck_assert_flashcl_ok(flashcl_forward_varlen_config(ctx, &p.attn, &p.vl, &t));
-    ck_assert_int_eq(t.variant, FLASHCL_VARIANT_REGISTER_TILED);
+    ck_assert_str_eq(t.kernel, "register-tiled");
     packed_free(&p);
     flashcl_context_destroy(&ctx);
 }
@@ -228,14 +228,14 @@ static const struct kv_case tc_kv_cases[] = {
     "decode:off;decode-tensor-core:off;tensor-core-wgmma:off;tensor-core:block_n=16,splits=3;tf32:block_n=16,splits=3"
 
 /* The tensor-core kernel a case must run where tensor cores exist: by default, and with TC_SPLIT_OPTIONS. */
-static enum flashcl_variant tensor_core_variant(flashcl_dtype dtype, int head_dim)
+static const char *tensor_core_variant(flashcl_dtype dtype, int head_dim)
 {
-    return dtype == F32 ? FLASHCL_VARIANT_TF32 : test_tensor_core_forward(test_env_get()->ctx, head_dim);
+    return dtype == F32 ? "tf32" : test_tensor_core_forward(test_env_get()->ctx, head_dim);
 }
 
-static enum flashcl_variant tensor_core_split_variant(flashcl_dtype dtype)
+static const char *tensor_core_split_variant(flashcl_dtype dtype)
 {
-    return dtype == F32 ? FLASHCL_VARIANT_TF32 : FLASHCL_VARIANT_TENSOR_CORE;
+    return dtype == F32 ? "tf32" : "tensor-core";
 }
 
 static bool has_tensor_cores(void)
@@ -255,14 +255,14 @@ static bool wgmma_takes(flashcl_dtype dtype, int head_dim)
 START_TEST(tensor_core_varlen)
 {
     if (wgmma_takes(tc_cases[_i].dtype, tc_cases[_i].head_dim))
-        ck_assert_int_eq(varlen_run(test_context_with_options(WGMMA_OPTIONS), &tc_cases[_i], 780 + (uint64_t)_i, "wgmma"),
-                         FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-    const enum flashcl_variant by_default = varlen_run(NULL, &tc_cases[_i], 700 + (uint64_t)_i, "default kernel");
-    const enum flashcl_variant split = varlen_run(test_context_with_options(TC_SPLIT_OPTIONS), &tc_cases[_i],
+        ck_assert_str_eq(varlen_run(test_context_with_options(WGMMA_OPTIONS), &tc_cases[_i], 780 + (uint64_t)_i, "wgmma"),
+                         "tensor-core-wgmma");
+    const char *const by_default = varlen_run(NULL, &tc_cases[_i], 700 + (uint64_t)_i, "default kernel");
+    const char *const split = varlen_run(test_context_with_options(TC_SPLIT_OPTIONS), &tc_cases[_i],
                                            710 + (uint64_t)_i, "split 3, block_n 16");
     if (has_tensor_cores()) {
-        ck_assert_int_eq(by_default, tensor_core_variant(tc_cases[_i].dtype, tc_cases[_i].head_dim));
-        ck_assert_int_eq(split, tensor_core_split_variant(tc_cases[_i].dtype));
+        ck_assert_str_eq(by_default, tensor_core_variant(tc_cases[_i].dtype, tc_cases[_i].head_dim));
+        ck_assert_str_eq(split, tensor_core_split_variant(tc_cases[_i].dtype));
     }
 }
 END_TEST
@@ -270,14 +270,14 @@ END_TEST
 START_TEST(tensor_core_kv_cache)
 {
     if (wgmma_takes(tc_kv_cases[_i].dtype, tc_kv_cases[_i].head_dim))
-        ck_assert_int_eq(kv_cache_run(test_context_with_options(WGMMA_OPTIONS), &tc_kv_cases[_i], 790 + (uint64_t)_i, false),
-                         FLASHCL_VARIANT_TENSOR_CORE_WGMMA);
-    const enum flashcl_variant by_default = kv_cache_run(NULL, &tc_kv_cases[_i], 720 + (uint64_t)_i, false);
-    const enum flashcl_variant split = kv_cache_run(test_context_with_options(TC_SPLIT_OPTIONS), &tc_kv_cases[_i],
+        ck_assert_str_eq(kv_cache_run(test_context_with_options(WGMMA_OPTIONS), &tc_kv_cases[_i], 790 + (uint64_t)_i, false),
+                         "tensor-core-wgmma");
+    const char *const by_default = kv_cache_run(NULL, &tc_kv_cases[_i], 720 + (uint64_t)_i, false);
+    const char *const split = kv_cache_run(test_context_with_options(TC_SPLIT_OPTIONS), &tc_kv_cases[_i],
                                               730 + (uint64_t)_i, false);
     if (has_tensor_cores()) {
-        ck_assert_int_eq(by_default, tensor_core_variant(tc_kv_cases[_i].dtype, tc_kv_cases[_i].head_dim));
-        ck_assert_int_eq(split, tensor_core_split_variant(tc_kv_cases[_i].dtype));
+        ck_assert_str_eq(by_default, tensor_core_variant(tc_kv_cases[_i].dtype, tc_kv_cases[_i].head_dim));
+        ck_assert_str_eq(split, tensor_core_split_variant(tc_kv_cases[_i].dtype));
     }
     kv_cache_run(NULL, &tc_kv_cases[_i], 740 + (uint64_t)_i, true);  /* garbage lengths stay inside */
 }
@@ -303,24 +303,24 @@ static const struct kv_case tc_decode_kv_cases[] = {
 
 START_TEST(tensor_core_decode_varlen)
 {
-    const enum flashcl_variant by_default = varlen_run(NULL, &tc_decode_cases[_i], 760 + (uint64_t)_i, "default kernel");
-    const enum flashcl_variant split = varlen_run(test_context_with_options(TC_DECODE_SPLIT_OPTIONS), &tc_decode_cases[_i],
+    const char *const by_default = varlen_run(NULL, &tc_decode_cases[_i], 760 + (uint64_t)_i, "default kernel");
+    const char *const split = varlen_run(test_context_with_options(TC_DECODE_SPLIT_OPTIONS), &tc_decode_cases[_i],
                                            770 + (uint64_t)_i, "decode-tensor-core split 3");
     if (has_tensor_cores()) {
-        ck_assert_int_eq(by_default, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
-        ck_assert_int_eq(split, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+        ck_assert_str_eq(by_default, "decode-tensor-core");
+        ck_assert_str_eq(split, "decode-tensor-core");
     }
 }
 END_TEST
 
 START_TEST(tensor_core_decode_kv_cache)
 {
-    const enum flashcl_variant by_default = kv_cache_run(NULL, &tc_decode_kv_cases[_i], 780 + (uint64_t)_i, false);
-    const enum flashcl_variant split = kv_cache_run(test_context_with_options(TC_DECODE_SPLIT_OPTIONS),
+    const char *const by_default = kv_cache_run(NULL, &tc_decode_kv_cases[_i], 780 + (uint64_t)_i, false);
+    const char *const split = kv_cache_run(test_context_with_options(TC_DECODE_SPLIT_OPTIONS),
                                               &tc_decode_kv_cases[_i], 790 + (uint64_t)_i, false);
     if (has_tensor_cores()) {
-        ck_assert_int_eq(by_default, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
-        ck_assert_int_eq(split, FLASHCL_VARIANT_DECODE_TENSOR_CORE);
+        ck_assert_str_eq(by_default, "decode-tensor-core");
+        ck_assert_str_eq(split, "decode-tensor-core");
     }
     kv_cache_run(test_context_with_options(TC_DECODE_SPLIT_OPTIONS), &tc_decode_kv_cases[_i], 795 + (uint64_t)_i,
            true);  /* garbage lengths stay inside */

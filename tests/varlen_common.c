@@ -108,7 +108,7 @@ unsigned char *vl_read_all(cl_mem mem, size_t *bytes)
 
 /* Every packed row of every sequence against the double reference; guard
  * rows and rows no sequence covers still poisoned. */
-void packed_check(const struct packed *p, enum flashcl_variant variant, double *max_err)
+void packed_check(const struct packed *p, const char *variant, double *max_err)
 {
     const struct vl_case *c = p->c;
     const size_t d = (size_t)c->head_dim, group = (size_t)(c->heads_q / c->heads_kv);
@@ -177,7 +177,7 @@ void packed_check(const struct packed *p, enum flashcl_variant variant, double *
 }
 
 /* Runs a case on ctx (NULL: the shared one), checks it, and says which kernel ran. */
-enum flashcl_variant varlen_run(flashcl_context *ctx, const struct vl_case *c, uint64_t seed, const char *what)
+const char *varlen_run(flashcl_context *ctx, const struct vl_case *c, uint64_t seed, const char *what)
 {
     struct test_env *e = test_env_get();
     if (!ctx)
@@ -191,11 +191,11 @@ enum flashcl_variant varlen_run(flashcl_context *ctx, const struct vl_case *c, u
     ck_assert_cl(clWaitForEvents(1, &done));
     clReleaseEvent(done);
     double max_err;
-    packed_check(&p, t.variant, &max_err);
-    printf("%-14s %-22s batch %d total %d/%d d=%d dtype=%d mask=%d: max|err| %.2e\n", flashcl_variant_name(t.variant),
+    packed_check(&p, t.kernel, &max_err);
+    printf("%-14s %-22s batch %d total %d/%d d=%d dtype=%d mask=%d: max|err| %.2e\n", t.kernel,
            what, c->batch, p.total_q, p.total_k, c->head_dim, (int)c->dtype, (int)c->mask, max_err);
     packed_free(&p);
-    return t.variant;
+    return t.kernel;
 }
 
 static int gcd(int a, int b)
@@ -205,7 +205,7 @@ static int gcd(int a, int b)
 
 /* Runs a KV-cache case on ctx (NULL: the shared one; garbage device lengths
  * when `garbage`) and checks it; O has a guard batch on each side. */
-enum flashcl_variant kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t seed, bool garbage)
+const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t seed, bool garbage)
 {
     struct test_env *e = test_env_get();
     rng_seed(seed);
@@ -304,7 +304,7 @@ enum flashcl_variant kv_cache_run(flashcl_context *ctx, const struct kv_case *c,
     double max_err = 0;
     if (!garbage) {
         double atol, rtol, lse_tol;
-        test_tolerance(c->dtype, t.variant, c->precision, &atol, &rtol, &lse_tol);
+        test_tolerance(c->dtype, t.kernel, c->precision, &atol, &rtol, &lse_tol);
         int left = -1, right = c->mask == FLASHCL_MASK_CAUSAL ? 0 : -1;
         if (c->mask == FLASHCL_MASK_WINDOW) {
             left = c->window_left;
@@ -344,7 +344,7 @@ enum flashcl_variant kv_cache_run(flashcl_context *ctx, const struct kv_case *c,
         free(scores);
     }
     printf("%-14s kv cache%s%s batch %d Nq %d capacity %d d=%d dtype=%d mask=%d: max|err| %.2e\n",
-           flashcl_variant_name(t.variant), c->page_size ? ", paged" : "", garbage ? " (garbage lengths)" : "",
+           t.kernel, c->page_size ? ", paged" : "", garbage ? " (garbage lengths)" : "",
            c->batch, c->seq_q, c->capacity, c->head_dim, (int)c->dtype, (int)c->mask, max_err);
     free(o);
     free(q);
@@ -354,5 +354,5 @@ enum flashcl_variant kv_cache_run(flashcl_context *ctx, const struct kv_case *c,
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i])
             clReleaseMemObject(all[i]);
-    return t.variant;
+    return t.kernel;
 }

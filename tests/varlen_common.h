@@ -52,11 +52,11 @@ unsigned char *vl_read_all(cl_mem mem, size_t *bytes);
 /* O has one guard row before and after the packed rows; O and LSE start poisoned (0xff bytes). */
 void packed_create(struct packed *p, const struct vl_case *c, uint64_t seed);
 void packed_free(struct packed *p);
-void packed_check(const struct packed *p, enum flashcl_variant variant, double *max_err);
+void packed_check(const struct packed *p, const char *variant, double *max_err);
 /* Runs a packed case on ctx (NULL: the shared one), checks it, and says which kernel ran. */
-enum flashcl_variant varlen_run(flashcl_context *ctx, const struct vl_case *c, uint64_t seed, const char *what);
+const char *varlen_run(flashcl_context *ctx, const struct vl_case *c, uint64_t seed, const char *what);
 /* Runs a KV-cache case on ctx (NULL: the shared one; garbage device lengths when `garbage`) and checks it;
  * O has a guard batch on each side. Says which kernel ran. */
-enum flashcl_variant kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t seed, bool garbage);
+const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t seed, bool garbage);
 
 #endif

@@ -390,9 +390,9 @@ int main(int argc, char **argv)
         if (!llm_session_attention_config(session, first, 0, !prefill_chunk, &prefill_tile) &&
             !llm_session_attention_config(session, 1, (int)n_prompt, 0, &decode_tile))
             fprintf(stderr, "flashcl-llm: attention: prefill (%d queries) %s %dx%d, %d split(s); decode after the "
-                    "prompt %s %dx%d, %d split(s)\n", first, flashcl_variant_name(prefill_tile.variant),
+                    "prompt %s %dx%d, %d split(s)\n", first, prefill_tile.kernel,
                     prefill_tile.block_m, prefill_tile.block_n, prefill_tile.splits,
-                    flashcl_variant_name(decode_tile.variant), decode_tile.block_m, decode_tile.block_n,
+                    decode_tile.kernel, decode_tile.block_m, decode_tile.block_n,
                     decode_tile.splits);
     }
 
