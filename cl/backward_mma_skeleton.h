@@ -86,7 +86,10 @@
  *   Q_CHUNK, K_CHUNK   queries (dkdv) and keys (dq) an inner step: multiples
  *                      of MMA_K and of 8 B_TILES
  *   EXP2               P's exponent
- *   struct lanes lane_offsets(lane)   what a lane's fragment loads take of it
+ *   struct lanes lane_offsets(lane)   what a lane's fragment loads take of it,
+ *                      passed to them by pointer (a struct by value to an
+ *                      always-inlined function leaves LLVM noalias scope
+ *                      intrinsics in -O0 builds, which Oclgrind cannot run)
  *   load_rows(tile, rows, base, row_stride, first_row, seq, tid)   rows of a
  *       [seq, d] slice into a tile by cp.async, zeros past seq
  *   load_a(a, tile, row0, kk, lanes)       A: 16 rows from row0, k-step kk
@@ -338,13 +341,13 @@ NV_UNROLL
 NV_UNROLL
                 for (int kk = 0; kk < KSTEPS; kk++) {
                     frag_t ka[4], va[4];
-                    load_a(ka, k_tile, key0, kk, lanes NV_SCRATCH_ARG);
-                    load_a(va, v_tile, key0, kk, lanes NV_SCRATCH_ARG);
+                    load_a(ka, k_tile, key0, kk, &lanes NV_SCRATCH_ARG);
+                    load_a(va, v_tile, key0, kk, &lanes NV_SCRATCH_ARG);
 NV_UNROLL
                     for (int nb = 0; nb < Q_CHUNK / (8 * B_TILES); nb++) {
                         frag_t qb[2 * B_TILES], ob[2 * B_TILES];
-                        load_b(qb, q_tile, qc + nb * 8 * B_TILES, kk, lanes NV_SCRATCH_ARG);
-                        load_b(ob, do_tile, qc + nb * 8 * B_TILES, kk, lanes NV_SCRATCH_ARG);
+                        load_b(qb, q_tile, qc + nb * 8 * B_TILES, kk, &lanes NV_SCRATCH_ARG);
+                        load_b(ob, do_tile, qc + nb * 8 * B_TILES, kk, &lanes NV_SCRATCH_ARG);
                         mma_b(&s[nb * B_TILES], ka, qb NV_SCRATCH_ARG);
                         mma_b(&dp[nb * B_TILES], va, ob NV_SCRATCH_ARG);
                     }
@@ -383,8 +386,8 @@ NV_UNROLL
 NV_UNROLL
                     for (int nb = 0; nb < D_TILES / B_TILES; nb++) {
                         frag_t ob[2 * B_TILES], qb[2 * B_TILES];
-                        load_b_trans(ob, do_tile, qc + kc * MMA_K, nb, lanes NV_SCRATCH_ARG);
-                        load_b_trans(qb, q_tile, qc + kc * MMA_K, nb, lanes NV_SCRATCH_ARG);
+                        load_b_trans(ob, do_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
+                        load_b_trans(qb, q_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
                         mma_b(&dv[kt][nb * B_TILES], pa[kc], ob NV_SCRATCH_ARG);
                         mma_b(&dk[kt][nb * B_TILES], dsa[kc], qb NV_SCRATCH_ARG);
                     }
@@ -421,8 +424,8 @@ NV_UNROLL
 NV_UNROLL
                     for (int ks = 0; ks < BLOCK_N / MMA_K; ks++) {
                         frag_t a[4], kb_frag[2 * B_TILES];
-                        load_ds_a(a, ds, ks, mt, lanes NV_SCRATCH_ARG);
-                        load_b_trans(kb_frag, k_tile, ks * MMA_K, nb, lanes NV_SCRATCH_ARG);
+                        load_ds_a(a, ds, ks, mt, &lanes NV_SCRATCH_ARG);
+                        load_b_trans(kb_frag, k_tile, ks * MMA_K, nb, &lanes NV_SCRATCH_ARG);
                         mma_b(acc[i], a, kb_frag NV_SCRATCH_ARG);
                     }
                 }
@@ -584,14 +587,14 @@ NV_UNROLL
                 frag_t qa[ROW_TILES][4], oa[ROW_TILES][4];
 NV_UNROLL
                 for (int mt = 0; mt < ROW_TILES; mt++) {
-                    load_a(qa[mt], q_tile, warp_local0 + 16 * mt, kk, lanes NV_SCRATCH_ARG);
-                    load_a(oa[mt], do_tile, warp_local0 + 16 * mt, kk, lanes NV_SCRATCH_ARG);
+                    load_a(qa[mt], q_tile, warp_local0 + 16 * mt, kk, &lanes NV_SCRATCH_ARG);
+                    load_a(oa[mt], do_tile, warp_local0 + 16 * mt, kk, &lanes NV_SCRATCH_ARG);
                 }
 NV_UNROLL
                 for (int nb = 0; nb < K_CHUNK / (8 * B_TILES); nb++) {
                     frag_t kb_frag[2 * B_TILES], vb_frag[2 * B_TILES];
-                    load_b(kb_frag, k_tile, kc0 + nb * 8 * B_TILES, kk, lanes NV_SCRATCH_ARG);
-                    load_b(vb_frag, v_tile, kc0 + nb * 8 * B_TILES, kk, lanes NV_SCRATCH_ARG);
+                    load_b(kb_frag, k_tile, kc0 + nb * 8 * B_TILES, kk, &lanes NV_SCRATCH_ARG);
+                    load_b(vb_frag, v_tile, kc0 + nb * 8 * B_TILES, kk, &lanes NV_SCRATCH_ARG);
 NV_UNROLL
                     for (int mt = 0; mt < ROW_TILES; mt++) {
                         mma_b(&s[mt][nb * B_TILES], qa[mt], kb_frag NV_SCRATCH_ARG);
@@ -627,7 +630,7 @@ NV_UNROLL
 NV_UNROLL
                 for (int nb = 0; nb < D_TILES / B_TILES; nb++) {
                     frag_t kb_frag[2 * B_TILES];
-                    load_b_trans(kb_frag, k_tile, kc0 + kc * MMA_K, nb, lanes NV_SCRATCH_ARG);
+                    load_b_trans(kb_frag, k_tile, kc0 + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
 NV_UNROLL
                     for (int mt = 0; mt < ROW_TILES; mt++)
                         mma_b(&dq[mt][nb * B_TILES], dsa[mt], kb_frag NV_SCRATCH_ARG);

@@ -35,7 +35,7 @@ typedef uint frag_t;         /* two f16 or bf16 values */
 #define K_CHUNK (BLOCK_N % 32 == 0 ? 32 : 16)      /* dq: keys per inner step */
 #define EXP2 exp2_ftz
 
-#define load_rows load_block
+#define load_rows load_block  /* nv_mma16.h's loader: cp.async, zeros past the end */
 
 /* The rows and chunks a lane gives ldmatrix: for A, for B n-major (rows n, k along the row) and for B
  * k-major (.trans). */
@@ -43,7 +43,7 @@ struct lanes {
     int a_row, a_chunk, b_row, b_chunk, tr_row, tr_chunk;
 };
 
-BACKWARD_INLINE struct lanes lane_offsets(int lane)
+static inline struct lanes lane_offsets(int lane)
 {
     const int j = lane >> 3;  /* the 8 x 8 matrix whose row this lane addresses */
     struct lanes l;
@@ -56,20 +56,22 @@ BACKWARD_INLINE struct lanes lane_offsets(int lane)
     return l;
 }
 
-BACKWARD_INLINE void load_a(frag_t *a, __local const tile_t *tile, int row0, int kk, struct lanes l NV_SCRATCH_PARAM)
+BACKWARD_INLINE void load_a(frag_t *a, __local const tile_t *tile, int row0, int kk,
+                            const struct lanes *l NV_SCRATCH_PARAM)
 {
-    ldmatrix_x4(local_address(&tile[swizzle(row0 + l.a_row, kk * 2 + l.a_chunk)]), a);
+    ldmatrix_x4(local_address(&tile[swizzle(row0 + l->a_row, kk * 2 + l->a_chunk)]), a);
 }
 
-BACKWARD_INLINE void load_b(frag_t *b, __local const tile_t *tile, int row0, int kk, struct lanes l NV_SCRATCH_PARAM)
+BACKWARD_INLINE void load_b(frag_t *b, __local const tile_t *tile, int row0, int kk,
+                            const struct lanes *l NV_SCRATCH_PARAM)
 {
-    ldmatrix_x4(local_address(&tile[swizzle(row0 + l.b_row, kk * 2 + l.b_chunk)]), b);
+    ldmatrix_x4(local_address(&tile[swizzle(row0 + l->b_row, kk * 2 + l->b_chunk)]), b);
 }
 
-BACKWARD_INLINE void load_b_trans(frag_t *b, __local const tile_t *tile, int k0, int nb, struct lanes l
-                                  NV_SCRATCH_PARAM)
+BACKWARD_INLINE void load_b_trans(frag_t *b, __local const tile_t *tile, int k0, int nb,
+                                  const struct lanes *l NV_SCRATCH_PARAM)
 {
-    ldmatrix_x4_trans(local_address(&tile[swizzle(k0 + l.tr_row, nb * 2 + l.tr_chunk)]), b);
+    ldmatrix_x4_trans(local_address(&tile[swizzle(k0 + l->tr_row, nb * 2 + l->tr_chunk)]), b);
 }
 
 BACKWARD_INLINE void mma_b(float (*c)[4], const frag_t *a, const frag_t *b NV_SCRATCH_PARAM)
@@ -117,9 +119,10 @@ BACKWARD_INLINE void store_ds(__local ds_t *ds, int key0, int kc, const frag_t *
 
 /* A = dS (queries 16 mt.. x keys 16 ks..) from [key][query]: matrix lane / 8 is keys 8 (lane / 16) on,
  * queries 8 (lane / 8 % 2) on (B's n-major lanes); .trans hands each thread its row's key pairs. */
-BACKWARD_INLINE void load_ds_a(frag_t *a, __local const ds_t *ds, int ks, int mt, struct lanes l NV_SCRATCH_PARAM)
+BACKWARD_INLINE void load_ds_a(frag_t *a, __local const ds_t *ds, int ks, int mt,
+                               const struct lanes *l NV_SCRATCH_PARAM)
 {
-    ldmatrix_x4_trans(local_address(ds + (ks * 16 + l.b_row) * DS_WORDS + mt * 8 + 4 * l.b_chunk), a);
+    ldmatrix_x4_trans(local_address(ds + (ks * 16 + l->b_row) * DS_WORDS + mt * 8 + 4 * l->b_chunk), a);
 }
 #endif
 

@@ -71,7 +71,7 @@ struct lanes {
     int g, t;
 };
 
-BACKWARD_INLINE struct lanes lane_offsets(int lane)
+static inline struct lanes lane_offsets(int lane)
 {
     struct lanes l;
     l.g = lane >> 2;
@@ -80,11 +80,12 @@ BACKWARD_INLINE struct lanes lane_offsets(int lane)
 }
 
 /* Rows row0 + g, row0 + g + 8 at columns 2t, 2t + 1 of k-step kk (the instruction's k = t, t + 4). */
-BACKWARD_INLINE void load_a(frag_t *a, __local const tile_t *tile, int row0, int kk, struct lanes l NV_SCRATCH_PARAM)
+BACKWARD_INLINE void load_a(frag_t *a, __local const tile_t *tile, int row0, int kk,
+                            const struct lanes *l NV_SCRATCH_PARAM)
 {
-    const int col = kk * 8 + 2 * l.t;
-    const float2 upper = vload2(0, tile + tile_index(row0 + l.g, col));
-    const float2 lower = vload2(0, tile + tile_index(row0 + l.g + 8, col));
+    const int col = kk * 8 + 2 * l->t;
+    const float2 upper = vload2(0, tile + tile_index(row0 + l->g, col));
+    const float2 lower = vload2(0, tile + tile_index(row0 + l->g + 8, col));
     a[0] = to_operand(upper.x);
     a[1] = to_operand(lower.x);
     a[2] = to_operand(upper.y);
@@ -92,19 +93,20 @@ BACKWARD_INLINE void load_a(frag_t *a, __local const tile_t *tile, int row0, int
 }
 
 /* Row row0 + g (n = g) at columns 2t, 2t + 1 of k-step kk. */
-BACKWARD_INLINE void load_b(frag_t *b, __local const tile_t *tile, int row0, int kk, struct lanes l NV_SCRATCH_PARAM)
+BACKWARD_INLINE void load_b(frag_t *b, __local const tile_t *tile, int row0, int kk,
+                            const struct lanes *l NV_SCRATCH_PARAM)
 {
-    const float2 v = vload2(0, tile + tile_index(row0 + l.g, kk * 8 + 2 * l.t));
+    const float2 v = vload2(0, tile + tile_index(row0 + l->g, kk * 8 + 2 * l->t));
     b[0] = to_operand(v.x);
     b[1] = to_operand(v.y);
 }
 
 /* Rows k0 + 2t, k0 + 2t + 1 (k = t, t + 4) at column 8 nb + g. */
-BACKWARD_INLINE void load_b_trans(frag_t *b, __local const tile_t *tile, int k0, int nb, struct lanes l
-                                  NV_SCRATCH_PARAM)
+BACKWARD_INLINE void load_b_trans(frag_t *b, __local const tile_t *tile, int k0, int nb,
+                                  const struct lanes *l NV_SCRATCH_PARAM)
 {
-    b[0] = to_operand(tile[tile_index(k0 + 2 * l.t, nb * 8 + l.g)]);
-    b[1] = to_operand(tile[tile_index(k0 + 2 * l.t + 1, nb * 8 + l.g)]);
+    b[0] = to_operand(tile[tile_index(k0 + 2 * l->t, nb * 8 + l->g)]);
+    b[1] = to_operand(tile[tile_index(k0 + 2 * l->t + 1, nb * 8 + l->g)]);
 }
 
 BACKWARD_INLINE void mma_b(float (*c)[4], const frag_t *a, const frag_t *b NV_SCRATCH_PARAM)
