@@ -197,11 +197,12 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
                         w.bytes, ws_bytes);
     const cl_ulong accum_off = w.accum_off, turns_off = w.turns_off;
     cl_kernel dot, dkdv, dq;
-    flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->steps[0], plan->options, false, &dot);
+    const bool sm90a = (k->needs & NEEDS_SM90A) && !ctx->dev.tensor_cores_emulated;  /* emulated: plain OpenCL C */
+    flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->steps[0], plan->options, sm90a, &dot);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, k->source, k->steps[1], plan->options, false, &dkdv);
+        st = fcl_program_get_kernel(ctx, k->source, k->steps[1], plan->options, sm90a, &dkdv);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_program_get_kernel(ctx, k->source, k->steps[2], plan->options, false, &dq);
+        st = fcl_program_get_kernel(ctx, k->source, k->steps[2], plan->options, sm90a, &dq);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -254,7 +255,7 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     const size_t dot_local[3] = {wg[0], 1, 1}, dkdv_local[3] = {wg[1], 1, 1}, dq_local[3] = {wg[2], 1, 1};
     const size_t b = (size_t)a->batch, hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv;
     const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
-    const size_t bm = (size_t)plan->block_m, bn = (size_t)plan->block_n;
+    const size_t bm = (size_t)plan->block_m, bn = (size_t)(k->dkdv_owns_block_m ? plan->block_m : plan->block_n);
     const size_t dot_global[3] = {(nq + wg[0] - 1) / wg[0] * wg[0], hq, b};
     const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg[1], hk, b};
     /* The convert step: a work-item per pair of dQ columns; else a work-group per query block. */

@@ -151,6 +151,7 @@ extern const char flashcl_source_flash_forward_tiled[];
 extern const char flashcl_source_flash_forward_tf32[];
 extern const char flashcl_source_flash_backward[];
 extern const char flashcl_source_flash_backward_mma[];
+extern const char flashcl_source_flash_backward_wgmma[];
 extern const char flashcl_source_flash_backward_tf32[];
 extern const char flashcl_source_flash_backward_tiled[];
 extern const char flashcl_source_standard_backward[];

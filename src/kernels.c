@@ -548,6 +548,35 @@ static void backward_mma_fused_options(const struct device_desc *dev, const stru
     snprintf(buf + used, size - used, " -DFUSED_DQ=1");
 }
 
+/* ---- backward on Hopper's wgmma: cl/flash_backward_wgmma.cl (f16/bf16, the sm_90a route) ---- */
+
+/* A work-group owns 16 W keys (dK/dV) or query rows (dQ), 64 a warpgroup; its shape's block_m and block_n are
+ * the blocks of queries and keys it streams. */
+static bool backward_wgmma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+{
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup;
+}
+
+/* The larger of the two kernels' arrays, in tiles of whole 64-column panels (128 bytes a row a panel):
+ * dK/dV: K and V of its 16 W keys once, Q and dO twice (double-buffered), the rows' LSE and D twice;
+ * dQ: Q and dO of its 16 W rows once, K and V twice. */
+static size_t backward_wgmma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                         const struct problem *p)
+{
+    const size_t own = 16 * (size_t)s->axis[W], m = (size_t)s->axis[M], n = (size_t)s->axis[N];
+    const size_t row = 128 * (((size_t)p->head_dim + 63) / 64);
+    const size_t dkdv = (2 * own + 4 * m) * row + 4 * m * sizeof(float);
+    const size_t dq = (2 * own + 4 * n) * row;
+    return (dkdv > dq ? dkdv : dq) + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
+}
+
+static void backward_wgmma_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
+                                    int *workgroup)
+{
+    *block_m = 16 * s->axis[W];
+    *workgroup = 32 * s->axis[W];
+}
+
 /* ---- backward on TF32 tensor cores: cl/flash_backward_tf32.cl (f32 data, precision TF32 or TF32X3) ---- */
 
 /* The larger of the two kernels' arrays, in floats (tiles of pitch d + 8):
@@ -739,6 +768,15 @@ static const struct builtin_shape backward_mma_builtin[] = {
     {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64), ANY_BATCH},
     {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32), ANY_BATCH},
     {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16), ANY_BATCH},
+};
+
+/* wgmma backward, warps x block_m (the queries dK/dV streams) x block_n (the keys dQ streams), preferred first:
+ * two warpgroups (128 keys or rows a work-group), and 64-query blocks past d = 64, where dK's and dV's d
+ * accumulators a thread leave no room for 128 queries' S and dP (64 + 64 more). */
+static const struct builtin_shape backward_wgmma_builtin[] = {
+    {ARCH_ANY, 1, 64, -1, BSHAPE(8, 64, 128), ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(8, 64, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64), ANY_BATCH},
 };
 
 /* TF32 backward, warps x block_m x block_n, preferred first. Not measured on a GPU yet: the f16
@@ -946,6 +984,24 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {[M] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}, [N] = {1, 256, 1, {8, 16, 32, 48, 64, 96, 128}}},
         .rule = portable_rule, .rule_reported = true, .shrink = portable_shrink,
         .local_bytes = portable_local_bytes, .geometry = portable_geometry, .options = portable_options,
+    },
+    {
+        .name = "backward-wgmma", .file = "cl/flash_backward_wgmma.cl",
+        .summary = "The backward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right: a dK/dV pass per 64-key warpgroup, a dQ pass per 64-row warpgroup; deterministic.",
+        .op = OP_BACKWARD,
+        .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
+        .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq"},
+        .dkdv_owns_block_m = true,
+        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .head_dim_step = 16, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
+        .gives_way_to = "backward-tensor-core,backward-tensor-core-fused",
+        .axes = {[M] = {64, 128, 64, {64, 128}}, [N] = {64, 128, 64, {64, 128}}, [W] = {4, 8, 4, {4, 8}}},
+        .builtin = backward_wgmma_builtin,
+        .n_builtin = sizeof(backward_wgmma_builtin) / sizeof(backward_wgmma_builtin[0]),
+        .launchable = backward_wgmma_launchable, .local_bytes = backward_wgmma_local_bytes,
+        .geometry = backward_wgmma_geometry, .options = backward_mma_options,
     },
     {
         .name = "backward-tensor-core-fused", .file = "cl/flash_backward_mma.cl",

@@ -128,12 +128,16 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
         fcl_log_msg(ctx, FLASHCL_LOG_WARN, "FLASHCL_KERNELS=\"%s\" ignored: %s", ctx->env.kernels, why);
     }
     for (int i = 0; i < fcl_kernel_count; i++) {
-        const struct kernel_info *k = &fcl_kernels[i], *other;
-        /* Named or turned off, the kernel given way to takes this one with it: "tensor-core:off" means no
+        /* Named or turned off, a kernel given way to takes this one with it: "tensor-core:off" means no
          * f16/bf16 tensor-core forward, wgmma's included, unless the clauses name that one too. */
-        if (k->gives_way_to && (other = fcl_kernel_by_name(k->gives_way_to, strlen(k->gives_way_to))) &&
-            (ov[fcl_kernel_index(other)].named || ov[fcl_kernel_index(other)].off) && !ov[i].named)
-            ov[i].off = true;
+        const char *name = fcl_kernels[i].gives_way_to;
+        while (name && *name && !ov[i].named) {
+            const size_t len = strcspn(name, ",");
+            const struct kernel_info *other = fcl_kernel_by_name(name, len);
+            if (other && (ov[fcl_kernel_index(other)].named || ov[fcl_kernel_index(other)].off))
+                ov[i].off = true;
+            name += len + (name[len] == ',');
+        }
     }
     return FLASHCL_SUCCESS;
 }

@@ -279,7 +279,8 @@ static void problem_reference(const struct problem *p, double *ref[3])
  * only key gives P = 1, so dS = 0 exactly up to rounding).
  *
  * The tensor-core backward ("backward-tensor-core", and _FUSED,
- * which sums dQ's per-key-block partials in f32 instead of in one chain) also rounds
+ * which sums dQ's per-key-block partials in f32 instead of in one chain, and
+ * "backward-wgmma", the same products on Hopper's wgmma) also rounds
  * P and dS to the storage type before the second products (dV = Pᵀ dO,
  * dK = dSᵀ Q, dQ = dS K), as FlashAttention-2 does: each term of those sums
  * carries a relative error up to 2^-11 (f16) or 2^-8 (bf16) on top of the
@@ -315,7 +316,8 @@ void backward_tolerance(flashcl_dtype dtype, const char *variant, enum flashcl_p
         *rtol = 1e-2;
     } else if (kernel_is(variant, "backward-tf32"))
         *rtol = 5e-5;
-    else if (kernel_is(variant, "backward-tensor-core") || kernel_is(variant, "backward-tensor-core-fused"))
+    else if (kernel_is(variant, "backward-tensor-core") || kernel_is(variant, "backward-tensor-core-fused") ||
+             kernel_is(variant, "backward-wgmma"))
         *rtol = dtype == F16 ? 5e-3 : 4e-2;
     else
         *rtol = dtype == F32 ? 2e-5 : dtype == F16 ? 4e-3 : 3e-2;

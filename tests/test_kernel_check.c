@@ -27,8 +27,8 @@
 /* The forward kernels in the table; "only:X" options keep every other one off. */
 static const char *const forward_kernels[] = {"decode-tensor-core", "decode", "tensor-core-wgmma", "tensor-core", "tf32",
                                               "register-tiled", "portable"};
-static const char *const backward_kernels[] = {"backward-tensor-core-fused", "backward-tensor-core", "backward-tf32",
-                                               "backward-tiled", "backward"};
+static const char *const backward_kernels[] = {"backward-wgmma", "backward-tensor-core-fused", "backward-tensor-core",
+                                               "backward-tf32", "backward-tiled", "backward"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Kernel options that leave only `kernel` (with `settings`, e.g. "splits=3", or "on") among the forward or
@@ -97,11 +97,15 @@ struct kernel_under_check {
     const char *expect;
 };
 
-/* Local memory a forced shape needs beyond the 32 KiB every OpenCL device has: only wgmma's smallest (64 query
- * rows, 64-key blocks, K and V buffered, the emulator's scratch) needs more, 44,096 bytes at d = 16 as the
- * planner counts it. */
+/* Local memory a forced shape needs beyond the 32 KiB every OpenCL device has, as the planner counts it at
+ * d <= 64 (one 128-byte panel a row): wgmma's smallest forward (64 query rows, 64-key blocks, K and V buffered,
+ * the emulator's scratch) 44,096 bytes; the wgmma backward's dK/dV kernel (its 16 W keys of K and V, two
+ * buffers of block_m rows of Q and dO, their LSE and D) 53,248 with 4 warps and 64-query blocks; its dQ kernel (Q and dO
+ * of its 16 W rows, two buffers of block_n keys of K and V) 104,448 with 8 warps and 128-key blocks. */
 static size_t local_bytes_needed(const struct kernel_under_check *k)
 {
+    if (kernel_is(k->kernel, "backward-wgmma"))
+        return strstr(k->settings, "warps=8") ? 104448 : 53248;
     return kernel_is(k->kernel, "tensor-core-wgmma") ? 44096 : 0;
 }
 
@@ -199,6 +203,10 @@ static const struct backward_check backward_checks[] = {
      {1, 19, 37, 2, 1, 16, BF16, 0, 0, LAYOUT_BNHD}},
     {{"backward-tf32", "on", 80, "backward-tf32"},
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 0, 0, 0, 0, 0, FLASHCL_PRECISION_TF32X3}},
+    {{"backward-wgmma", "warps=4,block_m=64,block_n=64", 90, "backward-wgmma"},
+     {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD}},
+    {{"backward-wgmma", "warps=8,block_m=64,block_n=128", 90, "backward-wgmma"},
+     {1, 70, 45, 2, 1, 32, BF16, 1, 0, LAYOUT_BNHD}},
 };
 
 START_TEST(backward)

@@ -13,6 +13,8 @@
 #include "backward_common.h"
 #include "test_hooks.h"
 
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 extern const char flashcl_source_flash_backward_mma[];  /* src/internal.h */
 extern const char flashcl_source_flash_backward_tf32[];
 
@@ -311,14 +313,14 @@ static const struct bwd_case backward_cases[] = {
     {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},     /* not 16-byte rows: FMA units */
 };
 
-/* The default plan: the two-pass kernel (measured faster than the fused one, docs/perf.md v0.9). */
+/* The default plan without wgmma: the two-pass kernel (measured faster than the fused one). */
 static void check_backward_default(int i)
 {
     const struct bwd_case *c = &backward_cases[i];
     char label[32];
     snprintf(label, sizeof(label), "backward %2d", i);
     struct bwd_result r;
-    run_case(context_with_options(""), label, c, 1000 + (uint64_t)i, &r);
+    run_case(context_with_options("backward-wgmma:off"), label, c, 1000 + (uint64_t)i, &r);
     ck_assert_str_eq(r.kernel, c->layout == LAYOUT_PADDED ? "backward-tiled"
                                                            : "backward-tensor-core");
 }
@@ -355,6 +357,45 @@ START_TEST(backward_other_shapes)
 }
 END_TEST
 
+/* ---- the backward on Hopper's wgmma: "backward-wgmma" ---- */
+
+/* Its built-in shape, then one and two warpgroups a work-group with the other block sizes: 64 queries (keys)
+ * a streamed block against 128 keys (rows) a work-group, and 128 against 128 (S's product split in halves at
+ * d = 128). */
+static const char *const backward_wgmma_shapes[] = {
+    "",
+    "backward-wgmma:warps=8,block_m=64,block_n=64",
+    "backward-wgmma:warps=4,block_m=128,block_n=128",
+};
+
+static void check_backward_wgmma(int index, int shapes)
+{
+    const struct bwd_case *c = &backward_cases[index];
+    if (!wgmma_expected())
+        return;
+    for (int i = 0; i < shapes; i++) {
+        char label[48];
+        snprintf(label, sizeof(label), "wgmma backward %2d/%d", index, i);
+        struct bwd_result r;
+        run_case(wgmma_context(backward_wgmma_shapes[i]), label, c, 1000 + (uint64_t)index, &r);
+        ck_assert_str_eq(r.kernel, c->layout == LAYOUT_PADDED ? "backward-tiled" : "backward-wgmma");
+    }
+}
+
+START_TEST(backward_wgmma)
+{
+    check_backward_wgmma(_i, (int)COUNT(backward_wgmma_shapes));
+}
+END_TEST
+
+/* Emulated: Nq > Nk at d = 128 (rows with no key), d = 16 bf16 with a scale, d = 96 causal over 333 rows. */
+static const int emulated_wgmma_backward_cases[] = {3, 5, 13};
+START_TEST(backward_wgmma_emulated)
+{
+    check_backward_wgmma(emulated_wgmma_backward_cases[_i], _i == 1 ? (int)COUNT(backward_wgmma_shapes) : 1);
+}
+END_TEST
+
 /* Emulated (slow: about 2 minutes a case on 2 cores): Nq > Nk (rows with no key) at d = 128, d = 16 bf16, one key. */
 static const int emulated_backward_cases[] = {3, 5, 11};
 START_TEST(backward_emulated)
@@ -365,19 +406,23 @@ START_TEST(backward_emulated)
 END_TEST
 
 /* Same bits every run: dK, dV summed over 4 query heads, several blocks each way; dQ's partials added
- * in key-block order (fused) or in one chain (two-pass). */
+ * in key-block order (fused) or in one chain (two-pass, wgmma's too). */
 START_TEST(backward_deterministic)
 {
     struct test_env *e = test_env_get();
     const struct bwd_case c = {1, 300, 280, 4, 1, 64, BF16, 1, 0, LAYOUT_BNHD, 0};
     /* The fused kernel at 32 x 32 blocks: 9 K/V blocks add to every chunk, so an unordered sum would show. */
-    flashcl_context *ctx = context_with_options(_i == 0 ? "" : "backward-tensor-core-fused:warps=2,block_m=32,block_n=32");
+    static const char *const options[] = {"backward-wgmma:off", "backward-tensor-core-fused:warps=2,block_m=32,block_n=32",
+                                          "backward-wgmma:warps=8,block_m=64,block_n=64"};
+    static const char *const expected[] = {"backward-tensor-core", "backward-tensor-core-fused", "backward-wgmma"};
+    if (_i == 2 && !wgmma_expected())
+        return;
+    flashcl_context *ctx = _i == 2 ? wgmma_context(options[_i]) : context_with_options(options[_i]);
     struct problem p;
     problem_create(&p, &c, 1500);
     problem_forward(&p, ctx);
     problem_backward(&p, ctx, e->queue);
-    ck_assert_str_eq(p.kernel, _i == 0 ? "backward-tensor-core"
-                                        : "backward-tensor-core-fused");
+    ck_assert_str_eq(p.kernel, expected[_i]);
     unsigned char *first[3];
     for (int o = 0; o < 3; o++)
         first[o] = read_back(&p, T_DQ + o);
@@ -438,7 +483,6 @@ static cl_program build_with_log(const char *source, const char *options, const 
  * -cl-nv-verbose (NVIDIA's), built here so the whole log prints. */
 START_TEST(backward_ptxas_report)
 {
-    struct test_env *e = test_env_get();
     const int dims[] = {64, 128};
     for (int i = 0; i < 8; i++) {
         const bool fused = i >= 4;
@@ -446,8 +490,8 @@ START_TEST(backward_ptxas_report)
         struct problem p;
         problem_create(&p, &c, 1);
         struct flashcl_tile t;
-        ck_assert_flashcl_ok(flashcl_backward_config(fused ? context_with_options(backward_fused) : e->ctx, &p.a,
-                                                     &p.g, &t));
+        ck_assert_flashcl_ok(flashcl_backward_config(context_with_options(fused ? backward_fused : "backward-wgmma:off"),
+                                                     &p.a, &p.g, &t));
         problem_free(&p);
         ck_assert_str_eq(t.kernel, fused ? "backward-tensor-core-fused"
                                           : "backward-tensor-core");
@@ -672,7 +716,6 @@ START_TEST(backward_tf32_planned)
 }
 END_TEST
 
-#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* The TF32 backward's tests, natively and emulated (the same cases, small enough for the emulation;
  * fewer forced shapes and builds there). */
@@ -735,6 +778,11 @@ int main(void)
         tcase_add_loop_test(bw, backward_emulated, 0, COUNT(emulated_backward_cases));
         tcase_add_loop_test(bw, backward_deterministic, 0, 2);
         suite_add_tcase(s, bw);
+        TCase *bwg = tcase_create("emulated wgmma backward");
+        tcase_set_timeout(bwg, 1800);
+        tcase_add_loop_test(bwg, backward_wgmma_emulated, 0, COUNT(emulated_wgmma_backward_cases));
+        tcase_add_loop_test(bwg, backward_deterministic, 2, 3);
+        suite_add_tcase(s, bwg);
         const int rc = test_run_suite(s);
         for (int i = 0; i < n_emulated; i++)
             flashcl_context_destroy(&emulated_contexts[i].ctx);
@@ -761,7 +809,8 @@ int main(void)
     tcase_add_test(bw, backward_ptxas_report);
     tcase_add_loop_test(bw, backward, 0, COUNT(backward_cases));
     tcase_add_loop_test(bw, backward_other_shapes, 0, COUNT(backward_cases));
-    tcase_add_loop_test(bw, backward_deterministic, 0, 2);
+    tcase_add_loop_test(bw, backward_deterministic, 0, 3);
+    tcase_add_loop_test(bw, backward_wgmma, 0, COUNT(backward_cases));
     suite_add_tcase(s, bw);
     suite_add_tcase(s, backward_tf32_tcase());
     return test_run_suite(s);

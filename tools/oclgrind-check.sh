@@ -30,14 +30,14 @@ unset OCL_ICD_FILENAMES
 export FLASHCL_DEVICE=Oclgrind
 # A fresh program cache (the build options below must take effect), no tuning
 # file, no overrides from the caller's environment.
-export FLASHCL_CACHE_DIR="$work/cache" FLASHCL_TUNING= FLASHCL_KERNELS= FLASHCL_PORTABLE=
+export FLASHCL_CACHE_DIR="$work/cache" FLASHCL_TUNING='' FLASHCL_KERNELS='' FLASHCL_PORTABLE=''
 # Unoptimised kernels: Oclgrind's uninitialised-read check stops on LLVM's
 # `freeze` instruction, which optimised builds emit. Line numbers for reports.
 export FLASHCL_BUILD_OPTIONS="-cl-opt-disable"
 export OCLGRIND_BUILD_OPTIONS="-debug-info-kind=limited -dwarf-version=4"
 export OCLGRIND_CHECK_API=1 OCLGRIND_DATA_RACES=1 OCLGRIND_UNINITIALIZED=1
 # 48 KiB of local memory, NVIDIA's default for a work-group (Oclgrind's own is 32 KiB): the emulated wgmma
-# kernel's smallest tile needs 43 KiB.
+# kernel's smallest tile needs 43 KiB. The wgmma backward's cases need more (below).
 export OCLGRIND_LOCAL_MEM_SIZE=49152
 export OCLGRIND_LOG="$work/reports.txt"
 : > "$OCLGRIND_LOG"
@@ -48,11 +48,19 @@ export OCLGRIND_LOG="$work/reports.txt"
 # bits, checked with printf) whenever another case had run first in the same process.
 status=0
 cases=$("$build/tests/test_kernel_check" --count)
-for ((i = 0; i < cases; i++)); do
-  if [ -z "${FLASHCL_KERNEL_CHECK_CASE:-}" ] || [ "$FLASHCL_KERNEL_CHECK_CASE" = "$i" ]; then
-    FLASHCL_KERNEL_CHECK_CASE=$i "$build/tests/test_kernel_check" | grep -v '^Running suite' || status=$?
-  fi
-done
+run_cases() {
+  for ((i = 0; i < cases; i++)); do
+    if [ -z "${FLASHCL_KERNEL_CHECK_CASE:-}" ] || [ "$FLASHCL_KERNEL_CHECK_CASE" = "$i" ]; then
+      FLASHCL_KERNEL_CHECK_CASE=$i "$build/tests/test_kernel_check" | grep -v '^Running suite' || status=$?
+    fi
+  done
+}
+run_cases
+# The wgmma backward's cases skip at 48 KiB (a work-group of 8 warps owns 128 keys or rows: its dQ kernel
+# needs 102 KiB; Hopper gives a work-group up to 227 KiB): those alone again with 128 KiB.
+if [ -z "${FLASHCL_KERNEL_CHECK:-}" ] || [ "$FLASHCL_KERNEL_CHECK" = backward-wgmma ]; then
+  FLASHCL_KERNEL_CHECK=backward-wgmma OCLGRIND_LOCAL_MEM_SIZE=131072 run_cases
+fi
 if [ -s "$OCLGRIND_LOG" ]; then
   # A summary (each kind of report, kernel and source line once, with its count), then the first reports whole.
   echo "oclgrind-check: Oclgrind's reports, by kind, kernel and line:"

@@ -1,0 +1,478 @@
+/*
+ * flash_backward_wgmma.cl: the backward pass on Hopper's warpgroup matrix
+ * multiply (wgmma, sm_90a, built through src/program.c's sm_90a route:
+ * nv_wgmma.h), f16 or bf16 storage, f32 accumulation. Same three steps,
+ * arguments and results contract as backward_mma_skeleton.h (src/backward.c
+ * enqueues them in order): flash_backward_dot (backward_dot.h), then
+ * flash_backward_wgmma_dkdv, then flash_backward_wgmma_dq. HEAD_DIM a
+ * multiple of 16 up to 128 (dK and dV stay in registers: d of them a
+ * thread), WARPS 4 or 8 (one or two warpgroups of 4 warps).
+ *
+ * A work-group owns OWN = 16 WARPS rows: its keys in dkdv, its query rows
+ * in dq; each warpgroup owns 64 of them and issues its products alone:
+ *
+ * dkdv: K and V of the work-group's keys stay in local memory; blocks of
+ * BLOCK_M queries (Q, dO, their rows' LSE and D) of every query head of
+ * the group stream through two buffers. Per block, each warpgroup:
+ *     Sᵀ = K Qᵀ, dPᵀ = V dOᵀ    64 x BLOCK_M, A (K, V) and B (Q, dO) both
+ *                              read by the tensor cores from local memory
+ *     Pᵀ = exp2(scale_log2 Sᵀ - lse2), dSᵀ = Pᵀ ∘ (dPᵀ - D)
+ *     dV += Pᵀ dO, dK += dSᵀ Q  64 x HEAD_DIM, A from registers (the
+ *                              accumulators repacked), B transposed on read
+ * dq: Q and dO of the work-group's rows stay in local memory; blocks of
+ * BLOCK_N keys (K, V) stream through two buffers. Per block:
+ *     S = Q Kᵀ, dP = dO Vᵀ, P, dS = P ∘ (dP - D), dQ += dS K.
+ *
+ * Every dQ, dK, dV element is summed in a fixed order (no atomics): the same
+ * bits every run. Causal masking is bottom-right as everywhere; a row past
+ * seq_q or whose LSE is -inf has lse2 = +inf, so its P is exactly 0. Keys
+ * past seq_kv load as zero rows and are masked in dq; in dkdv their rows
+ * are never stored. A warpgroup skips the blocks none of its rows or keys
+ * sees (GROUP_SKIP): natively only, see below.
+ *
+ * S's product never has dV's (dQ's) shape: the H200's driver gave wrong
+ * results with an m64nNk16 K-major and an m64nNk16 transposed product of
+ * the same N in one kernel (cl/flash_forward_mma.cl's S_PART), so S is
+ * split in halves where its block equals HEAD_DIM (S_PART below).
+ *
+ * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on nv_emulate.h's plain
+ * OpenCL C, whose wgmma is a work-group barrier: every work-item reaches
+ * every product together there, so a warpgroup's skip becomes a mask.
+ * The __local arrays are what src/kernels.c's backward_wgmma_local_bytes
+ * counts: keep them in step.
+ */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64
+#endif
+#ifndef DTYPE
+#define DTYPE 1              /* 1 f16, 2 bf16 */
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef WG
+#define WG (32 * WARPS)
+#endif
+#ifndef BLOCK_M
+#define BLOCK_M 64           /* dkdv: queries a streamed block */
+#endif
+#ifndef BLOCK_N
+#define BLOCK_N 64           /* dq: keys a streamed block */
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+/* BWD_OVERLAP 1: P is computed while dP's products run, and (dK/dV) dV's products run while dS is computed;
+ * -DBWD_OVERLAP=0: each batch of products waited for before the arithmetic that follows it. H100, f16/bf16,
+ * N = 4k/16k, d = 64/128, causal both, against 0: +0.1..+3.4% on all 16 (docs/perf-history.md, 2026-12-05). */
+#ifndef BWD_OVERLAP
+#define BWD_OVERLAP 1
+#endif
+#define WGMMA 1              /* nv_mma16.h's tiles in wgmma's 64-column panels */
+#define OWN (16 * WARPS)     /* keys (dkdv) or query rows (dq) a work-group owns: 64 a warpgroup */
+
+#if HEAD_DIM % 16 != 0 || HEAD_DIM < 16 || HEAD_DIM > 128
+#error "HEAD_DIM must be a multiple of 16, at most 128"
+#endif
+#if (WARPS != 4 && WARPS != 8) || WG != 32 * WARPS
+#error "WARPS must be 4 or 8 and WG 32 * WARPS"
+#endif
+#if (BLOCK_M != 64 && BLOCK_M != 128) || (BLOCK_N != 64 && BLOCK_N != 128)
+#error "BLOCK_M and BLOCK_N must be 64 or 128"
+#endif
+
+#include "nv_async.h"
+#include "storage.h"
+#include "backward_dot.h"  /* step 0: flash_backward_dot */
+#include "block_order.h"
+#include "nv_mma16.h"      /* pack_pair, the panel tiles and their loader */
+#include "nv_wgmma.h"
+
+/* The S and dP products' widths: a block in halves where it equals HEAD_DIM (above). One token each: it names
+ * the product (wgmma_n32_kmajor_ss). */
+#if BLOCK_M == HEAD_DIM && BLOCK_M == 64
+#define M_PART 32
+#elif BLOCK_M == HEAD_DIM
+#define M_PART 64
+#else
+#define M_PART BLOCK_M
+#endif
+#if BLOCK_N == HEAD_DIM && BLOCK_N == 64
+#define N_PART 32
+#elif BLOCK_N == HEAD_DIM
+#define N_PART 64
+#else
+#define N_PART BLOCK_N
+#endif
+
+#define KSTEPS (HEAD_DIM / 16)
+#define EXP2 exp2_ftz        /* one MUFU.EX2, subnormals flushed (nv_async.h) */
+#define OUT_REGS (HEAD_DIM / 2)  /* a thread's accumulators of a 64 x HEAD_DIM product */
+
+/* D[64 x BLOCK] = A Bᵀ, issued (the caller fences before, commits and waits after): A the warpgroup's 64 rows
+ * of an [OWN][d] tile, B a [BLOCK][d] tile, both K-major in local memory (k-step kk in panel kk / 4, 32 bytes a
+ * k-step), in PART-wide products (PART a token: it names the product); the first k-step overwrites. */
+#define ISSUE_SCORES(d, a_desc, b_desc, block, part_n)                                                               \
+    do {                                                                                                             \
+        NV_UNROLL                                                                                                    \
+        for (int part = 0; part < (block) / (part_n); part++)                                                        \
+            NV_UNROLL                                                                                                \
+            for (int kk = 0; kk < KSTEPS; kk++)                                                                      \
+                wgmma_ss_kmajor(part_n, &(d)[part * (part_n) / 2],                                                   \
+                                wgmma_desc_plus(a_desc, (kk >> 2) * OWN * 128 + (kk & 3) * 32),                      \
+                                wgmma_desc_plus(b_desc, (kk >> 2) * (block) * 128 + part * (part_n) * 128 +          \
+                                                            (kk & 3) * 32),                                          \
+                                kk);                                                                                 \
+    } while (0)
+
+/* D[64 x HEAD_DIM] += A[64 x BLOCK] B[BLOCK x HEAD_DIM], issued: A the repacked accumulators, 16 columns an
+ * operand; B a [BLOCK][d] tile transposed on read (b_trans: leading bytes BLOCK rows of 128, the next panel),
+ * 2048 bytes (16 rows) an operand. */
+#define ISSUE_TRANS(d, a, b_trans, block)                                                                            \
+    do {                                                                                                             \
+        NV_UNROLL                                                                                                    \
+        for (int kc = 0; kc < (block) / 16; kc++)                                                                    \
+            wgmma_rs_trans(HEAD_DIM, d, (a)[kc], wgmma_desc_plus(b_trans, kc * 2048), 1);                           \
+    } while (0)
+
+/* A warpgroup's skip of a block its keys (rows) cannot see: natively its own; emulated none (masked instead). */
+#if NV_EMULATE
+#define GROUP_SKIP(cond) false
+#else
+#define GROUP_SKIP(cond) (cond)
+#endif
+
+/* The kernels' arguments, in the order src/backward.c sets them (backward_mma_skeleton.h's). */
+#define BACKWARD_TENSOR(type, name, s) __global type *name, ulong s##_off, ulong s##_sb, ulong s##_ss, ulong s##_sh
+#define BACKWARD_INPUTS                                                                                     \
+    BACKWARD_TENSOR(const ushort, q, q), BACKWARD_TENSOR(const ushort, k, k), BACKWARD_TENSOR(const ushort, v, v), \
+        BACKWARD_TENSOR(const ushort, d_o, do), BACKWARD_TENSOR(const float, lse, l), __global const float *delta
+#define BACKWARD_SIZES int seq_q, int seq_kv, int group, float scale_log2, float scale
+
+/* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
+static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)
+{
+    const float l = row < seq_q ? lse[index] : -INFINITY;
+    return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
+}
+
+/* Accumulators (mma.sync C fragments side by side, 4 an 8-column tile) as wgmma A operands of 16 columns each:
+ * tile 2 kc's pairs, then tile 2 kc + 1's. */
+static inline __attribute__((always_inline)) void accumulators_as_a(uint (*a)[4], const float *c, int columns)
+{
+NV_UNROLL
+    for (int kc = 0; kc < columns / 16; kc++)
+NV_UNROLL
+        for (int i = 0; i < 4; i++)
+            a[kc][i] = pack_pair(c[8 * kc + 2 * i], c[8 * kc + 2 * i + 1]);
+}
+
+/* A 64 x HEAD_DIM result, scaled, into rows row0 + 16 (warp % 4) + g (+8) of a [seq, d] slice (rows < seq). */
+static inline __attribute__((always_inline)) void store_rows(__global ushort *base, ulong row_stride, const float *d,
+                                                             int row0, int seq, float scale, int warp, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+NV_UNROLL
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 16 * (warp & 3) + g + 8 * r;
+        if (row >= seq)
+            continue;
+        __global ushort *dst = base + (ulong)row * row_stride + 2 * t;
+NV_UNROLL
+        for (int j = 0; j < HEAD_DIM / 8; j++)
+            *(__global uint *)(dst + 8 * j) = pack_pair(d[4 * j + 2 * r] * scale, d[4 * j + 2 * r + 1] * scale);
+    }
+}
+
+/* Launched as (ceil(seq_kv / OWN) * WG, heads_kv, batch). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_k, dk), BACKWARD_TENSOR(ushort, d_v, dv),
+                               BACKWARD_SIZES)
+{
+    __local uint4 k_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 v_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 q_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(1024)));  /* two buffers */
+    __local uint4 do_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local float lse_rows[2 * BLOCK_M];  /* base 2, +inf: hidden row */
+    __local float delta_rows[2 * BLOCK_M];
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
+
+    const int tid = (int)get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int t = lane & 3;
+    const int kb = (int)get_group_id(0), hk = (int)get_group_id(1), b = (int)get_group_id(2);
+    const int heads_q = (int)get_num_groups(1) * group;
+    const int k0 = kb * OWN;
+    const int group_key0 = k0 + (warp >> 2) * 64;  /* the warpgroup's first key */
+    const int diag = seq_kv - seq_q;
+
+    __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+
+    /* The first query row that sees key k0 (causal: row >= k0 - diag); blocks before it are skipped. Keys no
+     * row sees run no block and get exact zeros. */
+    const int first_row = CAUSAL ? max(0, k0 - diag) : 0;
+    const int q_begin = first_row / BLOCK_M * BLOCK_M;
+    const int q_blocks = q_begin < seq_q ? (seq_q - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
+    const int total = group * q_blocks;  /* (query head, query block) pairs, head-major: a fixed order */
+
+    load_block(k_tile, OWN, k_base, k_ss, k0, seq_kv, tid);
+    load_block(v_tile, OWN, v_base, v_ss, k0, seq_kv, tid);
+
+    float dk[OUT_REGS], dv[OUT_REGS];
+NV_UNROLL
+    for (int i = 0; i < OUT_REGS; i++)
+        dk[i] = dv[i] = 0.0f;
+
+    /* A operands: the warpgroup's 64 keys of K and V (k-step kk: panel kk / 4, 32 bytes a k-step). */
+    const wgmma_desc_t k_desc = wgmma_desc(k_tile, (warp >> 2) * 64 * 128, 16, 1024);
+    const wgmma_desc_t v_desc = wgmma_desc(v_tile, (warp >> 2) * 64 * 128, 16, 1024);
+
+    for (int it = -1, stage = 1; it < total; it++, stage ^= 1) {
+        /* Block it + 1 goes into buffer stage ^ 1 while block it (buffer stage) is computed. The barrier
+         * publishes the landed block and frees the buffer the block before it used (every warpgroup has
+         * waited for its products by then). */
+        if (it >= 0) {
+            COPY_ASYNC_WAIT(0);
+            fence_proxy_async();  /* the landed rows (and zero rows) to wgmma's reads */
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (it + 1 < total) {
+            const int nh = (it + 1) / q_blocks, nq0 = q_begin + (it + 1) % q_blocks * BLOCK_M;
+            const int h = hk * group + nh;
+            load_block(q_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS, BLOCK_M,
+                       q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, nq0, seq_q, tid);
+            load_block(do_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS, BLOCK_M,
+                       d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
+            const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
+            const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
+            for (int i = tid; i < BLOCK_M; i += WG) {
+                const int row = nq0 + i;
+                lse_rows[(stage ^ 1) * BLOCK_M + i] = row_lse2(lse, lse_base + (ulong)row * l_ss, row, seq_q);
+                delta_rows[(stage ^ 1) * BLOCK_M + i] = row < seq_q ? delta[delta_base + (ulong)row] : 0.0f;
+            }
+        }
+        copy_async_commit();
+        if (it < 0)
+            continue;
+
+        const int q0 = q_begin + it % q_blocks * BLOCK_M;
+#if CAUSAL
+        /* Every key of the warpgroup after every query of the block: nothing to add. */
+        if (GROUP_SKIP(group_key0 > q0 + BLOCK_M - 1 + diag))
+            continue;
+        const bool edge = group_key0 + 63 > q0 + diag;
+#endif
+        __local const uint4 *q_tile = q_tiles + stage * BLOCK_M * ROW_CHUNKS;
+        __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * ROW_CHUNKS;
+        __local const float *lse2 = lse_rows + stage * BLOCK_M;
+        __local const float *drow = delta_rows + stage * BLOCK_M;
+
+        /* Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: this thread's keys (rows) group_key0 + 16 (warp % 4) + g (+8), its
+         * queries (columns) q0 + 8 j + 2 t (+1). */
+        float s[BLOCK_M / 2], dp[BLOCK_M / 2];
+        uint pa[BLOCK_M / 16][4], dsa[BLOCK_M / 16][4];
+        const wgmma_desc_t q_desc = wgmma_desc(q_tile, 0, 16, 1024), do_desc = wgmma_desc(do_tile, 0, 16, 1024);
+        const wgmma_desc_t do_trans = wgmma_desc(do_tile, 0, BLOCK_M * 128, 1024);
+        const wgmma_desc_t q_trans = wgmma_desc(q_tile, 0, BLOCK_M * 128, 1024);
+        wgmma_fence();
+        ISSUE_SCORES(s, k_desc, q_desc, BLOCK_M, M_PART);
+        wgmma_commit();
+        ISSUE_SCORES(dp, v_desc, do_desc, BLOCK_M, M_PART);
+        wgmma_commit();
+#if BWD_OVERLAP
+        wgmma_wait_one();  /* Sᵀ's; dPᵀ's still run */
+#else
+        wgmma_wait_all();
+#endif
+        WGMMA_HOLD(s, BLOCK_M / 2);
+        /* Pᵀ. */
+NV_UNROLL
+        for (int j = 0; j < BLOCK_M / 8; j++)
+NV_UNROLL
+            for (int e = 0; e < 4; e++) {
+                const int qi = 8 * j + 2 * t + (e & 1);
+                float p = EXP2(fma(s[4 * j + e], scale_log2, -lse2[qi]));
+#if CAUSAL
+                const int key = group_key0 + 16 * (warp & 3) + (lane >> 2) + 8 * (e >> 1);
+                if (edge)
+                    p = key <= q0 + qi + diag ? p : 0.0f;
+#endif
+                s[4 * j + e] = p;
+            }
+        accumulators_as_a(pa, s, BLOCK_M);
+#if BWD_OVERLAP
+        /* dV += Pᵀ dO while dSᵀ is computed. */
+        WGMMA_HOLD(dv, OUT_REGS);
+        WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);
+        wgmma_fence();
+        ISSUE_TRANS(dv, pa, do_trans, BLOCK_M);
+        wgmma_commit();
+        wgmma_wait_one();  /* dPᵀ's; dV's may still run */
+#endif
+        WGMMA_HOLD(dp, BLOCK_M / 2);
+        /* dSᵀ = Pᵀ ∘ (dPᵀ - D). */
+NV_UNROLL
+        for (int j = 0; j < BLOCK_M / 8; j++)
+NV_UNROLL
+            for (int e = 0; e < 4; e++)
+                dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - drow[8 * j + 2 * t + (e & 1)]);
+        accumulators_as_a(dsa, dp, BLOCK_M);
+
+        /* dK += dSᵀ Q (and dV += Pᵀ dO): 16 queries a product. */
+        WGMMA_HOLD(dk, OUT_REGS);
+        WGMMA_HOLD_A(&dsa[0][0], BLOCK_M / 4);
+#if !BWD_OVERLAP
+        WGMMA_HOLD(dv, OUT_REGS);
+        WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);
+#endif
+        wgmma_fence();
+#if !BWD_OVERLAP
+        ISSUE_TRANS(dv, pa, do_trans, BLOCK_M);
+#endif
+        ISSUE_TRANS(dk, dsa, q_trans, BLOCK_M);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(dv, OUT_REGS);
+        WGMMA_HOLD(dk, OUT_REGS);
+        WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);  /* A's registers stay A's until the wait */
+        WGMMA_HOLD_A(&dsa[0][0], BLOCK_M / 4);
+    }
+    COPY_ASYNC_WAIT(0);
+
+    store_rows(d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh, dk_ss, dk, group_key0, seq_kv, scale, warp, lane);
+    store_rows(d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh, dv_ss, dv, group_key0, seq_kv, 1.0f, warp, lane);
+}
+
+/* Launched as (ceil(seq_q / OWN) * WG, heads_q, batch). */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_wgmma_dq(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_q, dq), BACKWARD_SIZES)
+{
+    __local uint4 q_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 do_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(1024)));  /* two buffers */
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(1024)));
+    NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
+
+    const int tid = (int)get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int t = lane & 3;
+    int qb, h, b;
+    block_coordinates(CAUSAL, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    const int hk = h / group;
+    const int heads_q = (int)get_num_groups(1);
+    const int q0 = qb * OWN;
+    const int group_row0 = q0 + (warp >> 2) * 64;  /* the warpgroup's first row */
+    const int diag = seq_kv - seq_q;
+
+    __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
+    __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    const int kv_end = block_key_end(CAUSAL, q0, OWN, seq_q, seq_kv);
+
+    load_block(q_tile, OWN, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, tid);
+    load_block(do_tile, OWN, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
+    if (kv_end > 0) {
+        load_block(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
+        load_block(v_tiles, BLOCK_N, v_base, v_ss, 0, seq_kv, tid);
+    }
+    copy_async_commit();
+
+    /* This thread's rows: group_row0 + 16 (warp % 4) + g (+8). */
+    const int row_first = group_row0 + 16 * (warp & 3) + (lane >> 2);
+    float lse2[2], drow[2];
+    {
+        const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
+        const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
+        for (int r = 0; r < 2; r++) {
+            const int row = row_first + 8 * r;
+            lse2[r] = row_lse2(lse, lse_base + (ulong)row * l_ss, row, seq_q);
+            drow[r] = row < seq_q ? delta[delta_base + (ulong)row] : 0.0f;
+        }
+    }
+
+    float dq[OUT_REGS];
+NV_UNROLL
+    for (int i = 0; i < OUT_REGS; i++)
+        dq[i] = 0.0f;
+
+    /* A operands: the warpgroup's 64 rows of Q and dO (k-step kk: panel kk / 4, 32 bytes a k-step). */
+    const wgmma_desc_t q_desc = wgmma_desc(q_tile, (warp >> 2) * 64 * 128, 16, 1024);
+    const wgmma_desc_t do_desc = wgmma_desc(do_tile, (warp >> 2) * 64 * 128, 16, 1024);
+
+    for (int kb = 0, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+        COPY_ASYNC_WAIT(0);
+        fence_proxy_async();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (kb + BLOCK_N < kv_end) {
+            load_block(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
+            load_block(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
+        }
+        copy_async_commit();
+#if CAUSAL
+        /* Every key of the block after every row of the warpgroup: nothing to add (nor in the blocks after). */
+        if (GROUP_SKIP(kb > group_row0 + 63 + diag))
+            continue;
+        const bool edge = kb + BLOCK_N > seq_kv || kb + BLOCK_N - 1 > group_row0 + diag;
+#else
+        const bool edge = kb + BLOCK_N > seq_kv;
+#endif
+        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
+
+        /* S = Q Kᵀ, dP = dO Vᵀ: this thread's columns are keys kb + 8 j + 2 t (+1). */
+        float s[BLOCK_N / 2], dp[BLOCK_N / 2];
+        uint dsa[BLOCK_N / 16][4];
+        const wgmma_desc_t k_desc = wgmma_desc(k_tile, 0, 16, 1024), v_desc = wgmma_desc(v_tile, 0, 16, 1024);
+        const wgmma_desc_t k_trans = wgmma_desc(k_tile, 0, BLOCK_N * 128, 1024);
+        wgmma_fence();
+        ISSUE_SCORES(s, q_desc, k_desc, BLOCK_N, N_PART);
+        wgmma_commit();
+        ISSUE_SCORES(dp, do_desc, v_desc, BLOCK_N, N_PART);
+        wgmma_commit();
+#if BWD_OVERLAP
+        wgmma_wait_one();  /* S's; dP's still run */
+#else
+        wgmma_wait_all();
+#endif
+        WGMMA_HOLD(s, BLOCK_N / 2);
+NV_UNROLL
+        for (int j = 0; j < BLOCK_N / 8; j++)
+NV_UNROLL
+            for (int e = 0; e < 4; e++) {
+                float p = EXP2(fma(s[4 * j + e], scale_log2, -lse2[e >> 1]));
+                if (edge) {
+                    const int key = kb + 8 * j + 2 * t + (e & 1);
+                    bool visible = key < seq_kv;
+#if CAUSAL
+                    visible = visible && key <= row_first + 8 * (e >> 1) + diag;
+#endif
+                    p = visible ? p : 0.0f;
+                }
+                s[4 * j + e] = p;
+            }
+#if BWD_OVERLAP
+        wgmma_wait_all();
+#endif
+        WGMMA_HOLD(dp, BLOCK_N / 2);
+NV_UNROLL
+        for (int j = 0; j < BLOCK_N / 8; j++)
+NV_UNROLL
+            for (int e = 0; e < 4; e++)
+                dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - drow[e >> 1]);
+        accumulators_as_a(dsa, dp, BLOCK_N);
+
+        /* dQ += dS K: 16 keys a product. */
+        WGMMA_HOLD(dq, OUT_REGS);
+        WGMMA_HOLD_A(&dsa[0][0], BLOCK_N / 4);
+        wgmma_fence();
+        ISSUE_TRANS(dq, dsa, k_trans, BLOCK_N);
+        wgmma_commit();
+        wgmma_wait_all();
+        WGMMA_HOLD(dq, OUT_REGS);
+        WGMMA_HOLD_A(&dsa[0][0], BLOCK_N / 4);
+    }
+    COPY_ASYNC_WAIT(0);
+
+    store_rows(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh, dq_ss, dq, group_row0, seq_q, scale, warp, lane);
+}
