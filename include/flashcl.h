@@ -353,8 +353,9 @@ enum flashcl_tile_source {
  * Kernels are named, never numbered: the names are those of
  * params.kernel_options, the logs and the tuning file ("portable",
  * "register-tiled", "tensor-core", "tensor-core-wgmma", "tf32", "decode",
- * "decode-tensor-core", "backward", "backward-tiled", "backward-tensor-core",
- * "backward-tensor-core-fused", "backward-tf32"; docs/design.md's table, or
+ * "decode-tensor-core", "backward", "backward-tiled", "backward-wgmma",
+ * "backward-tensor-core", "backward-tensor-core-fused", "backward-tf32";
+ * docs/design.md's table, or
  * `flashcl-probe --kernels`, says what each runs), and a later version may
  * add kernels without changing this header. */
 struct flashcl_tile {
@@ -547,8 +548,9 @@ FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
 /* The kernel and tile flashcl_backward would use for this call: on the FMA
  * units "backward-tiled" where the head dim is a multiple of 4, else
  * "backward"; on tensor cores (16-byte rows, head dims of 16s up to 128)
+ * "backward-wgmma" on Hopper (compute capability 9.0) and elsewhere
  * "backward-tensor-core" (or the opt-in "backward-tensor-core-fused") for
- * f16/bf16 and "backward-tf32" for f32 whose attn.precision allows TF32.
+ * f16/bf16, "backward-tf32" for f32 whose attn.precision allows TF32.
  * block_m query rows and block_n keys per block, forced with kernel_options
  * such as "backward-tiled:block_m=..,block_n=..". */
 FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const struct flashcl_attention *attn,
