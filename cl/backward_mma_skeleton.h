@@ -116,26 +116,14 @@
 
 #include "backward_dot.h"  /* step 0: flash_backward_dot */
 #include "block_order.h"
+#include "backward_args.h"  /* the kernels' arguments (BACKWARD_INPUTS, ...), row_lse2 */
 
-/* The kernels' arguments, in the order src/backward.c sets them: the inputs, (fused) the workspace, the step's
- * outputs, the sizes. A tensor is its buffer, offset and batch, sequence and head strides (in elements). */
-#define BACKWARD_TENSOR(type, name, s) __global type *name, ulong s##_off, ulong s##_sb, ulong s##_ss, ulong s##_sh
-#define BACKWARD_INPUTS                                                                                     \
-    BACKWARD_TENSOR(const elem_t, q, q), BACKWARD_TENSOR(const elem_t, k, k), BACKWARD_TENSOR(const elem_t, v, v), \
-        BACKWARD_TENSOR(const elem_t, d_o, do), BACKWARD_TENSOR(const float, lse, l), __global const float *delta
-#define BACKWARD_SIZES int seq_q, int seq_kv, int group, float scale_log2, float scale
+/* The fused dK/dV kernel's workspace, after its inputs. */
 #if FUSED_DQ
 #define FUSED_DQ_ARGS __global float *workspace, ulong accum_off, ulong turns_off,
 #else
 #define FUSED_DQ_ARGS
 #endif
-
-/* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
-static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)
-{
-    const float l = row < seq_q ? lse[index] : -INFINITY;
-    return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
-}
 
 /* Causal skips: a warp's own, or (emulated) the work-group's, whose primitives must be reached by all. */
 #if NV_EMULATE

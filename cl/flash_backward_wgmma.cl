@@ -143,19 +143,8 @@
 #define GROUP_SKIP(cond) (cond)
 #endif
 
-/* The kernels' arguments, in the order src/backward.c sets them (backward_mma_skeleton.h's). */
-#define BACKWARD_TENSOR(type, name, s) __global type *name, ulong s##_off, ulong s##_sb, ulong s##_ss, ulong s##_sh
-#define BACKWARD_INPUTS                                                                                     \
-    BACKWARD_TENSOR(const ushort, q, q), BACKWARD_TENSOR(const ushort, k, k), BACKWARD_TENSOR(const ushort, v, v), \
-        BACKWARD_TENSOR(const ushort, d_o, do), BACKWARD_TENSOR(const float, lse, l), __global const float *delta
-#define BACKWARD_SIZES int seq_q, int seq_kv, int group, float scale_log2, float scale
-
-/* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
-static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)
-{
-    const float l = row < seq_q ? lse[index] : -INFINITY;
-    return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
-}
+typedef ushort elem_t;      /* f16 or bf16 bits */
+#include "backward_args.h"  /* the kernels' arguments (BACKWARD_INPUTS, ...), row_lse2 */
 
 /* Accumulators (mma.sync C fragments side by side, 4 an 8-column tile) as wgmma A operands of 16 columns each:
  * tile 2 kc's pairs, then tile 2 kc + 1's. */

@@ -1,0 +1,24 @@
+/*
+ * backward_args.h: what the tensor-core backward kernels (backward_mma_skeleton.h's, flash_backward_wgmma.cl's)
+ * share of their interface: their arguments, in the order src/backward.c sets them (the inputs, with the fused
+ * kernel the workspace, the step's outputs, the sizes), and each row's LSE as the kernels use it. The includer
+ * defines elem_t, the storage element. A tensor is its buffer, offset and batch, sequence and head strides (in
+ * elements).
+ */
+#ifndef FLASHCL_BACKWARD_ARGS_H
+#define FLASHCL_BACKWARD_ARGS_H
+
+#define BACKWARD_TENSOR(type, name, s) __global type *name, ulong s##_off, ulong s##_sb, ulong s##_ss, ulong s##_sh
+#define BACKWARD_INPUTS                                                                                     \
+    BACKWARD_TENSOR(const elem_t, q, q), BACKWARD_TENSOR(const elem_t, k, k), BACKWARD_TENSOR(const elem_t, v, v), \
+        BACKWARD_TENSOR(const elem_t, d_o, do), BACKWARD_TENSOR(const float, lse, l), __global const float *delta
+#define BACKWARD_SIZES int seq_q, int seq_kv, int group, float scale_log2, float scale
+
+/* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
+static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)
+{
+    const float l = row < seq_q ? lse[index] : -INFINITY;
+    return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
+}
+
+#endif /* FLASHCL_BACKWARD_ARGS_H */
