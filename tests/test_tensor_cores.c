@@ -809,9 +809,13 @@ int main(void)
     tcase_add_test(bw, backward_ptxas_report);
     tcase_add_loop_test(bw, backward, 0, COUNT(backward_cases));
     tcase_add_loop_test(bw, backward_other_shapes, 0, COUNT(backward_cases));
-    tcase_add_loop_test(bw, backward_deterministic, 0, 3);
-    tcase_add_loop_test(bw, backward_wgmma, 0, COUNT(backward_cases));
+    tcase_add_loop_test(bw, backward_deterministic, 0, 2);
     suite_add_tcase(s, bw);
+    TCase *bwg = tcase_create("backward wgmma");
+    tcase_set_timeout(bwg, 600);
+    tcase_add_loop_test(bwg, backward_wgmma, 0, COUNT(backward_cases));
+    tcase_add_loop_test(bwg, backward_deterministic, 2, 3);
+    suite_add_tcase(s, bwg);
     suite_add_tcase(s, backward_tf32_tcase());
     return test_run_suite(s);
 }
