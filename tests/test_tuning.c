@@ -1085,6 +1085,10 @@ START_TEST(emulated_tensor_core_footprints)
         {OP_FORWARD, 48, 64, "decode-tensor-core:off", "tensor-core-wgmma", 0, 128},
         {OP_FORWARD, 48, 64, "decode-tensor-core:off;tensor-core-wgmma:warps=12,block_n=192",
          "tensor-core-wgmma", 0, 256},
+        /* The wgmma backward: its built-in at d = 64 (8 warps, 128-key dQ blocks: 96 KiB and the scratch) and a
+         * forced 4-warp shape at d = 96 (whole panels: 97 KiB for dK/dV) */
+        {OP_BACKWARD, 64, 64, "", "backward-wgmma", 0, 128},
+        {OP_BACKWARD, 96, 64, "backward-wgmma:warps=4,block_m=64,block_n=64", "backward-wgmma", 0, 128},
     };
     /* The smallest shapes these plans can shrink to (d = 160, 2 warps x 16 rows, 16 keys: 33 KB with the
      * emulator's scratch) need more than OpenCL 1.2's 32 KB minimum; a device with less plans the FMA
@@ -1101,7 +1105,8 @@ START_TEST(emulated_tensor_core_footprints)
         params.context = e->cl;
         params.device = e->device;
         params.kernel_options = kernels[i].options;
-        const bool wgmma = kernel_is(kernels[i].kernel, "tensor-core-wgmma");
+        const bool wgmma = kernel_is(kernels[i].kernel, "tensor-core-wgmma") ||
+                           kernel_is(kernels[i].kernel, "backward-wgmma");
         if (device_local < (cl_ulong)kernels[i].min_kb * 1024) {
             printf("emulated %s footprint at d = %d: skipped (%llu bytes of local memory)\n", kernels[i].options,
                    kernels[i].d, (unsigned long long)device_local);
@@ -1125,7 +1130,7 @@ START_TEST(emulated_tensor_core_footprints)
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
         ck_assert_str_eq(plan.kernel->name, kernels[i].kernel);
-        if (wgmma && d == 48) {  /* the built-in and forced entries: planned so, not some smaller shape */
+        if (kernel_is(kernels[i].kernel, "tensor-core-wgmma") && d == 48) {  /* the built-in and forced entries: planned so, not some smaller shape */
             ck_assert_int_eq(plan.shape.axis[AXIS_WARPS], kernels[i].min_kb >= 256 ? 12 : 4);
             ck_assert_int_eq(plan.shape.axis[AXIS_BLOCK_N], kernels[i].min_kb >= 256 ? 192 : 128);
             ck_assert_ptr_null(strstr(plan.options, "-cl-nv-maxrregcount"));  /* emulated: PoCL does not take it */
@@ -1215,6 +1220,38 @@ START_TEST(backward_tf32_shapes_fit)
                                                                             FLASHCL_PRECISION_EXACT);
                 ck_assert_str_ne(exact.kernel, "backward-tf32");
             }
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
+
+/* The wgmma backward on an assumed H200: first among the backward kernels; off where its options say so or where
+ * either mma.sync backward is named or turned off (gives_way_to), unless it is named itself; its forced shapes
+ * planned as given. */
+START_TEST(backward_wgmma_gives_way)
+{
+    static const struct {
+        const char *options, *want;
+        int warps, block_m, block_n;
+    } cases[] = {
+        {"", "backward-wgmma", 8, 128, 128},  /* d = 64: 8 warps own 128 keys; 64-query, 128-key blocks */
+        {"backward-wgmma:off", "backward-tensor-core", 0, 0, 0},
+        {"backward-tensor-core:warps=4,block_m=64,block_n=64", "backward-tensor-core", 4, 64, 64},
+        {"backward-tensor-core-fused:on", "backward-tensor-core-fused", 0, 0, 0},
+        {"backward-tensor-core:off", "backward-tiled", 0, 0, 0},
+        {"backward-tensor-core:off;backward-wgmma:warps=4,block_m=128,block_n=64", "backward-wgmma", 4, 64, 64},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        flashcl_context *ctx = assumed_h200(cases[i].options);
+        size_t bytes = 0;
+        const struct flashcl_tile t = backward_config_and_workspace(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT,
+                                                                    &bytes);
+        ck_assert_msg(kernel_is(t.kernel, cases[i].want), "\"%s\": %s", cases[i].options, t.kernel);
+        if (cases[i].warps) {
+            ck_assert_int_eq(t.warps, cases[i].warps);
+            ck_assert_int_eq(t.block_m, cases[i].block_m);
+            ck_assert_int_eq(t.block_n, cases[i].block_n);
+        }
         flashcl_context_destroy(&ctx);
     }
 }
@@ -1627,6 +1664,7 @@ int main(void)
     tcase_add_test(tc, backward_tiled_matches_built_kernels);
     tcase_add_test(tc, backward_entry_used);
     tcase_add_test(tc, fused_backward_opt_in);
+    tcase_add_test(tc, backward_wgmma_gives_way);
     tcase_add_test(tc, backward_tf32_shapes_fit);
     tcase_add_test(tc, tf32_entries_by_precision);
     tcase_add_test(tc, emulated_tensor_core_footprints);
