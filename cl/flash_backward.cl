@@ -41,6 +41,7 @@
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "score_mod.h" /* SOFTCAP2: logit softcapping */
 
 /* rows [first, first + n_rows) of one (batch, head) of a view into a tile of pitch LD; 0 past `limit` */
 static void load_rows(__local float *tile, __global const storage_t *src, ulong base, ulong row_stride,
@@ -88,8 +89,9 @@ static void block_p_ds(__local const float *q_tile, __local const float *do_tile
                 s = fma(q_tile[i * LD + e], k_tile[j * LD + e], s);
                 dp = fma(do_tile[i * LD + e], v_tile[j * LD + e], dp);
             }
-            p = exp2(fma(s, scale_log2, -row_lse2[i]));
-            ds = p * (dp - row_delta[i]);
+            float slope = 1.0f;  /* of the softcap, where there is one */
+            p = SCORE_P(s, scale_log2, row_lse2[i], slope);
+            ds = p * (dp - row_delta[i]) * slope;
         }
         p_tile[idx] = p;
         ds_tile[idx] = ds;

@@ -75,6 +75,7 @@
 
 #include "storage.h"      /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "mask.h"         /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "score_mod.h"    /* SOFTCAP2: logit softcapping */
 #include "block_order.h"  /* dQ's query blocks, heaviest first when causal */
 
 /* Work-item lid of a group as (ty, tx), tx < 16: a warp holds 4 values of ty and 8 of tx. */
@@ -247,10 +248,11 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
                 float p[R], ds[R];
 #pragma unroll
                 for (int kk = 0; kk < R; kk++) {
-                    p[kk] = exp2(fma(s[kk][j], scale_log2, -lse2));
+                    float slope = 1.0f;  /* of the softcap, where there is one */
+                    p[kk] = SCORE_P(s[kk][j], scale_log2, lse2, slope);
                     if (edge && !pair_visible(q0 + i, k0 + key0 + kk, seq_kv, diag))
                         p[kk] = 0.0f;
-                    ds[kk] = p[kk] * (dp[kk][j] - d_row);
+                    ds[kk] = p[kk] * (dp[kk][j] - d_row) * slope;
                 }
                 vstore4((float4)(p[0], p[1], p[2], p[3]), 0, p_tile + i * PITCH_N + key0);
                 vstore4((float4)(ds[0], ds[1], ds[2], ds[3]), 0, ds_tile + i * PITCH_N + key0);
@@ -409,10 +411,11 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
             float ds[R];
 #pragma unroll
             for (int i = 0; i < R; i++) {
-                float p = exp2(fma(s[i][j], scale_log2, -row_lse2[row0 + i]));
+                float slope = 1.0f;  /* of the softcap, where there is one */
+                float p = SCORE_P(s[i][j], scale_log2, row_lse2[row0 + i], slope);
                 if (edge && !pair_visible(q0 + row0 + i, k0 + key, seq_kv, diag))
                     p = 0.0f;
-                ds[i] = p * (dp[i][j] - row_delta[row0 + i]);
+                ds[i] = p * (dp[i][j] - row_delta[row0 + i]) * slope;
             }
             vstore4((float4)(ds[0], ds[1], ds[2], ds[3]), 0, ds_tile + key * PITCH_M + row0);
         }

@@ -80,6 +80,7 @@
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "score_mod.h" /* SOFTCAP2: logit softcapping */
 #include "varlen.h"    /* VARLEN: packed sequences, KV caches, pages */
 #include "split.h"     /* SPLIT: split-KV partials, merged by flash_forward_combine */
 #if NV_ASYNC
@@ -174,7 +175,7 @@ static inline float block_score(__local const float *p_tile, int j, int r, int k
 #if MASKED
     visible = visible && mask_visible(r / group, key, diag);
 #endif
-    return visible ? s : -INFINITY;
+    return visible ? SCORE_CAP(s) : -INFINITY;
 }
 
 #if NV_ASYNC

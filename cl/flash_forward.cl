@@ -48,6 +48,7 @@
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "block_order.h"
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "score_mod.h" /* SOFTCAP2: logit softcapping */
 #include "varlen.h"    /* VARLEN: packed sequences of different lengths */
 #include "split.h"     /* SPLIT: split-KV partials, merged by flash_forward_combine */
 
@@ -133,7 +134,7 @@ void flash_forward(FORWARD_ARGS(storage_t))
                     for (int e = 0; e < HEAD_DIM; e++)
                         dot = fma(q_tile[i * LDQK + e], k_tile[j * LDQK + e], dot);
                 }
-                s[r][c] = visible ? dot : -INFINITY;
+                s[r][c] = visible ? SCORE_CAP(dot) : -INFINITY;
                 block_max = fmax(block_max, s[r][c]);
             }
             if (i < BLOCK_M)

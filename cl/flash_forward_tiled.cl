@@ -56,6 +56,7 @@
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#include "score_mod.h" /* SOFTCAP2: logit softcapping */
 #include "varlen.h"    /* VARLEN: packed sequences of different lengths */
 #include "split.h"     /* SPLIT: split-KV partials, merged by flash_forward_combine */
 #include "block_order.h"
@@ -178,6 +179,7 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < CN; j++) {
+                s[i][j] = SCORE_CAP(s[i][j]);
                 if (edge) {
                     const int key = kb + tx + 16 * j;
                     bool visible = key < seq_kv;

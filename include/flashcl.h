@@ -332,9 +332,19 @@ struct flashcl_attention {
      * takes windows (key blocks wholly outside one are skipped). */
     int window_left, window_right;
 
+    /* Logit softcapping (Gemma 2, Grok): each scaled score s = scale·q·k
+     * becomes softcap·tanh(s / softcap) before the mask and the softmax, and
+     * the LSE is that of the capped scores; the backward differentiates
+     * through the cap. 0: none; else finite and > 0. Computed by the FMA
+     * kernels ("portable", "register-tiled", "decode", "backward",
+     * "backward-tiled"); a call with a cap plans one of them
+     * (flashcl_forward_config and flashcl_backward_config say which). The
+     * standard path refuses it. */
+    float softcap;
+
     /* Zero. Room for fields of later versions (sequence offsets, page
      * tables) without changing the struct's size. */
-    unsigned char reserved[120];
+    unsigned char reserved[116];
 };
 
 /* ------------------------------------------------------------------------ */

@@ -43,7 +43,8 @@ struct flashcl_kernel_info {
     int varlen;              /* takes packed batches and KV caches */
     int split_kv;            /* splits a query block's keys across work-groups */
     int opt_in;              /* planned only where kernel_options name it */
-    unsigned char reserved[32];
+    int softcap;             /* computes logit softcapping (attn.softcap) */
+    unsigned char reserved[28];
 };
 
 /* Kernels in the table, in the planner's order of preference. */

@@ -890,6 +890,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "decode", .file = "cl/flash_decode.cl",
         .summary = "Decode on the FMA units of any OpenCL 1.2 device: one work-group per KV head holds its group's query rows (group x seq_q <= 16), keys split across work-groups.",
         .op = OP_FORWARD,
+        .softcap = true,
         .source = flashcl_source_flash_decode, .entry = "flash_decode",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -957,6 +958,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "register-tiled", .file = "cl/flash_forward_tiled.cl",
         .summary = "The forward on the FMA units of any OpenCL 1.2 device, each work-item holding a register tile of scores.",
         .op = OP_FORWARD,
+        .softcap = true,
         .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -974,6 +976,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "portable", .file = "cl/flash_forward.cl",
         .summary = "The forward on any OpenCL 1.2 device, any head dim and tile: the fallback every call can run.",
         .op = OP_FORWARD,
+        .softcap = true,
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -1040,6 +1043,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "backward-tiled", .file = "cl/flash_backward_tiled.cl",
         .summary = "The backward on the FMA units of any OpenCL 1.2 device, with register tiles; deterministic.",
         .op = OP_BACKWARD,
+        .softcap = true,
         .source = flashcl_source_flash_backward_tiled, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_tiled_dkdv", "flash_backward_tiled_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -1056,6 +1060,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "backward", .file = "cl/flash_backward.cl",
         .summary = "The backward on any OpenCL 1.2 device, any head dim and tile: the fallback every backward can run.",
         .op = OP_BACKWARD,
+        .softcap = true,
         .source = flashcl_source_flash_backward, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_dkdv", "flash_backward_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -1134,6 +1139,7 @@ flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *ou
     out->varlen = k->varlen;
     out->split_kv = k->combine != NULL;
     out->opt_in = k->opt_in;
+    out->softcap = k->softcap;
     return FLASHCL_SUCCESS;
 }
 
@@ -1228,6 +1234,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "head_dim";
     if ((k->needs & NEEDS_ROWS_16B) && !p->rows_16b)
         return "views whose rows do not start on 16 bytes";
+    if (p->softcap != 0.0f && !k->softcap)
+        return "logit softcap";
     return NULL;
 }
 

@@ -237,6 +237,11 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         const size_t used = strlen(out->options);
         snprintf(out->options + used, sizeof(out->options) - used, " -DSPLIT=%d", out->splits > 1);
     }
+    if (p->softcap > 0.0f) {  /* the cap in base 2, as the kernels' scores are: softcap·log2(e), exact in hex */
+        const size_t used = strlen(out->options);
+        snprintf(out->options + used, sizeof(out->options) - used, " -DSOFTCAP2=%af",
+                 (double)(p->softcap * 1.44269504f));
+    }
     if ((k->needs & NEEDS_TENSOR_CORES) && ctx->dev.tensor_cores_emulated) {
         const size_t used = strlen(out->options);
         snprintf(out->options + used, sizeof(out->options) - used, " -DNV_EMULATE=1");
@@ -289,6 +294,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     out->head_dim = a->head_dim;
     out->mask = a->mask;
     fcl_attention_window(a, &out->window_left, &out->window_right);
+    out->softcap = a->softcap;
     out->batch = a->batch;
     out->heads_q = a->heads_q;
     out->heads_kv = a->heads_kv;

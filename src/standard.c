@@ -42,6 +42,9 @@ static size_t round_up(size_t x, size_t to)
 static flashcl_status plan_workspace(const flashcl_context *ctx, const struct flashcl_attention *a,
                                      struct workspace_plan *p)
 {
+    if (a->softcap != 0.0f)  /* its softmax kernel has no cap: refused, not computed uncapped */
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.softcap (%g); the flash "
+                        "path does", (double)a->softcap);
     const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv, d = (size_t)a->head_dim;
     const size_t group = (size_t)(a->heads_q / a->heads_kv);
     const size_t align = ctx->base_align_bytes / sizeof(float);

@@ -27,6 +27,9 @@ struct backward_plan {
 static flashcl_status plan_backward(const flashcl_context *ctx, const struct flashcl_attention *a,
                                     struct backward_plan *p)
 {
+    if (a->softcap != 0.0f)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard backward does not take attn.softcap (%g); "
+                        "flashcl_backward does", (double)a->softcap);
     const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv, d = (size_t)a->head_dim;
     p->entries = (size_t)a->batch * (size_t)a->heads_kv;
     p->rows = (size_t)(a->heads_q / a->heads_kv) * nq;

@@ -486,6 +486,9 @@ flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct fla
     if (a->mask != FLASHCL_MASK_WINDOW && (a->window_left || a->window_right))
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.window_left = %d, attn.window_right = %d need attn.mask = "
                         "FLASHCL_MASK_WINDOW", a->window_left, a->window_right);
+    if (!(a->softcap >= 0.0f) || !isfinite(a->softcap))
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.softcap = %g; must be 0 (none) or finite and > 0",
+                        (double)a->softcap);
     return FCL_CHECK_RESERVED(ctx, "attn.reserved", a->reserved);
 }
 

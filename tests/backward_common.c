@@ -104,6 +104,7 @@ void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
     a->lse = flashcl_tensor_lse(p->lse, (size_t)c->seq_q, (size_t)c->heads_q);
     a->scale = c->scale;
     a->precision = c->precision;
+    a->softcap = c->softcap;
     a->mask = c->windowed ? FLASHCL_MASK_WINDOW : c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     if (c->windowed) {
         a->window_left = c->window_left;
@@ -230,7 +231,7 @@ static void problem_reference(const struct problem *p, double *ref[3])
     const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
     double *q = malloc(Nq * d * sizeof(double)), *dout = malloc(Nq * d * sizeof(double));
     double *k = malloc(Nk * d * sizeof(double)), *v = malloc(Nk * d * sizeof(double));
-    double *scratch = malloc((Nk + d) * sizeof(double));
+    double *scratch = malloc((2 * Nk + d) * sizeof(double));
     ck_assert(q && dout && k && v && scratch);
     ref[0] = malloc(B * Hq * Nq * d * sizeof(double));
     ref[1] = calloc(B * Hk * Nk * d, sizeof(double));
@@ -251,7 +252,7 @@ static void problem_reference(const struct problem *p, double *ref[3])
                 }
             int left, right;
             test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
-            hostref_attention_backward_window(q, k, v, dout, Nq, Nk, d, scale, left, right,
+            hostref_attention_backward_capped(q, k, v, dout, Nq, Nk, d, scale, left, right, c->softcap,
                                               &ref[0][(b * Hq + h) * Nq * d], &ref[1][(b * Hk + hk) * Nk * d],
                                               &ref[2][(b * Hk + hk) * Nk * d], scratch);
         }

@@ -25,6 +25,7 @@ struct bwd_case {
     int windowed;              /* mask FLASHCL_MASK_WINDOW with these (causal ignored) */
     int window_left, window_right;
     enum flashcl_precision precision;  /* f32: attn.precision of both the forward and the backward */
+    float softcap;             /* attn.softcap of both (0: none) */
 };
 
 /* One case's buffers on the device and their host images. */

@@ -329,8 +329,8 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
                 test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
                 size_t first, end;
                 hostref_visible_keys(n, Nq, Nk, left, right, &first, &end);
-                hostref_attention_row_range(&qd[n * d], kd, vd, first, end, d, scale, &ref[row * d], &ref_lse[row],
-                                            scores);
+                hostref_attention_row_capped(&qd[n * d], kd, vd, first, end, d, scale, c->softcap, &ref[row * d],
+                                             &ref_lse[row], scores);
             }
         }
 
@@ -372,6 +372,7 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         a.window_right = c->window_right;
     }
     a.precision = c->precision;
+    a.softcap = c->softcap;
 
     struct flashcl_tile config;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &config));

@@ -96,6 +96,7 @@ struct test_case {
     enum flashcl_precision precision;
     int windowed;           /* mask FLASHCL_MASK_WINDOW with these (causal ignored) */
     int window_left, window_right;
+    float softcap;          /* attn.softcap (0: none) */
 };
 
 struct case_result {

@@ -409,12 +409,13 @@ END_TEST
 
 /* L = sum dO o O for one head, O from the forward reference. */
 static double host_loss(const double *q, const double *k, const double *v, const double *d_o, size_t nq, size_t nk,
-                        size_t d, double scale, int causal)
+                        size_t d, double scale, int causal, double softcap)
 {
     double loss = 0, out[8], lse, scratch[8];
     for (size_t i = 0; i < nq; i++) {
         const long long last = causal ? (long long)i + (long long)nk - (long long)nq : (long long)nk - 1;
-        hostref_attention_row(&q[i * d], k, v, nk, d, scale, last, out, &lse, scratch);
+        const size_t end = last < 0 ? 0 : (size_t)last + 1 < nk ? (size_t)last + 1 : nk;
+        hostref_attention_row_capped(&q[i * d], k, v, 0, end, d, scale, softcap, out, &lse, scratch);
         for (size_t e = 0; e < d; e++)
             loss += d_o[i * d + e] * out[e];
     }
@@ -424,17 +425,20 @@ static double host_loss(const double *q, const double *k, const double *v, const
 START_TEST(reference_finite_differences)
 {
     enum { NQ = 4, NK = 3, D = 3 };
-    for (int causal = 0; causal < 2; causal++) {  /* causal with Nq > Nk: row 0 sees no key */
+    for (int run = 0; run < 4; run++) {  /* causal with Nq > Nk: row 0 sees no key; runs 2, 3 softcapped */
+        const int causal = run % 2;
+        const double softcap = run >= 2 ? 0.8 : 0.0;  /* against scores up to 0.7 x 3: tanh bends them */
         double q[NQ * D], k[NK * D], v[NK * D], d_o[NQ * D];
         double *all[4] = {q, k, v, d_o};
         const size_t sizes[4] = {NQ * D, NK * D, NK * D, NQ * D};
-        rng_seed(7 + (uint64_t)causal);
+        rng_seed(7 + (uint64_t)run);
         for (int t = 0; t < 4; t++)
             for (size_t x = 0; x < sizes[t]; x++)
                 all[t][x] = rng_uniform(-1.0, 1.0);
         const double scale = 0.7;
-        double dq[NQ * D], dk[NK * D] = {0}, dv[NK * D] = {0}, scratch[NK + D];
-        hostref_attention_backward(q, k, v, d_o, NQ, NK, D, scale, causal, dq, dk, dv, scratch);
+        double dq[NQ * D], dk[NK * D] = {0}, dv[NK * D] = {0}, scratch[2 * NK + D];
+        hostref_attention_backward_capped(q, k, v, d_o, NQ, NK, D, scale, -1, causal ? 0 : -1, softcap, dq, dk, dv,
+                                          scratch);
         double *grads[3] = {dq, dk, dv};
         const double h = 1e-6;
         double worst = 0;
@@ -442,21 +446,80 @@ START_TEST(reference_finite_differences)
             for (size_t x = 0; x < sizes[t]; x++) {
                 const double saved = all[t][x];
                 all[t][x] = saved + h;
-                const double up = host_loss(q, k, v, d_o, NQ, NK, D, scale, causal);
+                const double up = host_loss(q, k, v, d_o, NQ, NK, D, scale, causal, softcap);
                 all[t][x] = saved - h;
-                const double down = host_loss(q, k, v, d_o, NQ, NK, D, scale, causal);
+                const double down = host_loss(q, k, v, d_o, NQ, NK, D, scale, causal, softcap);
                 all[t][x] = saved;
                 const double fd = (up - down) / (2 * h);
                 /* Central differences: O(h^2) truncation, ~1e-16 / h = 1e-10 rounding. */
-                ck_assert_msg(fabs(fd - grads[t][x]) < 1e-8, "causal %d: d%s[%zu] = %.12g, finite difference %.12g",
-                              causal, tensor_names[t], x, grads[t][x], fd);
+                ck_assert_msg(fabs(fd - grads[t][x]) < 1e-8,
+                              "causal %d, softcap %g: d%s[%zu] = %.12g, finite difference %.12g", causal, softcap,
+                              tensor_names[t], x, grads[t][x], fd);
                 worst = fmax(worst, fabs(fd - grads[t][x]));
             }
         if (causal)
             for (int e = 0; e < D; e++)
                 ck_assert(dq[e] == 0.0);  /* row 0 sees no key */
-        printf("finite differences, causal %d: max |reference - fd| %.2e\n", causal, worst);
+        printf("finite differences, causal %d, softcap %g: max |reference - fd| %.2e\n", causal, softcap, worst);
     }
+}
+END_TEST
+
+/* ---- logit softcapping ---- */
+
+/* On both kernels that compute it (backward-tiled, the default here, and the portable one), against the
+ * capped reference, whose gradients the finite differences above check; caps small against the scores so tanh
+ * bends them, with causal and windowed masks, GQA, a negative scale, padded views. batch, seq_q, seq_kv,
+ * heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace, standard, windowed, window_left,
+ * window_right, precision, softcap. */
+static const struct bwd_case softcap_cases[] = {
+    {1, 70, 90, 4, 2, 32, F32, 1, 1.0f, LAYOUT_BNHD, 0, 0, 0, 0, 0, 0, 1.5f},
+    {2, 33, 47, 2, 2, 16, F16, 0, 2.0f, LAYOUT_BHND, 1, 0, 0, 0, 0, 0, 1.0f},
+    {1, 50, 50, 2, 1, 24, BF16, 0, -1.0f, LAYOUT_PADDED, 0, 0, 1, 8, 3, 0, 3.0f},
+    {1, 40, 30, 2, 2, 30, F32, 1, 1.0f, LAYOUT_BNHD, 0, 0, 0, 0, 0, 0, 0.5f},  /* d = 30: the portable one */
+};
+
+START_TEST(softcap)
+{
+    static const char *const options[] = {"", "backward-tensor-core:off;backward-tiled:off"};
+    for (int i = 0; i < 2; i++) {
+        struct bwd_result r;
+        run_case(test_context_with_options(options[i]), "softcap", &softcap_cases[_i], 800 + (uint64_t)_i, &r);
+        ck_assert_msg(kernel_is(r.kernel, "backward-tiled") || kernel_is(r.kernel, "backward"), "softcap ran %s",
+                      r.kernel);
+    }
+    /* The same inputs uncapped give other gradients: the case can tell a kernel that ignores the cap. */
+    struct test_env *e = test_env_get();
+    struct bwd_case uncapped = softcap_cases[_i];
+    uncapped.softcap = 0.0f;
+    struct problem capped_p, plain_p;
+    problem_create(&capped_p, &softcap_cases[_i], 800 + (uint64_t)_i);
+    problem_create(&plain_p, &uncapped, 800 + (uint64_t)_i);
+    problem_forward(&capped_p, e->ctx);
+    problem_backward(&capped_p, e->ctx, e->queue);
+    problem_forward(&plain_p, e->ctx);
+    problem_backward(&plain_p, e->ctx, e->queue);
+    unsigned char *a = read_back(&capped_p, T_DQ), *b = read_back(&plain_p, T_DQ);
+    ck_assert_msg(memcmp(a, b, capped_p.count[T_DQ] * capped_p.esize) != 0, "the cap changed no bit of dQ");
+    free(a);
+    free(b);
+    problem_free(&capped_p);
+    problem_free(&plain_p);
+}
+END_TEST
+
+/* The standard path refuses a cap, with a clear message (its softmax kernel has none). */
+START_TEST(softcap_standard_refused)
+{
+    struct bwd_case c = softcap_cases[0];
+    struct problem p;
+    problem_create(&p, &c, 1);
+    size_t bytes;
+    ck_assert_int_eq(flashcl_standard_backward_workspace_size(test_env_get()->ctx, &p.a, &p.g, &bytes),
+                     FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "softcap"));
+    ck_assert_int_eq(flashcl_standard_workspace_size(test_env_get()->ctx, &p.a, &bytes), FLASHCL_INVALID_VALUE);
+    problem_free(&p);
 }
 END_TEST
 
@@ -669,5 +732,10 @@ int main(void)
     tcase_add_loop_test(tc, deterministic, 0, COUNT(deterministic_options));
     tcase_add_test(tc, event_chain);
     suite_add_tcase(s, tc);
+    TCase *sc = tcase_create("softcap");
+    tcase_set_timeout(sc, 600);
+    tcase_add_loop_test(sc, softcap, 0, COUNT(softcap_cases));
+    tcase_add_test(sc, softcap_standard_refused);
+    suite_add_tcase(s, sc);
     return test_run_suite(s);
 }

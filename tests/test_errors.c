@@ -203,6 +203,13 @@ START_TEST(misaligned_and_scale)
     a.window_right = 8;  /* without the window mask */
     expect(&a, FLASHCL_INVALID_VALUE, "need attn.mask = FLASHCL_MASK_WINDOW");
     a = valid();
+    a.softcap = -1.0f;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.softcap = -1");
+    a.softcap = NAN;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.softcap = nan");
+    a.softcap = INFINITY;
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.softcap = inf");
+    a = valid();
     a.q.reserved[3] = 1;  /* room of a later version in a view */
     expect(&a, FLASHCL_INVALID_VALUE, "attn.q.reserved[3]");
     a = valid();

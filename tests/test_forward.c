@@ -220,6 +220,50 @@ START_TEST(split_kv_forced)
 }
 END_TEST
 
+/* Logit softcapping on every kernel that computes it: the register-tiled kernel (the default here), the
+ * portable one, split-KV on each, the decode kernel; caps small against the scores (scale 1 or 2, inputs in
+ * [-1, 1]: |s| up to d) so tanh bends them, with masks, windows, GQA, Nq != Nk, a negative scale. batch, seq_q,
+ * seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, lse, standard, precision, windowed,
+ * window_left, window_right, softcap. */
+static const struct test_case softcap_cases[] = {
+    {1, 70, 90, 4, 2, 64, F32, 1, 1.0f, LAYOUT_BNHD, 1, 0, 0, 0, 0, 0, 2.0f},
+    {2, 33, 47, 2, 2, 32, F16, 0, 2.0f, LAYOUT_BHND, 1, 0, 0, 0, 0, 0, 1.0f},
+    {1, 50, 50, 2, 1, 16, BF16, 0, 1.0f, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, 3.0f},
+    {1, 40, 150, 2, 2, 30, F32, 1, -1.5f, LAYOUT_BNHD, 1, 0, 0, 0, 0, 0, 0.5f},
+    {2, 1, 300, 8, 2, 64, F16, 0, 1.0f, LAYOUT_BNHD, 1, 0, 0, 0, 0, 0, 5.0f},  /* decode */
+};
+static const char *const softcap_contexts[] = {
+    "",
+    "decode:off;register-tiled:off",
+    "decode:off;register-tiled:splits=3;portable:splits=3",
+};
+
+START_TEST(softcap)
+{
+    const struct test_case *c = &softcap_cases[_i];
+    struct test_case uncapped = *c;
+    uncapped.softcap = 0.0f;
+    for (int i = 0; i < 3; i++) {
+        flashcl_context *ctx = test_context_with_options(softcap_contexts[i]);
+        char what[32];
+        snprintf(what, sizeof(what), "softcap %g/%d", (double)c->softcap, i);
+        struct case_result r, plain;
+        rng_seed(700 + (uint64_t)_i);
+        test_run_case(ctx, c, &r);
+        printf("%-12s %-22s Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, what, c->seq_q, c->seq_kv,
+               c->head_dim, r.max_abs_err, r.max_lse_err);
+        ck_assert_msg(kernel_is(r.kernel, "register-tiled") || kernel_is(r.kernel, "portable") ||
+                          kernel_is(r.kernel, "decode"),
+                      "softcap ran %s", r.kernel);
+        /* The cap bends these scores: the same inputs uncapped give other outputs (a kernel that ignored the
+         * cap would fail the reference above, and this shows the case could tell). */
+        rng_seed(700 + (uint64_t)_i);
+        test_run_case(ctx, &uncapped, &plain);
+        ck_assert_uint_ne(r.output_hash, plain.output_hash);
+    }
+}
+END_TEST
+
 /* Odd forced tiles exercise the portable kernel's strided ownership: blocks
  * smaller than the work-group, not multiples of it, and with more rows than
  * keys. Multiples of 16 run the register-tiled kernel with that tile: one
@@ -612,5 +656,9 @@ int main(void)
     tcase_add_test(tc, window_plans_tensor_core_kernels);
     tcase_add_loop_test(tc, split_kv_forced, 0, COUNT(split_cases));
     suite_add_tcase(s, tc);
+    TCase *sc = tcase_create("softcap");
+    tcase_set_timeout(sc, 600);
+    tcase_add_loop_test(sc, softcap, 0, COUNT(softcap_cases));
+    suite_add_tcase(s, sc);
     return test_run_suite(s);
 }

@@ -1151,8 +1151,8 @@ END_TEST
 
 /* Asks which backward kernel and tile a call of this shape would use under ctx (aligned views, LSE,
  * gradients in a buffer of their own). */
-static struct flashcl_tile backward_config_and_workspace(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
-                                                         enum flashcl_precision precision, size_t *workspace)
+static struct flashcl_tile backward_config_capped(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
+                                                  enum flashcl_precision precision, float softcap, size_t *workspace)
 {
     struct test_env *e = test_env_get();
     const size_t rows = 64 * (size_t)d * flashcl_dtype_size(dtype);
@@ -1162,6 +1162,7 @@ static struct flashcl_tile backward_config_and_workspace(flashcl_context *ctx, i
     ck_assert(mem && lse && grads);
     struct flashcl_attention a = shape(d, dtype, causal, mem);
     a.precision = precision;
+    a.softcap = softcap;
     a.lse = flashcl_tensor_lse(lse, 64, 1);
     struct flashcl_attention_grad g = {0};
     flashcl_tensor *views[] = {&g.d_o, &g.d_q, &g.d_k, &g.d_v};
@@ -1177,6 +1178,12 @@ static struct flashcl_tile backward_config_and_workspace(flashcl_context *ctx, i
     clReleaseMemObject(lse);
     clReleaseMemObject(grads);
     return t;
+}
+
+static struct flashcl_tile backward_config_and_workspace(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
+                                                         enum flashcl_precision precision, size_t *workspace)
+{
+    return backward_config_capped(ctx, d, dtype, causal, precision, 0.0f, workspace);
 }
 
 static struct flashcl_tile backward_config_precision(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
@@ -1222,6 +1229,40 @@ START_TEST(backward_tf32_shapes_fit)
             }
         flashcl_context_destroy(&ctx);
     }
+}
+END_TEST
+
+/* A softcapped call on an assumed H200 plans the kernels that compute the cap (the FMA ones), forward, decode and
+ * backward, and the config query says so; without the cap the same calls plan the tensor cores. */
+START_TEST(softcap_plans_fma_kernels)
+{
+    struct test_env *e = test_env_get();
+    flashcl_context *ctx = assumed_h200("");
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 64 * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(mem);
+    struct flashcl_attention a = shape(64, FLASHCL_F16, 1, mem);
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_str_eq(t.kernel, "tensor-core-wgmma");
+    a.softcap = 30.0f;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_str_eq(t.kernel, "register-tiled");
+    struct flashcl_attention one = a;  /* one query row: decode */
+    one.seq_q = 1;
+    one.q = flashcl_tensor_bnhd(mem, FLASHCL_F16, 1, 1, 64);
+    one.o = one.q;
+    one.o.offset = a.o.offset;  /* the second half of the buffer, as shape()'s O */
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &one, &t));
+    ck_assert_str_eq(t.kernel, "decode");
+    flashcl_context_destroy(&ctx);
+    clReleaseMemObject(mem);
+    ctx = assumed_h200("");
+    size_t bytes = 0;
+    ck_assert_str_eq(backward_config_and_workspace(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, &bytes).kernel,
+                     "backward-wgmma");
+    ck_assert_str_eq(backward_config_capped(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, 30.0f, &bytes).kernel,
+                     "backward-tiled");
+    flashcl_context_destroy(&ctx);
 }
 END_TEST
 
@@ -1665,6 +1706,7 @@ int main(void)
     tcase_add_test(tc, backward_entry_used);
     tcase_add_test(tc, fused_backward_opt_in);
     tcase_add_test(tc, backward_wgmma_gives_way);
+    tcase_add_test(tc, softcap_plans_fma_kernels);
     tcase_add_test(tc, backward_tf32_shapes_fit);
     tcase_add_test(tc, tf32_entries_by_precision);
     tcase_add_test(tc, emulated_tensor_core_footprints);

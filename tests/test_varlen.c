@@ -193,6 +193,39 @@ START_TEST(kv_cache)
 }
 END_TEST
 
+/* Logit softcapping on packed batches and KV caches (contiguous and paged), on the default kernel, the
+ * portable one with small odd tiles and the decode kernel with splits; caps against scores of scale 1/sqrt(d)
+ * small enough that tanh bends them. */
+static const struct vl_case softcap_vl_cases[] = {
+    {3, {5, 0, 17}, {9, 0, 20}, 2, 1, 32, F16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 0, 0.3f},
+    {2, {1, 1}, {60, 33}, 4, 2, 64, F32, FLASHCL_MASK_NONE, 0, 0, 1, 0, 0.25f},
+};
+static const struct kv_case softcap_kv_cases[] = {
+    {3, 1, 64, {0, 17, 64}, 4, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, 0, 0.3f},  /* paged decode */
+    {2, 3, 40, {3, 33}, 2, 2, 24, BF16, FLASHCL_MASK_WINDOW, 6, 0, 0, 0, 0, 0, 0.4f},
+};
+static const char *const softcap_contexts[] = {
+    NULL,
+    "decode:off;decode-tensor-core:off;tensor-core:off;tf32:off;register-tiled:off;portable:block_m=3,block_n=5",
+    "decode-tensor-core:off;decode:block_n=32,splits=3",
+};
+
+START_TEST(softcap_varlen)
+{
+    for (int i = 0; i < 3; i++)
+        varlen_run(softcap_contexts[i] ? test_context_with_options(softcap_contexts[i]) : NULL, &softcap_vl_cases[_i],
+                   560 + (uint64_t)_i, "softcap");
+}
+END_TEST
+
+START_TEST(softcap_kv_cache)
+{
+    for (int i = 0; i < 3; i++)
+        kv_cache_run(softcap_contexts[i] ? test_context_with_options(softcap_contexts[i]) : NULL,
+                     &softcap_kv_cases[_i], 660 + (uint64_t)_i, false);
+}
+END_TEST
+
 /* Device lengths past the capacity or below 0 are clamped: O's guards stay poisoned. */
 START_TEST(kv_cache_garbage_lengths)
 {
@@ -594,5 +627,10 @@ int main(void)
     tcase_add_test(tc, paged_cache_limits);
     tcase_add_test(tc, index_buffers_apart_from_outputs);
     suite_add_tcase(s, tc);
+    TCase *sc = tcase_create("softcap");
+    tcase_set_timeout(sc, 600);
+    tcase_add_loop_test(sc, softcap_varlen, 0, (int)(sizeof(softcap_vl_cases) / sizeof(softcap_vl_cases[0])));
+    tcase_add_loop_test(sc, softcap_kv_cache, 0, (int)(sizeof(softcap_kv_cases) / sizeof(softcap_kv_cases[0])));
+    suite_add_tcase(s, sc);
     return test_run_suite(s);
 }

@@ -72,6 +72,7 @@ void packed_create(struct packed *p, const struct vl_case *c, uint64_t seed)
     a->window_left = c->mask == FLASHCL_MASK_WINDOW ? c->window_left : 0;
     a->window_right = c->mask == FLASHCL_MASK_WINDOW ? c->window_right : 0;
     a->precision = c->precision;
+    a->softcap = c->softcap;
 
     p->vl.total_q = p->total_q;
     p->vl.total_k = p->total_k;
@@ -143,7 +144,7 @@ void packed_check(const struct packed *p, const char *variant, double *max_err)
                     qd[e] = hostref_load(p->q, c->dtype, row * p->row_q + (size_t)h * d + e);
                 size_t first, end;
                 hostref_visible_keys(i, nq, nk, left, right, &first, &end);
-                hostref_attention_row_range(qd, kd, vd, first, end, d, scale, ref, &ref_lse, scores);
+                hostref_attention_row_capped(qd, kd, vd, first, end, d, scale, c->softcap, ref, &ref_lse, scores);
                 for (size_t e = 0; e < d; e++) {
                     const double got = hostref_load(o_rows, c->dtype, row * p->row_q + (size_t)h * d + e);
                     const double err = isnan(got) ? INFINITY : fabs(got - ref[e]);
@@ -278,6 +279,7 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
     a.window_left = c->mask == FLASHCL_MASK_WINDOW ? c->window_left : 0;
     a.window_right = c->mask == FLASHCL_MASK_WINDOW ? c->window_right : 0;
     a.precision = c->precision;
+    a.softcap = c->softcap;
     struct flashcl_kv_lengths kv = {0};
     cl_mem len_mem = NULL;
     const int garbage_lens[MAX_SEQS] = {-5, 1 << 30, 7, -1, 3, 3, 3, 3};
@@ -329,7 +331,8 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
                     size_t first, end;
                     double lse;
                     hostref_visible_keys(i, (size_t)c->seq_q, len, left, right, &first, &end);
-                    hostref_attention_row_range(qd, kd, vd, first, end, d, 1.0 / sqrt((double)d), ref, &lse, scores);
+                    hostref_attention_row_capped(qd, kd, vd, first, end, d, 1.0 / sqrt((double)d), c->softcap, ref,
+                                                 &lse, scores);
                     for (size_t x = 0; x < d; x++) {
                         const double got = hostref_load(o + o_batch, c->dtype, base + x);
                         const double err = isnan(got) ? INFINITY : fabs(got - ref[x]);

@@ -20,6 +20,7 @@ struct vl_case {
     int window_left, window_right;
     int device_offsets;  /* cu_seqlens as cl_mem instead of host arrays */
     enum flashcl_precision precision;  /* f32: what the call allows (EXACT by default) */
+    float softcap;       /* attn.softcap (0: none) */
 };
 
 /* The packed problem on the device, its host images, and the call's structs. */
@@ -44,6 +45,7 @@ struct kv_case {
     int page_size;   /* 0: contiguous; else a paged pool, pages shuffled */
     int host_table;  /* the block table from the host (else a device buffer) */
     enum flashcl_precision precision;
+    float softcap;   /* attn.softcap (0: none) */
 };
 
 cl_mem vl_upload(const void *host, size_t bytes);

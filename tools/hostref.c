@@ -116,15 +116,27 @@ void hostref_visible_keys(size_t i, size_t n_q, size_t n_kv, int window_left, in
     *end = hi > lo ? (size_t)hi : (size_t)lo;
 }
 
+/* A scaled score through the softcap (0: none). */
+static double capped(double s, double softcap)
+{
+    return softcap > 0 ? softcap * tanh(s / softcap) : s;
+}
+
 void hostref_attention_row_range(const double *q, const double *k, const double *v, size_t first, size_t end,
                                  size_t d, double scale, double *out, double *lse, double *scratch)
+{
+    hostref_attention_row_capped(q, k, v, first, end, d, scale, 0.0, out, lse, scratch);
+}
+
+void hostref_attention_row_capped(const double *q, const double *k, const double *v, size_t first, size_t end,
+                                  size_t d, double scale, double softcap, double *out, double *lse, double *scratch)
 {
     double max = -INFINITY;
     for (size_t j = first; j < end; j++) {
         double s = 0;
         for (size_t e = 0; e < d; e++)
             s += q[e] * k[j * d + e];
-        scratch[j] = s * scale;
+        scratch[j] = capped(s * scale, softcap);
         max = fmax(max, scratch[j]);
     }
     for (size_t e = 0; e < d; e++)
@@ -166,6 +178,15 @@ void hostref_attention_backward_window(const double *q, const double *k, const d
                                        size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
                                        int window_right, double *d_q, double *d_k, double *d_v, double *scratch)
 {
+    hostref_attention_backward_capped(q, k, v, d_o, n_q, n_kv, d, scale, window_left, window_right, 0.0, d_q, d_k,
+                                      d_v, scratch);
+}
+
+void hostref_attention_backward_capped(const double *q, const double *k, const double *v, const double *d_o,
+                                       size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
+                                       int window_right, double softcap, double *d_q, double *d_k, double *d_v,
+                                       double *scratch)
+{
     double *p = scratch, *o = scratch + n_kv;
     for (size_t i = 0; i < n_q; i++) {
         size_t first, end;
@@ -180,13 +201,22 @@ void hostref_attention_backward_window(const double *q, const double *k, const d
             dqi[e] = 0;
         if (n_visible == 0)
             continue;  /* no key: P = 0, so every gradient term of this row is 0 */
-        /* P_i from scratch (max-shifted softmax), O_i = P_i V and D_i = dO_i . O_i. */
+        /* P_i from scratch (max-shifted softmax), O_i = P_i V and D_i = dO_i . O_i. The cap's slope at
+         * each score, 1 - tanh², in slope (scratch past o). */
+        double *slope = softcap > 0 ? o + d : NULL;  /* uncapped: the slope is 1, and scratch n_kv + d */
+        for (size_t j = 0; slope && j < n_visible; j++) {
+            double s = 0;
+            for (size_t e = 0; e < d; e++)
+                s += qi[e] * kf[j * d + e];
+            const double t = tanh(s * scale / softcap);
+            slope[j] = 1 - t * t;
+        }
         double max = -INFINITY, sum = 0, delta = 0;
         for (size_t j = 0; j < n_visible; j++) {
             double s = 0;
             for (size_t e = 0; e < d; e++)
                 s += qi[e] * kf[j * d + e];
-            p[j] = s * scale;
+            p[j] = capped(s * scale, softcap);
             max = fmax(max, p[j]);
         }
         for (size_t j = 0; j < n_visible; j++) {
@@ -208,7 +238,7 @@ void hostref_attention_backward_window(const double *q, const double *k, const d
             double dp = 0;
             for (size_t e = 0; e < d; e++)
                 dp += doi[e] * vf[j * d + e];
-            const double ds = p[j] * (dp - delta);
+            const double ds = p[j] * (dp - delta) * (slope ? slope[j] : 1.0);
             for (size_t e = 0; e < d; e++) {
                 dqi[e] += scale * ds * kf[j * d + e];
                 dkf[j * d + e] += scale * ds * qi[e];

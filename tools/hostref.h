@@ -41,10 +41,15 @@ void hostref_attention_backward(const double *q, const double *k, const double *
                                 size_t n_q, size_t n_kv, size_t d, double scale, int causal, double *d_q,
                                 double *d_k, double *d_v, double *scratch);
 /* The same with a sliding window (FlashAttention's semantics, -1 unlimited;
- * causal is window_left -1, window_right 0). */
+ * causal is window_left -1, window_right 0); the _capped form with logit
+ * softcapping too (0: none), scratch then holding 2 n_kv + d doubles. */
 void hostref_attention_backward_window(const double *q, const double *k, const double *v, const double *d_o,
                                        size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
                                        int window_right, double *d_q, double *d_k, double *d_v, double *scratch);
+void hostref_attention_backward_capped(const double *q, const double *k, const double *v, const double *d_o,
+                                       size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
+                                       int window_right, double softcap, double *d_q, double *d_k, double *d_v,
+                                       double *scratch);
 
 /* The keys [*first, *end) query row i of n_q sees against n_kv keys with a
  * window around its bottom-right-aligned diagonal (-1: unlimited). */
@@ -53,5 +58,8 @@ void hostref_visible_keys(size_t i, size_t n_q, size_t n_kv, int window_left, in
 /* One row of attention over keys [first, end) only (scratch holds end doubles). */
 void hostref_attention_row_range(const double *q, const double *k, const double *v, size_t first, size_t end,
                                  size_t d, double scale, double *out, double *lse, double *scratch);
+/* The same with logit softcapping: each scaled score s becomes softcap·tanh(s / softcap) (0: none). */
+void hostref_attention_row_capped(const double *q, const double *k, const double *v, size_t first, size_t end,
+                                  size_t d, double scale, double softcap, double *out, double *lse, double *scratch);
 
 #endif
