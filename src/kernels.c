@@ -771,8 +771,9 @@ static const struct builtin_shape backward_mma_builtin[] = {
 };
 
 /* wgmma backward, warps x block_m (the queries dK/dV streams) x block_n (the keys dQ streams), preferred first:
- * two warpgroups (128 keys or rows a work-group), and 64-query blocks past d = 64, where dK's and dV's d
- * accumulators a thread leave no room for 128 queries' S and dP (64 + 64 more). */
+ * two warpgroups (128 keys or rows a work-group) and 64-query blocks everywhere (past d = 64 dK's and dV's d
+ * accumulators a thread leave no room for 128 queries' S and dP, 64 + 64 more); 128-key dQ blocks up to
+ * d = 64. */
 static const struct builtin_shape backward_wgmma_builtin[] = {
     {ARCH_ANY, 1, 64, -1, BSHAPE(8, 64, 128), ANY_BATCH},
     {ARCH_ANY, 1, 128, -1, BSHAPE(8, 64, 64), ANY_BATCH},

@@ -56,8 +56,8 @@ run_cases() {
   done
 }
 run_cases
-# The wgmma backward's cases skip at 48 KiB (a work-group of 8 warps owns 128 keys or rows: its dQ kernel
-# needs 102 KiB; Hopper gives a work-group up to 227 KiB): those alone again with 128 KiB.
+# The wgmma backward's cases skip at 48 KiB (with 4 warps its dK/dV kernel needs 52 KiB, with 8 its dQ
+# kernel 102 KiB; Hopper gives a work-group up to 227 KiB): those alone again with 128 KiB.
 if [ -z "${FLASHCL_KERNEL_CHECK:-}" ] || [ "$FLASHCL_KERNEL_CHECK" = backward-wgmma ]; then
   FLASHCL_KERNEL_CHECK=backward-wgmma OCLGRIND_LOCAL_MEM_SIZE=131072 run_cases
 fi
