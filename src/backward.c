@@ -255,7 +255,10 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     const size_t dot_local[3] = {wg[0], 1, 1}, dkdv_local[3] = {wg[1], 1, 1}, dq_local[3] = {wg[2], 1, 1};
     const size_t b = (size_t)a->batch, hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv;
     const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
-    const size_t bm = (size_t)plan->block_m, bn = (size_t)(k->dkdv_owns_block_m ? plan->block_m : plan->block_n);
+    /* The keys a dK/dV work-group owns, and the query rows a dQ work-group owns. */
+    const size_t own_rows = 16 * (size_t)plan->shape.axis[AXIS_WARPS];
+    const size_t bn = k->owns_warp_rows ? own_rows : (size_t)plan->block_n;
+    const size_t bm = k->owns_warp_rows ? own_rows : (size_t)plan->block_m;
     const size_t dot_global[3] = {(nq + wg[0] - 1) / wg[0] * wg[0], hq, b};
     const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg[1], hk, b};
     /* The convert step: a work-item per pair of dQ columns; else a work-group per query block. */

@@ -126,15 +126,15 @@ struct kernel_info {
     /* Backward: the dK/dV step also adds up dQ in the workspace (src/backward.c's layout), and the
      * last step converts it; false: the last step computes dQ itself. */
     bool dq_accumulated;
-    /* Backward: the dK/dV step's work-group owns geometry's block_m keys (its query rows in the dQ step too);
-     * false: block_n keys, the shape's. */
-    bool dkdv_owns_block_m;
+    /* Backward: a work-group of either step owns 16 rows a warp (keys in dK/dV, query rows in dQ) and streams
+     * the shape's blocks past them; false: dK/dV owns block_n keys and dQ block_m query rows. */
+    bool owns_warp_rows;
     /* Planned only where the kernel options name it ("name:on", or a shape): not the default, and not
      * a retry's fallback either. */
     bool opt_in;
     /* Off where the kernel options name one of these kernels (a comma-separated list of names: a shape,
-     * splits or "on") and not this one: a forced mma.sync shape runs on mma.sync though this entry comes
-     * first. NULL: none. */
+     * splits or "on"), or turn one off that is not opt-in, and do not name this one: a forced mma.sync
+     * shape runs on mma.sync though this entry comes first. NULL: none. */
     const char *gives_way_to;
     struct axis_spec axes[AXIS_COUNT];
     /* Built-in shapes, preferred first; the first that applies and fits wins. */

@@ -550,8 +550,8 @@ static void backward_mma_fused_options(const struct device_desc *dev, const stru
 
 /* ---- backward on Hopper's wgmma: cl/flash_backward_wgmma.cl (f16/bf16, the sm_90a route) ---- */
 
-/* A work-group owns 16 W keys (dK/dV) or query rows (dQ), 64 a warpgroup; its shape's block_m and block_n are
- * the blocks of queries and keys it streams. */
+/* A work-group owns 16 W keys (dK/dV) or query rows (dQ), 64 a warpgroup (owns_warp_rows); its shape's block_m
+ * and block_n are the blocks of queries and keys it streams, and block_m is what the plan reports. */
 static bool backward_wgmma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
 {
     return (size_t)(32 * s->axis[W]) <= dev->max_workgroup;
@@ -573,7 +573,7 @@ static size_t backward_wgmma_local_bytes(const struct device_desc *dev, const st
 static void backward_wgmma_geometry(const struct device_desc *dev, const struct kernel_shape *s, int *block_m,
                                     int *workgroup)
 {
-    *block_m = 16 * s->axis[W];
+    *block_m = s->axis[M];
     *workgroup = 32 * s->axis[W];
 }
 
@@ -995,7 +995,7 @@ const struct kernel_info fcl_kernels[] = {
         .op = OP_BACKWARD,
         .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq"},
-        .dkdv_owns_block_m = true,
+        .owns_warp_rows = true,
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
         .head_dim_step = 16, .head_dim_max = 128,

@@ -129,12 +129,14 @@ flashcl_status fcl_overrides_from_params(flashcl_context *ctx, const struct flas
     }
     for (int i = 0; i < fcl_kernel_count; i++) {
         /* Named or turned off, a kernel given way to takes this one with it: "tensor-core:off" means no
-         * f16/bf16 tensor-core forward, wgmma's included, unless the clauses name that one too. */
+         * f16/bf16 tensor-core forward, wgmma's included, unless the clauses name that one too. An opt-in
+         * kernel turned off was not going to run anyway, so that takes nothing with it. */
         const char *name = fcl_kernels[i].gives_way_to;
         while (name && *name && !ov[i].named) {
             const size_t len = strcspn(name, ",");
             const struct kernel_info *other = fcl_kernel_by_name(name, len);
-            if (other && (ov[fcl_kernel_index(other)].named || ov[fcl_kernel_index(other)].off))
+            const struct kernel_override *o = other ? &ov[fcl_kernel_index(other)] : NULL;
+            if (o && (o->named || (o->off && !other->opt_in)))
                 ov[i].off = true;
             name += len + (name[len] == ',');
         }

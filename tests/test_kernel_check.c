@@ -90,24 +90,23 @@ static bool selected(int index, const char *kernel)
 }
 
 /* Which kernel a case forces (its settings, e.g. "splits=2" or "on") and must run; emulated_cc 80 or 90: the
- * tensor cores emulated as that compute capability. */
+ * tensor cores emulated as that compute capability; local_bytes: what the forced shape needs where that is more
+ * than the 32 KiB every OpenCL device has (the planner's count; 0: no more). */
 struct kernel_under_check {
     const char *kernel, *settings;
     int emulated_cc;
     const char *expect;
+    size_t local_bytes;
 };
 
-/* Local memory a forced shape needs beyond the 32 KiB every OpenCL device has, as the planner counts it at
- * d <= 64 (one 128-byte panel a row): wgmma's smallest forward (64 query rows, 64-key blocks, K and V buffered,
- * the emulator's scratch) 44,096 bytes; the wgmma backward's dK/dV kernel (its 16 W keys of K and V, two
- * buffers of block_m rows of Q and dO, their LSE and D) 53,248 with 4 warps and 64-query blocks; its dQ kernel (Q and dO
- * of its 16 W rows, two buffers of block_n keys of K and V) 104,448 with 8 warps and 128-key blocks. */
-static size_t local_bytes_needed(const struct kernel_under_check *k)
-{
-    if (kernel_is(k->kernel, "backward-wgmma"))
-        return strstr(k->settings, "warps=8") ? 104448 : 53248;
-    return kernel_is(k->kernel, "tensor-core-wgmma") ? 44096 : 0;
-}
+/* The wgmma kernels' local memory (the emulator's scratch included), in 128-byte panels of 64 columns a row:
+ * the forward's smallest (64 query rows, 64-key blocks, K and V buffered) at d <= 64. The backward's larger
+ * kernel: dK/dV (its 16 W keys of K and V, two buffers of block_m rows of Q and dO, their LSE and D) or dQ
+ * (Q and dO of its 16 W rows, two buffers of block_n keys of K and V). */
+#define WGMMA_FORWARD_SMALLEST 44096
+#define WGMMA_BACKWARD_4x64x64_D64 53248    /* dK/dV: (128 + 256) rows x 128 + 1,024 + 3,072 scratch */
+#define WGMMA_BACKWARD_8x64x128_D64 104448  /* dQ: (256 + 512) rows x 128 + 6,144 scratch */
+#define WGMMA_BACKWARD_4x64x64_D128 102400  /* dK/dV: (128 + 256) rows x 256 + 1,024 + 3,072 scratch */
 
 /* The context case `index` runs on; NULL where it is not selected or the device's local memory cannot hold
  * its forced shape (said on stdout). */
@@ -116,7 +115,7 @@ static flashcl_context *case_context(int index, const struct kernel_under_check 
     if (!selected(index, k->kernel))
         return NULL;
     flashcl_context *ctx = context_for(k->kernel, k->settings, k->emulated_cc);
-    const size_t usable = flashcl_context_local_mem_bytes(ctx), needs = local_bytes_needed(k);
+    const size_t usable = flashcl_context_local_mem_bytes(ctx), needs = k->local_bytes;
     if (usable < needs) {
         printf("case %d (%s:%s): skipped (%zu bytes of local memory, %zu needed)\n", index, k->kernel, k->settings,
                usable, needs);
@@ -161,8 +160,15 @@ static const struct forward_check forward_checks[] = {
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3}},
     {{"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, "decode-tensor-core"},
      {1, 2, 45, 4, 2, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
-    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, "tensor-core-wgmma"},
+    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, "tensor-core-wgmma", WGMMA_FORWARD_SMALLEST},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
+    /* The logit cap (cl/score_mod.h) in each forward kernel that computes it. */
+    {{"portable", "block_m=8,block_n=16", 0, "portable"},
+     {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD, 1, .softcap = 2.0f}},
+    {{"register-tiled", "on", 0, "register-tiled"},
+     {1, 21, 30, 2, 1, 16, F16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 6, 2, .softcap = 3.0f}},
+    {{"decode", "splits=3", 0, "decode"},
+     {1, 2, 70, 4, 2, 16, BF16, 1, 0, LAYOUT_BNHD, 1, .softcap = 1.0f}},
 };
 
 START_TEST(forward)
@@ -203,10 +209,18 @@ static const struct backward_check backward_checks[] = {
      {1, 19, 37, 2, 1, 16, BF16, 0, 0, LAYOUT_BNHD}},
     {{"backward-tf32", "on", 80, "backward-tf32"},
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 0, 0, 0, 0, 0, FLASHCL_PRECISION_TF32X3}},
-    {{"backward-wgmma", "warps=4,block_m=64,block_n=64", 90, "backward-wgmma"},
+    {{"backward-wgmma", "warps=4,block_m=64,block_n=64", 90, "backward-wgmma", WGMMA_BACKWARD_4x64x64_D64},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD}},
-    {{"backward-wgmma", "warps=8,block_m=64,block_n=128", 90, "backward-wgmma"},
+    {{"backward-wgmma", "warps=8,block_m=64,block_n=128", 90, "backward-wgmma", WGMMA_BACKWARD_8x64x128_D64},
      {1, 70, 45, 2, 1, 32, BF16, 1, 0, LAYOUT_BNHD}},
+    /* Two 64-column panels, the second partly padding; no mask: every key block meets every query block. */
+    {{"backward-wgmma", "warps=4,block_m=64,block_n=64", 90, "backward-wgmma", WGMMA_BACKWARD_4x64x64_D128},
+     {1, 40, 70, 2, 1, 80, F16, 0, 0, LAYOUT_BNHD}},
+    /* The logit cap through the backward kernels that compute it (dS times 1 - tanh^2). */
+    {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
+     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .softcap = 2.5f}},
+    {{"backward", "on", 0, "backward"},
+     {1, 21, 30, 2, 1, 8, F16, 0, 0, LAYOUT_BNHD, 0, 0, 1, 6, 2, .softcap = 1.5f}},
 };
 
 START_TEST(backward)
@@ -243,7 +257,7 @@ static const struct varlen_check varlen_checks[] = {
      {2, {17, 9}, {33, 9}, 2, 1, 16, F32, FLASHCL_MASK_WINDOW, 6, 0, 1, FLASHCL_PRECISION_TF32X3}},
     {{"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, "decode-tensor-core"},
      {2, {1, 2}, {40, 17}, 4, 2, 16, F16, FLASHCL_MASK_NONE, 0, 0, 1}},
-    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, "tensor-core-wgmma"},
+    {{"tensor-core-wgmma", "warps=4,block_n=64", 90, "tensor-core-wgmma", WGMMA_FORWARD_SMALLEST},
      {2, {17, 9}, {33, 9}, 2, 1, 16, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 1}},
 };
 

@@ -1266,21 +1266,23 @@ START_TEST(softcap_plans_fma_kernels)
 }
 END_TEST
 
-/* The wgmma backward on an assumed H200: first among the backward kernels; off where its options say so or where
- * either mma.sync backward is named or turned off (gives_way_to), unless it is named itself; its forced shapes
- * planned as given. */
+/* The wgmma backward on an assumed H200: first among the backward kernels; off where its options say so, where
+ * either mma.sync backward is named, or where the two-pass one is turned off (gives_way_to), unless it is named
+ * itself; the opt-in fused one turned off changes nothing. Its forced shapes planned and reported as given
+ * (block_m the streamed query block, not the 16 rows a warp a work-group owns). */
 START_TEST(backward_wgmma_gives_way)
 {
     static const struct {
         const char *options, *want;
         int warps, block_m, block_n;
     } cases[] = {
-        {"", "backward-wgmma", 8, 128, 128},  /* d = 64: 8 warps own 128 keys; 64-query, 128-key blocks */
+        {"", "backward-wgmma", 8, 64, 128},  /* d = 64: 8 warps own 128 keys; 64-query, 128-key blocks */
         {"backward-wgmma:off", "backward-tensor-core", 0, 0, 0},
+        {"backward-tensor-core-fused:off", "backward-wgmma", 8, 64, 128},  /* opt-in: off takes nothing along */
         {"backward-tensor-core:warps=4,block_m=64,block_n=64", "backward-tensor-core", 4, 64, 64},
         {"backward-tensor-core-fused:on", "backward-tensor-core-fused", 0, 0, 0},
         {"backward-tensor-core:off", "backward-tiled", 0, 0, 0},
-        {"backward-tensor-core:off;backward-wgmma:warps=4,block_m=128,block_n=64", "backward-wgmma", 4, 64, 64},
+        {"backward-tensor-core:off;backward-wgmma:warps=4,block_m=128,block_n=64", "backward-wgmma", 4, 128, 64},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         flashcl_context *ctx = assumed_h200(cases[i].options);
