@@ -56,8 +56,14 @@
 #define S_TILES (KW / 8)               /* n-tiles of S per warp */
 #define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
 
-#if HEAD_DIM % 16 != 0 || HEAD_DIM > 128
-#error "HEAD_DIM must be a multiple of 16, at most 128"
+#if HEAD_DIM % 16 != 0 || HEAD_DIM > 256
+#error "HEAD_DIM must be a multiple of 16, at most 256"
+#endif
+/* Q's fragments held in registers for the whole key loop (KSTEPS x 4 a thread), or read from the Q tile by
+ * ldmatrix at each k-step: past d = 128 the accumulator alone is 4 d / 8 registers a thread (128 at 256),
+ * and Q's 64 more would spill. The extra ldmatrix reads local memory, which decode leaves idle. */
+#ifndef Q_IN_REGISTERS
+#define Q_IN_REGISTERS (HEAD_DIM <= 128)
 #endif
 #if BLOCK_N % WARPS != 0 || KW % 16 != 0
 #error "BLOCK_N must be WARPS times a multiple of 16"
@@ -196,13 +202,14 @@ void flash_decode_mma(FORWARD_ARGS(storage_t))
     WAIT_OLDEST_BLOCK();  /* Q and block 0 */
     barrier(CLK_LOCAL_MEM_FENCE);
 
+    const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
+#define Q_FRAGMENT(kk, dst) ldmatrix_x4(local_address(&q_tile[swizzle(q_lane_row, (kk) * 2 + q_lane_chunk)]), dst)
+#if Q_IN_REGISTERS
     uint qf[KSTEPS][4];
-    {
-        const int q_lane_row = 8 * ((lane >> 3) & 1) + (lane & 7), q_lane_chunk = lane >> 4;
 NV_UNROLL
-        for (int kk = 0; kk < KSTEPS; kk++)
-            ldmatrix_x4(local_address(&q_tile[swizzle(q_lane_row, kk * 2 + q_lane_chunk)]), qf[kk]);
-    }
+    for (int kk = 0; kk < KSTEPS; kk++)
+        Q_FRAGMENT(kk, qf[kk]);
+#endif
 
     float acc[O_TILES][4];
 NV_UNROLL
@@ -233,14 +240,21 @@ NV_UNROLL
         {
             const int j = lane >> 3, key = 8 * (j >> 1) + (lane & 7);
 NV_UNROLL
-            for (int kk = 0; kk < KSTEPS; kk++)
+            for (int kk = 0; kk < KSTEPS; kk++) {
+#if Q_IN_REGISTERS
+                const uint *a = qf[kk];
+#else
+                uint a[4];
+                Q_FRAGMENT(kk, a);
+#endif
 NV_UNROLL
                 for (int np = 0; np < S_TILES / 2; np++) {
                     uint bf[4];
                     ldmatrix_x4(local_address(&k_tile[swizzle(kw0 + np * 16 + key, kk * 2 + (j & 1))]), bf);
-                    mma_16x8x16(s[2 * np], qf[kk], bf[0], bf[1]);
-                    mma_16x8x16(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+                    mma_16x8x16(s[2 * np], a, bf[0], bf[1]);
+                    mma_16x8x16(s[2 * np + 1], a, bf[2], bf[3]);
                 }
+            }
         }
 
         /* Masks only where some key of the block may be absent or hidden from some row: position 0

@@ -742,10 +742,11 @@ static void decode_mma_options(const struct device_desc *dev, const struct probl
 }
 
 /* Four warps of 16 keys: at d = 128 on an H200 three buffers, about 100 KB, two work-groups an SM
- * (decode_mma_stages); two warps of 16 where that does not fit. */
+ * (decode_mma_stages); at d = 256 three buffers of 64 KB, one work-group an SM; two warps of 16 where
+ * that does not fit. */
 static const struct builtin_shape decode_mma_builtin[] = {
-    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 4, [N] = 64}}, ANY_BATCH},
-    {ARCH_ANY, 1, 128, -1, {.axis = {[W] = 2, [N] = 32}}, ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, {.axis = {[W] = 4, [N] = 64}}, ANY_BATCH},
+    {ARCH_ANY, 1, 256, -1, {.axis = {[W] = 2, [N] = 32}}, ANY_BATCH},
 };
 
 #define BSHAPE(w, m, n) {.axis = {[W] = (w), [M] = (m), [N] = (n)}}
@@ -880,7 +881,7 @@ const struct kernel_info fcl_kernels[] = {
         .varlen = true,
         .combine = "flash_forward_combine",
         .packs_group = true,
-        .head_dim_step = 16, .head_dim_max = 128,
+        .head_dim_step = 16, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,
         .axes = {[W] = {1, 8, 1, {2, 4, 8}}, [N] = {16, 256, 16, {32, 64, 128, 256}}},
         .builtin = decode_mma_builtin, .n_builtin = sizeof(decode_mma_builtin) / sizeof(decode_mma_builtin[0]),

@@ -114,7 +114,7 @@ START_TEST(planned_where_rows_fit)
     ck_assert(buf && out);
     static const struct { int seq_q, heads_q, heads_kv, head_dim; int decode; } calls[] = {
         {1, 32, 8, 128, 1}, {4, 32, 8, 128, 1}, {5, 32, 8, 128, 0}, {1, 16, 1, 64, 1}, {1, 32, 1, 64, 0},
-        {16, 4, 4, 64, 1}, {17, 4, 4, 64, 0}, {1, 8, 8, 30, 0}, {1, 8, 2, 36, 1},
+        {16, 4, 4, 64, 1}, {17, 4, 4, 64, 0}, {1, 8, 8, 30, 0}, {1, 8, 2, 36, 1}, {1, 56, 8, 256, 1},
     };
     for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
         struct flashcl_attention a = problem(buf, calls[i].seq_q, calls[i].heads_q, calls[i].heads_kv,
@@ -435,7 +435,7 @@ START_TEST(emulated_tensor_core_decode_stages)
     static const struct {
         size_t local;  /* params.local_mem_bytes */
         int d, stages;
-    } configs[] = {{48 * 1024, 64, 2}, {227 * 1024, 128, 3}, {227 * 1024, 64, 4}};
+    } configs[] = {{48 * 1024, 64, 2}, {227 * 1024, 128, 3}, {227 * 1024, 64, 4}, {227 * 1024, 256, 3}};
     cl_ulong device_local = 0;
     ck_assert_cl(clGetDeviceInfo(e->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(device_local), &device_local, NULL));
     for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {

@@ -83,6 +83,8 @@ static const struct test_case decode_cases[] = {
     {1, 1, 1, 2, 2, 16, F16, 0, 0, LAYOUT_BNHD, 1},                 /* one key */
     {1, 16, 10, 1, 1, 32, F16, 1, 0, LAYOUT_BNHD, 1},               /* Nq > Nk: rows with no key */
     {1, 1, 400, 4, 2, 64, BF16, 0, -0.3f, LAYOUT_BNHD, 1},          /* negative scale */
+    {2, 1, 700, 14, 2, 256, F16, 0, 0, LAYOUT_BNHD, 1},             /* d = 256 (Q read at each k-step), GQA 7:1 */
+    {1, 2, 300, 10, 2, 192, BF16, 1, 0, LAYOUT_BHND, 1},            /* d = 192, group 5, 10 rows, causal */
 };
 
 /* The decode cases on the planner's choice and on forced shapes and splits (in turn). */
