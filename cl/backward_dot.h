@@ -50,4 +50,34 @@ void flash_backward_dot(__global const storage_t *o, ulong o_off, ulong o_sb, ul
     delta[((ulong)b * get_num_groups(1) + (ulong)h) * (ulong)seq_q + (ulong)row] = sum;
 }
 
+/* With attention sinks, after flash_backward_dot: dL/d(sink_h) = -sum over sequences b and rows i of
+ * P_sink D = exp(sink_h - LSE_bhi) D_bhi (the sink's dS, its dP being 0: it has no value). Launched as (WG,
+ * heads_q, 1): a work-group a query head; each work-item adds its rows in order, then work-item 0 the
+ * work-items' sums in order: the same bits every run. */
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
+void flash_backward_sink_grad(__global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
+                              __global const float *delta, __global const float *sinks, ulong sink_off,
+                              __global float *d_sinks, ulong d_sink_off, int seq_q, int batch)
+{
+    __local float sums[WG];
+    const int tid = (int)get_local_id(0), h = (int)get_group_id(1);
+    const ulong heads = get_num_groups(1);
+    const float sink = sinks[sink_off + (ulong)h];
+    float sum = 0.0f;
+    for (int b = 0; b < batch; b++)
+        for (int row = tid; row < seq_q; row += WG) {
+            const float l = lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)row * l_ss];
+            const float d = delta[((ulong)b * heads + (ulong)h) * (ulong)seq_q + (ulong)row];
+            sum = fma(l == -INFINITY ? 0.0f : exp(sink - l), d, sum);  /* -inf: no key and no sink */
+        }
+    sums[tid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (tid == 0) {
+        float total = 0.0f;
+        for (int t = 0; t < WG; t++)
+            total += sums[t];
+        d_sinks[d_sink_off + (ulong)h] = -total;
+    }
+}
+
 #endif

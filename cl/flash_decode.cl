@@ -412,8 +412,9 @@ void flash_decode(FORWARD_ARGS(storage_t))
     for (int idx = lid; idx < rows_used * HEAD_DIM; idx += WG) {
         const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
         const int h = hk * group + r % group, pos = r / group;
-        const float l_row = row_part[r * MAX_PARTS];
-        const float out = l_row > 0.0f ? acc_sum[idx] / l_row : 0.0f;
+        float lse_row;
+        const float factor = row_finish(m[r], row_part[r * MAX_PARTS], HEAD_SINK(h), &lse_row);
+        const float out = factor > 0.0f ? acc_sum[idx] * factor : 0.0f;
 #if SPLIT
         part[split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group) + c] = out;
 #else
@@ -427,8 +428,8 @@ void flash_decode(FORWARD_ARGS(storage_t))
             if (r >= rows_used)
                 continue;
             const int h = hk * group + r % group, pos = r / group;
-            const float l_row = row_part[r * MAX_PARTS];
-            const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
+            float lse_row;
+            row_finish(m[r], row_part[r * MAX_PARTS], HEAD_SINK(h), &lse_row);
 #if SPLIT
             part[split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group) + HEAD_DIM] = lse_row;
 #else

@@ -205,7 +205,8 @@ void flash_forward(FORWARD_ARGS(storage_t))
         float l_row = 0.0f;
         for (int t = 0; t < TN; t++)
             l_row += row_part[i * TN + t];
-        const float inv_l = l_row > 0.0f ? 1.0f / l_row : 0.0f;
+        float lse_row;
+        const float inv_l = row_finish(m[r], l_row, HEAD_SINK(h), &lse_row);
         for (int c = 0; c < CD; c++) {
             const int col = tn + TN * c;
             if (col < HEAD_DIM) {
@@ -216,7 +217,6 @@ void flash_forward(FORWARD_ARGS(storage_t))
 #endif
             }
         }
-        const float lse_row = l_row > 0.0f ? (m[r] + log2(l_row)) * M_LN2_F : -INFINITY;
 #if SPLIT
         if (tn == 0)
             part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + HEAD_DIM] = lse_row;

@@ -255,7 +255,8 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
 #pragma unroll
         for (int u = 0; u < 16; u++)
             l_row += row_part[u * BLOCK_M + row0 + i];
-        const float inv_l = l_row > 0.0f ? 1.0f / l_row : 0.0f;
+        float lse_row;
+        const float inv_l = row_finish(m[i], l_row, HEAD_SINK(h), &lse_row);
         const ulong dst = o_base + (ulong)row * o_ss;
 #pragma unroll
         for (int c = 0; c < CD4; c++) {
@@ -272,7 +273,6 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
 #endif
             }
         }
-        const float lse_row = l_row > 0.0f ? (m[i] + log2(l_row)) * M_LN2_F : -INFINITY;
 #if SPLIT
         if (tx == 0)
             part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + HEAD_DIM] = lse_row;

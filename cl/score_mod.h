@@ -6,6 +6,11 @@
  * softcap·log2(e): cap2·tanh(s2 / cap2) is then log2(e) times the capped
  * natural score, the same function. Without -DSOFTCAP2 every macro here
  * leaves the score as it is, with the kernels' own arithmetic.
+ *
+ * Attention sinks (-DSINKS=1): a logit per query head that joins each row's
+ * denominator and has no value. A kernel finishes a row with row_finish; a
+ * split's partial leaves the sink out, and flash_forward_combine
+ * (split_combine.h) adds it once.
  */
 #ifndef FLASHCL_SCORE_MOD_H
 #define FLASHCL_SCORE_MOD_H
@@ -26,6 +31,41 @@ static inline float capped_p(float s2, float lse2, float *slope)
 #else
 #define SCORE_CAP(s2) (s2)
 #define SCORE_P(s, scale_log2, lse2, slope) exp2(fma((s), (scale_log2), -(lse2)))  /* slope stays 1 */
+#endif
+
+#ifndef SINKS
+#define SINKS 0
+#endif
+
+/* A row's finish from its running max m (base 2) and sum l (of exp2(s2 - m)): the factor its accumulator
+ * takes (1 / l, 0 for a row that saw no key) and its natural LSE in *lse. With the head's sink (natural
+ * units, read only where SINKS, and not into a split's partial): the denominator gains exp(sink), so a
+ * row that saw no key gets O = 0 and LSE = sink; a sink of -inf changes nothing. */
+static inline float row_finish(float m, float l, float sink, float *lse)
+{
+#if SINKS && !SPLIT
+    const float sink2 = sink * M_LOG2E_F;
+    const float m_new = fmax(l > 0.0f ? m : -INFINITY, sink2);
+    if (m_new == -INFINITY) {
+        *lse = -INFINITY;
+        return 0.0f;
+    }
+    const float kept = l > 0.0f ? exp2(m - m_new) : 0.0f;  /* the accumulator's rescale to m_new */
+    const float total = l * kept + exp2(sink2 - m_new);
+    *lse = (m_new + log2(total)) * M_LN2_F;
+    return kept / total;
+#else
+    (void)sink;
+    *lse = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
+    return l > 0.0f ? 1.0f / l : 0.0f;
+#endif
+}
+
+/* The sink of query head h, or -inf (none) without SINKS or in a split's partial. */
+#if SINKS && !SPLIT
+#define HEAD_SINK(h) (sinks[sink_off + (ulong)(h)])
+#else
+#define HEAD_SINK(h) (-INFINITY)
 #endif
 
 #endif

@@ -9,7 +9,8 @@
 __kernel void flash_forward_combine(__global const float *part, int n_splits,
                                     __global storage_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,
                                     __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
-                                    int has_lse, int rows, int heads, int batch, int seq_kv VARLEN_ARGS)
+                                    int has_lse, int rows, int heads, int batch, int seq_kv,
+                                    __global const float *sinks, ulong sink_off VARLEN_ARGS)
 {
     /* One work-item per (row, column): a row's splits are merged by HEAD_DIM work-items side by side
      * (each reads the splits' LSE, cached), so many splits of few rows (decode) stay parallel. */
@@ -33,8 +34,17 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
 #pragma unroll 4
     for (int s = 0; s < n_splits; s++)
         m = fmax(m, part[first + (ulong)s * stride + HEAD_DIM]);
+#if SINKS
+    /* The head's sink joins as one more partial of LSE sink and output 0 (the splits leave it out). */
+    const float sink = sinks[sink_off + (ulong)h];
+    m = fmax(m, sink);
+#endif
     const float m_ref = m == -INFINITY ? 0.0f : m;  /* every split empty: exp(-inf - -inf) would be NaN */
+#if SINKS
+    float weight_sum = exp(sink - m_ref), acc = 0.0f;
+#else
     float weight_sum = 0.0f, acc = 0.0f;
+#endif
 #pragma unroll 4
     for (int s = 0; s < n_splits; s++) {
         const float l_s = part[first + (ulong)s * stride + HEAD_DIM];

@@ -255,6 +255,13 @@ typedef struct flashcl_tensor {
     unsigned char reserved[16];
 } flashcl_tensor;
 
+/* A vector of f32 in a cl_mem: element i at byte offset + 4 i. mem == NULL:
+ * absent. Used for per-head values (attention sinks and their gradient). */
+typedef struct flashcl_vector {
+    cl_mem mem;
+    size_t offset;  /* bytes from the start of mem; a multiple of 4 */
+} flashcl_vector;
+
 /* Contiguous [batch, seq, heads, dim] view (the layout of PyTorch's
  * flash_attn and of most model code). */
 FLASHCL_API flashcl_tensor flashcl_tensor_bnhd(cl_mem mem, flashcl_dtype dtype, size_t seq,
@@ -342,9 +349,22 @@ struct flashcl_attention {
      * standard path refuses it. */
     float softcap;
 
+    /* Attention sinks (gpt-oss; StreamingLLM-style serving): sinks.mem !=
+     * NULL gives f32 [heads_q], a logit per query head that joins every
+     * row's softmax denominator and has no value: with s_j the row's
+     * (scaled, capped, masked) scores, P_j = exp(s_j) / (exp(sink) +
+     * Σ exp(s_j)), O = Σ P_j V_j, and the LSE is log(exp(sink) + Σ exp(s_j)).
+     * A row that sees no key gets O = 0 and LSE = sink. The sink is used as
+     * given (not scaled or capped); a sink of -INFINITY is none for its head.
+     * Computed by "portable", "register-tiled" and "decode", split-KV merges
+     * included; a call with sinks plans one of them. flashcl_backward takes
+     * them through the LSE and writes their gradient to grad.d_sinks. The
+     * standard path refuses them. */
+    flashcl_vector sinks;
+
     /* Zero. Room for fields of later versions (sequence offsets, page
      * tables) without changing the struct's size. */
-    unsigned char reserved[116];
+    unsigned char reserved[100];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -541,7 +561,12 @@ FLASHCL_API flashcl_status flashcl_forward_varlen_config(flashcl_context *ctx, c
 struct flashcl_attention_grad {
     flashcl_tensor d_o;
     flashcl_tensor d_q, d_k, d_v;
-    unsigned char reserved[64];  /* zero; room for fields of later versions */
+    /* With attn.sinks: f32 [heads_q], written with dL/d(sink_h) = -Σ over
+     * sequences and rows of exp(sink_h - LSE)·D, D = rowsum(dO ∘ O) (summed
+     * in a fixed order: deterministic). mem == NULL: not computed. Without
+     * attn.sinks it must be absent. */
+    flashcl_vector d_sinks;
+    unsigned char reserved[48];  /* zero; room for fields of later versions */
 };
 
 /* Bytes of scratch flashcl_backward needs for this problem under this

@@ -44,7 +44,8 @@ struct flashcl_kernel_info {
     int split_kv;            /* splits a query block's keys across work-groups */
     int opt_in;              /* planned only where kernel_options name it */
     int softcap;             /* computes logit softcapping (attn.softcap) */
-    unsigned char reserved[28];
+    int sinks;               /* computes attention sinks (attn.sinks; every backward kernel takes them) */
+    unsigned char reserved[24];
 };
 
 /* Kernels in the table, in the planner's order of preference. */

@@ -73,6 +73,13 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
                         grads[i].name, (int)grads[i].t->dtype, (int)a->q.dtype);
     }
 
+    if (g->d_sinks.mem && !a->sinks.mem)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "grad.d_sinks is given but attn.sinks is not");
+    if (!g->d_sinks.mem && g->d_sinks.offset)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "grad.d_sinks.offset = %zu with grad.d_sinks.mem NULL",
+                        g->d_sinks.offset);
+    const flashcl_tensor sinks = fcl_vector_view(&a->sinks), d_sinks = fcl_vector_view(&g->d_sinks);
+
     /* The workspace is checked like a written view: one row of ws_bytes / 4 floats. */
     const flashcl_tensor ws_view = {.mem = workspace, .dtype = FLASHCL_F32};
     if (workspace) {
@@ -93,14 +100,16 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
         {"attn.v", &a->v, {b, nk, hk}, d},
         {"attn.o", &a->o, {b, nq, hq}, d},
         {"attn.lse", &a->lse, {b, nq, hq}, 1},
+        {"attn.sinks", &sinks, {1, 1, hq}, 1},
         {"grad.d_o", &g->d_o, {b, nq, hq}, d},
         /* written from here on */
         {"grad.d_q", &g->d_q, {b, nq, hq}, d},
         {"grad.d_k", &g->d_k, {b, nk, hk}, d},
         {"grad.d_v", &g->d_v, {b, nk, hk}, d},
+        {"grad.d_sinks", &d_sinks, {1, 1, hq}, 1},
         {"workspace", &ws_view, {1, 1, 1}, ws_bytes / sizeof(float)},
     };
-    const int first_written = 6;
+    const int first_written = 7;
     /* The LSE only when present (the standard path does not read it), the workspace only when given. */
     struct view_spec present[sizeof(views) / sizeof(views[0])];
     int n = 0, first_output = 0;
@@ -203,6 +212,9 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
         st = fcl_program_get_kernel(ctx, k->source, k->steps[1], plan->options, sm90a, &dkdv);
     if (st == FLASHCL_SUCCESS)
         st = fcl_program_get_kernel(ctx, k->source, k->steps[2], plan->options, sm90a, &dq);
+    cl_kernel sink_grad = NULL;  /* cl/backward_dot.h's, in every backward program */
+    if (st == FLASHCL_SUCCESS && g->d_sinks.mem)
+        st = fcl_program_get_kernel(ctx, k->source, "flash_backward_sink_grad", plan->options, sm90a, &sink_grad);
     if (st != FLASHCL_SUCCESS)
         return st;
 
@@ -229,6 +241,18 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     err |= fcl_set_view_args(dkdv, &arg, &g->d_k, esize);
     err |= fcl_set_view_args(dkdv, &arg, &g->d_v, esize);
     err |= set_tail_args(dkdv, &arg, a);
+
+    if (sink_grad) {
+        /* flash_backward_sink_grad (lse, delta, sinks, d_sinks, seq_q, batch) */
+        const cl_int batch = a->batch;
+        arg = 0;
+        err |= fcl_set_view_args(sink_grad, &arg, &a->lse, sizeof(float));
+        err |= clSetKernelArg(sink_grad, arg++, sizeof(cl_mem), &ws);
+        err |= fcl_set_vector_args(sink_grad, &arg, &a->sinks);
+        err |= fcl_set_vector_args(sink_grad, &arg, &g->d_sinks);
+        err |= clSetKernelArg(sink_grad, arg++, sizeof(cl_int), &seq_q);
+        err |= clSetKernelArg(sink_grad, arg++, sizeof(cl_int), &batch);
+    }
 
     arg = 0;
     if (k->dq_accumulated) {
@@ -269,6 +293,13 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     cl_event dot_done = NULL, dkdv_done = NULL;
     int stage = 0;
     err = clEnqueueNDRangeKernel(queue, dot, 3, NULL, dot_global, dot_local, n_wait, wait, &dot_done);
+    if (err == CL_SUCCESS && sink_grad) {  /* in the chain after D: the call's event then covers d_sinks too */
+        const size_t sink_global[3] = {wg[0], hq, 1};
+        cl_event sink_done = NULL;
+        err = clEnqueueNDRangeKernel(queue, sink_grad, 3, NULL, sink_global, dot_local, 1, &dot_done, &sink_done);
+        clReleaseEvent(dot_done);
+        dot_done = err == CL_SUCCESS ? sink_done : NULL;
+    }
     if (err == CL_SUCCESS) {
         stage = 1;
         err = clEnqueueNDRangeKernel(queue, dkdv, 3, NULL, dkdv_global, dkdv_local, 1, &dot_done, &dkdv_done);

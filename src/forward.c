@@ -53,6 +53,15 @@ cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t
     return err;
 }
 
+/* A flashcl_vector of f32 as a kernel's pointer (NULL where absent) and element offset. */
+cl_int fcl_set_vector_args(cl_kernel kernel, cl_uint *arg, const flashcl_vector *v)
+{
+    const cl_mem mem = v->mem;
+    const cl_ulong offset = v->offset / sizeof(float);
+    const cl_int err = clSetKernelArg(kernel, (*arg)++, sizeof(cl_mem), mem ? &mem : NULL);
+    return err | clSetKernelArg(kernel, (*arg)++, sizeof(cl_ulong), &offset);
+}
+
 /* cl/varlen.h's eight trailing arguments, from *arg on. */
 static cl_int set_varlen_args(cl_kernel kernel, cl_uint *arg, const struct fcl_varlen_args *v)
 {
@@ -82,6 +91,7 @@ static cl_int set_combine_args(cl_kernel kernel, const struct flashcl_attention 
     err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &heads);
     err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &batch);
     err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
+    err |= fcl_set_vector_args(kernel, &arg, &attn->sinks);
     if (varlen)
         err |= set_varlen_args(kernel, &arg, varlen);
     return err;
@@ -147,6 +157,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &group);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_float), &scale_log2);
+        err |= fcl_set_vector_args(kernel, &arg, &attn->sinks);
         if (varlen)
             err |= set_varlen_args(kernel, &arg, varlen);
         if (split) {  /* cl/split.h's trailing arguments */

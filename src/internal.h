@@ -219,6 +219,7 @@ flashcl_status fcl_check_call(flashcl_context *ctx, const struct flashcl_attenti
 bool fcl_kernel_failure(flashcl_status st);
 /* Sets the five kernel arguments of a view (mem, offset and strides in elements) from *arg on. */
 cl_int fcl_set_view_args(cl_kernel kernel, cl_uint *arg, const flashcl_tensor *t, size_t esize);
+cl_int fcl_set_vector_args(cl_kernel kernel, cl_uint *arg, const flashcl_vector *v);
 
 /* ---- tensor.c ---- */
 
@@ -310,6 +311,8 @@ struct view_spec {
  * every view valid and inside its buffer; views from first_output on are
  * written, so none overlaps itself or any other view. */
 flashcl_status fcl_validate_views(const flashcl_context *ctx, const struct view_spec *specs, int n, int first_output);
+/* A flashcl_vector as a view of [1, 1, n] f32 (n heads), for the view checks. */
+flashcl_tensor fcl_vector_view(const flashcl_vector *v);
 
 /* ---- backward.c, shared with standard_backward.c ---- */
 

@@ -892,7 +892,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "decode", .file = "cl/flash_decode.cl",
         .summary = "Decode on the FMA units of any OpenCL 1.2 device: one work-group per KV head holds its group's query rows (group x seq_q <= 16), keys split across work-groups.",
         .op = OP_FORWARD,
-        .softcap = true,
+        .softcap = true, .sinks = true,
         .source = flashcl_source_flash_decode, .entry = "flash_decode",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -960,7 +960,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "register-tiled", .file = "cl/flash_forward_tiled.cl",
         .summary = "The forward on the FMA units of any OpenCL 1.2 device, each work-item holding a register tile of scores.",
         .op = OP_FORWARD,
-        .softcap = true,
+        .softcap = true, .sinks = true,
         .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -978,7 +978,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "portable", .file = "cl/flash_forward.cl",
         .summary = "The forward on any OpenCL 1.2 device, any head dim and tile: the fallback every call can run.",
         .op = OP_FORWARD,
-        .softcap = true,
+        .softcap = true, .sinks = true,
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -1142,6 +1142,7 @@ flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *ou
     out->split_kv = k->combine != NULL;
     out->opt_in = k->opt_in;
     out->softcap = k->softcap;
+    out->sinks = k->sinks || k->op == OP_BACKWARD;
     return FLASHCL_SUCCESS;
 }
 
@@ -1238,6 +1239,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "views whose rows do not start on 16 bytes";
     if (p->softcap != 0.0f && !k->softcap)
         return "logit softcap";
+    if (p->sinks && !k->sinks)
+        return "attention sinks";
     return NULL;
 }
 

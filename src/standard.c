@@ -42,6 +42,8 @@ static size_t round_up(size_t x, size_t to)
 static flashcl_status plan_workspace(const flashcl_context *ctx, const struct flashcl_attention *a,
                                      struct workspace_plan *p)
 {
+    if (a->sinks.mem)  /* likewise its softmax has no sink */
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.sinks; the flash path does");
     if (a->softcap != 0.0f)  /* its softmax kernel has no cap: refused, not computed uncapped */
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.softcap (%g); the flash "
                         "path does", (double)a->softcap);

@@ -489,7 +489,23 @@ flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct fla
     if (!(a->softcap >= 0.0f) || !isfinite(a->softcap))
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.softcap = %g; must be 0 (none) or finite and > 0",
                         (double)a->softcap);
+    if (a->sinks.mem) {  /* here too, for the calls (paged caches) that do not reach fcl_validate_attention */
+        const flashcl_tensor sinks = fcl_vector_view(&a->sinks);
+        const struct view_spec spec = {"attn.sinks", &sinks, {1, 1, (size_t)a->heads_q}, 1};
+        st = fcl_validate_views(ctx, &spec, 1, 1);
+        if (st != FLASHCL_SUCCESS)
+            return st;
+    } else if (a->sinks.offset) {
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.sinks.offset = %zu with attn.sinks.mem NULL",
+                        a->sinks.offset);
+    }
     return FCL_CHECK_RESERVED(ctx, "attn.reserved", a->reserved);
+}
+
+flashcl_tensor fcl_vector_view(const flashcl_vector *v)
+{
+    /* [1, 1, n] with one element a head: check_view's bounds, alignment and context checks apply. */
+    return (flashcl_tensor){.mem = v->mem, .offset = v->offset, .dtype = FLASHCL_F32, .stride_head = 1};
 }
 
 flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct flashcl_attention *a)
@@ -499,14 +515,21 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
         return st;
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
-    struct view views[5] = {
+    const flashcl_tensor sinks = fcl_vector_view(&a->sinks);
+    struct view views[6] = {
         {"attn.q", &a->q, {b, nq, hq}, d, NULL, 0, 0, {0}},
         {"attn.k", &a->k, {b, nk, hk}, d, NULL, 0, 0, {0}},
         {"attn.v", &a->v, {b, nk, hk}, d, NULL, 0, 0, {0}},
+        {"attn.sinks", &sinks, {1, 1, hq}, 1, NULL, 0, 0, {0}},
         {"attn.o", &a->o, {b, nq, hq}, d, NULL, 0, 0, {0}},
         {"attn.lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0, {0}},
     };
-    return check_views(ctx, views, a->lse.mem ? 5 : 4, 3);
+    if (!a->sinks.mem) {  /* inputs q, k, v; outputs o and the LSE where given */
+        views[3] = views[4];
+        views[4] = views[5];
+        return check_views(ctx, views, a->lse.mem ? 5 : 4, 3);
+    }
+    return check_views(ctx, views, a->lse.mem ? 6 : 5, 4);
 }
 
 flashcl_status fcl_validate_views(const flashcl_context *ctx, const struct view_spec *specs, int n, int first_output)

@@ -275,6 +275,22 @@ static cl_mem upload(struct test_env *e, const void *host, size_t bytes)
     return mem;
 }
 
+void test_make_sinks(int heads, int seq_kv, double *sinks, cl_mem *mem)
+{
+    float *img = malloc((size_t)(heads + 4) * sizeof(float));
+    ck_assert_ptr_nonnull(img);
+    for (int i = 0; i < 4; i++)
+        img[i] = NAN;
+    for (int h = 0; h < heads; h++) {
+        const float sink = h == heads - 1 && heads > 1 ? -INFINITY
+                                                       : (float)(log(seq_kv + 1.0) + rng_uniform(-1.0, 1.0));
+        img[4 + h] = sink;
+        sinks[h] = (double)sink;
+    }
+    *mem = upload(test_env_get(), img, (size_t)(heads + 4) * sizeof(float));
+    free(img);
+}
+
 void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_result *result)
 {
     struct test_env *e = test_env_get();
@@ -305,6 +321,14 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     }
     memset(img[3], 0xff, sizes[3] * esize);
 
+    double *sinks = malloc(Hq * sizeof(double));
+    ck_assert_ptr_nonnull(sinks);
+    cl_mem sink_mem = NULL;
+    for (size_t h = 0; h < Hq; h++)
+        sinks[h] = -INFINITY;
+    if (c->sinks)
+        test_make_sinks(c->heads_q, c->seq_kv, sinks, &sink_mem);
+
     /* The reference reads the stored (rounded) inputs back per (b, head). */
     double *qd = malloc(Nq * d * sizeof(double)), *kd = malloc(Nk * d * sizeof(double));
     double *vd = malloc(Nk * d * sizeof(double)), *scores = malloc(Nk * sizeof(double));
@@ -329,8 +353,8 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
                 test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
                 size_t first, end;
                 hostref_visible_keys(n, Nq, Nk, left, right, &first, &end);
-                hostref_attention_row_capped(&qd[n * d], kd, vd, first, end, d, scale, c->softcap, &ref[row * d],
-                                             &ref_lse[row], scores);
+                hostref_attention_row_sink(&qd[n * d], kd, vd, first, end, d, scale, c->softcap, sinks[h],
+                                           &ref[row * d], &ref_lse[row], scores);
             }
         }
 
@@ -373,6 +397,8 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     }
     a.precision = c->precision;
     a.softcap = c->softcap;
+    if (c->sinks)
+        a.sinks = (flashcl_vector){sink_mem, 4 * sizeof(float)};
 
     struct flashcl_tile config;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &config));
@@ -455,6 +481,9 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     clReleaseMemObject(mem[3]);
     if (lse_mem)
         clReleaseMemObject(lse_mem);
+    if (sink_mem)
+        clReleaseMemObject(sink_mem);
+    free(sinks);
     free(lse_host);
     free(out);
     free(written);

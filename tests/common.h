@@ -97,7 +97,13 @@ struct test_case {
     int windowed;           /* mask FLASHCL_MASK_WINDOW with these (causal ignored) */
     int window_left, window_right;
     float softcap;          /* attn.softcap (0: none) */
+    int sinks;              /* attn.sinks: random per-head sinks near log(seq_kv), the last head's -inf */
 };
+
+/* Per-head attention sinks for a test: near log(seq_kv) (so they take a fair share of each row's weight),
+ * the last head's -inf (none) where there are several; *mem holds them after 4 NaN floats (the view's offset,
+ * 16 bytes, must be honoured). The host copy in sinks[heads]. */
+void test_make_sinks(int heads, int seq_kv, double *sinks, cl_mem *mem);
 
 struct case_result {
     double max_abs_err;     /* over O */

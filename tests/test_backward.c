@@ -658,7 +658,7 @@ START_TEST(rejected_calls)
         case NULL_DO: g.d_o.mem = NULL; break;
         case DK_DTYPE: g.d_k.dtype = F16; break;
         case DV_BAD_DTYPE: g.d_v.dtype = (flashcl_dtype)7; break;
-        case RESERVED: g.reserved[63] = 1; break;
+        case RESERVED: g.reserved[sizeof(g.reserved) - 1] = 1; break;
         case DQ_OUT_OF_BOUNDS: g.d_q.offset = 4 * p.esize; break;
         case DQ_MISALIGNED: g.d_q.offset = 2; break;
         case DQ_IS_Q: g.d_q = a.q; break;

@@ -238,6 +238,42 @@ static const char *const softcap_contexts[] = {
     "decode:off;register-tiled:splits=3;portable:splits=3",
 };
 
+/* Attention sinks on every kernel that computes them (the same kernels and contexts as the cap, split-KV
+ * merging the sink in once), with masks, windows, rows that see no key (Nq > Nk causal: O = 0, LSE = sink),
+ * GQA, a head without a sink (-inf), a cap too. */
+static const struct test_case sink_cases[] = {
+    {1, 70, 90, 4, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1, .sinks = 1},
+    {2, 33, 47, 2, 2, 32, F16, 0, 0, LAYOUT_BHND, 1, .sinks = 1},
+    {1, 50, 50, 3, 1, 16, BF16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, .sinks = 1},
+    {1, 60, 20, 2, 2, 24, F32, 1, 0, LAYOUT_BNHD, 1, .sinks = 1},  /* 40 rows see no key */
+    {1, 40, 150, 2, 2, 32, F32, 1, -1.5f, LAYOUT_BNHD, 1, 0, 0, 0, 0, 0, 0.5f, 1},  /* negative scale, a cap */
+    {2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, .sinks = 1},  /* decode */
+    {1, 3, 200, 6, 2, 16, F32, 1, 0, LAYOUT_BNHD, 1, .sinks = 1},  /* decode, 9 rows */
+};
+
+START_TEST(sinks)
+{
+    const struct test_case *c = &sink_cases[_i];
+    struct test_case plain_case = *c;
+    plain_case.sinks = 0;
+    for (int i = 0; i < 3; i++) {
+        flashcl_context *ctx = test_context_with_options(softcap_contexts[i]);
+        struct case_result r, plain;
+        rng_seed(800 + (uint64_t)_i);
+        test_run_case(ctx, c, &r);
+        printf("%-12s sinks/%d Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, i, c->seq_q, c->seq_kv,
+               c->head_dim, r.max_abs_err, r.max_lse_err);
+        ck_assert_msg(kernel_is(r.kernel, "register-tiled") || kernel_is(r.kernel, "portable") ||
+                          kernel_is(r.kernel, "decode"),
+                      "sinks ran %s", r.kernel);
+        /* Without the sinks the same inputs give other outputs: the reference above could tell. */
+        rng_seed(800 + (uint64_t)_i);
+        test_run_case(ctx, &plain_case, &plain);
+        ck_assert_uint_ne(r.output_hash, plain.output_hash);
+    }
+}
+END_TEST
+
 START_TEST(softcap)
 {
     const struct test_case *c = &softcap_cases[_i];
@@ -660,5 +696,9 @@ int main(void)
     tcase_set_timeout(sc, 600);
     tcase_add_loop_test(sc, softcap, 0, COUNT(softcap_cases));
     suite_add_tcase(s, sc);
+    TCase *sk = tcase_create("sinks");
+    tcase_set_timeout(sk, 600);
+    tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
+    suite_add_tcase(s, sk);
     return test_run_suite(s);
 }

@@ -131,7 +131,14 @@ void hostref_attention_row_range(const double *q, const double *k, const double 
 void hostref_attention_row_capped(const double *q, const double *k, const double *v, size_t first, size_t end,
                                   size_t d, double scale, double softcap, double *out, double *lse, double *scratch)
 {
-    double max = -INFINITY;
+    hostref_attention_row_sink(q, k, v, first, end, d, scale, softcap, -INFINITY, out, lse, scratch);
+}
+
+void hostref_attention_row_sink(const double *q, const double *k, const double *v, size_t first, size_t end,
+                                size_t d, double scale, double softcap, double sink, double *out, double *lse,
+                                double *scratch)
+{
+    double max = sink;
     for (size_t j = first; j < end; j++) {
         double s = 0;
         for (size_t e = 0; e < d; e++)
@@ -141,11 +148,11 @@ void hostref_attention_row_capped(const double *q, const double *k, const double
     }
     for (size_t e = 0; e < d; e++)
         out[e] = 0;
-    if (end <= first) {
+    if (max == -INFINITY) {  /* no key and no sink */
         *lse = -INFINITY;
         return;
     }
-    double sum = 0;
+    double sum = exp(sink - max);  /* the sink's share of the denominator (0 without one) */
     for (size_t j = first; j < end; j++) {
         const double p = exp(scratch[j] - max);
         sum += p;
@@ -187,6 +194,15 @@ void hostref_attention_backward_capped(const double *q, const double *k, const d
                                        int window_right, double softcap, double *d_q, double *d_k, double *d_v,
                                        double *scratch)
 {
+    hostref_attention_backward_sink(q, k, v, d_o, n_q, n_kv, d, scale, window_left, window_right, softcap, -INFINITY,
+                                    d_q, d_k, d_v, NULL, scratch);
+}
+
+void hostref_attention_backward_sink(const double *q, const double *k, const double *v, const double *d_o,
+                                     size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
+                                     int window_right, double softcap, double sink, double *d_q, double *d_k,
+                                     double *d_v, double *d_sink, double *scratch)
+{
     double *p = scratch, *o = scratch + n_kv;
     for (size_t i = 0; i < n_q; i++) {
         size_t first, end;
@@ -211,7 +227,7 @@ void hostref_attention_backward_capped(const double *q, const double *k, const d
             const double t = tanh(s * scale / softcap);
             slope[j] = 1 - t * t;
         }
-        double max = -INFINITY, sum = 0, delta = 0;
+        double max = sink, sum = 0, delta = 0;
         for (size_t j = 0; j < n_visible; j++) {
             double s = 0;
             for (size_t e = 0; e < d; e++)
@@ -219,6 +235,7 @@ void hostref_attention_backward_capped(const double *q, const double *k, const d
             p[j] = capped(s * scale, softcap);
             max = fmax(max, p[j]);
         }
+        sum = exp(sink - max);  /* the sink's share (0 without one) */
         for (size_t j = 0; j < n_visible; j++) {
             p[j] = exp(p[j] - max);
             sum += p[j];
@@ -232,6 +249,8 @@ void hostref_attention_backward_capped(const double *q, const double *k, const d
         }
         for (size_t e = 0; e < d; e++)
             delta += doi[e] * o[e];
+        if (d_sink)  /* the sink's dS: P_sink (0 - D), its dP being 0 (no value) */
+            *d_sink -= exp(sink - max) / sum * delta;
         /* dP_ij = dO_i . v_j, dS_ij = P_ij (dP_ij - D_i); dQ_i = scale sum_j dS_ij k_j,
          * dK_j += scale dS_ij q_i, dV_j += P_ij dO_i. */
         for (size_t j = 0; j < n_visible; j++) {

@@ -50,6 +50,12 @@ void hostref_attention_backward_capped(const double *q, const double *k, const d
                                        size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
                                        int window_right, double softcap, double *d_q, double *d_k, double *d_v,
                                        double *scratch);
+/* The same with an attention sink (a logit in the row's denominator with no value; -INFINITY: none): d_sink,
+ * where not NULL, has -P_sink·D of every row added to it. */
+void hostref_attention_backward_sink(const double *q, const double *k, const double *v, const double *d_o,
+                                     size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
+                                     int window_right, double softcap, double sink, double *d_q, double *d_k,
+                                     double *d_v, double *d_sink, double *scratch);
 
 /* The keys [*first, *end) query row i of n_q sees against n_kv keys with a
  * window around its bottom-right-aligned diagonal (-1: unlimited). */
@@ -61,5 +67,10 @@ void hostref_attention_row_range(const double *q, const double *k, const double 
 /* The same with logit softcapping: each scaled score s becomes softcap·tanh(s / softcap) (0: none). */
 void hostref_attention_row_capped(const double *q, const double *k, const double *v, size_t first, size_t end,
                                   size_t d, double scale, double softcap, double *out, double *lse, double *scratch);
+/* The same with an attention sink: a logit that joins the denominator with no value (-INFINITY: none); a row
+ * with no key then has out = 0 and lse = sink. */
+void hostref_attention_row_sink(const double *q, const double *k, const double *v, size_t first, size_t end,
+                                size_t d, double scale, double softcap, double sink, double *out, double *lse,
+                                double *scratch);
 
 #endif
