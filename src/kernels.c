@@ -1239,7 +1239,7 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "views whose rows do not start on 16 bytes";
     if (p->softcap != 0.0f && !k->softcap)
         return "logit softcap";
-    if (p->sinks && !k->sinks)
+    if (p->sinks && !k->sinks && k->op == OP_FORWARD)  /* every backward kernel takes them (through the LSE) */
         return "attention sinks";
     return NULL;
 }

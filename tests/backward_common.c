@@ -114,6 +114,21 @@ void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
     p->g.d_q = p->view[T_DQ];
     p->g.d_k = p->view[T_DK];
     p->g.d_v = p->view[T_DV];
+    p->sinks = NULL;
+    p->sink_mem = p->d_sink_mem = NULL;
+    if (c->sinks) {
+        p->sinks = malloc((size_t)c->heads_q * sizeof(double));
+        ck_assert_ptr_nonnull(p->sinks);
+        test_make_sinks(c->heads_q, c->seq_kv, p->sinks, &p->sink_mem);
+        const size_t bytes = ((size_t)c->heads_q + 4) * sizeof(float);
+        unsigned char *img = malloc(bytes);
+        ck_assert_ptr_nonnull(img);
+        memset(img, 0xff, bytes);
+        p->d_sink_mem = upload(img, bytes);
+        free(img);
+        a->sinks = (flashcl_vector){p->sink_mem, 4 * sizeof(float)};
+        p->g.d_sinks = (flashcl_vector){p->d_sink_mem, 4 * sizeof(float)};
+    }
 }
 
 void problem_free(struct problem *p)
@@ -123,6 +138,11 @@ void problem_free(struct problem *p)
         free(p->img[t]);
     }
     clReleaseMemObject(p->lse);
+    if (p->sinks) {
+        clReleaseMemObject(p->sink_mem);
+        clReleaseMemObject(p->d_sink_mem);
+        free(p->sinks);
+    }
 }
 
 void wait_complete(cl_event ev)
@@ -223,7 +243,7 @@ static double load_element(const struct problem *p, int t, size_t b, size_t n, s
 }
 
 /* Reference dQ [B][Hq][Nq][d], dK and dV [B][Hk][Nk][d] from the stored (rounded) Q, K, V, dO. */
-static void problem_reference(const struct problem *p, double *ref[3])
+static void problem_reference(const struct problem *p, double *ref[3], double *ref_d_sinks)
 {
     const struct bwd_case *c = &p->c;
     const size_t B = (size_t)c->batch, Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv, d = (size_t)c->head_dim;
@@ -252,9 +272,10 @@ static void problem_reference(const struct problem *p, double *ref[3])
                 }
             int left, right;
             test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
-            hostref_attention_backward_capped(q, k, v, dout, Nq, Nk, d, scale, left, right, c->softcap,
-                                              &ref[0][(b * Hq + h) * Nq * d], &ref[1][(b * Hk + hk) * Nk * d],
-                                              &ref[2][(b * Hk + hk) * Nk * d], scratch);
+            hostref_attention_backward_sink(q, k, v, dout, Nq, Nk, d, scale, left, right, c->softcap,
+                                            p->sinks ? p->sinks[h] : -INFINITY, &ref[0][(b * Hq + h) * Nq * d],
+                                            &ref[1][(b * Hk + hk) * Nk * d], &ref[2][(b * Hk + hk) * Nk * d],
+                                            p->sinks ? &ref_d_sinks[h] : NULL, scratch);
         }
     free(q);
     free(dout);
@@ -331,9 +352,34 @@ void problem_check(const struct problem *p, struct bwd_result *r)
 {
     const struct bwd_case *c = &p->c;
     double *ref[3];
-    problem_reference(p, ref);
+    double *ref_d_sinks = calloc((size_t)c->heads_q, sizeof(double));
+    ck_assert_ptr_nonnull(ref_d_sinks);
+    problem_reference(p, ref, ref_d_sinks);
     double atol, rtol;
     backward_tolerance(c->dtype, p->kernel, c->precision, &atol, &rtol);
+    if (p->sinks) {  /* d_sinks: each head within the gradients' bound, the padding before them untouched */
+        const size_t n = (size_t)c->heads_q + 4;
+        float *got = malloc(n * sizeof(float));
+        ck_assert_ptr_nonnull(got);
+        ck_assert_cl(clEnqueueReadBuffer(test_env_get()->queue, p->d_sink_mem, CL_TRUE, 0, n * sizeof(float), got, 0,
+                                         NULL, NULL));
+        double max_ref = 0;
+        for (int h = 0; h < c->heads_q; h++)
+            max_ref = fmax(max_ref, fabs(ref_d_sinks[h]));
+        ck_assert_msg(max_ref > 0, "the sinks' gradient is 0: the case cannot tell");
+        for (size_t i = 0; i < 4; i++) {
+            unsigned char bytes[sizeof(float)];
+            memcpy(bytes, &got[i], sizeof(bytes));
+            ck_assert_msg(bytes[0] == 0xff && bytes[3] == 0xff, "d_sinks' padding float %zu was written", i);
+        }
+        for (int h = 0; h < c->heads_q; h++) {
+            const double err = isnan(got[4 + h]) ? INFINITY : fabs(got[4 + h] - ref_d_sinks[h]);
+            ck_assert_msg(err <= atol + rtol * max_ref, "d_sinks[%d] = %.9g, reference %.9g (bound %.3g)", h,
+                          (double)got[4 + h], ref_d_sinks[h], atol + rtol * max_ref);
+        }
+        free(got);
+    }
+    free(ref_d_sinks);
     const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
     for (int o = 0; o < 3; o++) {
         const int t = T_DQ + o;

@@ -26,6 +26,7 @@ struct bwd_case {
     int window_left, window_right;
     enum flashcl_precision precision;  /* f32: attn.precision of both the forward and the backward */
     float softcap;             /* attn.softcap of both (0: none) */
+    int sinks;                 /* attn.sinks (test_make_sinks) and grad.d_sinks, checked */
 };
 
 /* One case's buffers on the device and their host images. */
@@ -36,6 +37,8 @@ struct problem {
     size_t count[N_TENSORS];  /* elements of each buffer */
     unsigned char *img[N_TENSORS];
     cl_mem mem[N_TENSORS], lse;
+    double *sinks;             /* with c.sinks: the heads' sinks (else NULL) */
+    cl_mem sink_mem, d_sink_mem;  /* with c.sinks: both after 4 floats of padding (d_sinks' poisoned) */
     struct flashcl_attention a;
     struct flashcl_attention_grad g;
     const char *kernel;  /* the kernel problem_backward ran (flashcl_backward_config); 0: standard */

@@ -523,6 +523,93 @@ START_TEST(softcap_standard_refused)
 }
 END_TEST
 
+/* ---- attention sinks ---- */
+
+/* dQ, dK, dV through the LSE that holds the sink, and d(sink) against the reference, on the FMA backward
+ * kernels and (emulated as sm_80, f16 with a head dim of 16s) the tensor-core one: every backward kernel reads
+ * P through the LSE, so each takes sinks. Masks, a window, GQA, rows with no key, a head without a sink, a
+ * cap. batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace,
+ * standard, windowed, window_left, window_right, precision, softcap, sinks. */
+static const struct bwd_case sink_cases[] = {
+    {2, 37, 45, 4, 2, 16, F32, 1, 0, LAYOUT_BNHD, .sinks = 1},
+    {1, 50, 30, 2, 2, 12, F32, 1, 0, LAYOUT_BHND, 1, .sinks = 1},  /* 20 rows see no key */
+    {1, 40, 40, 3, 1, 8, BF16, 0, 0, LAYOUT_BNHD, 0, 0, 1, 6, 2, .sinks = 1},
+    {1, 33, 60, 2, 1, 16, F32, 0, 0.5f, LAYOUT_BNHD, .softcap = 1.5f, .sinks = 1},
+    {1, 70, 70, 2, 2, 32, F16, 1, 0, LAYOUT_BNHD, .sinks = 1},
+};
+
+START_TEST(sinks)
+{
+    const struct bwd_case *c = &sink_cases[_i];
+    static const char *const options[] = {"", "backward-tensor-core:off;backward-tiled:off"};
+    for (int i = 0; i < 2; i++) {
+        struct bwd_result r;
+        run_case(test_context_with_options(options[i]), "sinks", c, 850 + (uint64_t)_i, &r);
+    }
+    if (c->dtype == F16 && c->head_dim % 16 == 0) {
+        struct bwd_result r;
+        run_case(test_emulated_context("", 80, false), "sinks, emulated", c, 850 + (uint64_t)_i, &r);
+        ck_assert_msg(kernel_is(r.kernel, "backward-tensor-core"), "ran %s", r.kernel);
+    }
+    /* d(sink) without the other gradients' kernels changing: the same inputs without sinks give other dQ. */
+    struct test_env *e = test_env_get();
+    struct bwd_case plain = *c;
+    plain.sinks = 0;
+    struct problem with, without;
+    problem_create(&with, c, 850 + (uint64_t)_i);
+    problem_create(&without, &plain, 850 + (uint64_t)_i);
+    problem_forward(&with, e->ctx);
+    problem_backward(&with, e->ctx, e->queue);
+    problem_forward(&without, e->ctx);
+    problem_backward(&without, e->ctx, e->queue);
+    unsigned char *a = read_back(&with, T_DQ), *b = read_back(&without, T_DQ);
+    ck_assert_msg(memcmp(a, b, with.count[T_DQ] * with.esize) != 0, "the sinks changed no bit of dQ");
+    free(a);
+    free(b);
+    problem_free(&with);
+    problem_free(&without);
+}
+END_TEST
+
+/* The reference's d(sink) against central differences of L = sum dO o O in the sink (and its dQ with a sink). */
+START_TEST(sink_reference_finite_differences)
+{
+    enum { NQ = 4, NK = 3, D = 3 };
+    double q[NQ * D], k[NK * D], v[NK * D], d_o[NQ * D];
+    double *all[4] = {q, k, v, d_o};
+    const size_t sizes[4] = {NQ * D, NK * D, NK * D, NQ * D};
+    for (int causal = 0; causal < 2; causal++) {
+        rng_seed(17 + (uint64_t)causal);
+        for (int t = 0; t < 4; t++)
+            for (size_t x = 0; x < sizes[t]; x++)
+                all[t][x] = rng_uniform(-1.0, 1.0);
+        const double scale = 0.7;
+        double sink = 0.4, dq[NQ * D], dk[NK * D] = {0}, dv[NK * D] = {0}, d_sink = 0, scratch[2 * NK + D];
+        hostref_attention_backward_sink(q, k, v, d_o, NQ, NK, D, scale, -1, causal ? 0 : -1, 0.0, sink, dq, dk, dv,
+                                        &d_sink, scratch);
+        double loss[2];
+        for (int side = 0; side < 2; side++) {
+            const double s = sink + (side ? -1e-6 : 1e-6);
+            loss[side] = 0;
+            for (size_t i = 0; i < NQ; i++) {
+                size_t first, end;
+                hostref_visible_keys(i, NQ, NK, -1, causal ? 0 : -1, &first, &end);
+                double out[D], lse, row_scratch[NK];
+                hostref_attention_row_sink(&q[i * D], k, v, first, end, D, scale, 0.0, s, out, &lse, row_scratch);
+                for (size_t e = 0; e < D; e++)
+                    loss[side] += d_o[i * D + e] * out[e];
+            }
+        }
+        const double fd = (loss[0] - loss[1]) / 2e-6;
+        ck_assert_msg(fabs(fd - d_sink) < 1e-8, "causal %d: d_sink %.12g, finite difference %.12g", causal, d_sink,
+                      fd);
+        ck_assert(fabs(d_sink) > 1e-3);
+        printf("sink finite difference, causal %d: d_sink %.6f, |reference - fd| %.2e\n", causal, d_sink,
+               fabs(fd - d_sink));
+    }
+}
+END_TEST
+
 /* ---- determinism ---- */
 
 /* The register-tiled kernel with many blocks, then the portable one. */
@@ -737,5 +824,10 @@ int main(void)
     tcase_add_loop_test(sc, softcap, 0, COUNT(softcap_cases));
     tcase_add_test(sc, softcap_standard_refused);
     suite_add_tcase(s, sc);
+    TCase *sk = tcase_create("sinks");
+    tcase_set_timeout(sk, 900);
+    tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
+    tcase_add_test(sk, sink_reference_finite_differences);
+    suite_add_tcase(s, sk);
     return test_run_suite(s);
 }

@@ -209,6 +209,17 @@ START_TEST(misaligned_and_scale)
     expect(&a, FLASHCL_INVALID_VALUE, "attn.softcap = nan");
     a.softcap = INFINITY;
     expect(&a, FLASHCL_INVALID_VALUE, "attn.softcap = inf");
+    /* Attention sinks: a vector of heads_q f32 inside its buffer, aligned, apart from the outputs. */
+    a = valid();
+    a.sinks = (flashcl_vector){lse, 2};
+    expect(&a, FLASHCL_ERROR_MISALIGNED, "attn.sinks");
+    a.sinks = (flashcl_vector){lse, (size_t)N * H * sizeof(float) - sizeof(float)};  /* the last float only */
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.sinks");
+    a.sinks = (flashcl_vector){NULL, 16};
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.sinks.offset");
+    a = valid();
+    a.sinks = (flashcl_vector){o, 0};  /* inside O, which the call writes */
+    expect(&a, FLASHCL_ERROR_ALIASING, "attn.sinks");
     a = valid();
     a.q.reserved[3] = 1;  /* room of a later version in a view */
     expect(&a, FLASHCL_INVALID_VALUE, "attn.q.reserved[3]");

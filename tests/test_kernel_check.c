@@ -169,6 +169,11 @@ static const struct forward_check forward_checks[] = {
      {1, 21, 30, 2, 1, 16, F16, 0, 0, LAYOUT_BHND, 1, 0, 0, 1, 6, 2, .softcap = 3.0f}},
     {{"decode", "splits=3", 0, "decode"},
      {1, 2, 70, 4, 2, 16, BF16, 1, 0, LAYOUT_BNHD, 1, .softcap = 1.0f}},
+    /* Attention sinks: the row's finish, and the split-KV merge adding the sink once. */
+    {{"register-tiled", "block_m=16,block_n=16", 0, "register-tiled"},
+     {1, 30, 19, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}},
+    {{"decode", "splits=3", 0, "decode"},
+     {1, 2, 70, 4, 2, 16, F16, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}},
 };
 
 START_TEST(forward)
@@ -221,6 +226,9 @@ static const struct backward_check backward_checks[] = {
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .softcap = 2.5f}},
     {{"backward", "on", 0, "backward"},
      {1, 21, 30, 2, 1, 8, F16, 0, 0, LAYOUT_BNHD, 0, 0, 1, 6, 2, .softcap = 1.5f}},
+    /* Attention sinks: d(sink)'s per-head reduction (flash_backward_sink_grad). */
+    {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
+     {1, 30, 19, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .sinks = 1}},
 };
 
 START_TEST(backward)
