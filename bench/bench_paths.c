@@ -150,6 +150,22 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
     a->lse = flashcl_tensor_lse(b->lse, n, h);
     a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     a->precision = c->precision;
+    if (c->sinks) {
+        float *sinks = malloc(h * sizeof(float));
+        if (!sinks) {
+            bench_buffers_release(b);
+            return FLASHCL_OUT_OF_HOST_MEMORY;
+        }
+        for (size_t i = 0; i < h; i++)
+            sinks[i] = -30000.0f;
+        b->sinks = buffer(env, h * sizeof(float), sinks, &err);
+        free(sinks);
+        if (err != CL_SUCCESS) {
+            bench_buffers_release(b);
+            return (flashcl_status)err;
+        }
+        a->sinks = (flashcl_vector){b->sinks, 0};
+    }
     return FLASHCL_SUCCESS;
 }
 
@@ -177,7 +193,7 @@ flashcl_status bench_buffers_add_grads(struct bench_env *env, const struct bench
 
 void bench_buffers_release(struct bench_buffers *b)
 {
-    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o, &b->lse, &b->d_o, &b->d_q, &b->d_k, &b->d_v};
+    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o, &b->lse, &b->sinks, &b->d_o, &b->d_q, &b->d_k, &b->d_v};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (*all[i]) {
             clReleaseMemObject(*all[i]);

@@ -45,6 +45,7 @@ struct options {
     int warmup, reps, calls;
     const char *csv, *json;
     bool verbose;
+    bool sinks;
 };
 
 static void usage(FILE *f)
@@ -76,6 +77,9 @@ static void usage(FILE *f)
             "  --calls C       each timed run is C calls back to back, reported per call (the\n"
             "                  host's enqueueing overlapped, as in a serving loop; default 1:\n"
             "                  one call on an idle queue, its enqueueing inside the time)\n"
+            "  --sinks         the sweep's calls with attention sinks (attn.sinks) of -30000 per head:\n"
+            "                  the sinks' code runs, their weight is 0, so outputs and checks are the\n"
+            "                  plain ones (what the sinks cost in time)\n"
             "  --csv FILE      also write the results as CSV\n"
             "  --json FILE     also write the results as JSON\n"
             "  --verbose       the library's debug log on stderr (builds; with\n"
@@ -166,6 +170,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"decode", required_argument, 0, 'D'}, {"page-size", required_argument, 0, 'S'},
         {"varlen", required_argument, 0, 'L'}, {"heads", required_argument, 0, 'K'},
         {"calls", required_argument, 0, 'N'},  {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'},
+        {"sinks", no_argument, 0, 's'},
         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -195,6 +200,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'r': bad = (o->reps = atoi(optarg)) <= 0; break;
         case 'N': bad = (o->calls = atoi(optarg)) <= 0; break;
         case 'C': o->csv = optarg; break;
+        case 's': o->sinks = true; break;
         case 'J': o->json = optarg; break;
         case 'q':
             o->n_count = parse_int_list("256,512", o->n, MAX_LIST);
@@ -432,7 +438,7 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv};
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));
                 if (r.status != FLASHCL_SUCCESS) {
@@ -587,6 +593,7 @@ int main(int argc, char **argv)
                     c.batch = opt.tokens / c.n > 0 ? (int)(opt.tokens / c.n) : 1;
                     c.heads = (int)(opt.hidden / c.d);
                     c.pass = (enum bench_pass)pass;
+                    c.sinks = opt.sinks;
                     fprintf(stderr, "\r[%d/%d] %s N=%d d=%d %s %s          ", ++done, total, bench_pass_name(c.pass),
                             c.n, c.d, dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
                     const int first = n_results;

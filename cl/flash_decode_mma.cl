@@ -338,18 +338,19 @@ NV_UNROLL
             l_all += warp_l[w * ROWS + r] * exp2(warp_m[w * ROWS + r] - m_ref);
             sum += merged[(w * ROWS + r) * HEAD_DIM + c];
         }
-        const float out = l_all > 0.0f ? sum / l_all : 0.0f;
         const int h = hk * group + r % group, pos = r / group;
+        float lse_row;
+        const float factor = row_finish(m_all, l_all, HEAD_SINK(h), &lse_row);
+        const float out = factor > 0.0f ? sum * factor : 0.0f;
 #if SPLIT
         __global float *dst = part + split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group);
         dst[c] = out;
         if (c == 0)
-            dst[HEAD_DIM] = l_all > 0.0f ? (m_all + log2(l_all)) * M_LN2_F : -INFINITY;
+            dst[HEAD_DIM] = lse_row;
 #else
         STORE(o, o_off + (ulong)b * o_sb + (ulong)(start_q + pos) * o_ss + (ulong)h * o_sh + c, out);
         if (has_lse && c == 0)
-            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + pos) * l_ss] =
-                l_all > 0.0f ? (m_all + log2(l_all)) * M_LN2_F : -INFINITY;
+            lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + pos) * l_ss] = lse_row;
 #endif
     }
 }

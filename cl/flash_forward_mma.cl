@@ -610,7 +610,7 @@ NV_UNROLL
         for (int r = 0; r < 2; r++) {
             /* Each thread summed l over its own keys: finish_row adds the quad's partials. */
             float lse_row;
-            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], &lse_row NV_SCRATCH_ARG);
+            const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], HEAD_SINK(h), &lse_row NV_SCRATCH_ARG);
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;

@@ -14,6 +14,7 @@
 #include "nv_async.h"  /* local_address, cp.async */
 #include "mask.h"      /* which keys a row sees */
 #include "exp2_poly.h" /* exponents on the FMA units */
+#include "score_mod.h" /* row_finish: a row's normaliser, its sink included */
 
 #if !NV_EMULATE
 static inline float quad_xor(float v, int mask)
@@ -172,15 +173,14 @@ static inline void softmax_scores(float s[S_TILES][4], float alpha[2], float m_r
                   scale_log2 NV_SCRATCH_ARG);
 }
 
-/* The quad's four partial sums of l, then 1/l (0 for a row that saw no
- * key) and the row's LSE in natural log. */
-static inline float finish_row(float m, float l_partial, float *lse_out NV_SCRATCH_PARAM)
+/* The quad's four partial sums of l, then the accumulator's factor (1/l, 0 for a row that saw no key;
+ * with the head's sink, score_mod.h's row_finish) and the row's LSE in natural log. */
+static inline float finish_row(float m, float l_partial, float sink, float *lse_out NV_SCRATCH_PARAM)
 {
     float l = l_partial;
     l += quad_xor(l, 1);
     l += quad_xor(l, 2);
-    *lse_out = l > 0.0f ? (m + log2(l)) * M_LN2_F : -INFINITY;
-    return l > 0.0f ? 1.0f / l : 0.0f;
+    return row_finish(m, l, sink, lse_out);
 }
 
 #endif /* FLASHCL_NV_MMA_H */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "flashcl_tools.h"  /* flashcl_kernel_describe: which kernels take sinks */
 #include "test_hooks.h"
 
 #define F32 FLASHCL_F32
@@ -238,6 +239,18 @@ static const char *const softcap_contexts[] = {
     "decode:off;register-tiled:splits=3;portable:splits=3",
 };
 
+/* Whether the table says this kernel computes attention sinks (on a GPU these cases may plan tensor cores). */
+static bool kernel_takes_sinks(const char *name)
+{
+    for (int i = 0; i < flashcl_kernel_count(); i++) {
+        struct flashcl_kernel_info k;
+        ck_assert_flashcl_ok(flashcl_kernel_describe(i, &k));
+        if (kernel_is(name, k.name))
+            return k.sinks != 0;
+    }
+    return false;
+}
+
 /* Attention sinks on every kernel that computes them (the same kernels and contexts as the cap, split-KV
  * merging the sink in once), with masks, windows, rows that see no key (Nq > Nk causal: O = 0, LSE = sink),
  * GQA, a head without a sink (-inf), a cap too. */
@@ -263,14 +276,39 @@ START_TEST(sinks)
         test_run_case(ctx, c, &r);
         printf("%-12s sinks/%d Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, i, c->seq_q, c->seq_kv,
                c->head_dim, r.max_abs_err, r.max_lse_err);
-        ck_assert_msg(kernel_is(r.kernel, "register-tiled") || kernel_is(r.kernel, "portable") ||
-                          kernel_is(r.kernel, "decode"),
-                      "sinks ran %s", r.kernel);
+        ck_assert_msg(kernel_takes_sinks(r.kernel), "sinks ran %s, whose table entry does not take them", r.kernel);
         /* Without the sinks the same inputs give other outputs: the reference above could tell. */
         rng_seed(800 + (uint64_t)_i);
         test_run_case(ctx, &plain_case, &plain);
         ck_assert_uint_ne(r.output_hash, plain.output_hash);
     }
+}
+END_TEST
+
+/* The tensor-core kernels' finish (nv_mma.h's finish_row, the decode kernel's warp merge) with sinks, on their
+ * plain-OpenCL emulation: f16/bf16 on mma.sync (sm_80) and wgmma (sm_90), the decode kernel, f32 on TF32x3. */
+static const struct {
+    struct test_case c;
+    int cc;
+    bool wgmma;
+    const char *expect;
+} sink_tensor_core_cases[] = {
+    {{1, 70, 90, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}, 80, false, "tensor-core"},
+    {{1, 60, 20, 2, 2, 32, BF16, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}, 80, false, "tensor-core"},  /* rows with no key */
+    {{1, 50, 77, 3, 1, 16, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, .sinks = 1}, 90, true, "tensor-core-wgmma"},
+    {{2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, .sinks = 1}, 80, false, "decode-tensor-core"},
+    {{1, 40, 70, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3, .sinks = 1}, 80, false, "tf32"},
+};
+
+START_TEST(sinks_tensor_cores)
+{
+    const struct test_case *c = &sink_tensor_core_cases[_i].c;
+    flashcl_context *ctx = test_emulated_context("", sink_tensor_core_cases[_i].cc, sink_tensor_core_cases[_i].wgmma);
+    struct case_result r;
+    rng_seed(850 + (uint64_t)_i);
+    test_run_case(ctx, c, &r);
+    printf("%-18s sinks, emulated: max|err| %.2e, LSE %.2e\n", r.kernel, r.max_abs_err, r.max_lse_err);
+    ck_assert_msg(kernel_is(r.kernel, sink_tensor_core_cases[_i].expect), "ran %s", r.kernel);
 }
 END_TEST
 
@@ -699,6 +737,7 @@ int main(void)
     TCase *sk = tcase_create("sinks");
     tcase_set_timeout(sk, 600);
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
+    tcase_add_loop_test(sk, sinks_tensor_cores, 0, COUNT(sink_tensor_core_cases));
     suite_add_tcase(s, sk);
     return test_run_suite(s);
 }
