@@ -33,7 +33,7 @@ static inline float quad_xor(float v, int mask)
 #ifndef NEGATIVE_SCALE
 #define NEGATIVE_SCALE 0
 #endif
-#if NEGATIVE_SCALE
+#if NEGATIVE_SCALE && !defined(SOFTCAP2)  /* capped scores are scaled first: their extreme is the max */
 #define ROW_EXTREME fmin
 #define HIDDEN INFINITY
 #else
@@ -81,6 +81,16 @@ static inline void softmax_block(float s[S_TILES][4], float acc[O_TILES][4], boo
                                  float m_row[2], float l_row[2], bool edge, int kb, int row_lo, int row_hi, int t,
                                  int seq_kv, int diag, float scale_log2 NV_SCRATCH_PARAM)
 {
+#ifdef SOFTCAP2
+    /* Logit softcapping (score_mod.h): scaled and capped here, in base 2, before the mask (a hidden key must stay
+     * hidden, and tanh would bring -inf back to -cap); the rest then runs with a scale of 1. */
+NV_UNROLL
+    for (int n = 0; n < S_TILES; n++)
+NV_UNROLL
+        for (int e = 0; e < 4; e++)
+            s[n][e] = SCORE_CAP(s[n][e] * scale_log2);
+    scale_log2 = 1.0f;
+#endif
     if (edge) {
 NV_UNROLL
         for (int n = 0; n < S_TILES; n++)

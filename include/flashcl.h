@@ -342,11 +342,10 @@ struct flashcl_attention {
     /* Logit softcapping (Gemma 2, Grok): each scaled score s = scale·q·k
      * becomes softcap·tanh(s / softcap) before the mask and the softmax, and
      * the LSE is that of the capped scores; the backward differentiates
-     * through the cap. 0: none; else finite and > 0. Computed by the FMA
-     * kernels ("portable", "register-tiled", "decode", "backward",
-     * "backward-tiled"); a call with a cap plans one of them
-     * (flashcl_forward_config and flashcl_backward_config say which). The
-     * standard path refuses it. */
+     * through the cap. 0: none; else finite and > 0. Computed by every
+     * forward kernel and by the FMA backward kernels ("backward",
+     * "backward-tiled"), so a capped backward plans one of those
+     * (flashcl_backward_config says which). The standard path refuses it. */
     float softcap;
 
     /* Attention sinks (gpt-oss; StreamingLLM-style serving): sinks.mem !=
@@ -356,10 +355,10 @@ struct flashcl_attention {
      * Σ exp(s_j)), O = Σ P_j V_j, and the LSE is log(exp(sink) + Σ exp(s_j)).
      * A row that sees no key gets O = 0 and LSE = sink. The sink is used as
      * given (not scaled or capped); a sink of -INFINITY is none for its head.
-     * Computed by "portable", "register-tiled" and "decode", split-KV merges
-     * included; a call with sinks plans one of them. flashcl_backward takes
-     * them through the LSE and writes their gradient to grad.d_sinks. The
-     * standard path refuses them. */
+     * Computed by every forward kernel, split-KV merges included;
+     * flashcl_backward takes them through the LSE (every backward kernel)
+     * and writes their gradient to grad.d_sinks. The standard path refuses
+     * them. */
     flashcl_vector sinks;
 
     /* Zero. Room for fields of later versions (sequence offsets, page

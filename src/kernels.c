@@ -874,7 +874,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "decode-tensor-core", .file = "cl/flash_decode_mma.cl",
         .summary = "Decode (a KV head's group x seq_q query rows, at most 16, as one 16-row mma tile) against many keys on NVIDIA sm_80+ tensor cores, keys split across work-groups.",
-        .op = OP_FORWARD, .sinks = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true,
         .source = flashcl_source_flash_decode_mma, .entry = "flash_decode_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -909,7 +909,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tensor-core-wgmma", .file = "cl/flash_forward_mma.cl",
         .summary = "The forward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right; ahead of tensor-core.",
-        .op = OP_FORWARD, .sinks = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -926,7 +926,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tensor-core", .file = "cl/flash_forward_mma.cl",
         .summary = "The forward on NVIDIA sm_80+ tensor cores with mma.sync m16n8k16.",
-        .op = OP_FORWARD, .sinks = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -942,7 +942,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tf32", .file = "cl/flash_forward_tf32.cl",
         .summary = "The forward for f32 data on NVIDIA sm_80+ tensor cores with TF32 or 3xTF32 operands (attn.precision TF32 / TF32X3 only).",
-        .op = OP_FORWARD, .sinks = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true,
         .source = flashcl_source_flash_forward_tf32, .entry = "flash_forward_tf32",
         .dtypes = DTYPE_BIT(FLASHCL_F32),
         .masks = ALL_MASKS,

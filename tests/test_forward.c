@@ -239,14 +239,15 @@ static const char *const softcap_contexts[] = {
     "decode:off;register-tiled:splits=3;portable:splits=3",
 };
 
-/* Whether the table says this kernel computes attention sinks (on a GPU these cases may plan tensor cores). */
-static bool kernel_takes_sinks(const char *name)
+/* Whether the table says this kernel computes the softcap (else: attention sinks); on a GPU these cases may plan
+ * the tensor cores. */
+static bool kernel_takes(const char *name, bool softcap)
 {
     for (int i = 0; i < flashcl_kernel_count(); i++) {
         struct flashcl_kernel_info k;
         ck_assert_flashcl_ok(flashcl_kernel_describe(i, &k));
         if (kernel_is(name, k.name))
-            return k.sinks != 0;
+            return (softcap ? k.softcap : k.sinks) != 0;
     }
     return false;
 }
@@ -276,7 +277,7 @@ START_TEST(sinks)
         test_run_case(ctx, c, &r);
         printf("%-12s sinks/%d Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, i, c->seq_q, c->seq_kv,
                c->head_dim, r.max_abs_err, r.max_lse_err);
-        ck_assert_msg(kernel_takes_sinks(r.kernel), "sinks ran %s, whose table entry does not take them", r.kernel);
+        ck_assert_msg(kernel_takes(r.kernel, false), "sinks ran %s, whose table entry does not take them", r.kernel);
         /* Without the sinks the same inputs give other outputs: the reference above could tell. */
         rng_seed(800 + (uint64_t)_i);
         test_run_case(ctx, &plain_case, &plain);
@@ -285,8 +286,10 @@ START_TEST(sinks)
 }
 END_TEST
 
-/* The tensor-core kernels' finish (nv_mma.h's finish_row, the decode kernel's warp merge) with sinks, on their
- * plain-OpenCL emulation: f16/bf16 on mma.sync (sm_80) and wgmma (sm_90), the decode kernel, f32 on TF32x3. */
+/* The tensor-core kernels with sinks (nv_mma.h's finish_row, the decode kernel's warp merge) and with the cap
+ * (nv_mma.h's softmax_block), on their plain-OpenCL emulation: f16/bf16 on mma.sync (sm_80) and wgmma (sm_90),
+ * the decode kernel, f32 on TF32x3; a negative scale (the cap then runs on scaled scores), windows, rows that see
+ * no key. The cap's cases run at scale 1 or 2 against caps that bend the scores. */
 static const struct {
     struct test_case c;
     int cc;
@@ -298,17 +301,33 @@ static const struct {
     {{1, 50, 77, 3, 1, 16, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, .sinks = 1}, 90, true, "tensor-core-wgmma"},
     {{2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, .sinks = 1}, 80, false, "decode-tensor-core"},
     {{1, 40, 70, 2, 2, 32, F32, 1, 0, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3, .sinks = 1}, 80, false, "tf32"},
+    {{1, 70, 90, 4, 2, 64, F16, 1, 1.0f, LAYOUT_BNHD, 1, .softcap = 2.0f}, 80, false, "tensor-core"},
+    {{1, 40, 150, 2, 2, 32, BF16, 1, -1.5f, LAYOUT_BNHD, 1, .softcap = 0.5f}, 80, false, "tensor-core"},
+    {{1, 50, 77, 3, 1, 16, F16, 0, 2.0f, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, .softcap = 3.0f, .sinks = 1}, 90, true,
+     "tensor-core-wgmma"},
+    {{2, 1, 300, 8, 2, 64, F16, 0, 1.0f, LAYOUT_BNHD, 1, .softcap = 5.0f}, 80, false, "decode-tensor-core"},
+    {{1, 40, 70, 2, 2, 32, F32, 1, -1.0f, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3, .softcap = 1.0f}, 80, false,
+     "tf32"},
 };
 
-START_TEST(sinks_tensor_cores)
+START_TEST(variants_on_tensor_cores)
 {
     const struct test_case *c = &sink_tensor_core_cases[_i].c;
     flashcl_context *ctx = test_emulated_context("", sink_tensor_core_cases[_i].cc, sink_tensor_core_cases[_i].wgmma);
     struct case_result r;
     rng_seed(850 + (uint64_t)_i);
     test_run_case(ctx, c, &r);
-    printf("%-18s sinks, emulated: max|err| %.2e, LSE %.2e\n", r.kernel, r.max_abs_err, r.max_lse_err);
+    printf("%-18s sinks %d, softcap %g, emulated: max|err| %.2e, LSE %.2e\n", r.kernel, c->sinks, (double)c->softcap,
+           r.max_abs_err, r.max_lse_err);
     ck_assert_msg(kernel_is(r.kernel, sink_tensor_core_cases[_i].expect), "ran %s", r.kernel);
+    if (c->softcap > 0.0f) {  /* the cap bends these scores: uncapped, the same inputs give other outputs */
+        struct test_case plain = *c;
+        plain.softcap = 0.0f;
+        struct case_result u;
+        rng_seed(850 + (uint64_t)_i);
+        test_run_case(ctx, &plain, &u);
+        ck_assert_uint_ne(r.output_hash, u.output_hash);
+    }
 }
 END_TEST
 
@@ -326,9 +345,7 @@ START_TEST(softcap)
         test_run_case(ctx, c, &r);
         printf("%-12s %-22s Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, what, c->seq_q, c->seq_kv,
                c->head_dim, r.max_abs_err, r.max_lse_err);
-        ck_assert_msg(kernel_is(r.kernel, "register-tiled") || kernel_is(r.kernel, "portable") ||
-                          kernel_is(r.kernel, "decode"),
-                      "softcap ran %s", r.kernel);
+        ck_assert_msg(kernel_takes(r.kernel, true), "softcap ran %s, whose table entry does not cap", r.kernel);
         /* The cap bends these scores: the same inputs uncapped give other outputs (a kernel that ignored the
          * cap would fail the reference above, and this shows the case could tell). */
         rng_seed(700 + (uint64_t)_i);
@@ -737,7 +754,7 @@ int main(void)
     TCase *sk = tcase_create("sinks");
     tcase_set_timeout(sk, 600);
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
-    tcase_add_loop_test(sk, sinks_tensor_cores, 0, COUNT(sink_tensor_core_cases));
+    tcase_add_loop_test(sk, variants_on_tensor_cores, 0, COUNT(sink_tensor_core_cases));
     suite_add_tcase(s, sk);
     return test_run_suite(s);
 }

@@ -174,6 +174,11 @@ static const struct forward_check forward_checks[] = {
      {1, 30, 19, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}},
     {{"decode", "splits=3", 0, "decode"},
      {1, 2, 70, 4, 2, 16, F16, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}},
+    /* The cap and sinks on the tensor cores (nv_mma.h's softmax_block and finish_row, the decode warp merge). */
+    {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, "tensor-core"},
+     {1, 19, 37, 2, 1, 16, F16, 1, -0.5f, LAYOUT_BNHD, 1, .softcap = 1.0f, .sinks = 1}},
+    {{"decode-tensor-core", "warps=2,block_n=32,splits=2", 80, "decode-tensor-core"},
+     {1, 2, 75, 4, 2, 16, BF16, 1, 0, LAYOUT_BNHD, 1, .softcap = 2.0f, .sinks = 1}},
 };
 
 START_TEST(forward)

@@ -1232,9 +1232,10 @@ START_TEST(backward_tf32_shapes_fit)
 }
 END_TEST
 
-/* A softcapped call on an assumed H200 plans the kernels that compute the cap (the FMA ones), forward, decode and
- * backward, and the config query says so; without the cap the same calls plan the tensor cores. */
-START_TEST(softcap_plans_fma_kernels)
+/* A softcapped call on an assumed H200 plans the kernels that compute the cap: the tensor-core forward and decode
+ * kernels (nv_mma.h caps the scores), the FMA backward (the tensor-core backward kernels do not cap), and the
+ * config query says so; without the cap the backward plans the tensor cores. */
+START_TEST(softcap_plans)
 {
     struct test_env *e = test_env_get();
     flashcl_context *ctx = assumed_h200("");
@@ -1246,14 +1247,14 @@ START_TEST(softcap_plans_fma_kernels)
     ck_assert_str_eq(t.kernel, "tensor-core-wgmma");
     a.softcap = 30.0f;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
-    ck_assert_str_eq(t.kernel, "register-tiled");
+    ck_assert_str_eq(t.kernel, "tensor-core-wgmma");
     struct flashcl_attention one = a;  /* one query row: decode */
     one.seq_q = 1;
     one.q = flashcl_tensor_bnhd(mem, FLASHCL_F16, 1, 1, 64);
     one.o = one.q;
     one.o.offset = a.o.offset;  /* the second half of the buffer, as shape()'s O */
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &one, &t));
-    ck_assert_str_eq(t.kernel, "decode");
+    ck_assert_str_eq(t.kernel, "decode-tensor-core");
     flashcl_context_destroy(&ctx);
     clReleaseMemObject(mem);
     ctx = assumed_h200("");
@@ -1708,7 +1709,7 @@ int main(void)
     tcase_add_test(tc, backward_entry_used);
     tcase_add_test(tc, fused_backward_opt_in);
     tcase_add_test(tc, backward_wgmma_gives_way);
-    tcase_add_test(tc, softcap_plans_fma_kernels);
+    tcase_add_test(tc, softcap_plans);
     tcase_add_test(tc, backward_tf32_shapes_fit);
     tcase_add_test(tc, tf32_entries_by_precision);
     tcase_add_test(tc, emulated_tensor_core_footprints);
