@@ -77,9 +77,10 @@ static void usage(FILE *f)
             "  --calls C       each timed run is C calls back to back, reported per call (the\n"
             "                  host's enqueueing overlapped, as in a serving loop; default 1:\n"
             "                  one call on an idle queue, its enqueueing inside the time)\n"
-            "  --sinks         the sweep's calls with attention sinks (attn.sinks) of -30000 per head:\n"
-            "                  the sinks' code runs, their weight is 0, so outputs and checks are the\n"
-            "                  plain ones (what the sinks cost in time)\n"
+            "  --sinks         the sweep's flash calls with attention sinks (attn.sinks) of -30000 a\n"
+            "                  head: the sinks' code runs, their weight is 0, so outputs and checks are\n"
+            "                  the plain ones (what the sinks cost the forward; the backward is timed\n"
+            "                  without grad.d_sinks)\n"
             "  --csv FILE      also write the results as CSV\n"
             "  --json FILE     also write the results as JSON\n"
             "  --verbose       the library's debug log on stderr (builds; with\n"
@@ -227,6 +228,12 @@ static void parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, "flashcl-bench: --varlen and --decode are separate modes; give one\n");
         exit(EXIT_FAILURE);
     }
+    if (o->sinks && (o->varlen.count > 0 || o->decode_count > 0)) {
+        fprintf(stderr, "flashcl-bench: --sinks is for the sweep (not --varlen or --decode)\n");
+        exit(EXIT_FAILURE);
+    }
+    if (o->sinks)  /* the standard path refuses sinks: the flash path only */
+        o->paths &= 1 << BENCH_FLASH;
     if (o->heads_given && o->varlen.count == 0) {
         fprintf(stderr, "flashcl-bench: --heads is for --varlen (--decode shapes name their heads)\n");
         exit(EXIT_FAILURE);

@@ -292,6 +292,7 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
 
     cl_event dot_done = NULL, dkdv_done = NULL;
     int stage = 0;
+    const char *failed_step = NULL;  /* the sink step's name where it failed, else k->steps[stage] */
     err = clEnqueueNDRangeKernel(queue, dot, 3, NULL, dot_global, dot_local, n_wait, wait, &dot_done);
     if (err == CL_SUCCESS && sink_grad) {  /* in the chain after D: the call's event then covers d_sinks too */
         const size_t sink_global[3] = {wg[0], hq, 1};
@@ -299,6 +300,8 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
         err = clEnqueueNDRangeKernel(queue, sink_grad, 3, NULL, sink_global, dot_local, 1, &dot_done, &sink_done);
         clReleaseEvent(dot_done);
         dot_done = err == CL_SUCCESS ? sink_done : NULL;
+        if (err != CL_SUCCESS)
+            failed_step = "flash_backward_sink_grad";
     }
     if (err == CL_SUCCESS) {
         stage = 1;
@@ -314,8 +317,8 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
         clReleaseEvent(dkdv_done);
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, (flashcl_status)err, "enqueueing %s (tile %dx%d, %zu work-items per group, %zu bytes "
-                    "local) failed (%d)", k->steps[stage], plan->block_m, plan->block_n, wg[stage], plan->local_bytes,
-                    err);
+                    "local) failed (%d)", failed_step ? failed_step : k->steps[stage], plan->block_m, plan->block_n,
+                    wg[stage], plan->local_bytes, err);
     fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "backward: %s %s", k->name, plan->options);
     return FLASHCL_SUCCESS;
 }

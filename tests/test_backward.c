@@ -546,10 +546,23 @@ START_TEST(sinks)
         struct bwd_result r;
         run_case(test_context_with_options(options[i]), "sinks", c, 850 + (uint64_t)_i, &r);
     }
-    if (c->dtype == F16 && c->head_dim % 16 == 0) {
-        struct bwd_result r;
-        run_case(test_emulated_context("", 80, false), "sinks, emulated", c, 850 + (uint64_t)_i, &r);
-        ck_assert_msg(kernel_is(r.kernel, "backward-tensor-core"), "ran %s", r.kernel);
+    if (c->dtype == F16 && c->head_dim % 16 == 0) {  /* each tensor-core backward program's d(sink) step */
+        static const struct {
+            const char *options;
+            int cc;
+            bool wgmma;
+            const char *expect;
+        } emulated[] = {
+            {"", 80, false, "backward-tensor-core"},
+            {"backward-tensor-core-fused:on", 80, false, "backward-tensor-core-fused"},
+            {"backward-wgmma:warps=4,block_m=64,block_n=64", 90, true, "backward-wgmma"},
+        };
+        for (int i = 0; i < 3; i++) {
+            struct bwd_result r;
+            run_case(test_emulated_context(emulated[i].options, emulated[i].cc, emulated[i].wgmma), "sinks, emulated",
+                     c, 850 + (uint64_t)_i, &r);
+            ck_assert_msg(kernel_is(r.kernel, emulated[i].expect), "ran %s, not %s", r.kernel, emulated[i].expect);
+        }
     }
     /* d(sink) without the other gradients' kernels changing: the same inputs without sinks give other dQ. */
     struct test_env *e = test_env_get();
@@ -712,6 +725,7 @@ START_TEST(rejected_calls)
     enum mutation {
         NULL_GRAD, NO_LSE, NULL_DO, DK_DTYPE, DV_BAD_DTYPE, RESERVED, DQ_OUT_OF_BOUNDS, DQ_MISALIGNED, DQ_IS_Q,
         DK_IS_DV, DQ_OVER_DO, DV_OVER_O, DK_SELF_OVERLAP, DQ_OVER_LSE, BAD_SHAPE, WS_TOO_SMALL, WS_IS_DQ, WS_IS_Q,
+        D_SINKS_WITHOUT_SINKS, D_SINKS_OFFSET_NO_MEM, D_SINKS_MISALIGNED, D_SINKS_OUT_OF_BOUNDS, D_SINKS_OVER_SINKS,
         N_MUTATIONS
     };
     static const struct { const char *what; flashcl_status status; } expected[N_MUTATIONS] = {
@@ -733,6 +747,11 @@ START_TEST(rejected_calls)
         {"workspace too small", FLASHCL_INVALID_VALUE},
         {"workspace is d_q", FLASHCL_ERROR_ALIASING},
         {"workspace is q", FLASHCL_ERROR_ALIASING},
+        {"d_sinks without sinks", FLASHCL_INVALID_VALUE},
+        {"d_sinks offset, no mem", FLASHCL_INVALID_VALUE},
+        {"d_sinks offset 2 bytes", FLASHCL_ERROR_MISALIGNED},
+        {"d_sinks past its buffer", FLASHCL_ERROR_OUT_OF_BOUNDS},
+        {"d_sinks over sinks", FLASHCL_ERROR_ALIASING},
     };
     for (int m = 0; m < N_MUTATIONS; m++) {
         struct flashcl_attention a = p.a;
@@ -762,6 +781,14 @@ START_TEST(rejected_calls)
         case WS_TOO_SMALL: ws = tiny; break;
         case WS_IS_DQ: ws = g.d_q.mem; break;
         case WS_IS_Q: ws = a.q.mem; break;
+        case D_SINKS_WITHOUT_SINKS: g.d_sinks = (flashcl_vector){other, 0}; break;
+        case D_SINKS_OFFSET_NO_MEM: a.sinks = (flashcl_vector){other, 0}; g.d_sinks.offset = 16; break;
+        case D_SINKS_MISALIGNED: a.sinks = (flashcl_vector){other, 0}; g.d_sinks = (flashcl_vector){other, 1026}; break;
+        case D_SINKS_OUT_OF_BOUNDS: a.sinks = (flashcl_vector){other, 0}; g.d_sinks = (flashcl_vector){tiny, 0}; break;
+        case D_SINKS_OVER_SINKS:  /* heads_q = 4: sinks in bytes 0..15, d_sinks from byte 8 */
+            a.sinks = (flashcl_vector){other, 0};
+            g.d_sinks = (flashcl_vector){other, 8};
+            break;
         default: break;
         }
         const flashcl_status st = flashcl_backward(e->ctx, &a, gp, ws, e->queue, 0, NULL, NULL);
