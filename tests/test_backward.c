@@ -465,6 +465,28 @@ START_TEST(reference_finite_differences)
 }
 END_TEST
 
+/* Cases `with` and `without` a variant, from the same seed, on the default context: their dQ must differ in some
+ * bit (the variant changed the gradients, so a kernel that ignored it could not pass the reference). */
+static void assert_dq_differs(const struct bwd_case *with, const struct bwd_case *without, uint64_t seed,
+                              const char *variant)
+{
+    struct test_env *e = test_env_get();
+    struct problem p[2];
+    const struct bwd_case *cases[2] = {with, without};
+    unsigned char *dq[2];
+    for (int i = 0; i < 2; i++) {
+        problem_create(&p[i], cases[i], seed);
+        problem_forward(&p[i], e->ctx);
+        problem_backward(&p[i], e->ctx, e->queue);
+        dq[i] = read_back(&p[i], T_DQ);
+    }
+    ck_assert_msg(memcmp(dq[0], dq[1], p[0].count[T_DQ] * p[0].esize) != 0, "%s changed no bit of dQ", variant);
+    for (int i = 0; i < 2; i++) {
+        free(dq[i]);
+        problem_free(&p[i]);
+    }
+}
+
 /* ---- logit softcapping ---- */
 
 /* On both kernels that compute it (backward-tiled, the default here, and the portable one), against the
@@ -489,22 +511,9 @@ START_TEST(softcap)
                       r.kernel);
     }
     /* The same inputs uncapped give other gradients: the case can tell a kernel that ignores the cap. */
-    struct test_env *e = test_env_get();
     struct bwd_case uncapped = softcap_cases[_i];
     uncapped.softcap = 0.0f;
-    struct problem capped_p, plain_p;
-    problem_create(&capped_p, &softcap_cases[_i], 800 + (uint64_t)_i);
-    problem_create(&plain_p, &uncapped, 800 + (uint64_t)_i);
-    problem_forward(&capped_p, e->ctx);
-    problem_backward(&capped_p, e->ctx, e->queue);
-    problem_forward(&plain_p, e->ctx);
-    problem_backward(&plain_p, e->ctx, e->queue);
-    unsigned char *a = read_back(&capped_p, T_DQ), *b = read_back(&plain_p, T_DQ);
-    ck_assert_msg(memcmp(a, b, capped_p.count[T_DQ] * capped_p.esize) != 0, "the cap changed no bit of dQ");
-    free(a);
-    free(b);
-    problem_free(&capped_p);
-    problem_free(&plain_p);
+    assert_dq_differs(&softcap_cases[_i], &uncapped, 800 + (uint64_t)_i, "the cap");
 }
 END_TEST
 
@@ -564,23 +573,10 @@ START_TEST(sinks)
             ck_assert_msg(kernel_is(r.kernel, emulated[i].expect), "ran %s, not %s", r.kernel, emulated[i].expect);
         }
     }
-    /* d(sink) without the other gradients' kernels changing: the same inputs without sinks give other dQ. */
-    struct test_env *e = test_env_get();
+    /* The same inputs without sinks give other dQ: the case can tell a kernel that ignores them. */
     struct bwd_case plain = *c;
     plain.sinks = 0;
-    struct problem with, without;
-    problem_create(&with, c, 850 + (uint64_t)_i);
-    problem_create(&without, &plain, 850 + (uint64_t)_i);
-    problem_forward(&with, e->ctx);
-    problem_backward(&with, e->ctx, e->queue);
-    problem_forward(&without, e->ctx);
-    problem_backward(&without, e->ctx, e->queue);
-    unsigned char *a = read_back(&with, T_DQ), *b = read_back(&without, T_DQ);
-    ck_assert_msg(memcmp(a, b, with.count[T_DQ] * with.esize) != 0, "the sinks changed no bit of dQ");
-    free(a);
-    free(b);
-    problem_free(&with);
-    problem_free(&without);
+    assert_dq_differs(c, &plain, 850 + (uint64_t)_i, "the sinks");
 }
 END_TEST
 

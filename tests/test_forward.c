@@ -252,6 +252,26 @@ static bool kernel_takes(const char *name, bool softcap)
     return false;
 }
 
+/* A variant's case (the cap, else sinks) on each of softcap_contexts against the reference, on a kernel whose
+ * table entry computes the variant, and its plain twin from the same seed, whose outputs must differ: a kernel
+ * that ignored the variant would fail the reference, and this shows the case could tell. */
+static void run_variant(const struct test_case *c, const struct test_case *plain, uint64_t seed, bool softcap)
+{
+    for (int i = 0; i < 3; i++) {
+        flashcl_context *ctx = test_context_with_options(softcap_contexts[i]);
+        struct case_result r, u;
+        rng_seed(seed);
+        test_run_case(ctx, c, &r);
+        printf("%-14s %s/%d Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, softcap ? "softcap" : "sinks", i,
+               c->seq_q, c->seq_kv, c->head_dim, r.max_abs_err, r.max_lse_err);
+        ck_assert_msg(kernel_takes(r.kernel, softcap), "%s ran %s, whose table entry does not compute it",
+                      softcap ? "softcap" : "sinks", r.kernel);
+        rng_seed(seed);
+        test_run_case(ctx, plain, &u);
+        ck_assert_uint_ne(r.output_hash, u.output_hash);
+    }
+}
+
 /* Attention sinks on every kernel that computes them (the same kernels and contexts as the cap, split-KV
  * merging the sink in once), with masks, windows, rows that see no key (Nq > Nk causal: O = 0, LSE = sink),
  * GQA, a head without a sink (-inf), a cap too. */
@@ -267,22 +287,9 @@ static const struct test_case sink_cases[] = {
 
 START_TEST(sinks)
 {
-    const struct test_case *c = &sink_cases[_i];
-    struct test_case plain_case = *c;
-    plain_case.sinks = 0;
-    for (int i = 0; i < 3; i++) {
-        flashcl_context *ctx = test_context_with_options(softcap_contexts[i]);
-        struct case_result r, plain;
-        rng_seed(800 + (uint64_t)_i);
-        test_run_case(ctx, c, &r);
-        printf("%-12s sinks/%d Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, i, c->seq_q, c->seq_kv,
-               c->head_dim, r.max_abs_err, r.max_lse_err);
-        ck_assert_msg(kernel_takes(r.kernel, false), "sinks ran %s, whose table entry does not take them", r.kernel);
-        /* Without the sinks the same inputs give other outputs: the reference above could tell. */
-        rng_seed(800 + (uint64_t)_i);
-        test_run_case(ctx, &plain_case, &plain);
-        ck_assert_uint_ne(r.output_hash, plain.output_hash);
-    }
+    struct test_case plain = sink_cases[_i];
+    plain.sinks = 0;
+    run_variant(&sink_cases[_i], &plain, 800 + (uint64_t)_i, false);
 }
 END_TEST
 
@@ -333,25 +340,10 @@ END_TEST
 
 START_TEST(softcap)
 {
-    const struct test_case *c = &softcap_cases[_i];
-    struct test_case uncapped = *c;
+    /* The cap bends these scores, so the uncapped twin gives other outputs. */
+    struct test_case uncapped = softcap_cases[_i];
     uncapped.softcap = 0.0f;
-    for (int i = 0; i < 3; i++) {
-        flashcl_context *ctx = test_context_with_options(softcap_contexts[i]);
-        char what[32];
-        snprintf(what, sizeof(what), "softcap %g/%d", (double)c->softcap, i);
-        struct case_result r, plain;
-        rng_seed(700 + (uint64_t)_i);
-        test_run_case(ctx, c, &r);
-        printf("%-12s %-22s Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, what, c->seq_q, c->seq_kv,
-               c->head_dim, r.max_abs_err, r.max_lse_err);
-        ck_assert_msg(kernel_takes(r.kernel, true), "softcap ran %s, whose table entry does not cap", r.kernel);
-        /* The cap bends these scores: the same inputs uncapped give other outputs (a kernel that ignored the
-         * cap would fail the reference above, and this shows the case could tell). */
-        rng_seed(700 + (uint64_t)_i);
-        test_run_case(ctx, &uncapped, &plain);
-        ck_assert_uint_ne(r.output_hash, plain.output_hash);
-    }
+    run_variant(&softcap_cases[_i], &uncapped, 700 + (uint64_t)_i, true);
 }
 END_TEST
 
