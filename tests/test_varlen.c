@@ -195,10 +195,13 @@ END_TEST
 
 /* Logit softcapping on packed batches and KV caches (contiguous and paged), on the default kernel, the
  * portable one with small odd tiles and the decode kernel with splits; caps against scores of scale 1/sqrt(d)
- * small enough that tanh bends them. */
+ * small enough that tanh bends them. Packed batches with attention sinks too (the merge's VARLEN build adds
+ * the sink once; a sequence with queries and no keys gets O = 0, LSE = sink). */
 static const struct vl_case softcap_vl_cases[] = {
     {3, {5, 0, 17}, {9, 0, 20}, 2, 1, 32, F16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 0, 0.3f},
     {2, {1, 1}, {60, 33}, 4, 2, 64, F32, FLASHCL_MASK_NONE, 0, 0, 1, 0, 0.25f},
+    {3, {5, 4, 17}, {9, 0, 20}, 3, 1, 32, F16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 0, 0, 1},
+    {2, {1, 2}, {60, 33}, 4, 2, 64, F32, FLASHCL_MASK_NONE, 0, 0, 1, 0, 0.25f, 1},
 };
 static const struct kv_case softcap_kv_cases[] = {
     {3, 1, 64, {0, 17, 64}, 4, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, 0, 0.3f},  /* paged decode */

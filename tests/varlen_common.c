@@ -73,6 +73,14 @@ void packed_create(struct packed *p, const struct vl_case *c, uint64_t seed)
     a->window_right = c->mask == FLASHCL_MASK_WINDOW ? c->window_right : 0;
     a->precision = c->precision;
     a->softcap = c->softcap;
+    p->sink_mem = NULL;
+    for (int h = 0; h < 64; h++)
+        p->sinks[h] = -INFINITY;
+    if (c->sinks) {
+        ck_assert_int_le(c->heads_q, 64);
+        test_make_sinks(c->heads_q, p->longest_k, p->sinks, &p->sink_mem);
+        a->sinks = (flashcl_vector){p->sink_mem, 4 * sizeof(float)};
+    }
 
     p->vl.total_q = p->total_q;
     p->vl.total_k = p->total_k;
@@ -89,7 +97,7 @@ void packed_create(struct packed *p, const struct vl_case *c, uint64_t seed)
 
 void packed_free(struct packed *p)
 {
-    cl_mem all[] = {p->q_mem, p->k_mem, p->v_mem, p->o_mem, p->lse_mem, p->cu_q_mem, p->cu_k_mem};
+    cl_mem all[] = {p->q_mem, p->k_mem, p->v_mem, p->o_mem, p->lse_mem, p->cu_q_mem, p->cu_k_mem, p->sink_mem};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -144,7 +152,8 @@ void packed_check(const struct packed *p, const char *variant, double *max_err)
                     qd[e] = hostref_load(p->q, c->dtype, row * p->row_q + (size_t)h * d + e);
                 size_t first, end;
                 hostref_visible_keys(i, nq, nk, left, right, &first, &end);
-                hostref_attention_row_capped(qd, kd, vd, first, end, d, scale, c->softcap, ref, &ref_lse, scores);
+                hostref_attention_row_sink(qd, kd, vd, first, end, d, scale, c->softcap, p->sinks[h], ref, &ref_lse,
+                                           scores);
                 for (size_t e = 0; e < d; e++) {
                     const double got = hostref_load(o_rows, c->dtype, row * p->row_q + (size_t)h * d + e);
                     const double err = isnan(got) ? INFINITY : fabs(got - ref[e]);

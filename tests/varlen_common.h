@@ -21,6 +21,7 @@ struct vl_case {
     int device_offsets;  /* cu_seqlens as cl_mem instead of host arrays */
     enum flashcl_precision precision;  /* f32: what the call allows (EXACT by default) */
     float softcap;       /* attn.softcap (0: none) */
+    int sinks;           /* attn.sinks (test_make_sinks) */
 };
 
 /* The packed problem on the device, its host images, and the call's structs. */
@@ -29,7 +30,8 @@ struct packed {
     int cu_q[MAX_SEQS + 1], cu_k[MAX_SEQS + 1], total_q, total_k, longest_q, longest_k;
     size_t esize, row_q, row_k;  /* elements per packed row */
     unsigned char *q, *k, *v;
-    cl_mem q_mem, k_mem, v_mem, o_mem, lse_mem, cu_q_mem, cu_k_mem;
+    cl_mem q_mem, k_mem, v_mem, o_mem, lse_mem, cu_q_mem, cu_k_mem, sink_mem;
+    double sinks[64];  /* with c->sinks: each query head's (at most 64) */
     struct flashcl_attention attn;
     struct flashcl_varlen vl;
 };
