@@ -568,9 +568,10 @@ START_TEST(sinks)
         };
         for (int i = 0; i < 3; i++) {
             struct bwd_result r;
-            run_case(test_emulated_context(emulated[i].options, emulated[i].cc, emulated[i].wgmma), "sinks, emulated",
-                     c, 850 + (uint64_t)_i, &r);
+            flashcl_context *ctx = test_emulated_context(emulated[i].options, emulated[i].cc, emulated[i].wgmma);
+            run_case(ctx, "sinks, emulated", c, 850 + (uint64_t)_i, &r);
             ck_assert_msg(kernel_is(r.kernel, emulated[i].expect), "ran %s, not %s", r.kernel, emulated[i].expect);
+            flashcl_context_destroy(&ctx);
         }
     }
     /* The same inputs without sinks give other dQ: the case can tell a kernel that ignores them. */

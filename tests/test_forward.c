@@ -335,6 +335,7 @@ START_TEST(variants_on_tensor_cores)
         test_run_case(ctx, &plain, &u);
         ck_assert_uint_ne(r.output_hash, u.output_hash);
     }
+    flashcl_context_destroy(&ctx);
 }
 END_TEST
 
