@@ -12,7 +12,9 @@
 #define BACKWARD_INPUTS                                                                                     \
     BACKWARD_TENSOR(const elem_t, q, q), BACKWARD_TENSOR(const elem_t, k, k), BACKWARD_TENSOR(const elem_t, v, v), \
         BACKWARD_TENSOR(const elem_t, d_o, do), BACKWARD_TENSOR(const float, lse, l), __global const float *delta
-#define BACKWARD_SIZES int seq_q, int seq_kv, int group, float scale_log2, float scale
+/* The sizes, the scales and the ALiBi slopes (f32 [heads_q] from alibi_off; NULL without them: score_mod.h's ALIBI). */
+#define BACKWARD_SIZES                                                                                      \
+    int seq_q, int seq_kv, int group, float scale_log2, float scale, __global const float *alibi, ulong alibi_off
 
 /* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
 static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)

@@ -67,12 +67,12 @@ static void load_row_terms(__local float *row_lse2, __local float *row_delta, __
 }
 
 /* P and dS of one (query block, key block) pair: P_ij = exp2(scale_log2 q_i.k_j - lse2_i) where
- * key j is visible to row i, else 0; dS_ij = P_ij (dO_i.v_j - D_i). The dQ pass passes ds_tile as
+ * key j is visible to row i, else 0 (capped and biased by the head's ALiBi slope alibi2: score_mod.h); dS_ij = P_ij (dO_i.v_j - D_i). The dQ pass passes ds_tile as
  * p_tile too (it needs no P): each element's P is written before its dS by the same work-item. */
 static void block_p_ds(__local const float *q_tile, __local const float *do_tile, __local const float *k_tile,
                        __local const float *v_tile, __local const float *row_lse2, __local const float *row_delta,
-                       int q0, int k0, int seq_q, int seq_kv, float scale_log2, __local float *p_tile,
-                       __local float *ds_tile, int lid)
+                       int q0, int k0, int seq_q, int seq_kv, float scale_log2, float alibi2,
+                       __local float *p_tile, __local float *ds_tile, int lid)
 {
     const int diag = seq_kv - seq_q;
     for (int idx = lid; idx < BLOCK_M * BLOCK_N; idx += WG) {
@@ -90,7 +90,7 @@ static void block_p_ds(__local const float *q_tile, __local const float *do_tile
                 dp = fma(do_tile[i * LD + e], v_tile[j * LD + e], dp);
             }
             float slope = 1.0f;  /* of the softcap, where there is one */
-            p = SCORE_P(s, scale_log2, row_lse2[i], slope);
+            p = SCORE_P(s, scale_log2, SCORE_LSE2(row_lse2[i], alibi2, row, key, diag), slope);
             ds = p * (dp - row_delta[i]) * slope;
         }
         p_tile[idx] = p;
@@ -110,7 +110,8 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
                          __global const float *delta,
                          __global storage_t *d_k, ulong dk_off, ulong dk_sb, ulong dk_ss, ulong dk_sh,
                          __global storage_t *d_v, ulong dv_off, ulong dv_sb, ulong dv_ss, ulong dv_sh,
-                         int seq_q, int seq_kv, int group, float scale_log2, float scale)
+                         int seq_q, int seq_kv, int group, float scale_log2, float scale,
+                         __global const float *alibi, ulong alibi_off)
 {
     __local float q_tile[BLOCK_M * LD];
     __local float do_tile[BLOCK_M * LD];
@@ -153,7 +154,7 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
             load_row_terms(row_lse2, row_delta, lse, lse_base, l_ss, delta, delta_base, q0, seq_q, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             block_p_ds(q_tile, do_tile, k_tile, v_tile, row_lse2, row_delta, q0, k0, seq_q, seq_kv, scale_log2,
-                       p_tile, ds_tile, lid);
+                       HEAD_ALIBI2(h), p_tile, ds_tile, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             /* dV_j += sum_i P_ij dO_i; dK_j += sum_i dS_ij Q_i (scaled once at the end). */
             for (int t = 0; t < ACC_N; t++) {
@@ -194,7 +195,8 @@ void flash_backward_dq(__global const storage_t *q, ulong q_off, ulong q_sb, ulo
                        __global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                        __global const float *delta,
                        __global storage_t *d_q, ulong dq_off, ulong dq_sb, ulong dq_ss, ulong dq_sh,
-                       int seq_q, int seq_kv, int group, float scale_log2, float scale)
+                       int seq_q, int seq_kv, int group, float scale_log2, float scale,
+                         __global const float *alibi, ulong alibi_off)
 {
     __local float q_tile[BLOCK_M * LD];
     __local float do_tile[BLOCK_M * LD];
@@ -228,7 +230,7 @@ void flash_backward_dq(__global const storage_t *q, ulong q_off, ulong q_sb, ulo
         load_rows(v_tile, v, v_base, v_ss, k0, BLOCK_N, seq_kv, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
         block_p_ds(q_tile, do_tile, k_tile, v_tile, row_lse2, row_delta, q0, k0, seq_q, seq_kv, scale_log2,
-                   ds_tile, ds_tile, lid);
+                   HEAD_ALIBI2(h), ds_tile, ds_tile, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
         /* dQ_i += sum_j dS_ij K_j (scaled once at the end). */
         for (int t = 0; t < ACC_M; t++) {

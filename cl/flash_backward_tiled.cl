@@ -151,7 +151,8 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
                                __global const float *delta,
                                __global storage_t *d_k, ulong dk_off, ulong dk_sb, ulong dk_ss, ulong dk_sh,
                                __global storage_t *d_v, ulong dv_off, ulong dv_sb, ulong dv_ss, ulong dv_sh,
-                               int seq_q, int seq_kv, int group, float scale_log2, float scale)
+                               int seq_q, int seq_kv, int group, float scale_log2, float scale,
+                               __global const float *alibi, ulong alibi_off)
 {
     __local float k_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
     __local float v_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
@@ -189,6 +190,7 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
 
     for (int g = 0; g < group; g++) {  /* fixed order: the GQA sum is the same every run */
         const int h = hk * group + g;
+        const float alibi2 = HEAD_ALIBI2(h);
         const ulong q_base = q_off + (ulong)b * q_sb + (ulong)h * q_sh;
         const ulong do_base = do_off + (ulong)b * do_sb + (ulong)h * do_sh;
         const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
@@ -249,7 +251,8 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
 #pragma unroll
                 for (int kk = 0; kk < R; kk++) {
                     float slope = 1.0f;  /* of the softcap, where there is one */
-                    p[kk] = SCORE_P(s[kk][j], scale_log2, lse2, slope);
+                    const float lse2_biased = SCORE_LSE2(lse2, alibi2, q0 + i, k0 + key0 + kk, diag);
+                    p[kk] = SCORE_P(s[kk][j], scale_log2, lse2_biased, slope);
                     if (edge && !pair_visible(q0 + i, k0 + key0 + kk, seq_kv, diag))
                         p[kk] = 0.0f;
                     ds[kk] = p[kk] * (dp[kk][j] - d_row) * slope;
@@ -318,7 +321,8 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
                              __global const float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,
                              __global const float *delta,
                              __global storage_t *d_q, ulong dq_off, ulong dq_sb, ulong dq_ss, ulong dq_sh,
-                             int seq_q, int seq_kv, int group, float scale_log2, float scale)
+                             int seq_q, int seq_kv, int group, float scale_log2, float scale,
+                               __global const float *alibi, ulong alibi_off)
 {
     __local float q_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
     __local float do_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
@@ -338,6 +342,7 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
     const int hk = h / group;
     const int heads_q = (int)get_num_groups(1);
     const int diag = seq_kv - seq_q;
+    const float alibi2 = HEAD_ALIBI2(h);
 
     load_tile(q_tile, BLOCK_M, q, q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, lid, WG_DQ);
     load_tile(do_tile, BLOCK_M, d_o, do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, lid, WG_DQ);
@@ -412,7 +417,8 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
 #pragma unroll
             for (int i = 0; i < R; i++) {
                 float slope = 1.0f;  /* of the softcap, where there is one */
-                float p = SCORE_P(s[i][j], scale_log2, row_lse2[row0 + i], slope);
+                float p = SCORE_P(s[i][j], scale_log2, SCORE_LSE2(row_lse2[row0 + i], alibi2, q0 + row0 + i, k0 + key, diag),
+                                  slope);
                 if (edge && !pair_visible(q0 + row0 + i, k0 + key, seq_kv, diag))
                     p = 0.0f;
                 ds[i] = p * (dp[i][j] - row_delta[row0 + i]) * slope;

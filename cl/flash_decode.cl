@@ -163,9 +163,9 @@ static inline void stage_rows(__local raw_t *tile, __global const storage_t *src
 
 /* Key j's (kb + j = key) score against row r: its SPK partials added in a
  * fixed order, or -inf where the key is past the end or hidden from the row
- * (row r: position r / group). */
+ * (row r: position r / group), biased by the row's head's ALiBi slope2. */
 static inline float block_score(__local const float *p_tile, int j, int r, int key, int seq_kv, int rows_used,
-                                int group, int diag)
+                                int group, int diag, float slope2)
 {
     float s = p_tile[j * ROWS + r];
 #pragma unroll
@@ -175,7 +175,7 @@ static inline float block_score(__local const float *p_tile, int j, int r, int k
 #if MASKED
     visible = visible && mask_visible(r / group, key, diag);
 #endif
-    return visible ? SCORE_CAP(s) : -INFINITY;
+    return visible ? SCORE_BIAS(SCORE_CAP(s), slope2, r / group, key, diag) : -INFINITY;
 }
 
 #if NV_ASYNC
@@ -328,14 +328,16 @@ void flash_decode(FORWARD_ARGS(storage_t))
             const int r = idx / MAX_PARTS, mp = idx % MAX_PARTS;
             float mx = -INFINITY;
             for (int jj = mp; jj < BLOCK_N; jj += MAX_PARTS)
-                mx = fmax(mx, block_score(p_tile, jj, r, kb + jj, seq_kv, rows_used, group, diag));
+                mx = fmax(mx, block_score(p_tile, jj, r, kb + jj, seq_kv, rows_used, group, diag,
+                                          HEAD_ALIBI2(hk * group + r % group)));
             row_part[idx] = mx;
         }
         /* The key's first work-item: its whole scores, the partials added in order. */
         if (part == 0)
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
-                s[r] = block_score(p_tile, j, r, key, seq_kv, rows_used, group, diag);
+                s[r] = block_score(p_tile, j, r, key, seq_kv, rows_used, group, diag,
+                                   HEAD_ALIBI2(hk * group + r % group));
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float alpha[ROWS];

@@ -217,6 +217,7 @@ NV_UNROLL
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
     const int pos_lo = g / group, pos_hi = (g + 8) / group;  /* this thread's rows' query positions */
+    const float slope2_lo = HEAD_ALIBI2(hk * group + g % group), slope2_hi = HEAD_ALIBI2(hk * group + (g + 8) % group);
     const int kw0 = warp * KW;                               /* this warp's keys in a block */
 
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = stage + 1 == STAGES ? 0 : stage + 1) {
@@ -266,7 +267,8 @@ NV_UNROLL
 #if WINDOW_LEFT >= 0
         edge = edge || kb < seq_q - 1 + diag - WINDOW_LEFT;
 #endif
-        online_softmax(s, acc, m_row, l_row, edge, kb + kw0, pos_lo, pos_hi, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
+        online_softmax(s, acc, m_row, l_row, edge, kb + kw0, pos_lo, pos_hi, t, seq_kv, diag,
+                       scale_log2 ALIBI_ARG(slope2_lo, slope2_hi) NV_SCRATCH_ARG);
         uint pf[KW / 16][4];
 NV_UNROLL
         for (int kc = 0; kc < KW / 16; kc++) {

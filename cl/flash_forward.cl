@@ -78,6 +78,7 @@ void flash_forward(FORWARD_ARGS(storage_t))
     const int q0 = qb * BLOCK_M;
     SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
     const int diag = seq_kv - seq_q;   /* bottom-right causal alignment */
+    const float slope2 = HEAD_ALIBI2(h);
 
     const ulong q_base = q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
     const ulong k_base = k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
@@ -134,7 +135,7 @@ void flash_forward(FORWARD_ARGS(storage_t))
                     for (int e = 0; e < HEAD_DIM; e++)
                         dot = fma(q_tile[i * LDQK + e], k_tile[j * LDQK + e], dot);
                 }
-                s[r][c] = visible ? SCORE_CAP(dot) : -INFINITY;
+                s[r][c] = visible ? SCORE_BIAS(SCORE_CAP(dot), slope2, q0 + i, key, diag) : -INFINITY;
                 block_max = fmax(block_max, s[r][c]);
             }
             if (i < BLOCK_M)

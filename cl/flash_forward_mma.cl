@@ -281,6 +281,7 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
     const int q0 = qb * BLOCK_M;
     SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
     const int diag = seq_kv - seq_q;
+    const float slope2 = HEAD_ALIBI2(h);
 
     __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
     __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
@@ -520,7 +521,7 @@ NV_UNROLL
 #endif
 #if OVERLAP
         softmax_scores(s[0], alpha, m_row[0], l_row[0], edge, kb, warp_row0 + g, warp_row0 + g + 8, t, seq_kv,
-                       diag, scale_log2 NV_SCRATCH_ARG);
+                       diag, scale_log2 ALIBI_ARG(slope2, slope2) NV_SCRATCH_ARG);
         /* The softmax's results tied to this point, before the wait: else the compiler may sink its
          * arithmetic past the wait (nothing orders plain arithmetic after a volatile asm); and the softmax
          * ended as a basic block of ptxas's, with P's registers read where it ends (wgmma_keep_a). */
@@ -542,7 +543,8 @@ NV_UNROLL
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++) {
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
-                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag,
+                           scale_log2 ALIBI_ARG(slope2, slope2) NV_SCRATCH_ARG);
 NV_UNROLL
             for (int kc = 0; kc < BLOCK_N / 16; kc++) {
                 pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);

@@ -166,6 +166,7 @@ void flash_forward_tf32(FORWARD_ARGS(float))
     const int q0 = qb * BLOCK_M;
     SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
     const int diag = seq_kv - seq_q;
+    const float slope2 = HEAD_ALIBI2(h);
 
     __global const float *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
     __global const float *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
@@ -248,7 +249,8 @@ NV_UNROLL
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++)
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
-                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag, scale_log2 NV_SCRATCH_ARG);
+                           warp_row0 + 16 * mt + g + 8, t, seq_kv, diag,
+                           scale_log2 ALIBI_ARG(slope2, slope2) NV_SCRATCH_ARG);
 
         COPY_ASYNC_WAIT(0);  /* V has landed */
         barrier(CLK_LOCAL_MEM_FENCE);  /* ... for every warp, and every warp is done with k_tile */

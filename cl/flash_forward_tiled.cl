@@ -101,6 +101,7 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
     const int q0 = qb * BLOCK_M;
     SEQUENCE_ROWS(b);  /* start_q, start_k; varlen: seq_q, seq_kv become this sequence's */
     const int diag = seq_kv - seq_q;
+    const float slope2 = HEAD_ALIBI2(h);
 
     const ulong q_base = q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
     const ulong k_base = k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
@@ -179,9 +180,9 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < CN; j++) {
-                s[i][j] = SCORE_CAP(s[i][j]);
+                const int key = kb + tx + 16 * j;
+                s[i][j] = SCORE_BIAS(SCORE_CAP(s[i][j]), slope2, q0 + row0 + i, key, diag);
                 if (edge) {
-                    const int key = kb + tx + 16 * j;
                     bool visible = key < seq_kv;
 #if MASKED
                     visible = visible && mask_visible(q0 + row0 + i, key, diag);

@@ -3,7 +3,7 @@
  * order is the one src/forward.c sets: each view as its pointer, offset and
  * batch, sequence and head strides (in elements), Q, K, V, O, then the
  * LSE's, the problem, the attention sinks (f32 [heads_q] from sink_off; NULL
- * without them: cl/score_mod.h's SINKS), then cl/varlen.h's and cl/split.h's
+ * without them: cl/score_mod.h's SINKS), the ALiBi slopes (likewise; ALIBI), then cl/varlen.h's and cl/split.h's
  * arguments (which must be included first). elem_t is the storage as the kernel addresses it.
  */
 #ifndef FLASHCL_FORWARD_ARGS_H
@@ -16,6 +16,7 @@
     __global elem_t *o, ulong o_off, ulong o_sb, ulong o_ss, ulong o_sh,                                       \
     __global float *lse, ulong l_off, ulong l_sb, ulong l_ss, ulong l_sh,                                      \
     int has_lse, int seq_q, int seq_kv, int group, float scale_log2,                                          \
-    __global const float *sinks, ulong sink_off VARLEN_ARGS SPLIT_ARGS
+    __global const float *sinks, ulong sink_off, __global const float *alibi, ulong alibi_off                   \
+    VARLEN_ARGS SPLIT_ARGS
 
 #endif

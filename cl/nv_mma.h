@@ -33,7 +33,8 @@ static inline float quad_xor(float v, int mask)
 #ifndef NEGATIVE_SCALE
 #define NEGATIVE_SCALE 0
 #endif
-#if NEGATIVE_SCALE && !defined(SOFTCAP2)  /* capped scores are scaled first: their extreme is the max */
+/* Capped or biased scores are scaled first (softmax_block): their extreme is the max. */
+#if NEGATIVE_SCALE && !defined(SOFTCAP2) && !ALIBI
 #define ROW_EXTREME fmin
 #define HIDDEN INFINITY
 #else
@@ -62,6 +63,16 @@ static inline float quad_xor(float v, int mask)
 #endif
 #define SCORE_EXP2(n, x) (((n) * EXP2_POLY) % 8 < EXP2_POLY ? exp2_poly(x) : exp2_ftz(x))
 
+/* ALiBi (score_mod.h): the base-2 slopes of the tile's two rows (g and g + 8; one head's, but the decode
+ * kernel's rows are heads of a group) travel as two more arguments of the softmax, only where ALIBI. */
+#if ALIBI
+#define ALIBI_PARAM , float slope2_lo, float slope2_hi
+#define ALIBI_ARG(lo, hi) , (lo), (hi)
+#else
+#define ALIBI_PARAM
+#define ALIBI_ARG(lo, hi)
+#endif
+
 /*
  * Folds one block of raw scores s (one 16-row mma tile: this thread's rows
  * g and g + 8, whose query positions for the mask are row_lo and row_hi,
@@ -79,16 +90,17 @@ static inline float quad_xor(float v, int mask)
  */
 static inline void softmax_block(float s[S_TILES][4], float acc[O_TILES][4], bool rescale, float alpha[2],
                                  float m_row[2], float l_row[2], bool edge, int kb, int row_lo, int row_hi, int t,
-                                 int seq_kv, int diag, float scale_log2 NV_SCRATCH_PARAM)
+                                 int seq_kv, int diag, float scale_log2 ALIBI_PARAM NV_SCRATCH_PARAM)
 {
-#ifdef SOFTCAP2
-    /* Logit softcapping (score_mod.h): scaled and capped here, in base 2, before the mask (a hidden key must stay
-     * hidden, and tanh would bring -inf back to -cap); the rest then runs with a scale of 1. */
+#if defined(SOFTCAP2) || ALIBI
+    /* Logit softcapping and ALiBi (score_mod.h): scaled, capped and biased here, in base 2, before the mask (a
+     * hidden key must stay hidden, and tanh would bring -inf back to -cap); the rest then runs with a scale of 1. */
 NV_UNROLL
     for (int n = 0; n < S_TILES; n++)
 NV_UNROLL
         for (int e = 0; e < 4; e++)
-            s[n][e] = SCORE_CAP(s[n][e] * scale_log2);
+            s[n][e] = SCORE_BIAS(SCORE_CAP(s[n][e] * scale_log2), e >> 1 ? slope2_hi : slope2_lo,
+                                 e >> 1 ? row_hi : row_lo, kb + n * 8 + 2 * t + (e & 1), diag);
     scale_log2 = 1.0f;
 #endif
     if (edge) {
@@ -167,20 +179,20 @@ NV_UNROLL
 /* The block folded into m, l and O at once. */
 static inline void online_softmax(float s[S_TILES][4], float acc[O_TILES][4], float m_row[2], float l_row[2],
                                   bool edge, int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
-                                  float scale_log2 NV_SCRATCH_PARAM)
+                                  float scale_log2 ALIBI_PARAM NV_SCRATCH_PARAM)
 {
     float alpha[2];
     softmax_block(s, acc, true, alpha, m_row, l_row, edge, kb, row_lo, row_hi, t, seq_kv, diag,
-                  scale_log2 NV_SCRATCH_ARG);
+                  scale_log2 ALIBI_ARG(slope2_lo, slope2_hi) NV_SCRATCH_ARG);
 }
 
 /* Into m and l only: O's rescale by alpha left to the caller (rescale_rows); O is not touched. */
 static inline void softmax_scores(float s[S_TILES][4], float alpha[2], float m_row[2], float l_row[2], bool edge,
                                   int kb, int row_lo, int row_hi, int t, int seq_kv, int diag,
-                                  float scale_log2 NV_SCRATCH_PARAM)
+                                  float scale_log2 ALIBI_PARAM NV_SCRATCH_PARAM)
 {
     softmax_block(s, (float(*)[4])0, false, alpha, m_row, l_row, edge, kb, row_lo, row_hi, t, seq_kv, diag,
-                  scale_log2 NV_SCRATCH_ARG);
+                  scale_log2 ALIBI_ARG(slope2_lo, slope2_hi) NV_SCRATCH_ARG);
 }
 
 /* The quad's four partial sums of l, then the accumulator's factor (1/l, 0 for a row that saw no key;

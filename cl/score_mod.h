@@ -7,6 +7,12 @@
  * natural score, the same function. Without -DSOFTCAP2 every macro here
  * leaves the score as it is, with the kernels' own arithmetic.
  *
+ * ALiBi (-DALIBI=1): a bias by distance, -slope_h·|key - (row + diag)| for
+ * query head h's slope (natural units), joined to the scaled and capped
+ * score; diag = seq_kv - seq_q is the masks' diagonal (mask.h). In base 2 the
+ * slope is slope·log2(e) (HEAD_ALIBI2). The backward's P subtracts the same
+ * bias from its LSE instead (SCORE_LSE2): exp2(s2 + bias - lse2).
+ *
  * Attention sinks (-DSINKS=1): a logit per query head that joins each row's
  * denominator and has no value. A kernel finishes a row with row_finish; a
  * split's partial leaves the sink out, and flash_forward_combine
@@ -31,6 +37,22 @@ static inline float capped_p(float s2, float lse2, float *slope)
 #else
 #define SCORE_CAP(s2) (s2)
 #define SCORE_P(s, scale_log2, lse2, slope) exp2(fma((s), (scale_log2), -(lse2)))  /* slope stays 1 */
+#endif
+
+#ifndef ALIBI
+#define ALIBI 0
+#endif
+#if ALIBI
+/* Query head h's slope in base 2 (the kernel's alibi, alibi_off arguments). */
+#define HEAD_ALIBI2(h) (alibi[alibi_off + (ulong)(h)] * M_LOG2E_F)
+/* A base-2 score s2 of row `row` and key `key` with its bias by distance from the diagonal. */
+#define SCORE_BIAS(s2, slope2, row, key, diag) fma(-(slope2), (float)abs((key) - (row) - (diag)), (s2))
+/* The backward's: lse2 less the bias, so exp2(s2 - SCORE_LSE2(...)) is the biased P. */
+#define SCORE_LSE2(lse2, slope2, row, key, diag) fma((slope2), (float)abs((key) - (row) - (diag)), (lse2))
+#else
+#define HEAD_ALIBI2(h) 0.0f
+#define SCORE_BIAS(s2, slope2, row, key, diag) (s2)
+#define SCORE_LSE2(lse2, slope2, row, key, diag) (lse2)
 #endif
 
 #ifndef SINKS

@@ -361,9 +361,23 @@ struct flashcl_attention {
      * them. */
     flashcl_vector sinks;
 
+    /* ALiBi (BLOOM, MPT): alibi_slopes.mem != NULL gives f32 [heads_q], a
+     * slope per query head; query row i's score against key j gains
+     * -slope·|j - (i + seq_kv - seq_q)|, the distance from the row's diagonal
+     * in the masks' bottom-right alignment (each sequence's own lengths in
+     * packed batches and caches). The bias joins the scaled (and capped)
+     * score, before the mask and the softmax, so the LSE is that of the
+     * biased scores (FlashAttention-2's causal form adds slope·j instead,
+     * which differs from this by a constant a row: the same O, another LSE).
+     * A slope of 0 is none for its head; slopes must be finite. Computed by
+     * every forward kernel and by the FMA backward kernels ("backward",
+     * "backward-tiled"), which a backward with slopes plans (the bias has no
+     * gradient of its own). The standard path refuses them. */
+    flashcl_vector alibi_slopes;
+
     /* Zero. Room for fields of later versions (sequence offsets, page
      * tables) without changing the struct's size. */
-    unsigned char reserved[100];
+    unsigned char reserved[84];
 };
 
 /* ------------------------------------------------------------------------ */

@@ -45,7 +45,8 @@ struct flashcl_kernel_info {
     int opt_in;              /* planned only where kernel_options name it */
     int softcap;             /* computes logit softcapping (attn.softcap) */
     int sinks;               /* computes attention sinks (attn.sinks; every backward kernel takes them) */
-    unsigned char reserved[24];
+    int alibi;               /* computes ALiBi biases (attn.alibi_slopes) */
+    unsigned char reserved[20];
 };
 
 /* Kernels in the table, in the planner's order of preference. */

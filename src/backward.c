@@ -79,6 +79,7 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "grad.d_sinks.offset = %zu with grad.d_sinks.mem NULL",
                         g->d_sinks.offset);
     const flashcl_tensor sinks = fcl_vector_view(&a->sinks), d_sinks = fcl_vector_view(&g->d_sinks);
+    const flashcl_tensor slopes = fcl_vector_view(&a->alibi_slopes);
 
     /* The workspace is checked like a written view: one row of ws_bytes / 4 floats. */
     const flashcl_tensor ws_view = {.mem = workspace, .dtype = FLASHCL_F32};
@@ -101,6 +102,7 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
         {"attn.o", &a->o, {b, nq, hq}, d},
         {"attn.lse", &a->lse, {b, nq, hq}, 1},
         {"attn.sinks", &sinks, {1, 1, hq}, 1},
+        {"attn.alibi_slopes", &slopes, {1, 1, hq}, 1},
         {"grad.d_o", &g->d_o, {b, nq, hq}, d},
         /* written from here on */
         {"grad.d_q", &g->d_q, {b, nq, hq}, d},
@@ -109,7 +111,7 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
         {"grad.d_sinks", &d_sinks, {1, 1, hq}, 1},
         {"workspace", &ws_view, {1, 1, 1}, ws_bytes / sizeof(float)},
     };
-    const int first_written = 7;
+    const int first_written = 8;
     /* The LSE only when present (the standard path does not read it), the workspace only when given. */
     struct view_spec present[sizeof(views) / sizeof(views[0])];
     int n = 0, first_output = 0;
@@ -165,7 +167,8 @@ flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx, const struc
     return st;
 }
 
-/* The scalar arguments that close flash_backward_dkdv's and flash_backward_dq's lists. */
+/* The arguments that close flash_backward_dkdv's and flash_backward_dq's lists: the sizes, the scales and
+ * the ALiBi slopes. */
 static cl_int set_tail_args(cl_kernel kernel, cl_uint *arg, const struct flashcl_attention *a)
 {
     const cl_int seq_q = a->seq_q, seq_kv = a->seq_kv, group = a->heads_q / a->heads_kv;
@@ -174,7 +177,8 @@ static cl_int set_tail_args(cl_kernel kernel, cl_uint *arg, const struct flashcl
     err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &seq_kv);
     err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_int), &group);
     err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale_log2);
-    return err | clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale);
+    err |= clSetKernelArg(kernel, (*arg)++, sizeof(cl_float), &scale);
+    return err | fcl_set_vector_args(kernel, arg, &a->alibi_slopes);
 }
 
 /* The arguments that open flash_backward_dkdv's and flash_backward_dq's lists: Q, K, V, dO, LSE and the

@@ -158,6 +158,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &group);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_float), &scale_log2);
         err |= fcl_set_vector_args(kernel, &arg, &attn->sinks);
+        err |= fcl_set_vector_args(kernel, &arg, &attn->alibi_slopes);
         if (varlen)
             err |= set_varlen_args(kernel, &arg, varlen);
         if (split) {  /* cl/split.h's trailing arguments */

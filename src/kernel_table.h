@@ -60,6 +60,7 @@ struct problem {
     int window_left, window_right;     /* the mask as a window (-1: unlimited), whatever its kind */
     float softcap;                     /* attn.softcap: 0 none */
     bool sinks;                        /* forward: attn.sinks given */
+    bool alibi;                        /* attn.alibi_slopes given */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
     int varlen;     /* cl/varlen.h: 0 dense, 1 packed sequences with offsets, 2 a KV cache's lengths, 3 paged */
     int batch, heads_q, heads_kv, seq_q, seq_kv;  /* the grid's (the longest sequence's for varlen): split-KV's
@@ -121,6 +122,7 @@ struct kernel_info {
     /* Forward: computes attention sinks (cl/score_mod.h's row_finish, -DSINKS=1; split_combine.h). The
      * backward's kernels all take them: they read P through the LSE, which holds the sink. */
     bool sinks;
+    bool alibi;                      /* computes ALiBi biases (cl/score_mod.h, -DALIBI=1) */
     /* Takes split-KV (cl/split.h): the entry point that merges the partials; NULL if not. */
     const char *combine;
     /* One work-group per (split, KV head, sequence) holding every query row of

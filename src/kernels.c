@@ -874,7 +874,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "decode-tensor-core", .file = "cl/flash_decode_mma.cl",
         .summary = "Decode (a KV head's group x seq_q query rows, at most 16, as one 16-row mma tile) against many keys on NVIDIA sm_80+ tensor cores, keys split across work-groups.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_decode_mma, .entry = "flash_decode_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -892,7 +892,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "decode", .file = "cl/flash_decode.cl",
         .summary = "Decode on the FMA units of any OpenCL 1.2 device: one work-group per KV head holds its group's query rows (group x seq_q <= 16), keys split across work-groups.",
         .op = OP_FORWARD,
-        .softcap = true, .sinks = true,
+        .softcap = true, .sinks = true, .alibi = true,
         .source = flashcl_source_flash_decode, .entry = "flash_decode",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -909,7 +909,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tensor-core-wgmma", .file = "cl/flash_forward_mma.cl",
         .summary = "The forward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right; ahead of tensor-core.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -926,7 +926,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tensor-core", .file = "cl/flash_forward_mma.cl",
         .summary = "The forward on NVIDIA sm_80+ tensor cores with mma.sync m16n8k16.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -942,7 +942,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tf32", .file = "cl/flash_forward_tf32.cl",
         .summary = "The forward for f32 data on NVIDIA sm_80+ tensor cores with TF32 or 3xTF32 operands (attn.precision TF32 / TF32X3 only).",
-        .op = OP_FORWARD, .sinks = true, .softcap = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_forward_tf32, .entry = "flash_forward_tf32",
         .dtypes = DTYPE_BIT(FLASHCL_F32),
         .masks = ALL_MASKS,
@@ -960,7 +960,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "register-tiled", .file = "cl/flash_forward_tiled.cl",
         .summary = "The forward on the FMA units of any OpenCL 1.2 device, each work-item holding a register tile of scores.",
         .op = OP_FORWARD,
-        .softcap = true, .sinks = true,
+        .softcap = true, .sinks = true, .alibi = true,
         .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -978,7 +978,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "portable", .file = "cl/flash_forward.cl",
         .summary = "The forward on any OpenCL 1.2 device, any head dim and tile: the fallback every call can run.",
         .op = OP_FORWARD,
-        .softcap = true, .sinks = true,
+        .softcap = true, .sinks = true, .alibi = true,
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -1045,7 +1045,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "backward-tiled", .file = "cl/flash_backward_tiled.cl",
         .summary = "The backward on the FMA units of any OpenCL 1.2 device, with register tiles; deterministic.",
         .op = OP_BACKWARD,
-        .softcap = true,
+        .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_tiled, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_tiled_dkdv", "flash_backward_tiled_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -1062,7 +1062,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "backward", .file = "cl/flash_backward.cl",
         .summary = "The backward on any OpenCL 1.2 device, any head dim and tile: the fallback every backward can run.",
         .op = OP_BACKWARD,
-        .softcap = true,
+        .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_dkdv", "flash_backward_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -1143,6 +1143,7 @@ flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *ou
     out->opt_in = k->opt_in;
     out->softcap = k->softcap;
     out->sinks = k->sinks || k->op == OP_BACKWARD;
+    out->alibi = k->alibi;
     return FLASHCL_SUCCESS;
 }
 
@@ -1241,6 +1242,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "logit softcap";
     if (p->sinks && !k->sinks && k->op == OP_FORWARD)  /* every backward kernel takes them (through the LSE) */
         return "attention sinks";
+    if (p->alibi && !k->alibi)
+        return "ALiBi";
     return NULL;
 }
 

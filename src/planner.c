@@ -246,6 +246,10 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
         const size_t used = strlen(out->options);
         snprintf(out->options + used, sizeof(out->options) - used, " -DSINKS=1");
     }
+    if (p->alibi) {
+        const size_t used = strlen(out->options);
+        snprintf(out->options + used, sizeof(out->options) - used, " -DALIBI=1");
+    }
     if ((k->needs & NEEDS_TENSOR_CORES) && ctx->dev.tensor_cores_emulated) {
         const size_t used = strlen(out->options);
         snprintf(out->options + used, sizeof(out->options) - used, " -DNV_EMULATE=1");
@@ -300,6 +304,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     fcl_attention_window(a, &out->window_left, &out->window_right);
     out->softcap = a->softcap;
     out->sinks = a->sinks.mem != NULL;
+    out->alibi = a->alibi_slopes.mem != NULL;
     out->batch = a->batch;
     out->heads_q = a->heads_q;
     out->heads_kv = a->heads_kv;

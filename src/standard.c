@@ -44,6 +44,9 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
 {
     if (a->sinks.mem)  /* likewise its softmax has no sink */
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.sinks; the flash path does");
+    if (a->alibi_slopes.mem)  /* nor a bias */
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.alibi_slopes; the flash "
+                        "path does");
     if (a->softcap != 0.0f)  /* its softmax kernel has no cap: refused, not computed uncapped */
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.softcap (%g); the flash "
                         "path does", (double)a->softcap);

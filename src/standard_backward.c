@@ -30,6 +30,9 @@ static flashcl_status plan_backward(const flashcl_context *ctx, const struct fla
     if (a->sinks.mem)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard backward does not take attn.sinks; flashcl_backward "
                         "does");
+    if (a->alibi_slopes.mem)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard backward does not take attn.alibi_slopes; "
+                        "flashcl_backward does");
     if (a->softcap != 0.0f)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard backward does not take attn.softcap (%g); "
                         "flashcl_backward does", (double)a->softcap);

@@ -457,6 +457,20 @@ static flashcl_status check_views(const flashcl_context *ctx, struct view *views
     return FLASHCL_SUCCESS;
 }
 
+/* A per-head f32 vector (attn.sinks, attn.alibi_slopes): absent (mem and offset 0), or heads floats inside
+ * its buffer, aligned and of the context. */
+static flashcl_status validate_head_vector(const flashcl_context *ctx, const char *name, const flashcl_vector *v,
+                                           int heads)
+{
+    if (!v->mem)
+        return v->offset ? fcl_fail(ctx, FLASHCL_INVALID_VALUE, "%s.offset = %zu with %s.mem NULL", name, v->offset,
+                                    name)
+                         : FLASHCL_SUCCESS;
+    const flashcl_tensor view = fcl_vector_view(v);
+    const struct view_spec spec = {name, &view, {1, 1, (size_t)heads}, 1};
+    return fcl_validate_views(ctx, &spec, 1, 1);
+}
+
 flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct flashcl_attention *a)
 {
     flashcl_status st = check_shape(ctx, a);
@@ -489,16 +503,12 @@ flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct fla
     if (!(a->softcap >= 0.0f) || !isfinite(a->softcap))
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.softcap = %g; must be 0 (none) or finite and > 0",
                         (double)a->softcap);
-    if (a->sinks.mem) {  /* here too, for the calls (paged caches) that do not reach fcl_validate_attention */
-        const flashcl_tensor sinks = fcl_vector_view(&a->sinks);
-        const struct view_spec spec = {"attn.sinks", &sinks, {1, 1, (size_t)a->heads_q}, 1};
-        st = fcl_validate_views(ctx, &spec, 1, 1);
-        if (st != FLASHCL_SUCCESS)
-            return st;
-    } else if (a->sinks.offset) {
-        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.sinks.offset = %zu with attn.sinks.mem NULL",
-                        a->sinks.offset);
-    }
+    /* Here too, for the calls (paged caches) that do not reach fcl_validate_attention. */
+    st = validate_head_vector(ctx, "attn.sinks", &a->sinks, a->heads_q);
+    if (st == FLASHCL_SUCCESS)
+        st = validate_head_vector(ctx, "attn.alibi_slopes", &a->alibi_slopes, a->heads_q);
+    if (st != FLASHCL_SUCCESS)
+        return st;
     return FCL_CHECK_RESERVED(ctx, "attn.reserved", a->reserved);
 }
 
@@ -516,20 +526,24 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
     const flashcl_tensor sinks = fcl_vector_view(&a->sinks);
-    struct view views[6] = {
+    const flashcl_tensor slopes = fcl_vector_view(&a->alibi_slopes);
+    /* The inputs (q, k, v, the per-head vectors given), then the outputs (o, the LSE where given): checked
+     * together, so no output overlaps an input. */
+    struct view views[7] = {
         {"attn.q", &a->q, {b, nq, hq}, d, NULL, 0, 0, {0}},
         {"attn.k", &a->k, {b, nk, hk}, d, NULL, 0, 0, {0}},
         {"attn.v", &a->v, {b, nk, hk}, d, NULL, 0, 0, {0}},
-        {"attn.sinks", &sinks, {1, 1, hq}, 1, NULL, 0, 0, {0}},
-        {"attn.o", &a->o, {b, nq, hq}, d, NULL, 0, 0, {0}},
-        {"attn.lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0, {0}},
     };
-    if (!a->sinks.mem) {  /* inputs q, k, v; outputs o and the LSE where given */
-        views[3] = views[4];
-        views[4] = views[5];
-        return check_views(ctx, views, a->lse.mem ? 5 : 4, 3);
-    }
-    return check_views(ctx, views, a->lse.mem ? 6 : 5, 4);
+    int n = 3;
+    if (a->sinks.mem)
+        views[n++] = (struct view){"attn.sinks", &sinks, {1, 1, hq}, 1, NULL, 0, 0, {0}};
+    if (a->alibi_slopes.mem)
+        views[n++] = (struct view){"attn.alibi_slopes", &slopes, {1, 1, hq}, 1, NULL, 0, 0, {0}};
+    const int first_output = n;
+    views[n++] = (struct view){"attn.o", &a->o, {b, nq, hq}, d, NULL, 0, 0, {0}};
+    if (a->lse.mem)
+        views[n++] = (struct view){"attn.lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0, {0}};
+    return check_views(ctx, views, n, first_output);
 }
 
 flashcl_status fcl_validate_views(const flashcl_context *ctx, const struct view_spec *specs, int n, int first_output)

@@ -129,6 +129,14 @@ void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
         a->sinks = (flashcl_vector){p->sink_mem, 4 * sizeof(float)};
         p->g.d_sinks = (flashcl_vector){p->d_sink_mem, 4 * sizeof(float)};
     }
+    p->slopes = NULL;
+    p->slope_mem = NULL;
+    if (c->alibi) {
+        p->slopes = malloc((size_t)c->heads_q * sizeof(double));
+        ck_assert_ptr_nonnull(p->slopes);
+        test_make_alibi_slopes(c->heads_q, p->slopes, &p->slope_mem);
+        a->alibi_slopes = (flashcl_vector){p->slope_mem, 4 * sizeof(float)};
+    }
 }
 
 void problem_free(struct problem *p)
@@ -138,6 +146,10 @@ void problem_free(struct problem *p)
         free(p->img[t]);
     }
     clReleaseMemObject(p->lse);
+    if (p->slopes) {
+        clReleaseMemObject(p->slope_mem);
+        free(p->slopes);
+    }
     if (p->sinks) {
         clReleaseMemObject(p->sink_mem);
         clReleaseMemObject(p->d_sink_mem);
@@ -272,10 +284,12 @@ static void problem_reference(const struct problem *p, double *ref[3], double *r
                 }
             int left, right;
             test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
-            hostref_attention_backward_sink(q, k, v, dout, Nq, Nk, d, scale, left, right, c->softcap,
-                                            p->sinks ? p->sinks[h] : -INFINITY, &ref[0][(b * Hq + h) * Nq * d],
-                                            &ref[1][(b * Hk + hk) * Nk * d], &ref[2][(b * Hk + hk) * Nk * d],
-                                            p->sinks ? &ref_d_sinks[h] : NULL, scratch);
+            const struct hostref_mods mods = {c->softcap, p->sinks ? p->sinks[h] : -INFINITY,
+                                              p->slopes ? p->slopes[h] : 0.0};
+            hostref_attention_backward_mods(q, k, v, dout, Nq, Nk, d, scale, left, right, &mods,
+                                            &ref[0][(b * Hq + h) * Nq * d], &ref[1][(b * Hk + hk) * Nk * d],
+                                            &ref[2][(b * Hk + hk) * Nk * d], p->sinks ? &ref_d_sinks[h] : NULL,
+                                            scratch);
         }
     free(q);
     free(dout);

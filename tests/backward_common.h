@@ -27,6 +27,7 @@ struct bwd_case {
     enum flashcl_precision precision;  /* f32: attn.precision of both the forward and the backward */
     float softcap;             /* attn.softcap of both (0: none) */
     int sinks;                 /* attn.sinks (test_make_sinks) and grad.d_sinks, checked */
+    int alibi;                 /* attn.alibi_slopes of both (test_make_alibi_slopes) */
 };
 
 /* One case's buffers on the device and their host images. */
@@ -39,6 +40,8 @@ struct problem {
     cl_mem mem[N_TENSORS], lse;
     double *sinks;             /* with c.sinks: the heads' sinks (else NULL) */
     cl_mem sink_mem, d_sink_mem;  /* with c.sinks: both after 4 floats of padding (d_sinks' poisoned) */
+    double *slopes;            /* with c.alibi: the heads' ALiBi slopes (else NULL) */
+    cl_mem slope_mem;          /* with c.alibi: after 4 floats of padding */
     struct flashcl_attention a;
     struct flashcl_attention_grad g;
     const char *kernel;  /* the kernel problem_backward ran (flashcl_backward_config); 0: standard */

@@ -291,6 +291,22 @@ void test_make_sinks(int heads, int seq_kv, double *sinks, cl_mem *mem)
     free(img);
 }
 
+void test_make_alibi_slopes(int heads, double *slopes, cl_mem *mem)
+{
+    float *img = malloc((size_t)(heads + 4) * sizeof(float));
+    ck_assert_ptr_nonnull(img);
+    for (int i = 0; i < 4; i++)
+        img[i] = NAN;
+    for (int h = 0; h < heads; h++) {
+        const float slope = h == heads - 1 && heads > 1 ? 0.0f
+                                                        : (float)(exp2(-8.0 * (h + 1) / heads) * rng_uniform(0.5, 1.5));
+        img[4 + h] = slope;
+        slopes[h] = (double)slope;
+    }
+    *mem = upload(test_env_get(), img, (size_t)(heads + 4) * sizeof(float));
+    free(img);
+}
+
 void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_result *result)
 {
     struct test_env *e = test_env_get();
@@ -328,6 +344,11 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
         sinks[h] = -INFINITY;
     if (c->sinks)
         test_make_sinks(c->heads_q, c->seq_kv, sinks, &sink_mem);
+    double *slopes = calloc(Hq, sizeof(double));
+    ck_assert_ptr_nonnull(slopes);
+    cl_mem slope_mem = NULL;
+    if (c->alibi)
+        test_make_alibi_slopes(c->heads_q, slopes, &slope_mem);
 
     /* The reference reads the stored (rounded) inputs back per (b, head). */
     double *qd = malloc(Nq * d * sizeof(double)), *kd = malloc(Nk * d * sizeof(double));
@@ -353,8 +374,10 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
                 test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
                 size_t first, end;
                 hostref_visible_keys(n, Nq, Nk, left, right, &first, &end);
-                hostref_attention_row_sink(&qd[n * d], kd, vd, first, end, d, scale, c->softcap, sinks[h],
-                                           &ref[row * d], &ref_lse[row], scores);
+                const struct hostref_mods mods = {c->softcap, sinks[h], slopes[h]};
+                hostref_attention_row_mods(&qd[n * d], kd, vd, first, end, d, scale, &mods,
+                                           (long long)n + (long long)Nk - (long long)Nq, &ref[row * d],
+                                           &ref_lse[row], scores);
             }
         }
 
@@ -399,6 +422,8 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     a.softcap = c->softcap;
     if (c->sinks)
         a.sinks = (flashcl_vector){sink_mem, 4 * sizeof(float)};
+    if (c->alibi)
+        a.alibi_slopes = (flashcl_vector){slope_mem, 4 * sizeof(float)};
 
     struct flashcl_tile config;
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &config));
@@ -484,6 +509,9 @@ void test_run_case(flashcl_context *ctx, const struct test_case *c, struct case_
     if (sink_mem)
         clReleaseMemObject(sink_mem);
     free(sinks);
+    if (slope_mem)
+        clReleaseMemObject(slope_mem);
+    free(slopes);
     free(lse_host);
     free(out);
     free(written);

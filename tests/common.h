@@ -98,12 +98,16 @@ struct test_case {
     int window_left, window_right;
     float softcap;          /* attn.softcap (0: none) */
     int sinks;              /* attn.sinks: random per-head sinks near log(seq_kv), the last head's -inf */
+    int alibi;              /* attn.alibi_slopes: test_make_alibi_slopes' */
 };
 
 /* Per-head attention sinks for a test: near log(seq_kv) (so they take a fair share of each row's weight),
  * the last head's -inf (none) where there are several; *mem holds them after 4 NaN floats (the view's offset,
  * 16 bytes, must be honoured). The host copy in sinks[heads]. */
 void test_make_sinks(int heads, int seq_kv, double *sinks, cl_mem *mem);
+/* Per-head ALiBi slopes for a test: BLOOM's 2^(-8 (h + 1) / heads) times a random factor in [0.5, 1.5], the
+ * last head's 0 (none) where there are several; *mem holds them after 4 NaN floats, as test_make_sinks'. */
+void test_make_alibi_slopes(int heads, double *slopes, cl_mem *mem);
 
 struct case_result {
     double max_abs_err;     /* over O */

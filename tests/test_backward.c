@@ -517,18 +517,105 @@ START_TEST(softcap)
 }
 END_TEST
 
-/* The standard path refuses a cap, with a clear message (its softmax kernel has none). */
-START_TEST(softcap_standard_refused)
+/* ---- ALiBi ---- */
+
+/* On both kernels that compute it (backward-tiled and the portable one) against the biased reference (its
+ * gradients checked by finite differences below), with causal and windowed masks, Nq != Nk both ways (the
+ * distance counts from the bottom-right diagonal), GQA (each query head its slope, one of them 0), a negative
+ * scale, padded views, with a cap and sinks. */
+static const struct bwd_case alibi_cases[] = {
+    {1, 70, 90, 4, 2, 32, F32, 1, 0, LAYOUT_BNHD, .alibi = 1},
+    {2, 33, 47, 2, 2, 16, F16, 0, 0, LAYOUT_BHND, 1, .alibi = 1},
+    {1, 50, 50, 3, 1, 24, BF16, 0, -1.0f, LAYOUT_PADDED, 0, 0, 1, 8, 3, .alibi = 1},
+    {1, 60, 35, 2, 2, 30, F32, 0, 0, LAYOUT_BNHD, .alibi = 1},  /* d = 30: the portable one; diagonals < 0 */
+    {1, 33, 60, 2, 1, 16, F32, 1, 0.5f, LAYOUT_BNHD, .softcap = 1.5f, .sinks = 1, .alibi = 1},
+};
+
+START_TEST(alibi)
 {
-    struct bwd_case c = softcap_cases[0];
-    struct problem p;
-    problem_create(&p, &c, 1);
-    size_t bytes;
-    ck_assert_int_eq(flashcl_standard_backward_workspace_size(test_env_get()->ctx, &p.a, &p.g, &bytes),
-                     FLASHCL_INVALID_VALUE);
-    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "softcap"));
-    ck_assert_int_eq(flashcl_standard_workspace_size(test_env_get()->ctx, &p.a, &bytes), FLASHCL_INVALID_VALUE);
-    problem_free(&p);
+    static const char *const options[] = {"", "backward-tensor-core:off;backward-tiled:off"};
+    for (int i = 0; i < 2; i++) {
+        struct bwd_result r;
+        run_case(test_context_with_options(options[i]), "ALiBi", &alibi_cases[_i], 900 + (uint64_t)_i, &r);
+        ck_assert_msg(kernel_is(r.kernel, "backward-tiled") || kernel_is(r.kernel, "backward"), "ALiBi ran %s",
+                      r.kernel);
+    }
+    /* The same inputs unbiased give other gradients: the case can tell a kernel that ignores the slopes. */
+    struct bwd_case plain = alibi_cases[_i];
+    plain.alibi = 0;
+    assert_dq_differs(&alibi_cases[_i], &plain, 900 + (uint64_t)_i, "the ALiBi slopes");
+}
+END_TEST
+
+/* The reference's gradients with every score modifier at once (a cap, ALiBi's bias, a sink) against central
+ * differences of L = sum dO o O, in every element of Q, K and V, causal and not, Nq != Nk. */
+START_TEST(mods_reference_finite_differences)
+{
+    enum { NQ = 4, NK = 5, D = 3 };
+    double q[NQ * D], k[NK * D], v[NK * D], d_o[NQ * D];
+    double *all[4] = {q, k, v, d_o};
+    const size_t sizes[4] = {NQ * D, NK * D, NK * D, NQ * D};
+    const struct hostref_mods mods = {1.2, 0.3, 0.35};
+    const double scale = 0.8;
+    for (int causal = 0; causal < 2; causal++) {
+        rng_seed(31 + (uint64_t)causal);
+        for (int t = 0; t < 4; t++)
+            for (size_t x = 0; x < sizes[t]; x++)
+                all[t][x] = rng_uniform(-1.0, 1.0);
+        double dq[NQ * D], dk[NK * D] = {0}, dv[NK * D] = {0}, scratch[2 * NK + D];
+        hostref_attention_backward_mods(q, k, v, d_o, NQ, NK, D, scale, -1, causal ? 0 : -1, &mods, dq, dk, dv, NULL,
+                                        scratch);
+        double max_err = 0;
+        for (int t = 0; t < 3; t++)
+            for (size_t x = 0; x < sizes[t]; x++) {
+                double loss[2];
+                const double saved = all[t][x];
+                for (int side = 0; side < 2; side++) {
+                    all[t][x] = saved + (side ? -1e-6 : 1e-6);
+                    loss[side] = 0;
+                    for (size_t i = 0; i < NQ; i++) {
+                        size_t first, end;
+                        hostref_visible_keys(i, NQ, NK, -1, causal ? 0 : -1, &first, &end);
+                        double out[D], lse, row_scratch[NK];
+                        hostref_attention_row_mods(&q[i * D], k, v, first, end, D, scale, &mods,
+                                                   (long long)i + NK - NQ, out, &lse, row_scratch);
+                        for (size_t e = 0; e < D; e++)
+                            loss[side] += d_o[i * D + e] * out[e];
+                    }
+                }
+                all[t][x] = saved;
+                const double fd = (loss[0] - loss[1]) / 2e-6, got = t == 0 ? dq[x] : t == 1 ? dk[x] : dv[x];
+                max_err = fmax(max_err, fabs(fd - got));
+            }
+        ck_assert_msg(max_err < 1e-8, "causal %d: |reference - finite difference| up to %.3g", causal, max_err);
+        printf("score modifiers' finite differences, causal %d: |reference - fd| %.2e\n", causal, max_err);
+    }
+}
+END_TEST
+
+/* The standard path, forward and backward, refuses a cap, sinks and ALiBi, each with a clear message (its
+ * softmax kernel has none of them). */
+START_TEST(variants_standard_refused)
+{
+    static const struct {
+        struct bwd_case c;
+        const char *field;
+    } refused[] = {
+        {{1, 20, 20, 2, 2, 16, F32, 1, 0, LAYOUT_BNHD, .softcap = 1.5f}, "attn.softcap"},
+        {{1, 20, 20, 2, 2, 16, F32, 1, 0, LAYOUT_BNHD, .sinks = 1}, "attn.sinks"},
+        {{1, 20, 20, 2, 2, 16, F32, 1, 0, LAYOUT_BNHD, .alibi = 1}, "attn.alibi_slopes"},
+    };
+    for (int i = 0; i < 3; i++) {
+        struct problem p;
+        problem_create(&p, &refused[i].c, 1);
+        size_t bytes;
+        ck_assert_int_eq(flashcl_standard_backward_workspace_size(test_env_get()->ctx, &p.a, &p.g, &bytes),
+                         FLASHCL_INVALID_VALUE);
+        ck_assert_msg(strstr(flashcl_last_error(), refused[i].field), "%s", flashcl_last_error());
+        ck_assert_int_eq(flashcl_standard_workspace_size(test_env_get()->ctx, &p.a, &bytes), FLASHCL_INVALID_VALUE);
+        ck_assert_msg(strstr(flashcl_last_error(), refused[i].field), "%s", flashcl_last_error());
+        problem_free(&p);
+    }
 }
 END_TEST
 
@@ -846,8 +933,13 @@ int main(void)
     TCase *sc = tcase_create("softcap");
     tcase_set_timeout(sc, 600);
     tcase_add_loop_test(sc, softcap, 0, COUNT(softcap_cases));
-    tcase_add_test(sc, softcap_standard_refused);
+    tcase_add_test(sc, variants_standard_refused);
     suite_add_tcase(s, sc);
+    TCase *al = tcase_create("alibi");
+    tcase_set_timeout(al, 600);
+    tcase_add_loop_test(al, alibi, 0, COUNT(alibi_cases));
+    tcase_add_test(al, mods_reference_finite_differences);
+    suite_add_tcase(s, al);
     TCase *sk = tcase_create("sinks");
     tcase_set_timeout(sk, 900);
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));

@@ -220,6 +220,17 @@ START_TEST(misaligned_and_scale)
     a = valid();
     a.sinks = (flashcl_vector){o, 0};  /* inside O, which the call writes */
     expect(&a, FLASHCL_ERROR_ALIASING, "attn.sinks");
+    /* ALiBi's slopes: the same rules. */
+    a = valid();
+    a.alibi_slopes = (flashcl_vector){lse, 6};
+    expect(&a, FLASHCL_ERROR_MISALIGNED, "attn.alibi_slopes");
+    a.alibi_slopes = (flashcl_vector){lse, (size_t)N * H * sizeof(float) - sizeof(float)};
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.alibi_slopes");
+    a.alibi_slopes = (flashcl_vector){NULL, 4};
+    expect(&a, FLASHCL_INVALID_VALUE, "attn.alibi_slopes.offset");
+    a = valid();
+    a.alibi_slopes = (flashcl_vector){o, 16};
+    expect(&a, FLASHCL_ERROR_ALIASING, "attn.alibi_slopes");
     a = valid();
     a.q.reserved[3] = 1;  /* room of a later version in a view */
     expect(&a, FLASHCL_INVALID_VALUE, "attn.q.reserved[3]");

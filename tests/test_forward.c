@@ -239,33 +239,35 @@ static const char *const softcap_contexts[] = {
     "decode:off;register-tiled:splits=3;portable:splits=3",
 };
 
-/* Whether the table says this kernel computes the softcap (else: attention sinks); on a GPU these cases may plan
- * the tensor cores. */
-static bool kernel_takes(const char *name, bool softcap)
+enum variant { VARIANT_SOFTCAP, VARIANT_SINKS, VARIANT_ALIBI };
+static const char *const variant_names[] = {"softcap", "sinks", "ALiBi"};
+
+/* Whether the table says this kernel computes the variant; on a GPU these cases may plan the tensor cores. */
+static bool kernel_takes(const char *name, enum variant variant)
 {
     for (int i = 0; i < flashcl_kernel_count(); i++) {
         struct flashcl_kernel_info k;
         ck_assert_flashcl_ok(flashcl_kernel_describe(i, &k));
         if (kernel_is(name, k.name))
-            return (softcap ? k.softcap : k.sinks) != 0;
+            return (variant == VARIANT_SOFTCAP ? k.softcap : variant == VARIANT_SINKS ? k.sinks : k.alibi) != 0;
     }
     return false;
 }
 
-/* A variant's case (the cap, else sinks) on each of softcap_contexts against the reference, on a kernel whose
- * table entry computes the variant, and its plain twin from the same seed, whose outputs must differ: a kernel
- * that ignored the variant would fail the reference, and this shows the case could tell. */
-static void run_variant(const struct test_case *c, const struct test_case *plain, uint64_t seed, bool softcap)
+/* A variant's case on each of softcap_contexts against the reference, on a kernel whose table entry computes
+ * the variant, and its plain twin from the same seed, whose outputs must differ: a kernel that ignored the
+ * variant would fail the reference, and this shows the case could tell. */
+static void run_variant(const struct test_case *c, const struct test_case *plain, uint64_t seed, enum variant variant)
 {
     for (int i = 0; i < 3; i++) {
         flashcl_context *ctx = test_context_with_options(softcap_contexts[i]);
         struct case_result r, u;
         rng_seed(seed);
         test_run_case(ctx, c, &r);
-        printf("%-14s %s/%d Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, softcap ? "softcap" : "sinks", i,
+        printf("%-14s %s/%d Nq=%d Nk=%d d=%d: max|err| %.2e, LSE %.2e\n", r.kernel, variant_names[variant], i,
                c->seq_q, c->seq_kv, c->head_dim, r.max_abs_err, r.max_lse_err);
-        ck_assert_msg(kernel_takes(r.kernel, softcap), "%s ran %s, whose table entry does not compute it",
-                      softcap ? "softcap" : "sinks", r.kernel);
+        ck_assert_msg(kernel_takes(r.kernel, variant), "%s ran %s, whose table entry does not compute it",
+                      variant_names[variant], r.kernel);
         rng_seed(seed);
         test_run_case(ctx, plain, &u);
         ck_assert_uint_ne(r.output_hash, u.output_hash);
@@ -289,7 +291,28 @@ START_TEST(sinks)
 {
     struct test_case plain = sink_cases[_i];
     plain.sinks = 0;
-    run_variant(&sink_cases[_i], &plain, 800 + (uint64_t)_i, false);
+    run_variant(&sink_cases[_i], &plain, 800 + (uint64_t)_i, VARIANT_SINKS);
+}
+END_TEST
+
+/* ALiBi on every kernel that computes it (the cap's kernels and contexts, split-KV among them), with masks,
+ * windows, Nq != Nk (the distance counts from the bottom-right diagonal), GQA (the decode kernel's rows are the
+ * heads of a group, each with its slope), a head whose slope is 0, a negative scale, with a cap and sinks. */
+static const struct test_case alibi_cases[] = {
+    {1, 70, 90, 4, 2, 64, F32, 1, 0, LAYOUT_BNHD, 1, .alibi = 1},
+    {2, 33, 47, 2, 2, 32, F16, 0, 0, LAYOUT_BHND, 1, .alibi = 1},
+    {1, 50, 50, 3, 1, 16, BF16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, .alibi = 1},
+    {1, 90, 40, 2, 2, 24, F32, 0, 0, LAYOUT_BNHD, 1, .alibi = 1},  /* rows past the keys' end: diagonals < 0 */
+    {1, 40, 150, 2, 2, 32, F32, 1, -1.5f, LAYOUT_BNHD, 1, 0, 0, 0, 0, 0, 0.5f, 1, 1},  /* negative scale, cap, sinks */
+    {2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, .alibi = 1},  /* decode */
+    {1, 3, 200, 6, 2, 16, F32, 1, 0, LAYOUT_BNHD, 1, .alibi = 1},  /* decode, 9 rows */
+};
+
+START_TEST(alibi)
+{
+    struct test_case plain = alibi_cases[_i];
+    plain.alibi = 0;
+    run_variant(&alibi_cases[_i], &plain, 900 + (uint64_t)_i, VARIANT_ALIBI);
 }
 END_TEST
 
@@ -302,7 +325,7 @@ static const struct {
     int cc;
     bool wgmma;
     const char *expect;
-} sink_tensor_core_cases[] = {
+} tensor_core_variant_cases[] = {
     {{1, 70, 90, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}, 80, false, "tensor-core"},
     {{1, 60, 20, 2, 2, 32, BF16, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}, 80, false, "tensor-core"},  /* rows with no key */
     {{1, 50, 77, 3, 1, 16, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, .sinks = 1}, 90, true, "tensor-core-wgmma"},
@@ -315,21 +338,29 @@ static const struct {
     {{2, 1, 300, 8, 2, 64, F16, 0, 1.0f, LAYOUT_BNHD, 1, .softcap = 5.0f}, 80, false, "decode-tensor-core"},
     {{1, 40, 70, 2, 2, 32, F32, 1, -1.0f, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3, .softcap = 1.0f}, 80, false,
      "tf32"},
+    {{1, 70, 90, 4, 2, 64, F16, 1, 0, LAYOUT_BNHD, 1, .alibi = 1}, 80, false, "tensor-core"},
+    {{1, 90, 40, 2, 2, 32, BF16, 0, -1.0f, LAYOUT_BNHD, 1, .alibi = 1}, 80, false, "tensor-core"},
+    {{1, 50, 77, 3, 1, 16, F16, 0, 0, LAYOUT_BNHD, 1, 0, 0, 1, 8, 3, .alibi = 1}, 90, true, "tensor-core-wgmma"},
+    {{1, 50, 77, 3, 1, 16, F16, 1, 2.0f, LAYOUT_BNHD, 1, .softcap = 3.0f, .sinks = 1, .alibi = 1}, 90, true,
+     "tensor-core-wgmma"},
+    {{2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, .alibi = 1}, 80, false, "decode-tensor-core"},  /* 4 slopes a tile */
+    {{1, 40, 70, 2, 2, 32, F32, 1, -1.0f, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3, .alibi = 1}, 80, false, "tf32"},
 };
 
 START_TEST(variants_on_tensor_cores)
 {
-    const struct test_case *c = &sink_tensor_core_cases[_i].c;
-    flashcl_context *ctx = test_emulated_context("", sink_tensor_core_cases[_i].cc, sink_tensor_core_cases[_i].wgmma);
+    const struct test_case *c = &tensor_core_variant_cases[_i].c;
+    flashcl_context *ctx = test_emulated_context("", tensor_core_variant_cases[_i].cc, tensor_core_variant_cases[_i].wgmma);
     struct case_result r;
     rng_seed(850 + (uint64_t)_i);
     test_run_case(ctx, c, &r);
-    printf("%-18s sinks %d, softcap %g, emulated: max|err| %.2e, LSE %.2e\n", r.kernel, c->sinks, (double)c->softcap,
-           r.max_abs_err, r.max_lse_err);
-    ck_assert_msg(kernel_is(r.kernel, sink_tensor_core_cases[_i].expect), "ran %s", r.kernel);
-    if (c->softcap > 0.0f) {  /* the cap bends these scores: uncapped, the same inputs give other outputs */
+    printf("%-18s sinks %d, softcap %g, ALiBi %d, emulated: max|err| %.2e, LSE %.2e\n", r.kernel, c->sinks,
+           (double)c->softcap, c->alibi, r.max_abs_err, r.max_lse_err);
+    ck_assert_msg(kernel_is(r.kernel, tensor_core_variant_cases[_i].expect), "ran %s", r.kernel);
+    if (c->softcap > 0.0f || c->alibi) {  /* the cap or the bias bends these scores: without, other outputs */
         struct test_case plain = *c;
         plain.softcap = 0.0f;
+        plain.alibi = 0;
         struct case_result u;
         rng_seed(850 + (uint64_t)_i);
         test_run_case(ctx, &plain, &u);
@@ -344,7 +375,7 @@ START_TEST(softcap)
     /* The cap bends these scores, so the uncapped twin gives other outputs. */
     struct test_case uncapped = softcap_cases[_i];
     uncapped.softcap = 0.0f;
-    run_variant(&softcap_cases[_i], &uncapped, 700 + (uint64_t)_i, true);
+    run_variant(&softcap_cases[_i], &uncapped, 700 + (uint64_t)_i, VARIANT_SOFTCAP);
 }
 END_TEST
 
@@ -747,7 +778,11 @@ int main(void)
     TCase *sk = tcase_create("sinks");
     tcase_set_timeout(sk, 600);
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
-    tcase_add_loop_test(sk, variants_on_tensor_cores, 0, COUNT(sink_tensor_core_cases));
+    tcase_add_loop_test(sk, variants_on_tensor_cores, 0, COUNT(tensor_core_variant_cases));
     suite_add_tcase(s, sk);
+    TCase *al = tcase_create("alibi");
+    tcase_set_timeout(al, 600);
+    tcase_add_loop_test(al, alibi, 0, COUNT(alibi_cases));
+    suite_add_tcase(s, al);
     return test_run_suite(s);
 }

@@ -1,5 +1,6 @@
 #include "hostref.h"
 
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -138,12 +139,27 @@ void hostref_attention_row_sink(const double *q, const double *k, const double *
                                 size_t d, double scale, double softcap, double sink, double *out, double *lse,
                                 double *scratch)
 {
+    const struct hostref_mods mods = {softcap, sink, 0.0};
+    hostref_attention_row_mods(q, k, v, first, end, d, scale, &mods, 0, out, lse, scratch);
+}
+
+/* ALiBi's bias of key j against a row whose diagonal is key `diagonal` (0 without a slope). */
+static double alibi_bias(double slope, long long j, long long diagonal)
+{
+    return slope != 0 ? -slope * (double)llabs(j - diagonal) : 0.0;
+}
+
+void hostref_attention_row_mods(const double *q, const double *k, const double *v, size_t first, size_t end,
+                                size_t d, double scale, const struct hostref_mods *mods, long long diagonal,
+                                double *out, double *lse, double *scratch)
+{
+    const double sink = mods->sink;
     double max = sink;
     for (size_t j = first; j < end; j++) {
         double s = 0;
         for (size_t e = 0; e < d; e++)
             s += q[e] * k[j * d + e];
-        scratch[j] = capped(s * scale, softcap);
+        scratch[j] = capped(s * scale, mods->softcap) + alibi_bias(mods->alibi_slope, (long long)j, diagonal);
         max = fmax(max, scratch[j]);
     }
     for (size_t e = 0; e < d; e++)
@@ -203,11 +219,23 @@ void hostref_attention_backward_sink(const double *q, const double *k, const dou
                                      int window_right, double softcap, double sink, double *d_q, double *d_k,
                                      double *d_v, double *d_sink, double *scratch)
 {
+    const struct hostref_mods mods = {softcap, sink, 0.0};
+    hostref_attention_backward_mods(q, k, v, d_o, n_q, n_kv, d, scale, window_left, window_right, &mods, d_q, d_k,
+                                    d_v, d_sink, scratch);
+}
+
+void hostref_attention_backward_mods(const double *q, const double *k, const double *v, const double *d_o,
+                                     size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
+                                     int window_right, const struct hostref_mods *mods, double *d_q, double *d_k,
+                                     double *d_v, double *d_sink, double *scratch)
+{
+    const double softcap = mods->softcap, sink = mods->sink;
     double *p = scratch, *o = scratch + n_kv;
     for (size_t i = 0; i < n_q; i++) {
         size_t first, end;
         hostref_visible_keys(i, n_q, n_kv, window_left, window_right, &first, &end);
         const size_t n_visible = end - first;
+        const long long diagonal = (long long)i + (long long)n_kv - (long long)n_q;
         /* Keys from `first` on: the loops below index j from 0 over these. */
         const double *kf = k + first * d, *vf = v + first * d;
         double *dkf = d_k + first * d, *dvf = d_v + first * d;
@@ -232,7 +260,7 @@ void hostref_attention_backward_sink(const double *q, const double *k, const dou
             double s = 0;
             for (size_t e = 0; e < d; e++)
                 s += qi[e] * kf[j * d + e];
-            p[j] = capped(s * scale, softcap);
+            p[j] = capped(s * scale, softcap) + alibi_bias(mods->alibi_slope, (long long)(first + j), diagonal);
             max = fmax(max, p[j]);
         }
         sum = exp(sink - max);  /* the sink's share (0 without one) */

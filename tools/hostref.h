@@ -73,4 +73,18 @@ void hostref_attention_row_sink(const double *q, const double *k, const double *
                                 size_t d, double scale, double softcap, double sink, double *out, double *lse,
                                 double *scratch);
 
+/* What a score goes through beyond the scale and the mask: the softcap (0: none), then ALiBi's bias
+ * -alibi_slope·|j - diagonal| (0: none; diagonal is the row's key i + n_kv - n_q), and the sink (-INFINITY:
+ * none) in the denominator. The _mods forms of the row and the backward above take all three. */
+struct hostref_mods {
+    double softcap, sink, alibi_slope;
+};
+void hostref_attention_row_mods(const double *q, const double *k, const double *v, size_t first, size_t end,
+                                size_t d, double scale, const struct hostref_mods *mods, long long diagonal,
+                                double *out, double *lse, double *scratch);
+void hostref_attention_backward_mods(const double *q, const double *k, const double *v, const double *d_o,
+                                     size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
+                                     int window_right, const struct hostref_mods *mods, double *d_q, double *d_k,
+                                     double *d_v, double *d_sink, double *scratch);
+
 #endif
