@@ -166,6 +166,20 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
         }
         a->sinks = (flashcl_vector){b->sinks, 0};
     }
+    if (c->alibi) {  /* slopes of 0: the kernels' bias arithmetic runs (it does not look at the values) */
+        float *slopes = calloc(h, sizeof(float));
+        if (!slopes) {
+            bench_buffers_release(b);
+            return FLASHCL_OUT_OF_HOST_MEMORY;
+        }
+        b->slopes = buffer(env, h * sizeof(float), slopes, &err);
+        free(slopes);
+        if (err != CL_SUCCESS) {
+            bench_buffers_release(b);
+            return (flashcl_status)err;
+        }
+        a->alibi_slopes = (flashcl_vector){b->slopes, 0};
+    }
     return FLASHCL_SUCCESS;
 }
 
@@ -193,7 +207,8 @@ flashcl_status bench_buffers_add_grads(struct bench_env *env, const struct bench
 
 void bench_buffers_release(struct bench_buffers *b)
 {
-    cl_mem *all[] = {&b->q, &b->k, &b->v, &b->o, &b->lse, &b->sinks, &b->d_o, &b->d_q, &b->d_k, &b->d_v};
+    cl_mem *all[] = {&b->q,   &b->k,   &b->v,   &b->o,   &b->lse, &b->sinks,
+                     &b->slopes, &b->d_o, &b->d_q, &b->d_k, &b->d_v};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (*all[i]) {
             clReleaseMemObject(*all[i]);

@@ -43,10 +43,11 @@ struct bench_case {
     enum bench_pass pass;
     int heads_kv;  /* K/V heads (GQA); 0: as many as heads. The sampled checks assume MHA. */
     bool sinks;    /* attn.sinks of -30000 a head: computed, weight 0 (the plain results) */
+    bool alibi;    /* attn.alibi_slopes of 0 a head: the bias computed, 0 (the plain results) */
 };
 
 struct bench_buffers {
-    cl_mem q, k, v, o, lse, sinks;
+    cl_mem q, k, v, o, lse, sinks, slopes;
     cl_mem d_o, d_q, d_k, d_v;   /* backward passes only */
     size_t io_bytes;             /* Q, K, V, O and LSE together, and the four gradients */
     cl_mem workspace;            /* the path's forward workspace (standard), while it is prepared */

@@ -46,6 +46,7 @@ struct options {
     const char *csv, *json;
     bool verbose;
     bool sinks;
+    bool alibi;
 };
 
 static void usage(FILE *f)
@@ -81,6 +82,9 @@ static void usage(FILE *f)
             "                  head: the sinks' code runs, their weight is 0, so outputs and checks are\n"
             "                  the plain ones (what the sinks cost the forward; the backward is timed\n"
             "                  without grad.d_sinks)\n"
+            "  --alibi         the sweep's flash calls with ALiBi slopes (attn.alibi_slopes) of 0 a head:\n"
+            "                  the bias is computed and adds 0, so outputs and checks are the plain ones\n"
+            "                  (what ALiBi costs; a backward with slopes runs the FMA kernels)\n"
             "  --csv FILE      also write the results as CSV\n"
             "  --json FILE     also write the results as JSON\n"
             "  --verbose       the library's debug log on stderr (builds; with\n"
@@ -172,6 +176,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"varlen", required_argument, 0, 'L'}, {"heads", required_argument, 0, 'K'},
         {"calls", required_argument, 0, 'N'},  {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'},
         {"sinks", no_argument, 0, 's'},
+        {"alibi", no_argument, 0, 'A'},
         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -202,6 +207,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'N': bad = (o->calls = atoi(optarg)) <= 0; break;
         case 'C': o->csv = optarg; break;
         case 's': o->sinks = true; break;
+        case 'A': o->alibi = true; break;
         case 'J': o->json = optarg; break;
         case 'q':
             o->n_count = parse_int_list("256,512", o->n, MAX_LIST);
@@ -228,11 +234,11 @@ static void parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, "flashcl-bench: --varlen and --decode are separate modes; give one\n");
         exit(EXIT_FAILURE);
     }
-    if (o->sinks && (o->varlen.count > 0 || o->decode_count > 0)) {
-        fprintf(stderr, "flashcl-bench: --sinks is for the sweep (not --varlen or --decode)\n");
+    if ((o->sinks || o->alibi) && (o->varlen.count > 0 || o->decode_count > 0)) {
+        fprintf(stderr, "flashcl-bench: --sinks and --alibi are for the sweep (not --varlen or --decode)\n");
         exit(EXIT_FAILURE);
     }
-    if (o->sinks)  /* the standard path refuses sinks: the flash path only */
+    if (o->sinks || o->alibi)  /* the standard path refuses them: the flash path only */
         o->paths &= 1 << BENCH_FLASH;
     if (o->heads_given && o->varlen.count == 0) {
         fprintf(stderr, "flashcl-bench: --heads is for --varlen (--decode shapes name their heads)\n");
@@ -445,7 +451,7 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false};
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));
                 if (r.status != FLASHCL_SUCCESS) {
@@ -601,6 +607,7 @@ int main(int argc, char **argv)
                     c.heads = (int)(opt.hidden / c.d);
                     c.pass = (enum bench_pass)pass;
                     c.sinks = opt.sinks;
+                    c.alibi = opt.alibi;
                     fprintf(stderr, "\r[%d/%d] %s N=%d d=%d %s %s          ", ++done, total, bench_pass_name(c.pass),
                             c.n, c.d, dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
                     const int first = n_results;

@@ -8,6 +8,8 @@
 #ifndef FLASHCL_BACKWARD_ARGS_H
 #define FLASHCL_BACKWARD_ARGS_H
 
+#include "score_mod.h"  /* the softcap and ALiBi in P (SCORE_P_EXP, SCORE_LSE2, HEAD_ALIBI2) */
+
 #define BACKWARD_TENSOR(type, name, s) __global type *name, ulong s##_off, ulong s##_sb, ulong s##_ss, ulong s##_sh
 #define BACKWARD_INPUTS                                                                                     \
     BACKWARD_TENSOR(const elem_t, q, q), BACKWARD_TENSOR(const elem_t, k, k), BACKWARD_TENSOR(const elem_t, v, v), \

@@ -289,6 +289,7 @@ NV_UNROLL
         __local const tile_t *do_tile = do_tiles + stage * BLOCK_M * TILE_ROW;
         __local const float *lse2 = lse_rows + stage * BLOCK_M;
         __local const float *drow = delta_rows + stage * BLOCK_M;
+        const float alibi2 = HEAD_ALIBI2(hk * group + it / q_blocks);  /* 0 without ALiBi */
 #if FUSED_DQ
         const int h = hk * group + it / q_blocks;
         __global int *head_turns = turns + 1 + ((ulong)b * heads_q + h) * q_chunks_all;
@@ -346,8 +347,10 @@ NV_UNROLL
 NV_UNROLL
                     for (int e = 0; e < 4; e++) {
                         const int qi = qc + n * 8 + 2 * t + (e & 1);
-                        float p = EXP2(fma(s[n][e], scale_log2, -lse2[qi]));
                         const int key = k0 + key0 + g + 8 * (e >> 1);
+                        float slope = 1.0f;  /* the softcap's, where there is one (score_mod.h) */
+                        float p = SCORE_P_EXP(EXP2, s[n][e], scale_log2,
+                                              SCORE_LSE2(lse2[qi], alibi2, q0 + qi, key, diag), slope);
 #if CAUSAL
                         if (edge)
                             p = key <= q0 + qi + diag ? p : 0.0f;
@@ -357,7 +360,7 @@ NV_UNROLL
                             p = key < seq_kv ? p : 0.0f;
 #endif
                         s[n][e] = p;
-                        dp[n][e] = p * (dp[n][e] - drow[qi]);
+                        dp[n][e] = p * (dp[n][e] - drow[qi]) * slope;
                     }
                 frag_t pa[Q_CHUNK / MMA_K][4], dsa[Q_CHUNK / MMA_K][4];
 NV_UNROLL
@@ -497,6 +500,7 @@ void BACKWARD_KERNEL(dq)(BACKWARD_INPUTS, BACKWARD_TENSOR(elem_t, d_q, dq), BACK
     const int heads_q = (int)get_num_groups(1);
     const int q0 = qb * BLOCK_M;
     const int diag = seq_kv - seq_q;
+    const float alibi2 = HEAD_ALIBI2(h);  /* 0 without ALiBi */
 
     __global const elem_t *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const elem_t *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
@@ -597,16 +601,19 @@ NV_UNROLL
                 for (int n = 0; n < K_CHUNK / 8; n++)
 NV_UNROLL
                     for (int e = 0; e < 4; e++) {
-                        float p = EXP2(fma(s[mt][n][e], scale_log2, -lse2[mt][e >> 1]));
+                        const int row = warp_row0 + 16 * mt + g + 8 * (e >> 1);
+                        const int key = key_first + n * 8 + 2 * t + (e & 1);
+                        float slope = 1.0f;  /* the softcap's, where there is one (score_mod.h) */
+                        float p = SCORE_P_EXP(EXP2, s[mt][n][e], scale_log2,
+                                              SCORE_LSE2(lse2[mt][e >> 1], alibi2, row, key, diag), slope);
                         if (edge) {
-                            const int key = key_first + n * 8 + 2 * t + (e & 1);
                             bool visible = key < seq_kv;
 #if CAUSAL
-                            visible = visible && key <= warp_row0 + 16 * mt + g + 8 * (e >> 1) + diag;
+                            visible = visible && key <= row + diag;
 #endif
                             p = visible ? p : 0.0f;
                         }
-                        dp[mt][n][e] = p * (dp[mt][n][e] - drow[mt][e >> 1]);
+                        dp[mt][n][e] = p * (dp[mt][n][e] - drow[mt][e >> 1]) * slope;
                     }
             /* dQ += dS K: K [key][d] as B (k = key). */
 NV_UNROLL

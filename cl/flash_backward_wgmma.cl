@@ -257,6 +257,7 @@ NV_UNROLL
         __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * ROW_CHUNKS;
         __local const float *lse2 = lse_rows + stage * BLOCK_M;
         __local const float *drow = delta_rows + stage * BLOCK_M;
+        const float alibi2 = HEAD_ALIBI2(hk * group + it / q_blocks);  /* 0 without ALiBi */
 
         /* Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: this thread's keys (rows) group_key0 + 16 (warp % 4) + g (+8), its
          * queries (columns) q0 + 8 j + 2 t (+1). */
@@ -276,15 +277,23 @@ NV_UNROLL
         wgmma_wait_all();
 #endif
         WGMMA_HOLD(s, BLOCK_M / 2);
-        /* Pᵀ. */
+        /* Pᵀ (with the softcap and ALiBi, score_mod.h). */
+#ifdef SOFTCAP2
+        float cap_slope[BLOCK_M / 2];  /* the cap's derivative at each score, which dS takes on */
+#endif
 NV_UNROLL
         for (int j = 0; j < BLOCK_M / 8; j++)
 NV_UNROLL
             for (int e = 0; e < 4; e++) {
                 const int qi = 8 * j + 2 * t + (e & 1);
-                float p = EXP2(fma(s[4 * j + e], scale_log2, -lse2[qi]));
-#if CAUSAL
                 const int key = group_key0 + 16 * (warp & 3) + (lane >> 2) + 8 * (e >> 1);
+                float slope = 1.0f;
+                float p = SCORE_P_EXP(EXP2, s[4 * j + e], scale_log2,
+                                      SCORE_LSE2(lse2[qi], alibi2, q0 + qi, key, diag), slope);
+#ifdef SOFTCAP2
+                cap_slope[4 * j + e] = slope;
+#endif
+#if CAUSAL
                 if (edge)
                     p = key <= q0 + qi + diag ? p : 0.0f;
 #endif
@@ -305,8 +314,12 @@ NV_UNROLL
 NV_UNROLL
         for (int j = 0; j < BLOCK_M / 8; j++)
 NV_UNROLL
-            for (int e = 0; e < 4; e++)
+            for (int e = 0; e < 4; e++) {
                 dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - drow[8 * j + 2 * t + (e & 1)]);
+#ifdef SOFTCAP2
+                dp[4 * j + e] *= cap_slope[4 * j + e];
+#endif
+            }
         accumulators_as_a(dsa, dp, BLOCK_M);
 
         /* dK += dSᵀ Q (and dV += Pᵀ dO): 16 queries a product. */
@@ -369,6 +382,7 @@ void flash_backward_wgmma_dq(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_q, dq), 
 
     /* This thread's rows: group_row0 + 16 (warp % 4) + g (+8). */
     const int row_first = group_row0 + 16 * (warp & 3) + (lane >> 2);
+    const float alibi2 = HEAD_ALIBI2(h);  /* 0 without ALiBi */
     float lse2[2], drow[2];
     {
         const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
@@ -425,13 +439,21 @@ NV_UNROLL
         wgmma_wait_all();
 #endif
         WGMMA_HOLD(s, BLOCK_N / 2);
+#ifdef SOFTCAP2
+        float cap_slope[BLOCK_N / 2];  /* the cap's derivative at each score, which dS takes on */
+#endif
 NV_UNROLL
         for (int j = 0; j < BLOCK_N / 8; j++)
 NV_UNROLL
             for (int e = 0; e < 4; e++) {
-                float p = EXP2(fma(s[4 * j + e], scale_log2, -lse2[e >> 1]));
+                const int key = kb + 8 * j + 2 * t + (e & 1);
+                float slope = 1.0f;
+                float p = SCORE_P_EXP(EXP2, s[4 * j + e], scale_log2,
+                                      SCORE_LSE2(lse2[e >> 1], alibi2, row_first + 8 * (e >> 1), key, diag), slope);
+#ifdef SOFTCAP2
+                cap_slope[4 * j + e] = slope;
+#endif
                 if (edge) {
-                    const int key = kb + 8 * j + 2 * t + (e & 1);
                     bool visible = key < seq_kv;
 #if CAUSAL
                     visible = visible && key <= row_first + 8 * (e >> 1) + diag;
@@ -447,8 +469,12 @@ NV_UNROLL
 NV_UNROLL
         for (int j = 0; j < BLOCK_N / 8; j++)
 NV_UNROLL
-            for (int e = 0; e < 4; e++)
+            for (int e = 0; e < 4; e++) {
                 dp[4 * j + e] = s[4 * j + e] * (dp[4 * j + e] - drow[e >> 1]);
+#ifdef SOFTCAP2
+                dp[4 * j + e] *= cap_slope[4 * j + e];
+#endif
+            }
         accumulators_as_a(dsa, dp, BLOCK_N);
 
         /* dQ += dS K: 16 keys a product. */

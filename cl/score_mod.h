@@ -25,19 +25,21 @@
 /* The forward's: the capped base-2 score of a base-2 score s2. */
 #define SCORE_CAP(s2) ((float)(SOFTCAP2) * tanh((s2) / (float)(SOFTCAP2)))
 
-/* The backward's: P = exp2(capped score - lse2) of a raw score s (q.k), and in *slope the cap's derivative
- * there, 1 - tanh², which dS takes on (dS = P (dP - D) slope). */
-static inline float capped_p(float s2, float lse2, float *slope)
+/* The backward's: the capped base-2 score of a base-2 score s2, and in *slope the cap's derivative there,
+ * 1 - tanh², which dS takes on (dS = P (dP - D) slope). */
+static inline float capped_score2(float s2, float *slope)
 {
     const float t = tanh(s2 / (float)(SOFTCAP2));
     *slope = 1.0f - t * t;
-    return exp2((float)(SOFTCAP2) * t - lse2);
+    return (float)(SOFTCAP2) * t;
 }
-#define SCORE_P(s, scale_log2, lse2, slope) capped_p((s) * (scale_log2), (lse2), &(slope))
+/* P = EXP(capped score - lse2) of a raw score s (q.k), EXP the caller's base-2 exponent. */
+#define SCORE_P_EXP(EXP, s, scale_log2, lse2, slope) EXP(capped_score2((s) * (scale_log2), &(slope)) - (lse2))
 #else
 #define SCORE_CAP(s2) (s2)
-#define SCORE_P(s, scale_log2, lse2, slope) exp2(fma((s), (scale_log2), -(lse2)))  /* slope stays 1 */
+#define SCORE_P_EXP(EXP, s, scale_log2, lse2, slope) EXP(fma((s), (scale_log2), -(lse2)))  /* slope stays 1 */
 #endif
+#define SCORE_P(s, scale_log2, lse2, slope) SCORE_P_EXP(exp2, s, scale_log2, lse2, slope)
 
 #ifndef ALIBI
 #define ALIBI 0

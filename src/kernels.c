@@ -993,7 +993,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "backward-wgmma", .file = "cl/flash_backward_wgmma.cl",
         .summary = "The backward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right: a dK/dV pass per 64-key warpgroup, a dQ pass per 64-row warpgroup; deterministic.",
-        .op = OP_BACKWARD,
+        .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq"},
         .owns_warp_rows = true,
@@ -1011,7 +1011,8 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "backward-tensor-core-fused", .file = "cl/flash_backward_mma.cl",
         .summary = "As backward-tensor-core, dQ added up by the dK/dV pass in key-block order (no second pass; still deterministic). Opt-in: slower on the H200.",
-        .op = OP_BACKWARD, .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
+        .op = OP_BACKWARD, .softcap = true, .alibi = true,
+        .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq_convert"},
         .dq_accumulated = true, .opt_in = true,
         BACKWARD_MMA_COMMON, .local_bytes = backward_mma_fused_local_bytes, .options = backward_mma_fused_options,
@@ -1019,7 +1020,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "backward-tensor-core", .file = "cl/flash_backward_mma.cl",
         .summary = "The backward on NVIDIA sm_80+ tensor cores with mma.sync: a dK/dV pass per key block, a dQ pass per query block; deterministic.",
-        .op = OP_BACKWARD,
+        .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq"},
         BACKWARD_MMA_COMMON, .local_bytes = backward_mma_local_bytes, .options = backward_mma_options,
@@ -1027,7 +1028,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "backward-tf32", .file = "cl/flash_backward_tf32.cl",
         .summary = "The backward for f32 data on NVIDIA sm_80+ tensor cores with TF32 or 3xTF32 operands; deterministic.",
-        .op = OP_BACKWARD,
+        .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_tf32, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_tf32_dkdv", "flash_backward_tf32_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32),

@@ -487,11 +487,36 @@ static void assert_dq_differs(const struct bwd_case *with, const struct bwd_case
     }
 }
 
+/* The case on each tensor-core backward program (mma.sync, its fused dQ, wgmma), emulated in plain OpenCL C
+ * as sm_80 and sm_90: f16, head dims of 16s. */
+static void run_on_tensor_cores(const struct bwd_case *c, uint64_t seed, const char *what)
+{
+    static const struct {
+        const char *options;
+        int cc;
+        bool wgmma;
+        const char *expect;
+    } emulated[] = {
+        {"", 80, false, "backward-tensor-core"},
+        {"backward-tensor-core-fused:on", 80, false, "backward-tensor-core-fused"},
+        {"backward-wgmma:warps=4,block_m=64,block_n=64", 90, true, "backward-wgmma"},
+    };
+    ck_assert(c->dtype == F16 && c->head_dim % 16 == 0);
+    for (int i = 0; i < 3; i++) {
+        struct bwd_result r;
+        flashcl_context *ctx = test_emulated_context(emulated[i].options, emulated[i].cc, emulated[i].wgmma);
+        run_case(ctx, what, c, seed, &r);
+        ck_assert_msg(kernel_is(r.kernel, emulated[i].expect), "ran %s, not %s", r.kernel, emulated[i].expect);
+        flashcl_context_destroy(&ctx);
+    }
+}
+
 /* ---- logit softcapping ---- */
 
-/* On both kernels that compute it (backward-tiled, the default here, and the portable one), against the
- * capped reference, whose gradients the finite differences above check; caps small against the scores so tanh
- * bends them, with causal and windowed masks, GQA, a negative scale, padded views. batch, seq_q, seq_kv,
+/* On the FMA kernels (backward-tiled, the default here, and the portable one), against the capped reference,
+ * whose gradients the finite differences above check, and (f16, head dims of 16s, no window) on the emulated
+ * tensor-core programs; caps small against the scores so tanh bends them, with causal and windowed masks, GQA,
+ * a negative scale, padded views. batch, seq_q, seq_kv,
  * heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace, standard, windowed, window_left,
  * window_right, precision, softcap. */
 static const struct bwd_case softcap_cases[] = {
@@ -510,6 +535,9 @@ START_TEST(softcap)
         ck_assert_msg(kernel_is(r.kernel, "backward-tiled") || kernel_is(r.kernel, "backward"), "softcap ran %s",
                       r.kernel);
     }
+    const struct bwd_case *c = &softcap_cases[_i];
+    if (c->dtype == F16 && c->head_dim % 16 == 0 && !c->windowed)
+        run_on_tensor_cores(c, 800 + (uint64_t)_i, "softcap, emulated");
     /* The same inputs uncapped give other gradients: the case can tell a kernel that ignores the cap. */
     struct bwd_case uncapped = softcap_cases[_i];
     uncapped.softcap = 0.0f;
@@ -519,16 +547,17 @@ END_TEST
 
 /* ---- ALiBi ---- */
 
-/* On both kernels that compute it (backward-tiled and the portable one) against the biased reference (its
- * gradients checked by finite differences below), with causal and windowed masks, Nq != Nk both ways (the
- * distance counts from the bottom-right diagonal), GQA (each query head its slope, one of them 0), a negative
- * scale, padded views, with a cap and sinks. */
+/* On the FMA kernels (backward-tiled and the portable one) and (f16, head dims of 16s, no window) the emulated
+ * tensor-core programs against the biased reference (its gradients checked by finite differences below), with
+ * causal and windowed masks, Nq != Nk both ways (the distance counts from the bottom-right diagonal), GQA (each
+ * query head its slope, one of them 0), a negative scale, padded views, with a cap and sinks. */
 static const struct bwd_case alibi_cases[] = {
     {1, 70, 90, 4, 2, 32, F32, 1, 0, LAYOUT_BNHD, .alibi = 1},
     {2, 33, 47, 2, 2, 16, F16, 0, 0, LAYOUT_BHND, 1, .alibi = 1},
     {1, 50, 50, 3, 1, 24, BF16, 0, -1.0f, LAYOUT_PADDED, 0, 0, 1, 8, 3, .alibi = 1},
     {1, 60, 35, 2, 2, 30, F32, 0, 0, LAYOUT_BNHD, .alibi = 1},  /* d = 30: the portable one; diagonals < 0 */
     {1, 33, 60, 2, 1, 16, F32, 1, 0.5f, LAYOUT_BNHD, .softcap = 1.5f, .sinks = 1, .alibi = 1},
+    {1, 70, 90, 4, 2, 32, F16, 1, 0, LAYOUT_BNHD, .softcap = 2.0f, .alibi = 1},
 };
 
 START_TEST(alibi)
@@ -540,6 +569,9 @@ START_TEST(alibi)
         ck_assert_msg(kernel_is(r.kernel, "backward-tiled") || kernel_is(r.kernel, "backward"), "ALiBi ran %s",
                       r.kernel);
     }
+    const struct bwd_case *c = &alibi_cases[_i];
+    if (c->dtype == F16 && c->head_dim % 16 == 0 && !c->windowed)
+        run_on_tensor_cores(c, 900 + (uint64_t)_i, "ALiBi, emulated");
     /* The same inputs unbiased give other gradients: the case can tell a kernel that ignores the slopes. */
     struct bwd_case plain = alibi_cases[_i];
     plain.alibi = 0;
@@ -642,25 +674,8 @@ START_TEST(sinks)
         struct bwd_result r;
         run_case(test_context_with_options(options[i]), "sinks", c, 850 + (uint64_t)_i, &r);
     }
-    if (c->dtype == F16 && c->head_dim % 16 == 0) {  /* each tensor-core backward program's d(sink) step */
-        static const struct {
-            const char *options;
-            int cc;
-            bool wgmma;
-            const char *expect;
-        } emulated[] = {
-            {"", 80, false, "backward-tensor-core"},
-            {"backward-tensor-core-fused:on", 80, false, "backward-tensor-core-fused"},
-            {"backward-wgmma:warps=4,block_m=64,block_n=64", 90, true, "backward-wgmma"},
-        };
-        for (int i = 0; i < 3; i++) {
-            struct bwd_result r;
-            flashcl_context *ctx = test_emulated_context(emulated[i].options, emulated[i].cc, emulated[i].wgmma);
-            run_case(ctx, "sinks, emulated", c, 850 + (uint64_t)_i, &r);
-            ck_assert_msg(kernel_is(r.kernel, emulated[i].expect), "ran %s, not %s", r.kernel, emulated[i].expect);
-            flashcl_context_destroy(&ctx);
-        }
-    }
+    if (c->dtype == F16 && c->head_dim % 16 == 0)  /* each tensor-core backward program's d(sink) step */
+        run_on_tensor_cores(c, 850 + (uint64_t)_i, "sinks, emulated");
     /* The same inputs without sinks give other dQ: the case can tell a kernel that ignores them. */
     struct bwd_case plain = *c;
     plain.sinks = 0;

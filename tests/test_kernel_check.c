@@ -174,11 +174,17 @@ static const struct forward_check forward_checks[] = {
      {1, 30, 19, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}},
     {{"decode", "splits=3", 0, "decode"},
      {1, 2, 70, 4, 2, 16, F16, 1, 0, LAYOUT_BNHD, 1, .sinks = 1}},
-    /* The cap and sinks on the tensor cores (nv_mma.h's softmax_block and finish_row, the decode warp merge). */
+    /* The cap, sinks and ALiBi on the tensor cores (nv_mma.h's softmax_block and finish_row, the decode warp
+     * merge, whose rows read their heads' slopes). */
     {{"tensor-core", "warps=1,m_tiles=1,block_n=16", 80, "tensor-core"},
-     {1, 19, 37, 2, 1, 16, F16, 1, -0.5f, LAYOUT_BNHD, 1, .softcap = 1.0f, .sinks = 1}},
+     {1, 19, 37, 2, 1, 16, F16, 1, -0.5f, LAYOUT_BNHD, 1, .softcap = 1.0f, .sinks = 1, .alibi = 1}},
     {{"decode-tensor-core", "warps=2,block_n=32,splits=2", 80, "decode-tensor-core"},
-     {1, 2, 75, 4, 2, 16, BF16, 1, 0, LAYOUT_BNHD, 1, .softcap = 2.0f, .sinks = 1}},
+     {1, 2, 75, 4, 2, 16, BF16, 1, 0, LAYOUT_BNHD, 1, .softcap = 2.0f, .sinks = 1, .alibi = 1}},
+    /* ALiBi's slopes read by the FMA kernels (the decode kernel's a row). */
+    {{"portable", "block_m=8,block_n=16", 0, "portable"},
+     {1, 23, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD, 1, .alibi = 1}},
+    {{"decode", "splits=2", 0, "decode"},
+     {1, 2, 70, 4, 2, 16, F16, 0, 0, LAYOUT_BNHD, 1, .alibi = 1}},
 };
 
 START_TEST(forward)
@@ -226,11 +232,11 @@ static const struct backward_check backward_checks[] = {
     /* Two 64-column panels, the second partly padding; no mask: every key block meets every query block. */
     {{"backward-wgmma", "warps=4,block_m=64,block_n=64", 90, "backward-wgmma", WGMMA_BACKWARD_4x64x64_D128},
      {1, 40, 70, 2, 1, 80, F16, 0, 0, LAYOUT_BNHD}},
-    /* The logit cap through the backward kernels that compute it (dS times 1 - tanh^2). */
+    /* The logit cap (dS times 1 - tanh^2) and ALiBi through the backward kernels that compute them. */
     {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
-     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .softcap = 2.5f}},
+     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .softcap = 2.5f, .alibi = 1}},
     {{"backward", "on", 0, "backward"},
-     {1, 21, 30, 2, 1, 8, F16, 0, 0, LAYOUT_BNHD, 0, 0, 1, 6, 2, .softcap = 1.5f}},
+     {1, 21, 30, 2, 1, 8, F16, 0, 0, LAYOUT_BNHD, 0, 0, 1, 6, 2, .softcap = 1.5f, .alibi = 1}},
     /* Attention sinks: d(sink)'s per-head reduction (flash_backward_sink_grad). */
     {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
      {1, 30, 19, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .sinks = 1}},

@@ -1151,8 +1151,10 @@ END_TEST
 
 /* Asks which backward kernel and tile a call of this shape would use under ctx (aligned views, LSE,
  * gradients in a buffer of their own). */
-static struct flashcl_tile backward_config_capped(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
-                                                  enum flashcl_precision precision, float softcap, size_t *workspace)
+/* The backward's plan of a [1, 64, 1, d] problem, with a softcap (0: none) and ALiBi slopes (NULL: none). */
+static struct flashcl_tile backward_config_modified(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
+                                                    enum flashcl_precision precision, float softcap, cl_mem slopes,
+                                                    size_t *workspace)
 {
     struct test_env *e = test_env_get();
     const size_t rows = 64 * (size_t)d * flashcl_dtype_size(dtype);
@@ -1163,6 +1165,7 @@ static struct flashcl_tile backward_config_capped(flashcl_context *ctx, int d, f
     struct flashcl_attention a = shape(d, dtype, causal, mem);
     a.precision = precision;
     a.softcap = softcap;
+    a.alibi_slopes = (flashcl_vector){slopes, 0};
     a.lse = flashcl_tensor_lse(lse, 64, 1);
     struct flashcl_attention_grad g = {0};
     flashcl_tensor *views[] = {&g.d_o, &g.d_q, &g.d_k, &g.d_v};
@@ -1183,7 +1186,7 @@ static struct flashcl_tile backward_config_capped(flashcl_context *ctx, int d, f
 static struct flashcl_tile backward_config_and_workspace(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
                                                          enum flashcl_precision precision, size_t *workspace)
 {
-    return backward_config_capped(ctx, d, dtype, causal, precision, 0.0f, workspace);
+    return backward_config_modified(ctx, d, dtype, causal, precision, 0.0f, NULL, workspace);
 }
 
 static struct flashcl_tile backward_config_precision(flashcl_context *ctx, int d, flashcl_dtype dtype, int causal,
@@ -1232,9 +1235,9 @@ START_TEST(backward_tf32_shapes_fit)
 }
 END_TEST
 
-/* A softcapped call on an assumed H200 plans the kernels that compute the cap: the tensor-core forward and decode
- * kernels (nv_mma.h caps the scores), the FMA backward (the tensor-core backward kernels do not cap), and the
- * config query says so; without the cap the backward plans the tensor cores. */
+/* A softcapped call, or one with ALiBi slopes, on an assumed H200 plans the wgmma kernels, which compute both:
+ * the forward and decode kernels (nv_mma.h's softmax), the backward (score_mod.h's P); the config query says
+ * so. */
 START_TEST(softcap_plans)
 {
     struct test_env *e = test_env_get();
@@ -1255,15 +1258,28 @@ START_TEST(softcap_plans)
     one.o.offset = a.o.offset;  /* the second half of the buffer, as shape()'s O */
     ck_assert_flashcl_ok(flashcl_forward_config(ctx, &one, &t));
     ck_assert_str_eq(t.kernel, "decode-tensor-core");
+    cl_mem slopes = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 4 * sizeof(float), NULL, NULL);
+    ck_assert_ptr_nonnull(slopes);
+    a.softcap = one.softcap = 0.0f;
+    a.alibi_slopes = one.alibi_slopes = (flashcl_vector){slopes, 0};
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+    ck_assert_str_eq(t.kernel, "tensor-core-wgmma");
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &one, &t));
+    ck_assert_str_eq(t.kernel, "decode-tensor-core");
     flashcl_context_destroy(&ctx);
     clReleaseMemObject(mem);
     ctx = assumed_h200("");
     size_t bytes = 0;
     ck_assert_str_eq(backward_config_and_workspace(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, &bytes).kernel,
                      "backward-wgmma");
-    ck_assert_str_eq(backward_config_capped(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, 30.0f, &bytes).kernel,
-                     "backward-tiled");
+    ck_assert_str_eq(
+        backward_config_modified(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, 30.0f, NULL, &bytes).kernel,
+        "backward-wgmma");
+    ck_assert_str_eq(
+        backward_config_modified(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, 0.0f, slopes, &bytes).kernel,
+        "backward-wgmma");
     flashcl_context_destroy(&ctx);
+    clReleaseMemObject(slopes);
 }
 END_TEST
 

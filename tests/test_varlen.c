@@ -229,6 +229,38 @@ START_TEST(softcap_kv_cache)
 }
 END_TEST
 
+/* ALiBi on packed batches and KV caches (contiguous and paged) on softcap_contexts' kernels: the distance
+ * counts from each sequence's own diagonal (its lengths, not the longest's), GQA groups whose heads have their
+ * own slopes (the decode kernel's rows), an empty sequence, a sequence with queries and no keys, chunked
+ * prefill against a cache, with a cap and sinks. */
+static const struct vl_case alibi_vl_cases[] = {
+    {3, {5, 0, 17}, {9, 0, 20}, 2, 1, 32, F16, FLASHCL_MASK_CAUSAL, .alibi = 1},
+    {2, {1, 1}, {60, 33}, 4, 2, 64, F32, FLASHCL_MASK_NONE, 0, 0, 1, .alibi = 1},
+    {3, {30, 4, 17}, {9, 0, 40}, 3, 1, 32, F16, FLASHCL_MASK_NONE, .softcap = 0.3f, .sinks = 1, .alibi = 1},
+    {2, {25, 40}, {25, 40}, 2, 2, 16, BF16, FLASHCL_MASK_WINDOW, 8, 4, .alibi = 1},
+};
+static const struct kv_case alibi_kv_cases[] = {
+    {3, 1, 64, {0, 17, 64}, 8, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .alibi = 1},  /* paged decode */
+    {2, 5, 40, {13, 40}, 4, 2, 24, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, .alibi = 1},          /* chunked prefill */
+    {2, 3, 40, {3, 33}, 2, 2, 24, BF16, FLASHCL_MASK_WINDOW, 6, 0, 0, 0, 0, 0, 0.4f, 1},
+};
+
+START_TEST(alibi_varlen)
+{
+    for (int i = 0; i < 3; i++)
+        varlen_run(softcap_contexts[i] ? test_context_with_options(softcap_contexts[i]) : NULL, &alibi_vl_cases[_i],
+                   570 + (uint64_t)_i, "ALiBi");
+}
+END_TEST
+
+START_TEST(alibi_kv_cache)
+{
+    for (int i = 0; i < 3; i++)
+        kv_cache_run(softcap_contexts[i] ? test_context_with_options(softcap_contexts[i]) : NULL, &alibi_kv_cases[_i],
+                     670 + (uint64_t)_i, false);
+}
+END_TEST
+
 /* Device lengths past the capacity or below 0 are clamped: O's guards stay poisoned. */
 START_TEST(kv_cache_garbage_lengths)
 {
@@ -634,6 +666,8 @@ int main(void)
     tcase_set_timeout(sc, 600);
     tcase_add_loop_test(sc, softcap_varlen, 0, (int)(sizeof(softcap_vl_cases) / sizeof(softcap_vl_cases[0])));
     tcase_add_loop_test(sc, softcap_kv_cache, 0, (int)(sizeof(softcap_kv_cases) / sizeof(softcap_kv_cases[0])));
+    tcase_add_loop_test(sc, alibi_varlen, 0, (int)(sizeof(alibi_vl_cases) / sizeof(alibi_vl_cases[0])));
+    tcase_add_loop_test(sc, alibi_kv_cache, 0, (int)(sizeof(alibi_kv_cases) / sizeof(alibi_kv_cases[0])));
     suite_add_tcase(s, sc);
     return test_run_suite(s);
 }

@@ -81,6 +81,14 @@ void packed_create(struct packed *p, const struct vl_case *c, uint64_t seed)
         test_make_sinks(c->heads_q, p->longest_k, p->sinks, &p->sink_mem);
         a->sinks = (flashcl_vector){p->sink_mem, 4 * sizeof(float)};
     }
+    p->slope_mem = NULL;
+    for (int h = 0; h < 64; h++)
+        p->slopes[h] = 0.0;
+    if (c->alibi) {
+        ck_assert_int_le(c->heads_q, 64);
+        test_make_alibi_slopes(c->heads_q, p->slopes, &p->slope_mem);
+        a->alibi_slopes = (flashcl_vector){p->slope_mem, 4 * sizeof(float)};
+    }
 
     p->vl.total_q = p->total_q;
     p->vl.total_k = p->total_k;
@@ -97,7 +105,8 @@ void packed_create(struct packed *p, const struct vl_case *c, uint64_t seed)
 
 void packed_free(struct packed *p)
 {
-    cl_mem all[] = {p->q_mem, p->k_mem, p->v_mem, p->o_mem, p->lse_mem, p->cu_q_mem, p->cu_k_mem, p->sink_mem};
+    cl_mem all[] = {p->q_mem, p->k_mem, p->v_mem, p->o_mem, p->lse_mem, p->cu_q_mem, p->cu_k_mem, p->sink_mem,
+                    p->slope_mem};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -152,8 +161,9 @@ void packed_check(const struct packed *p, const char *variant, double *max_err)
                     qd[e] = hostref_load(p->q, c->dtype, row * p->row_q + (size_t)h * d + e);
                 size_t first, end;
                 hostref_visible_keys(i, nq, nk, left, right, &first, &end);
-                hostref_attention_row_sink(qd, kd, vd, first, end, d, scale, c->softcap, p->sinks[h], ref, &ref_lse,
-                                           scores);
+                const struct hostref_mods mods = {c->softcap, p->sinks[h], p->slopes[h]};
+                hostref_attention_row_mods(qd, kd, vd, first, end, d, scale, &mods,
+                                           (long long)i + (long long)nk - (long long)nq, ref, &ref_lse, scores);
                 for (size_t e = 0; e < d; e++) {
                     const double got = hostref_load(o_rows, c->dtype, row * p->row_q + (size_t)h * d + e);
                     const double err = isnan(got) ? INFINITY : fabs(got - ref[e]);
@@ -289,6 +299,13 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
     a.window_right = c->mask == FLASHCL_MASK_WINDOW ? c->window_right : 0;
     a.precision = c->precision;
     a.softcap = c->softcap;
+    double slopes[64] = {0};
+    cl_mem slope_mem = NULL;
+    if (c->alibi) {
+        ck_assert_int_le(c->heads_q, 64);
+        test_make_alibi_slopes(c->heads_q, slopes, &slope_mem);
+        a.alibi_slopes = (flashcl_vector){slope_mem, 4 * sizeof(float)};
+    }
     struct flashcl_kv_lengths kv = {0};
     cl_mem len_mem = NULL;
     const int garbage_lens[MAX_SEQS] = {-5, 1 << 30, 7, -1, 3, 3, 3, 3};
@@ -340,8 +357,10 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
                     size_t first, end;
                     double lse;
                     hostref_visible_keys(i, (size_t)c->seq_q, len, left, right, &first, &end);
-                    hostref_attention_row_capped(qd, kd, vd, first, end, d, 1.0 / sqrt((double)d), c->softcap, ref,
-                                                 &lse, scores);
+                    const struct hostref_mods mods = {c->softcap, -INFINITY, slopes[h]};
+                    hostref_attention_row_mods(qd, kd, vd, first, end, d, 1.0 / sqrt((double)d), &mods,
+                                               (long long)i + (long long)len - (long long)c->seq_q, ref, &lse,
+                                               scores);
                     for (size_t x = 0; x < d; x++) {
                         const double got = hostref_load(o + o_batch, c->dtype, base + x);
                         const double err = isnan(got) ? INFINITY : fabs(got - ref[x]);
@@ -362,7 +381,7 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
     free(q);
     free(k);
     free(v);
-    cl_mem all[] = {q_mem, k_mem, v_mem, o_mem, len_mem, table_mem};
+    cl_mem all[] = {q_mem, k_mem, v_mem, o_mem, len_mem, table_mem, slope_mem};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i])
             clReleaseMemObject(all[i]);

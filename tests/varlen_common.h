@@ -22,6 +22,7 @@ struct vl_case {
     enum flashcl_precision precision;  /* f32: what the call allows (EXACT by default) */
     float softcap;       /* attn.softcap (0: none) */
     int sinks;           /* attn.sinks (test_make_sinks) */
+    int alibi;           /* attn.alibi_slopes (test_make_alibi_slopes) */
 };
 
 /* The packed problem on the device, its host images, and the call's structs. */
@@ -30,8 +31,9 @@ struct packed {
     int cu_q[MAX_SEQS + 1], cu_k[MAX_SEQS + 1], total_q, total_k, longest_q, longest_k;
     size_t esize, row_q, row_k;  /* elements per packed row */
     unsigned char *q, *k, *v;
-    cl_mem q_mem, k_mem, v_mem, o_mem, lse_mem, cu_q_mem, cu_k_mem, sink_mem;
+    cl_mem q_mem, k_mem, v_mem, o_mem, lse_mem, cu_q_mem, cu_k_mem, sink_mem, slope_mem;
     double sinks[64];  /* with c->sinks: each query head's (at most 64) */
+    double slopes[64]; /* with c->alibi: each query head's ALiBi slope (else 0) */
     struct flashcl_attention attn;
     struct flashcl_varlen vl;
 };
@@ -48,6 +50,7 @@ struct kv_case {
     int host_table;  /* the block table from the host (else a device buffer) */
     enum flashcl_precision precision;
     float softcap;   /* attn.softcap (0: none) */
+    int alibi;       /* attn.alibi_slopes (test_make_alibi_slopes) */
 };
 
 cl_mem vl_upload(const void *host, size_t bytes);
