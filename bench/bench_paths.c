@@ -150,6 +150,7 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
     a->lse = flashcl_tensor_lse(b->lse, n, h);
     a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     a->precision = c->precision;
+    a->softcap = c->softcap;
     if (c->sinks) {
         float *sinks = malloc(h * sizeof(float));
         if (!sinks) {

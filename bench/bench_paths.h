@@ -44,6 +44,7 @@ struct bench_case {
     int heads_kv;  /* K/V heads (GQA); 0: as many as heads. The sampled checks assume MHA. */
     bool sinks;    /* attn.sinks of -30000 a head: computed, weight 0 (the plain results) */
     bool alibi;    /* attn.alibi_slopes of 0 a head: the bias computed, 0 (the plain results) */
+    float softcap; /* attn.softcap (0: none) */
 };
 
 struct bench_buffers {

@@ -47,6 +47,7 @@ struct options {
     bool verbose;
     bool sinks;
     bool alibi;
+    float softcap;
 };
 
 static void usage(FILE *f)
@@ -84,7 +85,10 @@ static void usage(FILE *f)
             "                  without grad.d_sinks)\n"
             "  --alibi         the sweep's flash calls with ALiBi slopes (attn.alibi_slopes) of 0 a head:\n"
             "                  the bias is computed and adds 0, so outputs and checks are the plain ones\n"
-            "                  (what ALiBi costs; a backward with slopes runs the FMA kernels)\n"
+            "                  (what ALiBi costs)\n"
+            "  --softcap C     the sweep's flash calls with attn.softcap = C; a C far above the scores\n"
+            "                  (1e4) bends none of them past f16's precision, so the checks are the plain\n"
+            "                  ones: what the cap's tanh costs\n"
             "  --csv FILE      also write the results as CSV\n"
             "  --json FILE     also write the results as JSON\n"
             "  --verbose       the library's debug log on stderr (builds; with\n"
@@ -177,6 +181,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"calls", required_argument, 0, 'N'},  {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'},
         {"sinks", no_argument, 0, 's'},
         {"alibi", no_argument, 0, 'A'},
+        {"softcap", required_argument, 0, 'X'},
         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -208,6 +213,15 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'C': o->csv = optarg; break;
         case 's': o->sinks = true; break;
         case 'A': o->alibi = true; break;
+        case 'X': {
+            char *end = NULL;
+            o->softcap = strtof(optarg, &end);
+            if (!end || *end || !(o->softcap > 0.0f)) {
+                fprintf(stderr, "flashcl-bench: --softcap takes a number > 0\n");
+                exit(EXIT_FAILURE);
+            }
+            break;
+        }
         case 'J': o->json = optarg; break;
         case 'q':
             o->n_count = parse_int_list("256,512", o->n, MAX_LIST);
@@ -234,11 +248,12 @@ static void parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, "flashcl-bench: --varlen and --decode are separate modes; give one\n");
         exit(EXIT_FAILURE);
     }
-    if ((o->sinks || o->alibi) && (o->varlen.count > 0 || o->decode_count > 0)) {
-        fprintf(stderr, "flashcl-bench: --sinks and --alibi are for the sweep (not --varlen or --decode)\n");
+    const bool variant = o->sinks || o->alibi || o->softcap > 0.0f;
+    if (variant && (o->varlen.count > 0 || o->decode_count > 0)) {
+        fprintf(stderr, "flashcl-bench: --sinks, --alibi and --softcap are for the sweep (not --varlen or --decode)\n");
         exit(EXIT_FAILURE);
     }
-    if (o->sinks || o->alibi)  /* the standard path refuses them: the flash path only */
+    if (variant)  /* the standard path refuses them: the flash path only */
         o->paths &= 1 << BENCH_FLASH;
     if (o->heads_given && o->varlen.count == 0) {
         fprintf(stderr, "flashcl-bench: --heads is for --varlen (--decode shapes name their heads)\n");
@@ -451,7 +466,7 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false};
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));
                 if (r.status != FLASHCL_SUCCESS) {
@@ -608,6 +623,7 @@ int main(int argc, char **argv)
                     c.pass = (enum bench_pass)pass;
                     c.sinks = opt.sinks;
                     c.alibi = opt.alibi;
+                    c.softcap = opt.softcap;
                     fprintf(stderr, "\r[%d/%d] %s N=%d d=%d %s %s          ", ++done, total, bench_pass_name(c.pass),
                             c.n, c.d, dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
                     const int first = n_results;

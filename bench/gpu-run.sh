@@ -33,6 +33,10 @@
 #                    build: each ';'-separated pair a FLASHCL_KERNELS value and a FLASHCL_BUILD_OPTIONS value
 #                    ("-" none), the first the base; the driver's register report for each pair first, then
 #                    AB_ROUNDS (2) rounds interleaved, PyTorch on the same shapes, bench/ab.py against the first)
+#   bench/gpu-run.sh variants "FLAGS|FLAGS|..." [flashcl-bench options]   (the attention variants' cost: each
+#                    '|'-separated set of flashcl-bench flags ("-" none, the first the base), e.g.
+#                    "-|--alibi|--sinks|--softcap 10000", on the same shapes, AB_ROUNDS (2) rounds interleaved,
+#                    PyTorch on the same shapes, bench/ab.py against the first)
 #   bench/gpu-run.sh f32-sweep ["BM,BN ..." ["W,M,N ..."|none]]   (register-tiled f32 tiles, then
 #                    TF32 shapes, timed at N=16k after the forward and tile tests; SKIP_TESTS=1
 #                    skips those, FLASHCL_SWEEP_OPTIONS adds build options to the f32 runs)
@@ -250,6 +254,29 @@ if [ "$MODE" = pairs-ab ]; then
     [ "$pi" -eq 0 ] || ab_compare 0 0 "$pi" 0 "'${pairs[0]}' -> '${pairs[$pi]}'"
   done | tee "$OUT/pairs-ab.md"
   tar czf "$OUT/pairs-ab.tgz" -C "$W" .
+fi
+if [ "$MODE" = variants ]; then
+  VARIANTS=${1:?bench/gpu-run.sh variants "FLAGS|FLAGS|..." [flashcl-bench options]}; shift
+  BENCH_ARGS=("$@")
+  [ ${#BENCH_ARGS[@]} -gt 0 ] || BENCH_ARGS=(--n 4096,16384 --d 64,128 --dtype f16 --causal 0,1 --pass forward,backward)
+  W=$(mktemp -d)
+  IFS='|' read -r -a variants <<< "$VARIANTS"
+  TORCH_ARGS=$(torch_args "${BENCH_ARGS[@]}")
+  # shellcheck disable=SC2086  # TORCH_ARGS: words on purpose
+  python3 bench/torch_sdpa.py $TORCH_ARGS --csv "$W/torch.csv" 2>>"$W/torch.log" || status=1
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for vi in "${!variants[@]}"; do
+      flags=${variants[$vi]}; [ "$flags" = - ] && flags=
+      # shellcheck disable=SC2086  # flags: words on purpose
+      "$BUILD/bench/flashcl-bench" --paths flash "${BENCH_ARGS[@]}" $flags --csv "$W/k$vi-v0-r$round.csv" \
+        > "$W/k$vi-v0-r$round.log" 2>&1 || status=1
+      tar czf "$OUT/variants.tgz" -C "$W" .  # so far: a call cut short still returns the runs made
+    done
+  done
+  for vi in "${!variants[@]}"; do
+    [ "$vi" -eq 0 ] || ab_compare 0 0 "$vi" 0 "'${variants[0]}' -> '${variants[$vi]}'"
+  done | tee "$OUT/variants.md"
+  tar czf "$OUT/variants.tgz" -C "$W" .
 fi
 if [ "$MODE" = f32-sweep ]; then
   # Exact f32 tiles of the register-tiled kernel ("block_m,block_n"), then TF32 shapes

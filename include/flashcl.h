@@ -343,9 +343,7 @@ struct flashcl_attention {
      * becomes softcap·tanh(s / softcap) before the mask and the softmax, and
      * the LSE is that of the capped scores; the backward differentiates
      * through the cap. 0: none; else finite and > 0. Computed by every
-     * forward kernel and by the FMA backward kernels ("backward",
-     * "backward-tiled"), so a capped backward plans one of those
-     * (flashcl_backward_config says which). The standard path refuses it. */
+     * forward and backward kernel. The standard path refuses it. */
     float softcap;
 
     /* Attention sinks (gpt-oss; StreamingLLM-style serving): sinks.mem !=
@@ -369,10 +367,10 @@ struct flashcl_attention {
      * score, before the mask and the softmax, so the LSE is that of the
      * biased scores (FlashAttention-2's causal form adds slope·j instead,
      * which differs from this by a constant a row: the same O, another LSE).
-     * A slope of 0 is none for its head; slopes must be finite. Computed by
-     * every forward kernel and by the FMA backward kernels ("backward",
-     * "backward-tiled"), which a backward with slopes plans (the bias has no
-     * gradient of its own). The standard path refuses them. */
+     * A slope of 0 is none for its head; slopes must be finite (a NaN or
+     * infinite slope gives NaN rows; the library does not read device data
+     * to check). Computed by every forward and backward kernel (the bias has
+     * no gradient of its own). The standard path refuses them. */
     flashcl_vector alibi_slopes;
 
     /* Zero. Room for fields of later versions (sequence offsets, page
