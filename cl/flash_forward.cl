@@ -26,6 +26,9 @@
 #ifndef HEAD_DIM
 #define HEAD_DIM 64          /* d, exact (1..256) */
 #endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM  /* V's and O's d (attn.head_dim_v), exact (1..256) */
+#endif
 #ifndef BLOCK_M
 #define BLOCK_M 32           /* query rows per work-group */
 #endif
@@ -42,7 +45,7 @@
 #define WG (TM * TN)
 #define RM ((BLOCK_M + TM - 1) / TM)      /* query rows per work-item */
 #define CN ((BLOCK_N + TN - 1) / TN)      /* keys per work-item per block */
-#define CD ((HEAD_DIM + TN - 1) / TN)     /* output columns per work-item */
+#define CD ((HEAD_DIM_V + TN - 1) / TN)   /* output columns per work-item */
 #define LDQK (HEAD_DIM | 1)               /* odd row pitch: no bank conflicts across rows */
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
@@ -59,7 +62,7 @@ void flash_forward(FORWARD_ARGS(storage_t))
 {
     __local float q_tile[BLOCK_M * LDQK];
     __local float k_tile[BLOCK_N * LDQK];
-    __local float v_tile[BLOCK_N * HEAD_DIM];
+    __local float v_tile[BLOCK_N * HEAD_DIM_V];
     __local float p_tile[BLOCK_M * BLOCK_N];
     __local float row_part[BLOCK_M * TN];  /* per-row partials: block max, then l */
 
@@ -112,9 +115,12 @@ void flash_forward(FORWARD_ARGS(storage_t))
         for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
             const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
             const int key = kb + j;
-            const bool in = key < seq_kv;
-            k_tile[j * LDQK + c] = in ? LOAD(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
-            v_tile[j * HEAD_DIM + c] = in ? LOAD(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
+            k_tile[j * LDQK + c] = key < seq_kv ? LOAD(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
+        }
+        for (int idx = lid; idx < BLOCK_N * HEAD_DIM_V; idx += WG) {
+            const int j = idx / HEAD_DIM_V, c = idx % HEAD_DIM_V;
+            const int key = kb + j;
+            v_tile[j * HEAD_DIM_V + c] = key < seq_kv ? LOAD(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -176,7 +182,7 @@ void flash_forward(FORWARD_ARGS(storage_t))
             float vj[CD];
             for (int c = 0; c < CD; c++) {
                 const int col = tn + TN * c;
-                vj[c] = col < HEAD_DIM ? v_tile[j * HEAD_DIM + col] : 0.0f;
+                vj[c] = col < HEAD_DIM_V ? v_tile[j * HEAD_DIM_V + col] : 0.0f;
             }
             for (int r = 0; r < RM; r++) {
                 const int i = tm + TM * r;
@@ -210,7 +216,7 @@ void flash_forward(FORWARD_ARGS(storage_t))
         const float inv_l = row_finish(m[r], l_row, HEAD_SINK(h), &lse_row);
         for (int c = 0; c < CD; c++) {
             const int col = tn + TN * c;
-            if (col < HEAD_DIM) {
+            if (col < HEAD_DIM_V) {
 #if SPLIT
                 part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + (ulong)col] = acc[r][c] * inv_l;
 #else
@@ -220,7 +226,7 @@ void flash_forward(FORWARD_ARGS(storage_t))
         }
 #if SPLIT
         if (tn == 0)
-            part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + HEAD_DIM] = lse_row;
+            part[split_part(split, b, h, row, rows_grid, get_num_groups(1)) + OUT_DIM] = lse_row;
 #else
         if (has_lse && tn == 0)
             lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;

@@ -5,7 +5,8 @@
  * each takes an even share of its rows' key blocks and writes, instead of O
  * and the LSE, its partial result normalised over its own keys and that
  * share's LSE (natural log; -inf where it saw no key) to an f32 workspace,
- * [split][batch][head][row][d + 1]. flash_forward_combine then merges the
+ * [split][batch][head][row][OUT_DIM + 1], OUT_DIM O's columns (HEAD_DIM_V where
+ * the includer defines it, else HEAD_DIM). flash_forward_combine then merges the
  * partials of a row by their LSE — exactly the same function:
  *     lse = log sum_s exp(lse_s),  O = sum_s exp(lse_s - lse) O_s.
  * That fills the device when batch x heads x query blocks cannot (decode).
@@ -15,6 +16,11 @@
 
 #ifndef SPLIT
 #define SPLIT 0
+#endif
+#ifdef HEAD_DIM_V
+#define OUT_DIM HEAD_DIM_V
+#else
+#define OUT_DIM HEAD_DIM
 #endif
 
 #if SPLIT
@@ -45,13 +51,13 @@ static inline void split_keys(int split, int n_splits, int *begin, int *end)
     *end = max(lo, min(*end, hi));
 }
 
-/* Element offset of (split, b, query head h, row) in the workspace: d + 1
- * floats a row; `heads` the query heads (grid dimension 1 holds them for the
+/* Element offset of (split, b, query head h, row) in the workspace: OUT_DIM + 1
+ * floats a row (O's columns, then the LSE); `heads` the query heads (grid dimension 1 holds them for the
  * kernels with query blocks, KV heads x group for decode's). */
 static inline ulong split_part(int split, int b, int h, int row, int rows, ulong heads)
 {
     const ulong batch = get_num_groups(2);
-    return ((((ulong)split * batch + (ulong)b) * heads + (ulong)h) * (ulong)rows + (ulong)row) * (HEAD_DIM + 1);
+    return ((((ulong)split * batch + (ulong)b) * heads + (ulong)h) * (ulong)rows + (ulong)row) * (OUT_DIM + 1);
 }
 #else
 #define SPLIT_ARGS

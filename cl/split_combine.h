@@ -12,10 +12,10 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
                                     int has_lse, int rows, int heads, int batch, int seq_kv,
                                     __global const float *sinks, ulong sink_off VARLEN_ARGS)
 {
-    /* One work-item per (row, column): a row's splits are merged by HEAD_DIM work-items side by side
+    /* One work-item per (row, column): a row's splits are merged by OUT_DIM work-items side by side
      * (each reads the splits' LSE, cached), so many splits of few rows (decode) stay parallel. */
     const int gid = (int)get_global_id(0), h = (int)get_global_id(1), b = (int)get_global_id(2);
-    const int row = gid / HEAD_DIM, c = gid % HEAD_DIM;
+    const int row = gid / OUT_DIM, c = gid % OUT_DIM;
     if (row >= rows)
         return;  /* no barrier in this kernel: work-items may leave alone */
     int start_q = 0, start_k = 0, seq_q = rows;
@@ -24,8 +24,8 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
 #endif
     if (row >= seq_q)
         return;
-    const ulong stride = (ulong)batch * (ulong)heads * (ulong)rows * (HEAD_DIM + 1);
-    const ulong first = (((ulong)b * (ulong)heads + (ulong)h) * (ulong)rows + (ulong)row) * (HEAD_DIM + 1);
+    const ulong stride = (ulong)batch * (ulong)heads * (ulong)rows * (OUT_DIM + 1);
+    const ulong first = (((ulong)b * (ulong)heads + (ulong)h) * (ulong)rows + (ulong)row) * (OUT_DIM + 1);
     /* Loads not behind a branch, four splits an iteration: many splits (decode at long contexts) are
      * then loads in flight together rather than one latency each. A split that saw no key has LSE
      * -inf, so weight 0, and any partial (a NaN too: the portable kernel's 0 x inf), which the select
@@ -33,7 +33,7 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
     float m = -INFINITY;
 #pragma unroll 4
     for (int s = 0; s < n_splits; s++)
-        m = fmax(m, part[first + (ulong)s * stride + HEAD_DIM]);
+        m = fmax(m, part[first + (ulong)s * stride + OUT_DIM]);
 #if SINKS
     /* The head's sink joins as one more partial of LSE sink and output 0 (the splits leave it out). */
     const float sink = sinks[sink_off + (ulong)h];
@@ -47,7 +47,7 @@ __kernel void flash_forward_combine(__global const float *part, int n_splits,
 #endif
 #pragma unroll 4
     for (int s = 0; s < n_splits; s++) {
-        const float l_s = part[first + (ulong)s * stride + HEAD_DIM];
+        const float l_s = part[first + (ulong)s * stride + OUT_DIM];
         const float p_s = part[first + (ulong)s * stride + (ulong)c];
         const float w = exp(l_s - m_ref);
         weight_sum += w;

@@ -299,9 +299,11 @@ enum flashcl_mask {
                                  local attention is window_right = 0 */
 };
 
-/* One attention problem. Q [batch, seq_q, heads_q, head_dim]; K, V
- * [batch, seq_kv, heads_kv, head_dim]; O like Q. Query head h reads key/value
- * head h / (heads_q / heads_kv) (grouped-query and multi-query attention). */
+/* One attention problem. Q [batch, seq_q, heads_q, head_dim]; K
+ * [batch, seq_kv, heads_kv, head_dim]; V [batch, seq_kv, heads_kv, dv] and
+ * O [batch, seq_q, heads_q, dv], dv = head_dim_v (head_dim where 0). Query
+ * head h reads key/value head h / (heads_q / heads_kv) (grouped-query and
+ * multi-query attention). */
 struct flashcl_attention {
     int batch;
     int seq_q;
@@ -373,9 +375,17 @@ struct flashcl_attention {
      * no gradient of its own). The standard path refuses them. */
     flashcl_vector alibi_slopes;
 
+    /* The value head dim dv, where it differs from head_dim (DeepSeek's MLA
+     * prefill: 192 for Q and K, 128 for V): V's and O's last dimension, and
+     * the gradients dV and dO's. 0: head_dim; else 1..FLASHCL_MAX_HEAD_DIM.
+     * The scale's default stays 1/sqrt(head_dim). Computed by the "portable"
+     * forward (dense, packed batches, KV caches, split-KV), which a call with
+     * dv != head_dim plans; the backward and the standard path refuse it. */
+    int head_dim_v;
+
     /* Zero. Room for fields of later versions (sequence offsets, page
      * tables) without changing the struct's size. */
-    unsigned char reserved[84];
+    unsigned char reserved[80];
 };
 
 /* ------------------------------------------------------------------------ */

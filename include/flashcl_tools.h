@@ -46,7 +46,8 @@ struct flashcl_kernel_info {
     int softcap;             /* computes logit softcapping (attn.softcap) */
     int sinks;               /* computes attention sinks (attn.sinks; every backward kernel takes them) */
     int alibi;               /* computes ALiBi biases (attn.alibi_slopes) */
-    unsigned char reserved[20];
+    int head_dim_v;          /* takes a value head dim other than head_dim (attn.head_dim_v) */
+    unsigned char reserved[16];
 };
 
 /* Kernels in the table, in the planner's order of preference. */

@@ -17,6 +17,11 @@ float fcl_scale_log2(const struct flashcl_attention *attn)
     return (float)(fcl_effective_scale(attn) * LOG2E);
 }
 
+int fcl_head_dim_v(const struct flashcl_attention *attn)
+{
+    return attn->head_dim_v != 0 ? attn->head_dim_v : attn->head_dim;
+}
+
 void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *right)
 {
     const enum flashcl_mask mask = attn->mask;

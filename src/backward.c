@@ -54,6 +54,9 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
 {
     if (!g)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "grad is NULL");
+    if (fcl_head_dim_v(a) != a->head_dim)  /* no backward kernel takes it yet */
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.head_dim_v = %d: the backward takes head_dim_v = head_dim "
+                        "(%d) only", a->head_dim_v, a->head_dim);
     if (needs_lse && !a->lse.mem)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT,
                     "attn.lse.mem is NULL; the backward pass reads the forward's log-sum-exp");

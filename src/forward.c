@@ -121,15 +121,16 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const size_t local[3] = {(size_t)plan->workgroup, 1, 1};
     const size_t global[3] = {n_qblocks * local[0] * (size_t)plan->splits,
                               (size_t)(k->packs_group ? attn->heads_kv : attn->heads_q), (size_t)attn->batch};
-    const size_t combine_items = (size_t)attn->seq_q * (size_t)attn->head_dim;  /* one a (row, column) */
+    const size_t dv = (size_t)fcl_head_dim_v(attn);
+    const size_t combine_items = (size_t)attn->seq_q * dv;  /* one a (row, column of O) */
     const size_t combine_global[3] = {(combine_items + 63) / 64 * 64, (size_t)attn->heads_q, (size_t)attn->batch};
 
-    /* The partials: d + 1 floats per (split, sequence, head, row); a buffer the context keeps where one
+    /* The partials: dv + 1 floats per (split, sequence, head, row); a buffer the context keeps where one
      * is free (workspace.c), else the call's own. */
     struct fcl_workspace ws = {NULL, -1};
     if (split) {
         const size_t floats = (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q * (size_t)attn->seq_q *
-                              ((size_t)attn->head_dim + 1);
+                              (dv + 1);
         const flashcl_status wst = fcl_workspace_acquire(ctx, floats * sizeof(float), queue, &ws);
         if (wst != FLASHCL_SUCCESS)
             return wst;

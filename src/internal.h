@@ -231,6 +231,8 @@ int fcl_dtype_define(flashcl_dtype dtype);
 /* 1/sqrt(d) unless the caller set a scale; times log2(e) for the kernels' base-2 scores. */
 float fcl_effective_scale(const struct flashcl_attention *attn);
 float fcl_scale_log2(const struct flashcl_attention *attn);
+/* V's and O's last dimension: attn.head_dim_v, or head_dim where that is 0. */
+int fcl_head_dim_v(const struct flashcl_attention *attn);
 /* The keys row i sees as a window around its diagonal (-1: unlimited on
  * that side): causal is (-1, 0), no mask (-1, -1). */
 void fcl_attention_window(const struct flashcl_attention *attn, int *left, int *right);

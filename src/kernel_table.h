@@ -61,6 +61,7 @@ struct problem {
     float softcap;                     /* attn.softcap: 0 none */
     bool sinks;                        /* forward: attn.sinks given */
     bool alibi;                        /* attn.alibi_slopes given */
+    int head_dim_v;                    /* V's and O's last dimension (0 or head_dim: the same as Q's and K's) */
     bool rows_16b;  /* every view's offset and strides are multiples of 16 bytes */
     int varlen;     /* cl/varlen.h: 0 dense, 1 packed sequences with offsets, 2 a KV cache's lengths, 3 paged */
     int batch, heads_q, heads_kv, seq_q, seq_kv;  /* the grid's (the longest sequence's for varlen): split-KV's
@@ -123,6 +124,7 @@ struct kernel_info {
      * backward's kernels all take them: they read P through the LSE, which holds the sink. */
     bool sinks;
     bool alibi;                      /* computes ALiBi biases (cl/score_mod.h, -DALIBI=1) */
+    bool head_dim_v;                 /* takes head_dim_v != head_dim (-DHEAD_DIM_V) */
     /* Takes split-KV (cl/split.h): the entry point that merges the partials; NULL if not. */
     const char *combine;
     /* One work-group per (split, KV head, sequence) holding every query row of

@@ -36,8 +36,9 @@ static size_t portable_local_bytes(const struct device_desc *dev, const struct k
 {
     const int head_dim = p->head_dim;
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)head_dim;
+    const size_t dv = p->head_dim_v ? (size_t)p->head_dim_v : d;
     const size_t ldqk = d | 1;
-    const size_t floats = m * ldqk + n * ldqk + n * d + m * n + m * (size_t)portable_side(dev);
+    const size_t floats = m * ldqk + n * ldqk + n * dv + m * n + m * (size_t)portable_side(dev);
     return floats * sizeof(float);
 }
 
@@ -57,7 +58,8 @@ static int portable_round_block(size_t bound, int side)
 
 static void portable_rule(const struct device_desc *dev, const struct problem *p, struct kernel_shape *out)
 {
-    const size_t bound = flashcl_block_size_bound(dev->reported_local, sizeof(float), (size_t)p->head_dim);
+    const int dv = p->head_dim_v > p->head_dim ? p->head_dim_v : p->head_dim;  /* the wider of the two */
+    const size_t bound = flashcl_block_size_bound(dev->reported_local, sizeof(float), (size_t)dv);
     const int block = portable_round_block(bound, portable_side(dev));
     out->axis[M] = out->axis[N] = block;
 }
@@ -87,9 +89,11 @@ static void portable_options(const struct device_desc *dev, const struct problem
                              float scale_log2, char *buf, size_t size)
 {
     const int side = portable_side(dev);
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DTM=%d -DTN=%d -DVARLEN=%d",
-             p->head_dim, s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right, side,
-             side, p->varlen);
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS
+             " -DTM=%d -DTN=%d -DVARLEN=%d",
+             p->head_dim, p->head_dim_v ? p->head_dim_v : p->head_dim, s->axis[M], s->axis[N],
+             fcl_dtype_define(p->dtype), p->window_left, p->window_right, side, side, p->varlen);
 }
 
 /* ---- register-tiled: cl/flash_forward_tiled.cl, 4 query rows a work-item ---- */
@@ -978,7 +982,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "portable", .file = "cl/flash_forward.cl",
         .summary = "The forward on any OpenCL 1.2 device, any head dim and tile: the fallback every call can run.",
         .op = OP_FORWARD,
-        .softcap = true, .sinks = true, .alibi = true,
+        .softcap = true, .sinks = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -1145,6 +1149,7 @@ flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *ou
     out->softcap = k->softcap;
     out->sinks = k->sinks || k->op == OP_BACKWARD;
     out->alibi = k->alibi;
+    out->head_dim_v = k->head_dim_v;
     return FLASHCL_SUCCESS;
 }
 
@@ -1245,6 +1250,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "attention sinks";
     if (p->alibi && !k->alibi)
         return "ALiBi";
+    if (p->head_dim_v != 0 && p->head_dim_v != p->head_dim && !k->head_dim_v)
+        return "a value head dim (head_dim_v) other than head_dim";
     return NULL;
 }
 

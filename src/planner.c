@@ -305,6 +305,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     out->softcap = a->softcap;
     out->sinks = a->sinks.mem != NULL;
     out->alibi = a->alibi_slopes.mem != NULL;
+    out->head_dim_v = fcl_head_dim_v(a);
     out->batch = a->batch;
     out->heads_q = a->heads_q;
     out->heads_kv = a->heads_kv;

@@ -44,6 +44,9 @@ static flashcl_status plan_workspace(const flashcl_context *ctx, const struct fl
 {
     if (a->sinks.mem)  /* likewise its softmax has no sink */
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.sinks; the flash path does");
+    if (fcl_head_dim_v(a) != a->head_dim)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path takes head_dim_v = head_dim only (%d != %d); "
+                        "the flash path takes both", a->head_dim_v, a->head_dim);
     if (a->alibi_slopes.mem)  /* nor a bias */
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard path does not take attn.alibi_slopes; the flash "
                         "path does");

@@ -30,6 +30,9 @@ static flashcl_status plan_backward(const flashcl_context *ctx, const struct fla
     if (a->sinks.mem)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard backward does not take attn.sinks; flashcl_backward "
                         "does");
+    if (fcl_head_dim_v(a) != a->head_dim)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard backward takes head_dim_v = head_dim only (%d != %d)",
+                        a->head_dim_v, a->head_dim);
     if (a->alibi_slopes.mem)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "the standard backward does not take attn.alibi_slopes; "
                         "flashcl_backward does");

@@ -49,6 +49,9 @@ static flashcl_status check_shape(const flashcl_context *ctx, const struct flash
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE,
                     "attn.heads_q = %d is not a multiple of attn.heads_kv = %d", a->heads_q,
                     a->heads_kv);
+    if (a->head_dim_v < 0 || a->head_dim_v > FLASHCL_MAX_HEAD_DIM)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.head_dim_v = %d; must be 0 (head_dim) or 1..%d",
+                        a->head_dim_v, FLASHCL_MAX_HEAD_DIM);
     return FLASHCL_SUCCESS;
 }
 
@@ -525,6 +528,7 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
         return st;
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
+    const size_t dv = (size_t)fcl_head_dim_v(a);
     const flashcl_tensor sinks = fcl_vector_view(&a->sinks);
     const flashcl_tensor slopes = fcl_vector_view(&a->alibi_slopes);
     /* The inputs (q, k, v, the per-head vectors given), then the outputs (o, the LSE where given): checked
@@ -532,7 +536,7 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
     struct view views[7] = {
         {"attn.q", &a->q, {b, nq, hq}, d, NULL, 0, 0, {0}},
         {"attn.k", &a->k, {b, nk, hk}, d, NULL, 0, 0, {0}},
-        {"attn.v", &a->v, {b, nk, hk}, d, NULL, 0, 0, {0}},
+        {"attn.v", &a->v, {b, nk, hk}, dv, NULL, 0, 0, {0}},
     };
     int n = 3;
     if (a->sinks.mem)
@@ -540,7 +544,7 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
     if (a->alibi_slopes.mem)
         views[n++] = (struct view){"attn.alibi_slopes", &slopes, {1, 1, hq}, 1, NULL, 0, 0, {0}};
     const int first_output = n;
-    views[n++] = (struct view){"attn.o", &a->o, {b, nq, hq}, d, NULL, 0, 0, {0}};
+    views[n++] = (struct view){"attn.o", &a->o, {b, nq, hq}, dv, NULL, 0, 0, {0}};
     if (a->lse.mem)
         views[n++] = (struct view){"attn.lse", &a->lse, {b, nq, hq}, 1, NULL, 0, 0, {0}};
     return check_views(ctx, views, n, first_output);

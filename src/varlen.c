@@ -93,7 +93,7 @@ static flashcl_status check_indices_apart(const flashcl_context *ctx, const stru
     if (inputs == 0)
         return FLASHCL_SUCCESS;
     const size_t rows[3] = {(size_t)outputs->batch, (size_t)outputs->seq_q, (size_t)outputs->heads_q};
-    const struct view_spec o = {"attn.o", &outputs->o, {rows[0], rows[1], rows[2]}, (size_t)outputs->head_dim};
+    const struct view_spec o = {"attn.o", &outputs->o, {rows[0], rows[1], rows[2]}, (size_t)fcl_head_dim_v(outputs)};
     const struct view_spec lse = {"attn.lse", &outputs->lse, {rows[0], rows[1], rows[2]}, 1};
     int n_views = inputs;
     views[n_views++] = o;
@@ -286,8 +286,8 @@ static flashcl_status validate_pages(const flashcl_context *ctx, const struct fl
     const size_t rows_q[3] = {(size_t)attn->batch, (size_t)attn->seq_q, (size_t)attn->heads_q};
     struct view_spec views[4] = {
         {"attn.k", &attn->k, {pool[0], pool[1], pool[2]}, (size_t)attn->head_dim},
-        {"attn.v", &attn->v, {pool[0], pool[1], pool[2]}, (size_t)attn->head_dim},
-        {"attn.o", &attn->o, {rows_q[0], rows_q[1], rows_q[2]}, (size_t)attn->head_dim},
+        {"attn.v", &attn->v, {pool[0], pool[1], pool[2]}, (size_t)fcl_head_dim_v(attn)},
+        {"attn.o", &attn->o, {rows_q[0], rows_q[1], rows_q[2]}, (size_t)fcl_head_dim_v(attn)},
         {"attn.lse", &attn->lse, {rows_q[0], rows_q[1], rows_q[2]}, 1},
     };
     return fcl_validate_views(ctx, views, attn->lse.mem ? 4 : 3, 2);

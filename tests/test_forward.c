@@ -370,6 +370,151 @@ START_TEST(variants_on_tensor_cores)
 }
 END_TEST
 
+/* A value head dim other than head_dim (attn.head_dim_v; MLA prefill's 192/128 among them), on the portable
+ * kernel whole, split-KV and with small odd tiles, against the double reference: every element of O (dv
+ * columns, poisoned first, a guard row after) and the LSE; causal and not, GQA, Nq != Nk, dv above and below
+ * d; a ALiBi case too. The config names the portable kernel; the backward and the standard path refuse the
+ * call with a message. */
+static const struct {
+    int batch, seq_q, seq_kv, heads_q, heads_kv, d, dv;
+    flashcl_dtype dtype;
+    int causal, alibi;
+} dv_cases[] = {
+    {1, 70, 90, 4, 2, 32, 16, F32, 1, 0}, {2, 33, 47, 2, 2, 24, 40, F16, 0, 0}, {1, 3, 300, 8, 2, 64, 48, BF16, 0, 0},
+    {1, 40, 40, 2, 1, 192, 128, F16, 1, 0}, {1, 50, 20, 2, 2, 8, 12, F32, 1, 1},
+};
+static const char *const dv_contexts[] = {"", "portable:splits=3", "portable:block_m=3,block_n=5"};
+
+START_TEST(value_head_dim)
+{
+    struct test_env *e = test_env_get();
+    const flashcl_dtype dt = dv_cases[_i].dtype;
+    const size_t B = (size_t)dv_cases[_i].batch, Nq = (size_t)dv_cases[_i].seq_q, Nk = (size_t)dv_cases[_i].seq_kv;
+    const size_t Hq = (size_t)dv_cases[_i].heads_q, Hk = (size_t)dv_cases[_i].heads_kv;
+    const size_t d = (size_t)dv_cases[_i].d, dv = (size_t)dv_cases[_i].dv, es = flashcl_dtype_size(dt);
+    const size_t nq = B * Nq * Hq * d, nk = B * Nk * Hk * d, nv = B * Nk * Hk * dv, no = B * Nq * Hq * dv;
+    rng_seed(950 + (uint64_t)_i);
+    unsigned char *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nv * es);
+    ck_assert(q && k && v);
+    for (size_t x = 0; x < nq; x++)
+        hostref_store(q, dt, x, (float)rng_uniform(-1.0, 1.0));
+    for (size_t x = 0; x < nk; x++)
+        hostref_store(k, dt, x, (float)rng_uniform(-1.0, 1.0));
+    for (size_t x = 0; x < nv; x++)
+        hostref_store(v, dt, x, (float)rng_uniform(-1.0, 1.0));
+    double slopes[8] = {0};
+    cl_mem slope_mem = NULL;
+    if (dv_cases[_i].alibi)
+        test_make_alibi_slopes((int)Hq, slopes, &slope_mem);
+    cl_int err;
+    cl_mem qm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nq * es, q, &err);
+    cl_mem km = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nk * es, k, &err);
+    cl_mem vm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nv * es, v, &err);
+    cl_mem om = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, (no + Hq * dv) * es, NULL, &err);  /* a guard row after */
+    cl_mem lm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, B * Hq * Nq * sizeof(float), NULL, &err);
+    ck_assert(qm && km && vm && om && lm);
+    struct flashcl_attention a = {0};
+    a.batch = (int)B;
+    a.seq_q = (int)Nq;
+    a.seq_kv = (int)Nk;
+    a.heads_q = (int)Hq;
+    a.heads_kv = (int)Hk;
+    a.head_dim = (int)d;
+    a.head_dim_v = (int)dv;
+    a.q = flashcl_tensor_bnhd(qm, dt, Nq, Hq, d);
+    a.k = flashcl_tensor_bnhd(km, dt, Nk, Hk, d);
+    a.v = flashcl_tensor_bnhd(vm, dt, Nk, Hk, dv);
+    a.o = flashcl_tensor_bnhd(om, dt, Nq, Hq, dv);
+    a.lse = flashcl_tensor_lse(lm, Nq, Hq);
+    a.mask = dv_cases[_i].causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    if (slope_mem)
+        a.alibi_slopes = (flashcl_vector){slope_mem, 4 * sizeof(float)};
+
+    /* The reference, per (batch, head, row). */
+    const double scale = 1.0 / sqrt((double)d);
+    double *ref = malloc(no * sizeof(double)), *ref_lse = malloc(B * Hq * Nq * sizeof(double));
+    double *qd = malloc(d * sizeof(double)), *kd = malloc(Nk * d * sizeof(double));
+    double *vd = malloc(Nk * dv * sizeof(double)), *scratch = malloc(Nk * sizeof(double));
+    ck_assert(ref && ref_lse && qd && kd && vd && scratch);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++) {
+            const size_t hk = h / (Hq / Hk);
+            for (size_t j = 0; j < Nk; j++) {
+                for (size_t x = 0; x < d; x++)
+                    kd[j * d + x] = hostref_load(k, dt, ((b * Nk + j) * Hk + hk) * d + x);
+                for (size_t x = 0; x < dv; x++)
+                    vd[j * dv + x] = hostref_load(v, dt, ((b * Nk + j) * Hk + hk) * dv + x);
+            }
+            for (size_t i = 0; i < Nq; i++) {
+                for (size_t x = 0; x < d; x++)
+                    qd[x] = hostref_load(q, dt, ((b * Nq + i) * Hq + h) * d + x);
+                size_t first, end;
+                hostref_visible_keys(i, Nq, Nk, -1, dv_cases[_i].causal ? 0 : -1, &first, &end);
+                const struct hostref_mods mods = {0.0, -INFINITY, slopes[h]};
+                hostref_attention_row_dv(qd, kd, vd, first, end, d, dv, scale, &mods,
+                                         (long long)i + (long long)Nk - (long long)Nq, &ref[((b * Nq + i) * Hq + h) * dv],
+                                         &ref_lse[(b * Hq + h) * Nq + i], scratch);
+            }
+        }
+
+    const double atol = dt == F32 ? 1e-5 : dt == F16 ? 2e-3 : 1.6e-2;
+    for (int ci = 0; ci < 3; ci++) {
+        flashcl_context *ctx = test_context_with_options(dv_contexts[ci]);
+        struct flashcl_tile t;
+        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
+        ck_assert_str_eq(t.kernel, "portable");
+        unsigned char *o = malloc((no + Hq * dv) * es);
+        float *lse = malloc(B * Hq * Nq * sizeof(float));
+        ck_assert(o && lse);
+        memset(o, 0xff, (no + Hq * dv) * es);
+        ck_assert_cl(clEnqueueWriteBuffer(e->queue, om, CL_TRUE, 0, (no + Hq * dv) * es, o, 0, NULL, NULL));
+        ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 0, NULL, NULL));
+        ck_assert_cl(clEnqueueReadBuffer(e->queue, om, CL_TRUE, 0, (no + Hq * dv) * es, o, 0, NULL, NULL));
+        ck_assert_cl(clEnqueueReadBuffer(e->queue, lm, CL_TRUE, 0, B * Hq * Nq * sizeof(float), lse, 0, NULL, NULL));
+        double max_err = 0, max_lse = 0;
+        for (size_t x = 0; x < no; x++) {
+            const double got = hostref_load(o, dt, x), err_x = isnan(got) ? INFINITY : fabs(got - ref[x]);
+            ck_assert_msg(err_x <= atol + 1e-2 * fabs(ref[x]), "%s: O[%zu] = %.9g, reference %.9g", dv_contexts[ci], x,
+                          got, ref[x]);
+            max_err = fmax(max_err, err_x);
+        }
+        for (size_t x = no; x < no + Hq * dv; x++)
+            ck_assert_msg(isnan(hostref_load(o, dt, x)), "the guard row's element %zu was written", x - no);
+        for (size_t x = 0; x < B * Hq * Nq; x++) {
+            const double err_x = ref_lse[x] == -INFINITY ? (lse[x] == -INFINITY ? 0 : INFINITY)
+                                                         : fabs((double)lse[x] - ref_lse[x]);
+            ck_assert_msg(err_x <= 1e-4 + 1e-5 * fabs(ref_lse[x]), "LSE[%zu] = %.9g, reference %.9g", x, (double)lse[x],
+                          ref_lse[x]);
+            max_lse = fmax(max_lse, err_x);
+        }
+        printf("%-9s d=%zu dv=%zu %s: max|err| %.2e, LSE %.2e\n", t.kernel, d, dv, dv_contexts[ci], max_err, max_lse);
+        free(o);
+        free(lse);
+    }
+    /* The backward and the standard path refuse it, naming head_dim_v. */
+    struct flashcl_attention_grad g = {0};
+    size_t bytes;
+    ck_assert_int_eq(flashcl_backward_workspace_size(e->ctx, &a, &g, &bytes), FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "head_dim_v"));
+    ck_assert_int_eq(flashcl_standard_workspace_size(e->ctx, &a, &bytes), FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "head_dim_v"));
+
+    cl_mem all[] = {qm, km, vm, om, lm, slope_mem};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(q);
+    free(k);
+    free(v);
+    free(ref);
+    free(ref_lse);
+    free(qd);
+    free(kd);
+    free(vd);
+    free(scratch);
+}
+END_TEST
+
 START_TEST(softcap)
 {
     /* The cap bends these scores, so the uncapped twin gives other outputs. */
@@ -780,6 +925,10 @@ int main(void)
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
     tcase_add_loop_test(sk, variants_on_tensor_cores, 0, COUNT(tensor_core_variant_cases));
     suite_add_tcase(s, sk);
+    TCase *dvc = tcase_create("value head dim");
+    tcase_set_timeout(dvc, 600);
+    tcase_add_loop_test(dvc, value_head_dim, 0, COUNT(dv_cases));
+    suite_add_tcase(s, dvc);
     TCase *al = tcase_create("alibi");
     tcase_set_timeout(al, 600);
     tcase_add_loop_test(al, alibi, 0, COUNT(alibi_cases));

@@ -153,6 +153,13 @@ void hostref_attention_row_mods(const double *q, const double *k, const double *
                                 size_t d, double scale, const struct hostref_mods *mods, long long diagonal,
                                 double *out, double *lse, double *scratch)
 {
+    hostref_attention_row_dv(q, k, v, first, end, d, d, scale, mods, diagonal, out, lse, scratch);
+}
+
+void hostref_attention_row_dv(const double *q, const double *k, const double *v, size_t first, size_t end,
+                              size_t d, size_t dv, double scale, const struct hostref_mods *mods, long long diagonal,
+                              double *out, double *lse, double *scratch)
+{
     const double sink = mods->sink;
     double max = sink;
     for (size_t j = first; j < end; j++) {
@@ -162,7 +169,7 @@ void hostref_attention_row_mods(const double *q, const double *k, const double *
         scratch[j] = capped(s * scale, mods->softcap) + alibi_bias(mods->alibi_slope, (long long)j, diagonal);
         max = fmax(max, scratch[j]);
     }
-    for (size_t e = 0; e < d; e++)
+    for (size_t e = 0; e < dv; e++)
         out[e] = 0;
     if (max == -INFINITY) {  /* no key and no sink */
         *lse = -INFINITY;
@@ -172,10 +179,10 @@ void hostref_attention_row_mods(const double *q, const double *k, const double *
     for (size_t j = first; j < end; j++) {
         const double p = exp(scratch[j] - max);
         sum += p;
-        for (size_t e = 0; e < d; e++)
-            out[e] += p * v[j * d + e];
+        for (size_t e = 0; e < dv; e++)
+            out[e] += p * v[j * dv + e];
     }
-    for (size_t e = 0; e < d; e++)
+    for (size_t e = 0; e < dv; e++)
         out[e] /= sum;
     *lse = max + log(sum);
 }

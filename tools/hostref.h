@@ -82,6 +82,10 @@ struct hostref_mods {
 void hostref_attention_row_mods(const double *q, const double *k, const double *v, size_t first, size_t end,
                                 size_t d, double scale, const struct hostref_mods *mods, long long diagonal,
                                 double *out, double *lse, double *scratch);
+/* The row with V and out of dv columns (a value head dim other than q's and k's d). */
+void hostref_attention_row_dv(const double *q, const double *k, const double *v, size_t first, size_t end,
+                              size_t d, size_t dv, double scale, const struct hostref_mods *mods, long long diagonal,
+                              double *out, double *lse, double *scratch);
 void hostref_attention_backward_mods(const double *q, const double *k, const double *v, const double *d_o,
                                      size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
                                      int window_right, const struct hostref_mods *mods, double *d_q, double *d_k,
