@@ -245,6 +245,26 @@ static const struct kv_case alibi_kv_cases[] = {
     {2, 3, 40, {3, 33}, 2, 2, 24, BF16, FLASHCL_MASK_WINDOW, 6, 0, 0, 0, 0, 0, 0.4f, 1},
 };
 
+/* A value head dim other than head_dim (attn.head_dim_v) against caches, contiguous and paged (V's pages
+ * of dv columns), on the portable kernel, whole and split: decode with GQA, chunked prefill (causal), a cap
+ * and ALiBi. Other kernels refuse it, so the config must name the portable one. */
+static const struct kv_case dv_kv_cases[] = {
+    {3, 1, 64, {0, 17, 64}, 8, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 16},
+    {2, 5, 40, {13, 40}, 4, 2, 24, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, .alibi = 1, .head_dim_v = 40},
+    {2, 3, 48, {3, 33}, 2, 2, 48, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 16, 0, 0, 0.4f, .head_dim_v = 32},
+};
+static const char *const dv_contexts[] = {NULL, "portable:splits=3"};
+
+START_TEST(value_head_dim_kv_cache)
+{
+    for (int i = 0; i < 2; i++) {
+        const char *kernel = kv_cache_run(dv_contexts[i] ? test_context_with_options(dv_contexts[i]) : NULL,
+                                          &dv_kv_cases[_i], 680 + (uint64_t)_i, false);
+        ck_assert_str_eq(kernel, "portable");
+    }
+}
+END_TEST
+
 START_TEST(alibi_varlen)
 {
     for (int i = 0; i < 3; i++)
@@ -668,6 +688,7 @@ int main(void)
     tcase_add_loop_test(sc, softcap_kv_cache, 0, (int)(sizeof(softcap_kv_cases) / sizeof(softcap_kv_cases[0])));
     tcase_add_loop_test(sc, alibi_varlen, 0, (int)(sizeof(alibi_vl_cases) / sizeof(alibi_vl_cases[0])));
     tcase_add_loop_test(sc, alibi_kv_cache, 0, (int)(sizeof(alibi_kv_cases) / sizeof(alibi_kv_cases[0])));
+    tcase_add_loop_test(sc, value_head_dim_kv_cache, 0, (int)(sizeof(dv_kv_cases) / sizeof(dv_kv_cases[0])));
     suite_add_tcase(s, sc);
     return test_run_suite(s);
 }

@@ -230,10 +230,12 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
     struct test_env *e = test_env_get();
     rng_seed(seed);
     const size_t esize = flashcl_dtype_size(c->dtype), d = (size_t)c->head_dim;
+    const size_t dv = c->head_dim_v ? (size_t)c->head_dim_v : d;  /* V's and O's columns */
     const size_t q_elems = (size_t)c->batch * (size_t)c->seq_q * (size_t)c->heads_q * d;
     const size_t kv_elems = (size_t)c->batch * (size_t)c->capacity * (size_t)c->heads_kv * d;
+    const size_t v_elems = kv_elems / d * dv;
     unsigned char *q = vl_random_rows(c->dtype, q_elems), *k = vl_random_rows(c->dtype, kv_elems);
-    unsigned char *v = vl_random_rows(c->dtype, kv_elems);
+    unsigned char *v = vl_random_rows(c->dtype, v_elems);
     cl_mem q_mem = vl_upload(q, q_elems * esize), k_mem, v_mem;
     /* Paged: the logical [batch, capacity] rows scattered over a pool of pages in shuffled order (one spare page). */
     const int pages_per_seq = c->page_size ? c->capacity / c->page_size : 0, num_pages = c->batch * pages_per_seq + 1;
@@ -245,24 +247,24 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
         for (int entry = 0; entry < c->batch * pages_per_seq; entry++)
             table[entry] = (entry * step + 3) % num_pages;
         const size_t row = (size_t)c->heads_kv * d * esize, page = (size_t)c->page_size * row;
-        unsigned char *pk = calloc((size_t)num_pages, page), *pv = calloc((size_t)num_pages, page);
+        const size_t row_v = (size_t)c->heads_kv * dv * esize, page_v = (size_t)c->page_size * row_v;
+        unsigned char *pk = calloc((size_t)num_pages, page), *pv = calloc((size_t)num_pages, page_v);
         for (int b = 0; b < c->batch; b++)
             for (int j = 0; j < c->capacity; j++) {
-                const size_t dst = (size_t)table[b * pages_per_seq + j / c->page_size] * page +
-                                   (size_t)(j % c->page_size) * row;
-                const size_t src = ((size_t)b * (size_t)c->capacity + (size_t)j) * row;
-                memcpy(pk + dst, k + src, row);
-                memcpy(pv + dst, v + src, row);
+                const size_t at = (size_t)table[b * pages_per_seq + j / c->page_size], in_page = (size_t)(j % c->page_size);
+                const size_t src = (size_t)b * (size_t)c->capacity + (size_t)j;
+                memcpy(pk + at * page + in_page * row, k + src * row, row);
+                memcpy(pv + at * page_v + in_page * row_v, v + src * row_v, row_v);
             }
         k_mem = vl_upload(pk, (size_t)num_pages * page);
-        v_mem = vl_upload(pv, (size_t)num_pages * page);
+        v_mem = vl_upload(pv, (size_t)num_pages * page_v);
         free(pk);
         free(pv);
     } else {
         k_mem = vl_upload(k, kv_elems * esize);
-        v_mem = vl_upload(v, kv_elems * esize);
+        v_mem = vl_upload(v, v_elems * esize);
     }
-    const size_t o_batch = (size_t)c->seq_q * (size_t)c->heads_q * d * esize, o_bytes = o_batch * (size_t)(c->batch + 2);
+    const size_t o_batch = (size_t)c->seq_q * (size_t)c->heads_q * dv * esize, o_bytes = o_batch * (size_t)(c->batch + 2);
     unsigned char *poison = malloc(o_bytes);
     memset(poison, 0xff, o_bytes);
     cl_mem o_mem = vl_upload(poison, o_bytes);
@@ -274,10 +276,11 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
     a.heads_q = c->heads_q;
     a.heads_kv = c->heads_kv;
     a.head_dim = c->head_dim;
+    a.head_dim_v = c->head_dim_v;
     a.q = flashcl_tensor_bnhd(q_mem, c->dtype, (size_t)c->seq_q, (size_t)c->heads_q, d);
     const size_t kv_rows = c->page_size ? (size_t)c->page_size : (size_t)c->capacity;  /* a page's, or a sequence's */
     a.k = flashcl_tensor_bnhd(k_mem, c->dtype, kv_rows, (size_t)c->heads_kv, d);
-    a.v = flashcl_tensor_bnhd(v_mem, c->dtype, kv_rows, (size_t)c->heads_kv, d);
+    a.v = flashcl_tensor_bnhd(v_mem, c->dtype, kv_rows, (size_t)c->heads_kv, dv);
     struct flashcl_kv_pages pages = {0};
     cl_mem table_mem = NULL;
     if (c->page_size) {
@@ -292,7 +295,7 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
         }
     }
     const struct flashcl_kv_pages *paged = c->page_size ? &pages : NULL;
-    a.o = flashcl_tensor_bnhd(o_mem, c->dtype, (size_t)c->seq_q, (size_t)c->heads_q, d);
+    a.o = flashcl_tensor_bnhd(o_mem, c->dtype, (size_t)c->seq_q, (size_t)c->heads_q, dv);
     a.o.offset = o_batch;
     a.mask = c->mask;
     a.window_left = c->mask == FLASHCL_MASK_WINDOW ? c->window_left : 0;
@@ -339,29 +342,30 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
             right = c->window_right;
         }
         const size_t group = (size_t)(c->heads_q / c->heads_kv);
-        double *kd = malloc((size_t)c->capacity * d * sizeof(double)), *vd = malloc((size_t)c->capacity * d * sizeof(double));
+        double *kd = malloc((size_t)c->capacity * d * sizeof(double)), *vd = malloc((size_t)c->capacity * dv * sizeof(double));
         double *scores = malloc((size_t)c->capacity * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
         for (int b = 0; b < c->batch; b++)
             for (int h = 0; h < c->heads_q; h++) {
                 const size_t len = (size_t)c->lens[b], hk = (size_t)h / group;
-                for (size_t j = 0; j < len; j++)
-                    for (size_t x = 0; x < d; x++) {
-                        const size_t idx = (((size_t)b * (size_t)c->capacity + j) * (size_t)c->heads_kv + hk) * d + x;
-                        kd[j * d + x] = hostref_load(k, c->dtype, idx);
-                        vd[j * d + x] = hostref_load(v, c->dtype, idx);
-                    }
-                for (size_t i = 0; i < (size_t)c->seq_q; i++) {
-                    const size_t base = (((size_t)b * (size_t)c->seq_q + i) * (size_t)c->heads_q + (size_t)h) * d;
+                for (size_t j = 0; j < len; j++) {
+                    const size_t kv_row = ((size_t)b * (size_t)c->capacity + j) * (size_t)c->heads_kv + hk;
                     for (size_t x = 0; x < d; x++)
-                        qd[x] = hostref_load(q, c->dtype, base + x);
+                        kd[j * d + x] = hostref_load(k, c->dtype, kv_row * d + x);
+                    for (size_t x = 0; x < dv; x++)
+                        vd[j * dv + x] = hostref_load(v, c->dtype, kv_row * dv + x);
+                }
+                for (size_t i = 0; i < (size_t)c->seq_q; i++) {
+                    const size_t q_row = ((size_t)b * (size_t)c->seq_q + i) * (size_t)c->heads_q + (size_t)h;
+                    const size_t base = q_row * dv;  /* O's */
+                    for (size_t x = 0; x < d; x++)
+                        qd[x] = hostref_load(q, c->dtype, q_row * d + x);
                     size_t first, end;
                     double lse;
                     hostref_visible_keys(i, (size_t)c->seq_q, len, left, right, &first, &end);
                     const struct hostref_mods mods = {c->softcap, -INFINITY, slopes[h]};
-                    hostref_attention_row_mods(qd, kd, vd, first, end, d, 1.0 / sqrt((double)d), &mods,
-                                               (long long)i + (long long)len - (long long)c->seq_q, ref, &lse,
-                                               scores);
-                    for (size_t x = 0; x < d; x++) {
+                    hostref_attention_row_dv(qd, kd, vd, first, end, d, dv, 1.0 / sqrt((double)d), &mods,
+                                             (long long)i + (long long)len - (long long)c->seq_q, ref, &lse, scores);
+                    for (size_t x = 0; x < dv; x++) {
                         const double got = hostref_load(o + o_batch, c->dtype, base + x);
                         const double err = isnan(got) ? INFINITY : fabs(got - ref[x]);
                         ck_assert_msg(err <= atol + rtol * fabs(ref[x]), "sequence %d row %zu head %d [%zu] = %.9g, "

@@ -51,6 +51,7 @@ struct kv_case {
     enum flashcl_precision precision;
     float softcap;   /* attn.softcap (0: none) */
     int alibi;       /* attn.alibi_slopes (test_make_alibi_slopes) */
+    int head_dim_v;  /* attn.head_dim_v: V's and O's columns (0: head_dim) */
 };
 
 cl_mem vl_upload(const void *host, size_t bytes);
