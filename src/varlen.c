@@ -274,23 +274,34 @@ static flashcl_status validate_pages(const flashcl_context *ctx, const struct fl
                 return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "pages.block_table[%lld] = %d; must be 0..%d", e,
                                 pg->block_table[e], pg->num_pages - 1);
     }
-    /* Q and O as usual (K and V stand in as Q, which overlaps nothing new); the pool apart. */
+    /* The problem's own checks (shape, dtypes, mask, the per-head vectors) on Q's rows: K and V stand in as Q. */
     struct flashcl_attention dense = *attn;
     dense.k = dense.v = attn->q;
     dense.seq_kv = attn->seq_q;
     dense.heads_kv = attn->heads_q;
-    st = fcl_validate_attention(ctx, &dense);
+    st = fcl_validate_problem(ctx, &dense);
     if (st != FLASHCL_SUCCESS)
         return st;
+    /* Then every view at once: the inputs (Q, the pool's K and V, the per-head vectors), then O and the LSE. */
     const size_t pool[3] = {(size_t)pg->num_pages, (size_t)pg->page_size, (size_t)attn->heads_kv};
     const size_t rows_q[3] = {(size_t)attn->batch, (size_t)attn->seq_q, (size_t)attn->heads_q};
-    struct view_spec views[4] = {
-        {"attn.k", &attn->k, {pool[0], pool[1], pool[2]}, (size_t)attn->head_dim},
-        {"attn.v", &attn->v, {pool[0], pool[1], pool[2]}, (size_t)fcl_head_dim_v(attn)},
-        {"attn.o", &attn->o, {rows_q[0], rows_q[1], rows_q[2]}, (size_t)fcl_head_dim_v(attn)},
-        {"attn.lse", &attn->lse, {rows_q[0], rows_q[1], rows_q[2]}, 1},
+    const size_t d = (size_t)attn->head_dim, dv = (size_t)fcl_head_dim_v(attn);
+    const flashcl_tensor sinks = fcl_vector_view(&attn->sinks), slopes = fcl_vector_view(&attn->alibi_slopes);
+    struct view_spec views[7] = {
+        {"attn.q", &attn->q, {rows_q[0], rows_q[1], rows_q[2]}, d},
+        {"attn.k", &attn->k, {pool[0], pool[1], pool[2]}, d},
+        {"attn.v", &attn->v, {pool[0], pool[1], pool[2]}, dv},
     };
-    return fcl_validate_views(ctx, views, attn->lse.mem ? 4 : 3, 2);
+    int n = 3;
+    if (attn->sinks.mem)
+        views[n++] = (struct view_spec){"attn.sinks", &sinks, {1, 1, rows_q[2]}, 1};
+    if (attn->alibi_slopes.mem)
+        views[n++] = (struct view_spec){"attn.alibi_slopes", &slopes, {1, 1, rows_q[2]}, 1};
+    const int first_output = n;
+    views[n++] = (struct view_spec){"attn.o", &attn->o, {rows_q[0], rows_q[1], rows_q[2]}, dv};
+    if (attn->lse.mem)
+        views[n++] = (struct view_spec){"attn.lse", &attn->lse, {rows_q[0], rows_q[1], rows_q[2]}, 1};
+    return fcl_validate_views(ctx, views, n, first_output);
 }
 
 static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const struct flashcl_attention *attn,

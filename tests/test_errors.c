@@ -122,6 +122,13 @@ START_TEST(bad_dims)
     a.head_dim = 257;
     expect(&a, FLASHCL_ERROR_INVALID_SHAPE, "head_dim = 257");
     a = valid();
+    a.head_dim_v = -1;
+    expect(&a, FLASHCL_ERROR_INVALID_SHAPE, "head_dim_v = -1");
+    a.head_dim_v = 257;
+    expect(&a, FLASHCL_ERROR_INVALID_SHAPE, "head_dim_v = 257");
+    a.head_dim_v = a.head_dim * 2;  /* V and O then need rows twice as long as these buffers hold */
+    expect(&a, FLASHCL_ERROR_OUT_OF_BOUNDS, "attn.");
+    a = valid();
     a.heads_q = 3;
     a.heads_kv = 2;
     expect(&a, FLASHCL_ERROR_INVALID_SHAPE, "heads_q = 3 is not a multiple of attn.heads_kv = 2");

@@ -344,6 +344,7 @@ static const struct {
     {{1, 50, 77, 3, 1, 16, F16, 1, 2.0f, LAYOUT_BNHD, 1, .softcap = 3.0f, .sinks = 1, .alibi = 1}, 90, true,
      "tensor-core-wgmma"},
     {{2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1, .alibi = 1}, 80, false, "decode-tensor-core"},  /* 4 slopes a tile */
+    {{1, 3, 200, 8, 2, 32, F16, 1, 0, LAYOUT_BNHD, 1, .alibi = 1}, 80, false, "decode-tensor-core"},  /* 12 rows */
     {{1, 40, 70, 2, 2, 32, F32, 1, -1.0f, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3, .alibi = 1}, 80, false, "tf32"},
 };
 

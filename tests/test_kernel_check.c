@@ -225,7 +225,7 @@ static const struct backward_check backward_checks[] = {
     {{"backward-tensor-core-fused", "on", 80, "backward-tensor-core-fused"},
      {1, 19, 37, 2, 1, 16, BF16, 0, 0, LAYOUT_BNHD, .alibi = 1}},
     {{"backward-tf32", "on", 80, "backward-tf32"},
-     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 0, 0, 0, 0, 0, FLASHCL_PRECISION_TF32X3}},
+     {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 0, 0, 0, 0, 0, FLASHCL_PRECISION_TF32X3, .softcap = 1.5f, .alibi = 1}},
     {{"backward-wgmma", "warps=4,block_m=64,block_n=64", 90, "backward-wgmma", WGMMA_BACKWARD_4x64x64_D64},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, .softcap = 2.0f, .alibi = 1}},
     {{"backward-wgmma", "warps=8,block_m=64,block_n=128", 90, "backward-wgmma", WGMMA_BACKWARD_8x64x128_D64},

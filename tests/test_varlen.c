@@ -252,6 +252,7 @@ static const struct kv_case dv_kv_cases[] = {
     {3, 1, 64, {0, 17, 64}, 8, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 16},
     {2, 5, 40, {13, 40}, 4, 2, 24, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, .alibi = 1, .head_dim_v = 40},
     {2, 3, 48, {3, 33}, 2, 2, 48, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 16, 0, 0, 0.4f, .head_dim_v = 32},
+    {2, 2, 32, {20, 32}, 4, 2, 16, F32, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 40},  /* paged, dv > d */
 };
 static const char *const dv_contexts[] = {NULL, "portable:splits=3"};
 
