@@ -78,7 +78,7 @@ FLASHCL_API int flashcl_ring_chunks(const struct flashcl_ring_params *params, in
  * the order flashcl_ring_global_chunk gives, lse (optional; the backward
  * needs it) its rows' log-sum-exp; mask FLASHCL_MASK_NONE or
  * FLASHCL_MASK_CAUSAL (over the whole sequence); GQA, scale, precision and
- * softcap as flashcl_forward; no window, no sinks. Waits for wait_list
+ * softcap as flashcl_forward; no window, sinks, ALiBi or head_dim_v. Waits for wait_list
  * (the writes of the inputs) first; returns with O and LSE written. */
 FLASHCL_API flashcl_status flashcl_ring_forward(flashcl_ring *ring, const struct flashcl_attention *attn,
                                                 cl_uint num_wait_events, const cl_event *wait_list);

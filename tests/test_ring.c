@@ -612,6 +612,16 @@ START_TEST(ranks_disagree)
         a.window_left = 4;
     }
     expect_failure(flashcl_ring_forward(ring, &a, 0, NULL), 1u, FLASHCL_INVALID_VALUE);
+    /* So are ALiBi slopes (a pair's call would count distances from its own diagonal) and a value head
+     * dim of its own, on the last rank. */
+    a = k.a;
+    if (rank == ranks - 1)
+        a.alibi_slopes = (flashcl_vector){a.q.mem, 0};
+    expect_failure(flashcl_ring_forward(ring, &a, 0, NULL), 1u << (ranks - 1), FLASHCL_INVALID_VALUE);
+    a = k.a;
+    if (rank == ranks - 1)
+        a.head_dim_v = a.head_dim / 2;
+    expect_failure(flashcl_ring_forward(ring, &a, 0, NULL), 1u << (ranks - 1), FLASHCL_INVALID_VALUE);
     call_free(&k);
     problem_free(&p);
     expect_ring_works();

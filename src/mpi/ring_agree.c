@@ -29,6 +29,12 @@ flashcl_status fcl_ring_check_attention(const struct flashcl_attention *attn)
                              attn->window_left, attn->window_right);
     if (attn->sinks.mem)
         return fcl_ring_fail(FLASHCL_INVALID_VALUE, "attn.sinks is set: the ring does not take sinks");
+    /* A chunk pair's call measures ALiBi's distance from its own diagonal, not the sequence's. */
+    if (attn->alibi_slopes.mem)
+        return fcl_ring_fail(FLASHCL_INVALID_VALUE, "attn.alibi_slopes is set: the ring does not take ALiBi");
+    if (attn->head_dim_v != 0 && attn->head_dim_v != attn->head_dim)
+        return fcl_ring_fail(FLASHCL_INVALID_VALUE, "attn.head_dim_v = %d: the ring takes head_dim_v = head_dim (%d)",
+                             attn->head_dim_v, attn->head_dim);
     return FLASHCL_SUCCESS;
 }
 
