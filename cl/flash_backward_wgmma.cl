@@ -5,11 +5,19 @@
  * arguments and results contract as backward_mma_skeleton.h (src/backward.c
  * enqueues them in order): flash_backward_dot (backward_dot.h), then
  * flash_backward_wgmma_dkdv, then flash_backward_wgmma_dq. HEAD_DIM a
- * multiple of 16 up to 128 (dK and dV stay in registers: d of them a
- * thread), WARPS 4 or 8 (one or two warpgroups of 4 warps).
+ * multiple of 16 up to 256, WARPS 4 or 8 (one or two warpgroups of 4 warps).
  *
  * A work-group owns OWN = 16 WARPS rows: its keys in dkdv, its query rows
- * in dq; each warpgroup owns 64 of them and issues its products alone:
+ * in dq; each warpgroup owns 64 of them and issues its products alone.
+ * dK and dV stay in registers, d / 2 of each a thread up to d = 128. Past
+ * 128 (SPLIT_D: 8 warps) that is more than a thread has, so in dkdv the two
+ * warpgroups own the same 64 keys and split dK's and dV's columns: the
+ * first keeps columns 0..127, the second the rest (DKV_COL1 below). Both
+ * compute the block's whole Sᵀ and dPᵀ, which costs up to 1.5x dkdv's
+ * products (the alternative, P and dS through local memory to the other
+ * warpgroup, leaves no room for the tiles at d = 256); dq keeps one
+ * warpgroup per 64 rows and streams smaller key blocks past d = 192
+ * (BLOCK_N 32) so its tiles fit.
  *
  * dkdv: K and V of the work-group's keys stay in local memory; blocks of
  * BLOCK_M queries (Q, dO, their rows' LSE and D) of every query head of
@@ -72,15 +80,35 @@
 #define WGMMA 1              /* nv_mma16.h's tiles in wgmma's 64-column panels */
 #define OWN (16 * WARPS)     /* keys (dkdv) or query rows (dq) a work-group owns: 64 a warpgroup */
 
-#if HEAD_DIM % 16 != 0 || HEAD_DIM < 16 || HEAD_DIM > 128
-#error "HEAD_DIM must be a multiple of 16, at most 128"
+#if HEAD_DIM % 16 != 0 || HEAD_DIM < 16 || HEAD_DIM > 256
+#error "HEAD_DIM must be a multiple of 16, at most 256"
 #endif
 #if (WARPS != 4 && WARPS != 8) || WG != 32 * WARPS
 #error "WARPS must be 4 or 8 and WG 32 * WARPS"
 #endif
-#if (BLOCK_M != 64 && BLOCK_M != 128) || (BLOCK_N != 64 && BLOCK_N != 128)
-#error "BLOCK_M and BLOCK_N must be 64 or 128"
+#if (BLOCK_M != 64 && BLOCK_M != 128) || (BLOCK_N != 32 && BLOCK_N != 64 && BLOCK_N != 128)
+#error "BLOCK_M must be 64 or 128, BLOCK_N 32, 64 or 128"
 #endif
+
+/* dkdv past d = 128 (above): both warpgroups' dK and dV products are DKV_COLS = 128 columns wide, the first's
+ * from column 0, the second's from DKV_COL1 (the panel that ends them at or past d: its products overlap the
+ * first's by 256 - d or 192 - d columns, which it computes and does not store). Products of one N in both
+ * warpgroups: a branch between two Ns made ptxas serialise every wgmma of the kernel (C7520). */
+#if HEAD_DIM > 128
+#define SPLIT_D 1
+#define OWN_KEYS 64          /* dkdv: keys a work-group owns, both warpgroups' */
+#define DKV_COLS 128
+#define DKV_COL1 (HEAD_DIM <= 192 ? 64 : 128)
+#if WARPS != 8
+#error "HEAD_DIM past 128 needs WARPS 8 (two warpgroups split dK's and dV's columns)"
+#endif
+#else
+#define SPLIT_D 0
+#define OWN_KEYS OWN
+#define DKV_COLS HEAD_DIM
+#define DKV_COL1 0
+#endif
+#define DKV_REGS (DKV_COLS / 2)  /* a thread's accumulators of its warpgroup's 64 x DKV_COLS dK (and dV) */
 
 #include "nv_async.h"
 #include "storage.h"
@@ -89,17 +117,21 @@
 #include "nv_mma16.h"      /* pack_pair, the panel tiles and their loader */
 #include "nv_wgmma.h"
 
-/* The S and dP products' widths: a block in halves where it equals HEAD_DIM (above). One token each: it names
- * the product (wgmma_n32_kmajor_ss). */
-#if BLOCK_M == HEAD_DIM && BLOCK_M == 64
+/* The S and dP products' widths: a block in halves where it equals a transposed product's N (above): dkdv's
+ * DKV_COLS, dq's HEAD_DIM. One token each: it names the product (wgmma_n32_kmajor_ss). */
+#if BLOCK_M == DKV_COLS && BLOCK_M == 64
 #define M_PART 32
-#elif BLOCK_M == HEAD_DIM
+#elif BLOCK_M == DKV_COLS
 #define M_PART 64
 #else
 #define M_PART BLOCK_M
 #endif
-#if BLOCK_N == HEAD_DIM && BLOCK_N == 64
+#if BLOCK_N == HEAD_DIM && BLOCK_N <= 64
+#if BLOCK_N == 64
 #define N_PART 32
+#else
+#define N_PART 16
+#endif
 #elif BLOCK_N == HEAD_DIM
 #define N_PART 64
 #else
@@ -110,31 +142,39 @@
 #define EXP2 exp2_ftz        /* one MUFU.EX2, subnormals flushed (nv_async.h) */
 #define OUT_REGS (HEAD_DIM / 2)  /* a thread's accumulators of a 64 x HEAD_DIM product */
 
-/* D[64 x BLOCK] = A Bᵀ, issued (the caller fences before, commits and waits after): A the warpgroup's 64 rows
- * of an [OWN][d] tile, B a [BLOCK][d] tile, both K-major in local memory (k-step kk in panel kk / 4, 32 bytes a
- * k-step), in PART-wide products (PART a token: it names the product); the first k-step overwrites. */
-#define ISSUE_SCORES(d, a_desc, b_desc, block, part_n)                                                               \
+/* D[64 x BLOCK] = A Bᵀ, issued (the caller fences before, commits and waits after): A 64 rows of an [a_rows][d]
+ * tile, B a [BLOCK][d] tile, both K-major in local memory (k-step kk in panel kk / 4, 32 bytes a k-step), in
+ * PART-wide products (PART a token: it names the product); the first k-step overwrites. */
+#define ISSUE_SCORES(d, a_desc, a_rows, b_desc, block, part_n)                                                       \
     do {                                                                                                             \
         NV_UNROLL                                                                                                    \
         for (int part = 0; part < (block) / (part_n); part++)                                                        \
             NV_UNROLL                                                                                                \
             for (int kk = 0; kk < KSTEPS; kk++)                                                                      \
                 wgmma_ss_kmajor(part_n, &(d)[part * (part_n) / 2],                                                   \
-                                wgmma_desc_plus(a_desc, (kk >> 2) * OWN * 128 + (kk & 3) * 32),                      \
+                                wgmma_desc_plus(a_desc, (kk >> 2) * (a_rows) * 128 + (kk & 3) * 32),                 \
                                 wgmma_desc_plus(b_desc, (kk >> 2) * (block) * 128 + part * (part_n) * 128 +          \
                                                             (kk & 3) * 32),                                          \
                                 kk);                                                                                 \
     } while (0)
 
-/* D[64 x HEAD_DIM] += A[64 x BLOCK] B[BLOCK x HEAD_DIM], issued: A the repacked accumulators, 16 columns an
- * operand; B a [BLOCK][d] tile transposed on read (b_trans: leading bytes BLOCK rows of 128, the next panel),
- * 2048 bytes (16 rows) an operand. */
-#define ISSUE_TRANS(d, a, b_trans, block)                                                                            \
+/* D[64 x COLS] += A[64 x BLOCK] B[BLOCK x COLS], issued: A the repacked accumulators, 16 columns an operand;
+ * B COLS columns of a [BLOCK][d] tile transposed on read (b_trans: leading bytes BLOCK rows of 128, the next
+ * panel), 2048 bytes (16 rows) an operand. COLS a token (it names the product), or emulated any int. */
+#define ISSUE_TRANS(cols, d, a, b_trans, block)                                                                      \
     do {                                                                                                             \
         NV_UNROLL                                                                                                    \
         for (int kc = 0; kc < (block) / 16; kc++)                                                                    \
-            wgmma_rs_trans(HEAD_DIM, d, (a)[kc], wgmma_desc_plus(b_trans, kc * 2048), 1);                           \
+            wgmma_rs_trans(cols, d, (a)[kc], wgmma_desc_plus(b_trans, kc * 2048), 1);                               \
     } while (0)
+
+/* dkdv's dK or dV product, DKV_COLS columns from this warpgroup's col0 (its b_trans starts there). Emulated,
+ * only the columns that exist (n at run time): the tile's columns past d were never written. */
+#if NV_EMULATE
+#define ISSUE_DKV(d, a, b_trans) ISSUE_TRANS(min(DKV_COLS, HEAD_DIM - col0), d, a, b_trans, BLOCK_M)
+#else
+#define ISSUE_DKV(d, a, b_trans) ISSUE_TRANS(DKV_COLS, d, a, b_trans, BLOCK_M)
+#endif
 
 /* A warpgroup's skip of a block its keys (rows) cannot see: natively its own; emulated none (masked instead). */
 #if NV_EMULATE
@@ -157,9 +197,11 @@ NV_UNROLL
             a[kc][i] = pack_pair(c[8 * kc + 2 * i], c[8 * kc + 2 * i + 1]);
 }
 
-/* A 64 x HEAD_DIM result, scaled, into rows row0 + 16 (warp % 4) + g (+8) of a [seq, d] slice (rows < seq). */
+/* A 64-row result (d, regs floats a thread: columns col0 ..), scaled, into rows row0 + 16 (warp % 4) + g (+8) of
+ * a [seq, d] slice (rows < seq), its columns from `from` on (the columns before it are another's). */
 static inline __attribute__((always_inline)) void store_rows(__global ushort *base, ulong row_stride, const float *d,
-                                                             int row0, int seq, float scale, int warp, int lane)
+                                                             const int regs, int row0, int seq, int col0, int from,
+                                                             float scale, int warp, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
 NV_UNROLL
@@ -167,20 +209,21 @@ NV_UNROLL
         const int row = row0 + 16 * (warp & 3) + g + 8 * r;
         if (row >= seq)
             continue;
-        __global ushort *dst = base + (ulong)row * row_stride + 2 * t;
+        __global ushort *dst = base + (ulong)row * row_stride + col0 + 2 * t;
 NV_UNROLL
-        for (int j = 0; j < HEAD_DIM / 8; j++)
-            *(__global uint *)(dst + 8 * j) = pack_pair(d[4 * j + 2 * r] * scale, d[4 * j + 2 * r + 1] * scale);
+        for (int j = 0; j < regs / 4; j++)  /* regs: d's length, a constant */
+            if (col0 + 8 * j >= from && col0 + 8 * j < HEAD_DIM)
+                *(__global uint *)(dst + 8 * j) = pack_pair(d[4 * j + 2 * r] * scale, d[4 * j + 2 * r + 1] * scale);
     }
 }
 
-/* Launched as (ceil(seq_kv / OWN) * WG, heads_kv, batch). */
+/* Launched as (ceil(seq_kv / OWN_KEYS) * WG, heads_kv, batch). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_k, dk), BACKWARD_TENSOR(ushort, d_v, dv),
                                BACKWARD_SIZES)
 {
-    __local uint4 k_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
-    __local uint4 v_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 k_tile[OWN_KEYS * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 v_tile[OWN_KEYS * ROW_CHUNKS] __attribute__((aligned(1024)));
     __local uint4 q_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(1024)));  /* two buffers */
     __local uint4 do_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(1024)));
     __local float lse_rows[2 * BLOCK_M];  /* base 2, +inf: hidden row */
@@ -192,8 +235,11 @@ void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_k, dk)
     const int t = lane & 3;
     const int kb = (int)get_group_id(0), hk = (int)get_group_id(1), b = (int)get_group_id(2);
     const int heads_q = (int)get_num_groups(1) * group;
-    const int k0 = kb * OWN;
-    const int group_key0 = k0 + (warp >> 2) * 64;  /* the warpgroup's first key */
+    const int k0 = kb * OWN_KEYS;
+    const int group_key0 = k0 + (SPLIT_D ? 0 : (warp >> 2) * 64);  /* the warpgroup's first key */
+    /* The warpgroup's dK and dV products' columns, col0 .. col0 + DKV_COLS - 1 (64-column panels col0 / 64 on),
+     * of which it stores those from `from` on. */
+    const int col0 = SPLIT_D && warp >= 4 ? DKV_COL1 : 0, from = SPLIT_D && warp >= 4 ? DKV_COLS : 0;
     const int diag = seq_kv - seq_q;
 
     __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
@@ -206,17 +252,17 @@ void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_k, dk)
     const int q_blocks = q_begin < seq_q ? (seq_q - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
     const int total = group * q_blocks;  /* (query head, query block) pairs, head-major: a fixed order */
 
-    load_block(k_tile, OWN, k_base, k_ss, k0, seq_kv, tid);
-    load_block(v_tile, OWN, v_base, v_ss, k0, seq_kv, tid);
+    load_block(k_tile, OWN_KEYS, k_base, k_ss, k0, seq_kv, tid);
+    load_block(v_tile, OWN_KEYS, v_base, v_ss, k0, seq_kv, tid);
 
-    float dk[OUT_REGS], dv[OUT_REGS];
+    float dk[DKV_REGS], dv[DKV_REGS];
 NV_UNROLL
-    for (int i = 0; i < OUT_REGS; i++)
+    for (int i = 0; i < DKV_REGS; i++)
         dk[i] = dv[i] = 0.0f;
 
     /* A operands: the warpgroup's 64 keys of K and V (k-step kk: panel kk / 4, 32 bytes a k-step). */
-    const wgmma_desc_t k_desc = wgmma_desc(k_tile, (warp >> 2) * 64 * 128, 16, 1024);
-    const wgmma_desc_t v_desc = wgmma_desc(v_tile, (warp >> 2) * 64 * 128, 16, 1024);
+    const wgmma_desc_t k_desc = wgmma_desc(k_tile, (group_key0 - k0) * 128, 16, 1024);
+    const wgmma_desc_t v_desc = wgmma_desc(v_tile, (group_key0 - k0) * 128, 16, 1024);
 
     for (int it = -1, stage = 1; it < total; it++, stage ^= 1) {
         /* Block it + 1 goes into buffer stage ^ 1 while block it (buffer stage) is computed. The barrier
@@ -264,12 +310,12 @@ NV_UNROLL
         float s[BLOCK_M / 2], dp[BLOCK_M / 2];
         uint pa[BLOCK_M / 16][4], dsa[BLOCK_M / 16][4];
         const wgmma_desc_t q_desc = wgmma_desc(q_tile, 0, 16, 1024), do_desc = wgmma_desc(do_tile, 0, 16, 1024);
-        const wgmma_desc_t do_trans = wgmma_desc(do_tile, 0, BLOCK_M * 128, 1024);
-        const wgmma_desc_t q_trans = wgmma_desc(q_tile, 0, BLOCK_M * 128, 1024);
+        const wgmma_desc_t do_trans = wgmma_desc(do_tile, col0 / 64 * BLOCK_M * 128, BLOCK_M * 128, 1024);
+        const wgmma_desc_t q_trans = wgmma_desc(q_tile, col0 / 64 * BLOCK_M * 128, BLOCK_M * 128, 1024);
         wgmma_fence();
-        ISSUE_SCORES(s, k_desc, q_desc, BLOCK_M, M_PART);
+        ISSUE_SCORES(s, k_desc, OWN_KEYS, q_desc, BLOCK_M, M_PART);
         wgmma_commit();
-        ISSUE_SCORES(dp, v_desc, do_desc, BLOCK_M, M_PART);
+        ISSUE_SCORES(dp, v_desc, OWN_KEYS, do_desc, BLOCK_M, M_PART);
         wgmma_commit();
 #if BWD_OVERLAP
         wgmma_wait_one();  /* Sᵀ's; dPᵀ's still run */
@@ -302,10 +348,10 @@ NV_UNROLL
         accumulators_as_a(pa, s, BLOCK_M);
 #if BWD_OVERLAP
         /* dV += Pᵀ dO while dSᵀ is computed. */
-        WGMMA_HOLD(dv, OUT_REGS);
+        WGMMA_HOLD(dv, DKV_REGS);
         WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);
         wgmma_fence();
-        ISSUE_TRANS(dv, pa, do_trans, BLOCK_M);
+        ISSUE_DKV(dv, pa, do_trans);
         wgmma_commit();
         wgmma_wait_one();  /* dPᵀ's; dV's may still run */
 #endif
@@ -323,28 +369,30 @@ NV_UNROLL
         accumulators_as_a(dsa, dp, BLOCK_M);
 
         /* dK += dSᵀ Q (and dV += Pᵀ dO): 16 queries a product. */
-        WGMMA_HOLD(dk, OUT_REGS);
+        WGMMA_HOLD(dk, DKV_REGS);
         WGMMA_HOLD_A(&dsa[0][0], BLOCK_M / 4);
 #if !BWD_OVERLAP
-        WGMMA_HOLD(dv, OUT_REGS);
+        WGMMA_HOLD(dv, DKV_REGS);
         WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);
 #endif
         wgmma_fence();
 #if !BWD_OVERLAP
-        ISSUE_TRANS(dv, pa, do_trans, BLOCK_M);
+        ISSUE_DKV(dv, pa, do_trans);
 #endif
-        ISSUE_TRANS(dk, dsa, q_trans, BLOCK_M);
+        ISSUE_DKV(dk, dsa, q_trans);
         wgmma_commit();
         wgmma_wait_all();
-        WGMMA_HOLD(dv, OUT_REGS);
-        WGMMA_HOLD(dk, OUT_REGS);
+        WGMMA_HOLD(dv, DKV_REGS);
+        WGMMA_HOLD(dk, DKV_REGS);
         WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);  /* A's registers stay A's until the wait */
         WGMMA_HOLD_A(&dsa[0][0], BLOCK_M / 4);
     }
     COPY_ASYNC_WAIT(0);
 
-    store_rows(d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh, dk_ss, dk, group_key0, seq_kv, scale, warp, lane);
-    store_rows(d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh, dv_ss, dv, group_key0, seq_kv, 1.0f, warp, lane);
+    store_rows(d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh, dk_ss, dk, DKV_REGS, group_key0, seq_kv, col0,
+               from, scale, warp, lane);
+    store_rows(d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh, dv_ss, dv, DKV_REGS, group_key0, seq_kv, col0,
+               from, 1.0f, warp, lane);
 }
 
 /* Launched as (ceil(seq_q / OWN) * WG, heads_q, batch). */
@@ -429,9 +477,9 @@ NV_UNROLL
         const wgmma_desc_t k_desc = wgmma_desc(k_tile, 0, 16, 1024), v_desc = wgmma_desc(v_tile, 0, 16, 1024);
         const wgmma_desc_t k_trans = wgmma_desc(k_tile, 0, BLOCK_N * 128, 1024);
         wgmma_fence();
-        ISSUE_SCORES(s, q_desc, k_desc, BLOCK_N, N_PART);
+        ISSUE_SCORES(s, q_desc, OWN, k_desc, BLOCK_N, N_PART);
         wgmma_commit();
-        ISSUE_SCORES(dp, do_desc, v_desc, BLOCK_N, N_PART);
+        ISSUE_SCORES(dp, do_desc, OWN, v_desc, BLOCK_N, N_PART);
         wgmma_commit();
 #if BWD_OVERLAP
         wgmma_wait_one();  /* S's; dP's still run */
@@ -481,7 +529,7 @@ NV_UNROLL
         WGMMA_HOLD(dq, OUT_REGS);
         WGMMA_HOLD_A(&dsa[0][0], BLOCK_N / 4);
         wgmma_fence();
-        ISSUE_TRANS(dq, dsa, k_trans, BLOCK_N);
+        ISSUE_TRANS(HEAD_DIM, dq, dsa, k_trans, BLOCK_N);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(dq, OUT_REGS);
@@ -489,5 +537,6 @@ NV_UNROLL
     }
     COPY_ASYNC_WAIT(0);
 
-    store_rows(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh, dq_ss, dq, group_row0, seq_q, scale, warp, lane);
+    store_rows(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh, dq_ss, dq, OUT_REGS, group_row0, seq_q, 0, 0,
+               scale, warp, lane);
 }

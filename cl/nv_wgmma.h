@@ -315,11 +315,13 @@ static inline void wgmma_turn_pass(int group)
                          : WGMMA_OUTS##c                                                                            \
                          : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
     }
-/* S = QKᵀ: 32, 64, 128 or 192 keys a product (S_PART in flash_forward_mma.cl). */
+/* S = QKᵀ: 32, 64, 128 or 192 keys a product (S_PART in flash_forward_mma.cl); 16 the backward's half of a
+ * 32-key block where d = 32 (flash_backward_wgmma.cl's N_PART). */
 WGMMA_RS(32, 16, kmajor, 0)
 WGMMA_RS(64, 32, kmajor, 0)
 WGMMA_RS(128, 64, kmajor, 0)
 WGMMA_RS(192, 96, kmajor, 0)
+WGMMA_SS(16, 8)
 WGMMA_SS(32, 16)
 WGMMA_SS(64, 32)
 WGMMA_SS(128, 64)

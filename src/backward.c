@@ -287,9 +287,10 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
     const size_t b = (size_t)a->batch, hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv;
     const size_t nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     /* The keys a dK/dV work-group owns, and the query rows a dQ work-group owns. */
-    const size_t own_rows = 16 * (size_t)plan->shape.axis[AXIS_WARPS];
-    const size_t bn = k->owns_warp_rows ? own_rows : (size_t)plan->block_n;
-    const size_t bm = k->owns_warp_rows ? own_rows : (size_t)plan->block_m;
+    struct problem problem;
+    backward_problem(a, g, &problem);
+    const size_t bn = k->owned_rows ? (size_t)k->owned_rows(&plan->shape, &problem, 1) : (size_t)plan->block_n;
+    const size_t bm = k->owned_rows ? (size_t)k->owned_rows(&plan->shape, &problem, 2) : (size_t)plan->block_m;
     const size_t dot_global[3] = {(nq + wg[0] - 1) / wg[0] * wg[0], hq, b};
     const size_t dkdv_global[3] = {(nk + bn - 1) / bn * wg[1], hk, b};
     /* The convert step: a work-item per pair of dQ columns; else a work-group per query block. */

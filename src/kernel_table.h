@@ -134,9 +134,9 @@ struct kernel_info {
     /* Backward: the dK/dV step also adds up dQ in the workspace (src/backward.c's layout), and the
      * last step converts it; false: the last step computes dQ itself. */
     bool dq_accumulated;
-    /* Backward: a work-group of either step owns 16 rows a warp (keys in dK/dV, query rows in dQ) and streams
-     * the shape's blocks past them; false: dK/dV owns block_n keys and dQ block_m query rows. */
-    bool owns_warp_rows;
+    /* Backward: the keys a dK/dV work-group owns (step 1) and the query rows a dQ work-group owns (step 2), which
+     * the shape's blocks stream past; NULL: block_n keys and block_m query rows. */
+    int (*owned_rows)(const struct kernel_shape *s, const struct problem *p, int step);
     /* Planned only where the kernel options name it ("name:on", or a shape): not the default, and not
      * a retry's fallback either. */
     bool opt_in;
@@ -157,8 +157,8 @@ struct kernel_info {
     /* Makes the shape smaller along an axis not in `fixed` (a bit per axis);
      * false when it cannot. NULL: shapes are not shrunk. */
     bool (*shrink)(const struct device_desc *dev, struct kernel_shape *s, unsigned fixed);
-    /* Beyond the axes' ranges: whether the device can launch the shape. */
-    bool (*launchable)(const struct device_desc *dev, const struct kernel_shape *s);
+    /* Beyond the axes' ranges: whether the device can launch the shape for the problem. */
+    bool (*launchable)(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p);
     /* Bytes of the __local arrays the kernel declares for this shape and problem
      * (its head_dim; the decode kernel also its rows, at most where unknown). */
     size_t (*local_bytes)(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p);

@@ -135,7 +135,8 @@ static bool tiled_shrink(const struct device_desc *dev, struct kernel_shape *s, 
     return true;
 }
 
-static bool tiled_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+static bool tiled_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                             const struct problem *p)
 {
     return (size_t)(4 * s->axis[M]) <= dev->max_workgroup;
 }
@@ -162,7 +163,8 @@ static void mma_geometry(const struct device_desc *dev, const struct kernel_shap
     *workgroup = 32 * s->axis[W];
 }
 
-static bool mma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+static bool mma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                           const struct problem *p)
 {
     return (size_t)(32 * s->axis[W]) <= dev->max_workgroup;
 }
@@ -470,7 +472,8 @@ static bool backward_tiled_shrink(const struct device_desc *dev, struct kernel_s
 }
 
 /* dK/dV's work-group is 4 work-items per key of its block, dQ's 4 per query row. */
-static bool backward_tiled_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+static bool backward_tiled_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                                      const struct problem *p)
 {
     const int larger = s->axis[M] > s->axis[N] ? s->axis[M] : s->axis[N];
     return (size_t)(4 * larger) <= dev->max_workgroup;
@@ -499,7 +502,8 @@ static void backward_tiled_options(const struct device_desc *dev, const struct p
 /* ---- backward on tensor cores: cl/flash_backward_mma.cl (f16/bf16) ---- */
 
 /* Each warp owns whole 16-row tiles of both kernels: its keys in dK/dV, its rows in dQ. */
-static bool backward_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+static bool backward_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                                    const struct problem *p)
 {
     const int rows = 16 * s->axis[W];
     return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && s->axis[M] % rows == 0 && s->axis[N] % rows == 0;
@@ -554,23 +558,32 @@ static void backward_mma_fused_options(const struct device_desc *dev, const stru
 
 /* ---- backward on Hopper's wgmma: cl/flash_backward_wgmma.cl (f16/bf16, the sm_90a route) ---- */
 
-/* A work-group owns 16 W keys (dK/dV) or query rows (dQ), 64 a warpgroup (owns_warp_rows); its shape's block_m
- * and block_n are the blocks of queries and keys it streams, and block_m is what the plan reports. */
-static bool backward_wgmma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+/* A work-group owns 16 W keys (dK/dV) or query rows (dQ), 64 a warpgroup; past d = 128 both warpgroups of a
+ * dK/dV work-group own the same 64 keys and split their columns, which takes 8 warps (cl/flash_backward_wgmma.cl's
+ * SPLIT_D). Its shape's block_m and block_n are the blocks of queries and keys it streams, and block_m is what the
+ * plan reports. */
+static int backward_wgmma_owned_rows(const struct kernel_shape *s, const struct problem *p, int step)
 {
-    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup;
+    return step == 1 && p->head_dim > 128 ? 64 : 16 * s->axis[W];
+}
+
+static bool backward_wgmma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                                      const struct problem *p)
+{
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && (p->head_dim <= 128 || s->axis[W] == 8);
 }
 
 /* The larger of the two kernels' arrays, in tiles of whole 64-column panels (128 bytes a row a panel):
- * dK/dV: K and V of its 16 W keys once, Q and dO twice (double-buffered), the rows' LSE and D twice;
+ * dK/dV: K and V of its keys once, Q and dO twice (double-buffered), the rows' LSE and D twice;
  * dQ: Q and dO of its 16 W rows once, K and V twice. */
 static size_t backward_wgmma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                          const struct problem *p)
 {
-    const size_t own = 16 * (size_t)s->axis[W], m = (size_t)s->axis[M], n = (size_t)s->axis[N];
+    const size_t keys = (size_t)backward_wgmma_owned_rows(s, p, 1), rows = (size_t)backward_wgmma_owned_rows(s, p, 2);
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N];
     const size_t row = 128 * (((size_t)p->head_dim + 63) / 64);
-    const size_t dkdv = (2 * own + 4 * m) * row + 4 * m * sizeof(float);
-    const size_t dq = (2 * own + 4 * n) * row;
+    const size_t dkdv = (2 * keys + 4 * m) * row + 4 * m * sizeof(float);
+    const size_t dq = (2 * rows + 4 * n) * row;
     return (dkdv > dq ? dkdv : dq) + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -654,7 +667,8 @@ static bool decode_shrink(const struct device_desc *dev, struct kernel_shape *s,
     return true;
 }
 
-static bool decode_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+static bool decode_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                              const struct problem *p)
 {
     return (size_t)(DECODE_ITEMS_PER_KEY * s->axis[N]) <= dev->max_workgroup;
 }
@@ -723,7 +737,8 @@ static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct
 }
 
 /* Each warp takes a multiple of 16 keys of a block. */
-static bool decode_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s)
+static bool decode_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                                  const struct problem *p)
 {
     return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && s->axis[N] % (16 * s->axis[W]) == 0;
 }
@@ -778,10 +793,12 @@ static const struct builtin_shape backward_mma_builtin[] = {
 /* wgmma backward, warps x block_m (the queries dK/dV streams) x block_n (the keys dQ streams), preferred first:
  * two warpgroups (128 keys or rows a work-group) and 64-query blocks everywhere (past d = 64 dK's and dV's d
  * accumulators a thread leave no room for 128 queries' S and dP, 64 + 64 more); 128-key dQ blocks up to
- * d = 64. */
+ * d = 64. Past d = 128 (split columns, 8 warps only): 64-key dQ blocks to d = 192 (192 KB), 32-key ones past
+ * it (192 KB at d = 256; 64 would need 256). */
 static const struct builtin_shape backward_wgmma_builtin[] = {
     {ARCH_ANY, 1, 64, -1, BSHAPE(8, 64, 128), ANY_BATCH},
-    {ARCH_ANY, 1, 128, -1, BSHAPE(8, 64, 64), ANY_BATCH},
+    {ARCH_ANY, 1, 192, -1, BSHAPE(8, 64, 64), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, BSHAPE(8, 64, 32), ANY_BATCH},
     {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64), ANY_BATCH},
 };
 
@@ -1000,13 +1017,13 @@ const struct kernel_info fcl_kernels[] = {
         .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq"},
-        .owns_warp_rows = true,
+        .owned_rows = backward_wgmma_owned_rows,
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
-        .head_dim_step = 16, .head_dim_max = 128,
+        .head_dim_step = 16, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
         .gives_way_to = "backward-tensor-core,backward-tensor-core-fused",
-        .axes = {[M] = {64, 128, 64, {64, 128}}, [N] = {64, 128, 64, {64, 128}}, [W] = {4, 8, 4, {4, 8}}},
+        .axes = {[M] = {64, 128, 64, {64, 128}}, [N] = {32, 128, 32, {32, 64, 128}}, [W] = {4, 8, 4, {4, 8}}},
         .builtin = backward_wgmma_builtin,
         .n_builtin = sizeof(backward_wgmma_builtin) / sizeof(backward_wgmma_builtin[0]),
         .launchable = backward_wgmma_launchable, .local_bytes = backward_wgmma_local_bytes,

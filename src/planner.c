@@ -32,9 +32,10 @@ static bool builtin_applies(const struct device_desc *dev, const struct builtin_
            (b->batches == ANY_BATCH || (b->batches & (1u << p->varlen)));
 }
 
-static bool launchable(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s)
+static bool launchable(const struct device_desc *dev, const struct kernel_info *k, const struct kernel_shape *s,
+                       const struct problem *p)
 {
-    return !k->launchable || k->launchable(dev, s);
+    return !k->launchable || k->launchable(dev, s, p);
 }
 
 /* The shape's local memory, with the compiler's slack, within limit. */
@@ -76,14 +77,14 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
             if (ov->fixed & (1u << a))
                 shape->axis[a] = ov->shape.axis[a];
         *source = FLASHCL_TILE_FORCED;
-        while (!fits(dev, k, shape, p, usable) || !launchable(dev, k, shape))
+        while (!fits(dev, k, shape, p, usable) || !launchable(dev, k, shape, p))
             if (!k->shrink || !k->shrink(dev, shape, ov->fixed)) {
                 int block_m = 0, workgroup = 0;
                 k->geometry(dev, shape, &block_m, &workgroup);
-                if (!launchable(dev, k, shape) && (size_t)workgroup > dev->max_workgroup)
+                if (!launchable(dev, k, shape, p) && (size_t)workgroup > dev->max_workgroup)
                     snprintf(why, why_size, "a %dx%d tile needs %d work-items per work-group; \"%s\" allows %zu",
                              block_m, shape->axis[AXIS_BLOCK_N], workgroup, dev->name, dev->max_workgroup);
-                else if (!launchable(dev, k, shape))  /* e.g. decode-tensor-core: block_n a multiple of 16 x warps */
+                else if (!launchable(dev, k, shape, p))  /* e.g. decode-tensor-core: block_n a multiple of 16 x warps */
                     snprintf(why, why_size, "%s does not take the shape warps=%d, block_n=%d together", k->name,
                              shape->axis[AXIS_WARPS], shape->axis[AXIS_BLOCK_N]);
                 else
@@ -96,7 +97,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
     }
 
     const struct tuned_entry *tuned = fcl_tuning_find(ctx, k, p);
-    if (tuned && launchable(dev, k, &tuned->shape) && fits(dev, k, &tuned->shape, p, usable)) {
+    if (tuned && launchable(dev, k, &tuned->shape, p) && fits(dev, k, &tuned->shape, p, usable)) {
         *shape = tuned->shape;
         *source = FLASHCL_TILE_TUNED;
         *tuned_used = tuned;
@@ -104,7 +105,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
     }
     for (int i = 0; i < k->n_builtin; i++) {
         const struct builtin_shape *b = &k->builtin[i];
-        if (builtin_applies(dev, b, p) && launchable(dev, k, &b->shape) && fits(dev, k, &b->shape, p, usable)) {
+        if (builtin_applies(dev, b, p) && launchable(dev, k, &b->shape, p) && fits(dev, k, &b->shape, p, usable)) {
             *shape = b->shape;
             *source = FLASHCL_TILE_DEFAULT;
             return true;
@@ -114,7 +115,7 @@ static bool choose_shape(const flashcl_context *ctx, const struct kernel_info *k
         memset(shape, 0, sizeof(*shape));
         k->rule(dev, p, shape);
         const size_t limit = k->rule_reported ? dev->reported_local : usable;
-        while (!fits(dev, k, shape, p, limit) || !launchable(dev, k, shape))
+        while (!fits(dev, k, shape, p, limit) || !launchable(dev, k, shape, p))
             if (!k->shrink || !k->shrink(dev, shape, 0)) {
                 snprintf(why, why_size, "no tile for head_dim %d fits %zu bytes of local memory", p->head_dim, limit);
                 return false;
@@ -379,7 +380,7 @@ int flashcl_tuning_candidates(const flashcl_context *ctx, const char *kernel, fl
         for (int a = 0; a < AXIS_COUNT; a++)
             if (k->axes[a].lo)
                 s.axis[a] = k->axes[a].candidates[digit[a]];
-        if (launchable(&ctx->dev, k, &s) && fits(&ctx->dev, k, &s, &p, local)) {
+        if (launchable(&ctx->dev, k, &s, &p) && fits(&ctx->dev, k, &s, &p, local)) {
             struct flashcl_tuned_config c;
             memset(&c, 0, sizeof(c));
             fcl_shape_to_config(&ctx->dev, k, &s, &c);

@@ -588,6 +588,21 @@ START_TEST(alibi)
 }
 END_TEST
 
+/* ---- head dims past 128 on the wgmma backward (emulated as sm_90) ---- */
+
+/* Its two warpgroups split dK's and dV's columns there, overlapping (128 + 32 at d = 160); with a cap, ALiBi
+ * and a sink, GQA, causal, Nq < Nk. */
+START_TEST(wide_head_dim_on_wgmma)
+{
+    const struct bwd_case c = {1, 40, 56, 4, 2, 160, F16, 1, 0, LAYOUT_BNHD, .softcap = 2.0f, .sinks = 1, .alibi = 1};
+    flashcl_context *ctx = test_emulated_context("", 90, true);
+    struct bwd_result r;
+    run_case(ctx, "d = 160, emulated wgmma", &c, 990, &r);
+    ck_assert_msg(kernel_is(r.kernel, "backward-wgmma"), "d = 160 ran %s", r.kernel);
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
 /* The reference's gradients with every score modifier at once (a cap, ALiBi's bias, a sink) against central
  * differences of L = sum dO o O, in every element of Q, K and V, causal and not, Nq != Nk. */
 START_TEST(mods_reference_finite_differences)
@@ -969,5 +984,9 @@ int main(void)
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
     tcase_add_test(sk, sink_reference_finite_differences);
     suite_add_tcase(s, sk);
+    TCase *wide = tcase_create("wide head dims");
+    tcase_set_timeout(wide, 600);
+    tcase_add_test(wide, wide_head_dim_on_wgmma);
+    suite_add_tcase(s, wide);
     return test_run_suite(s);
 }

@@ -390,6 +390,31 @@ START_TEST(backward_wgmma)
 }
 END_TEST
 
+/* Past d = 128: two warpgroups split dK's and dV's columns (128 + the rest) and dQ streams 64- or 32-key
+ * blocks. batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace. */
+static const struct bwd_case backward_wide_cases[] = {
+    {1, 100, 90, 4, 2, 256, F16, 1, 0, LAYOUT_BNHD, 0},     /* GQA, Nq > Nk, 32-key dQ blocks, 128 + 128 */
+    {1, 70, 130, 2, 2, 192, BF16, 0, 0, LAYOUT_BHND, 0},    /* 128 + 64 columns */
+    {1, 90, 90, 2, 1, 144, F16, 1, -0.3f, LAYOUT_BNHD, 1},  /* 128 + 16 columns, MQA, a negative scale */
+};
+
+/* Their default plan, and d = 192 with 32-key dQ blocks too. */
+START_TEST(backward_wgmma_wide)
+{
+    const struct bwd_case *c = &backward_wide_cases[_i];
+    if (!wgmma_expected())
+        return;
+    static const char *const options[] = {"", "backward-wgmma:warps=8,block_m=64,block_n=32"};
+    for (int i = 0; i < (c->head_dim == 192 ? 2 : 1); i++) {
+        char label[48];
+        snprintf(label, sizeof(label), "wgmma backward d = %d/%d", c->head_dim, i);
+        struct bwd_result r;
+        run_case(wgmma_context(options[i]), label, c, 1100 + (uint64_t)_i, &r);
+        ck_assert_str_eq(r.kernel, "backward-wgmma");
+    }
+}
+END_TEST
+
 /* Emulated: Nq > Nk at d = 128 (rows with no key), d = 16 bf16 with a scale, d = 96 causal over 333 rows. */
 static const int emulated_wgmma_backward_cases[] = {3, 5, 13};
 START_TEST(backward_wgmma_emulated)
@@ -785,6 +810,10 @@ int main(void)
         tcase_add_loop_test(bwg, backward_wgmma_emulated, 0, COUNT(emulated_wgmma_backward_cases));
         tcase_add_loop_test(bwg, backward_deterministic, 2, 3);
         suite_add_tcase(s, bwg);
+        TCase *bww = tcase_create("emulated wgmma backward past d = 128");
+        tcase_set_timeout(bww, 1800);
+        tcase_add_loop_test(bww, backward_wgmma_wide, 0, COUNT(backward_wide_cases));
+        suite_add_tcase(s, bww);
         const int rc = test_run_suite(s);
         for (int i = 0; i < n_emulated; i++)
             flashcl_context_destroy(&emulated_contexts[i].ctx);
@@ -816,6 +845,7 @@ int main(void)
     TCase *bwg = tcase_create("backward wgmma");
     tcase_set_timeout(bwg, 600);
     tcase_add_loop_test(bwg, backward_wgmma, 0, COUNT(backward_cases));
+    tcase_add_loop_test(bwg, backward_wgmma_wide, 0, COUNT(backward_wide_cases));
     tcase_add_loop_test(bwg, backward_deterministic, 2, 3);
     suite_add_tcase(s, bwg);
     suite_add_tcase(s, backward_tf32_tcase());
