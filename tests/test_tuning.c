@@ -963,7 +963,8 @@ END_TEST
 
 /* The decode kernels' footprints (their rows, K/V buffers and the paged row tables count) against
  * CL_KERNEL_LOCAL_MEM_SIZE of the built kernels, through the plan a decode call makes: the FMA decode
- * kernel at f32 and f16, dense and paged, the tensor-core one where this device has tensor cores. */
+ * kernel at f32 and f16, dense and paged, with ALiBi (its rows' slopes), the tensor-core one where this
+ * device has tensor cores. */
 START_TEST(decode_kernels_match_built_kernels)
 {
     struct test_env *e = test_env_get();
@@ -974,15 +975,16 @@ START_TEST(decode_kernels_match_built_kernels)
         const char *options;
         const char *kernel;
         flashcl_dtype dtype;
-        int varlen;
+        int varlen, alibi;
     } kernels[] = {
         /* The planner's shapes (they fit whatever this device has), and small forced ones. */
-        {"decode-tensor-core:off", "decode", FLASHCL_F32, 0},
-        {"decode-tensor-core:off;decode:block_n=32", "decode", FLASHCL_F16, 3},
-        {"", "decode-tensor-core", FLASHCL_F16, 0},
-        {"decode-tensor-core:warps=2,block_n=64", "decode-tensor-core", FLASHCL_BF16, 3},
+        {"decode-tensor-core:off", "decode", FLASHCL_F32, 0, 0},
+        {"decode-tensor-core:off;decode:block_n=32", "decode", FLASHCL_F16, 3, 0},
+        {"decode-tensor-core:off", "decode", FLASHCL_F16, 0, 1},
+        {"", "decode-tensor-core", FLASHCL_F16, 0, 0},
+        {"decode-tensor-core:warps=2,block_n=64", "decode-tensor-core", FLASHCL_BF16, 3, 0},
     };
-    const int n_kernels = flashcl_context_has_tensor_cores(e->ctx, NULL) ? 4 : 2;
+    const int n_kernels = flashcl_context_has_tensor_cores(e->ctx, NULL) ? 5 : 3;
     for (int i = 0; i < n_kernels; i++) {
         flashcl_context *ctx = test_context_with_options(kernels[i].options);
         struct flashcl_attention a = {0};
@@ -997,11 +999,14 @@ START_TEST(decode_kernels_match_built_kernels)
         struct problem p;
         fcl_forward_problem(&a, &p);
         p.varlen = kernels[i].varlen;  /* 3: a paged cache (its row tables count for the FMA kernel) */
+        p.alibi = kernels[i].alibi;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
         ck_assert_str_eq(plan.kernel->name, kernels[i].kernel);
         char label[160];
-        snprintf(label, sizeof(label), "%s (varlen %d)", kernels[i].options, kernels[i].varlen);
+        snprintf(label, sizeof(label), "%s (varlen %d, alibi %d)", kernels[i].options, kernels[i].varlen,
+                 kernels[i].alibi);
+        ck_assert(!kernels[i].alibi || strstr(plan.options, "-DALIBI=1"));
         check_built_footprint(ctx, &plan, label);
     }
     clReleaseMemObject(mem);
