@@ -6,8 +6,12 @@ joins torch_sdpa.py --decode's, and flashcl-bench --varlen's torch_varlen.py's
 (the mode column of the first says which).
 
     python3 bench/compare.py flashcl.csv torch.csv > compare.md
+    python3 bench/compare.py --ceiling 4204 decode-flashcl.csv decode-torch.csv
+        (decode: K+V GB/s against a copy ceiling in GB/s, × FA2 and × cuDNN, paged against dense)
 """
+import argparse
 import csv
+import os
 import sys
 
 
@@ -36,6 +40,82 @@ def decode_table(flashcl_rows, torch_rows):
                                  f"{ms:.4f}" if ms else r["status"], r["kv_gb_s"] if ok else "—",
                                  f"{fa2:.4f}" if fa2 else "—", f"{t['cudnn']:.4f}" if "cudnn" in t else "—",
                                  f"{fa2 / ms:.2f}×" if ms and fa2 else "—"]) + " |")
+
+
+def decode_grid_table(flashcl_rows, torch_rows, ceiling, l2_mb):
+    """flashcl-bench --decode against torch_sdpa.py --decode, as K+V GB/s against the copy ceiling (GB/s)
+    with × FA2 and × cuDNN (speed: their time / flashcl's); where the CSV has paged rows too, a second table
+    of paged against dense (the same flashcl-bench call). A shape PyTorch refused or could not hold shows
+    the exception's name."""
+    def dkey(r):
+        return tuple(int(r[c]) for c in ("batch", "heads_q", "heads_kv", "Nq", "Nk", "d")) + (r["dtype"],)
+
+    def kv_mb(k):
+        b, _, hkv, _, nk, d, dtype = k
+        return 2.0 * b * nk * hkv * d * (4 if dtype == "f32" else 2) / 1e6
+
+    torch = {}
+    for r in torch_rows:
+        if r.get("mode", "decode") == "decode":
+            ok = r.get("status") == "ok"
+            torch.setdefault(dkey(r), {})[r["backend"]] = float(r["median_ms"]) if ok else r.get("status") or "?"
+    dense, paged = {}, {}
+    for r in flashcl_rows:
+        (paged if r["mode"] == "decode-paged" else dense).setdefault(dkey(r), r)
+
+    def ms_of(r):
+        return float(r["median_ms"]) if r and r["status"] == "FLASHCL_SUCCESS" else None
+
+    def gb(x):
+        return "—" if not x else f"{x:.0f}" if x >= 100 else f"{x:.2f}"
+
+    def vs(name, t, ms, k):
+        x = t.get(name)
+        if isinstance(x, float) and x > 0:
+            return gb(kv_mb(k) / 1e3 / (x * 1e-3)), f"{x / ms:.2f}×" if ms else "—"
+        return (x or "—"), "—"
+
+    def short(n):
+        return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+    cols = ["d", "B", "Nk", "group (Hq:Hkv)", "K+V MB", "kernel", "splits", "flashcl ms", "GB/s",
+            f"% of {ceiling:g}", "FA2 GB/s", "× FA2", "cuDNN GB/s", "× cuDNN"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    near_l2 = False
+    for k, r in dense.items():
+        b, hq, hkv, nq, nk, d, dtype = k
+        ms, t = ms_of(r), torch.get(k, {})
+        gbs = 2.0 * b * nk * hkv * d * (4 if dtype == "f32" else 2) / (ms * 1e-3) / 1e9 if ms else None
+        mark = "‡" if l2_mb and kv_mb(k) <= 2 * l2_mb else ""
+        near_l2 = near_l2 or bool(mark)
+        fa2, fa2_x = vs("fa2", t, ms, k)
+        cudnn, cudnn_x = vs("cudnn", t, ms, k)
+        group = f"{hq // hkv}{'' if nq == 1 else f'×{nq}'} ({hq}:{hkv})"
+        print("| " + " | ".join([
+            str(d) + ("" if dtype == "f16" else f" {dtype}"), str(b), short(nk), group, f"{kv_mb(k):.0f}{mark}",
+            r["kernel"] or "—", r["splits"], f"{ms:.4f}" if ms else r["status"], gb(gbs),
+            f"{100 * gbs / ceiling:.0f}%" if gbs else "—", fa2, fa2_x, cudnn, cudnn_x]) + " |")
+    print(f"\nGB/s: K and V read once (2·B·Nk·Hkv·d·2 bytes for f16) over the median time; % of the copy ceiling "
+          f"of {ceiling:g} GB/s; × FA2 / × cuDNN: their time over flashcl's (above 1: flashcl faster).")
+    if near_l2:
+        print(f"‡ K+V within twice the {l2_mb:g} MB L2: repeated runs may read part of it from L2, so its GB/s "
+              "can pass what HBM gives.")
+    if paged:
+        print("\nPaged against dense, each pair from one flashcl-bench call:\n")
+        cols = ["d", "B", "Nk", "group (Hq:Hkv)", "dense GB/s", "paged GB/s", "paged time / dense",
+                "paged × FA2 (dense)"]
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "---|" * len(cols))
+        for k, pr in paged.items():
+            b, hq, hkv, nq, nk, d, dtype = k
+            dms, pms = ms_of(dense.get(k)), ms_of(pr)
+            fa2 = torch.get(k, {}).get("fa2")
+            print("| " + " | ".join([
+                str(d), str(b), short(nk), f"{hq // hkv} ({hq}:{hkv})",
+                gb(float(dense[k]["kv_gb_s"])) if dms else (dense.get(k) or {}).get("status", "—"),
+                gb(float(pr["kv_gb_s"])) if pms else pr["status"], f"{pms / dms:.3f}" if pms and dms else "—",
+                f"{fa2 / pms:.2f}×" if pms and isinstance(fa2, float) else "—"]) + " |")
 
 
 def varlen_table(flashcl_rows, torch_rows):
@@ -76,10 +156,33 @@ def varlen_table(flashcl_rows, torch_rows):
           "sequences, N = the mean length rounded (its own FLOPs). * K/V repeated to Hq heads (the API refused GQA).")
 
 
+def read_rows(paths):
+    """The rows of comma-separated CSV paths, one header each; a missing or empty file gives none."""
+    rows = []
+    for path in filter(None, (paths or "").split(",")):
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path, newline="") as f:
+                rows += list(csv.DictReader(f))
+        else:
+            print(f"compare.py: {path} missing or empty; its columns stay blank", file=sys.stderr)
+    return rows
+
+
 def main():
-    flashcl_rows = list(csv.DictReader(open(sys.argv[1])))
-    torch_rows = list(csv.DictReader(open(sys.argv[2]))) if len(sys.argv) > 2 else []
-    if flashcl_rows and flashcl_rows[0].get("mode", "").startswith("decode"):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("flashcl", help="flashcl-bench's CSV (several: comma-separated)")
+    ap.add_argument("torch", nargs="?", default="", help="torch_sdpa.py's or torch_varlen.py's CSV (several: commas)")
+    ap.add_argument("--ceiling", type=float, default=0,
+                    help="decode: the copy ceiling in GB/s; K+V GB/s as a share of it, × FA2 and × cuDNN")
+    ap.add_argument("--l2-mb", type=float, default=0, help="decode, with --ceiling: mark K+V within twice this L2")
+    args = ap.parse_args()
+    flashcl_rows, torch_rows = read_rows(args.flashcl), read_rows(args.torch)
+    if not flashcl_rows:
+        print("compare.py: no flashcl rows", file=sys.stderr)
+        return 1
+    if flashcl_rows[0].get("mode", "").startswith("decode"):
+        if args.ceiling > 0:
+            return decode_grid_table(flashcl_rows, torch_rows, args.ceiling, args.l2_mb)
         return decode_table(flashcl_rows, torch_rows)
     if flashcl_rows and flashcl_rows[0].get("mode") == "varlen":
         return varlen_table(flashcl_rows, torch_rows)
@@ -115,4 +218,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

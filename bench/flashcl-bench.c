@@ -25,6 +25,7 @@
 #include "hostref.h"
 
 #define MAX_LIST 16
+#define MAX_DECODE 64  /* --decode shapes: a table's grid in one call */
 #define MAX_DTYPES 5
 
 struct options {
@@ -35,7 +36,7 @@ struct options {
     int dtype_count;
     int causal[2], causal_count;
     int paths;   /* bit set of enum bench_path */
-    struct decode_shape decode[MAX_LIST];
+    struct decode_shape decode[MAX_DECODE];
     int decode_count;  /* > 0: the decode mode instead of the sweep */
     int page_size;     /* > 0: the decode mode also on a paged cache of such pages */
     struct varlen_batch varlen;  /* count > 0: the varlen mode instead of the sweep */
@@ -195,7 +196,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'c': bad = (o->causal_count = parse_int_list(optarg, o->causal, 2)) <= 0; break;
         case 'p': bad = (o->paths = bench_parse_paths(optarg)) <= 0; break;
         case 'P': bad = (o->passes = bench_parse_passes(optarg)) <= 0; break;
-        case 'D': bad = (o->decode_count = bench_parse_decode(optarg, o->decode, MAX_LIST)) <= 0; break;
+        case 'D': bad = (o->decode_count = bench_parse_decode(optarg, o->decode, MAX_DECODE)) <= 0; break;
         case 'S': bad = (o->page_size = atoi(optarg)) < 16 || o->page_size % 16; break;
         case 'L':
             free(o->varlen.lengths);
@@ -482,6 +483,9 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                             paged ? "decode-paged" : "decode", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv,
                             r.d, flashcl_dtype_name(dtype), flashcl_status_name(r.status), kernel, r.splits,
                             r.median_ms, r.kv_gb_s, r.err_ref, r.last_ms);
+                fflush(stdout);  /* the rows so far survive a later shape that takes the process down */
+                if (csv)
+                    fflush(csv);
               }
     if (csv)
         fclose(csv);

@@ -511,6 +511,17 @@ static struct bench_case timed_case(const struct tune_key *key, const struct opt
     return c;
 }
 
+/* The rows of the decode kernels a key's group runs on, and its tuning line's rows=: the group rounded up to
+ * a power of two (the library's fcl_group_rows, one query a sequence). Groups 5..8 run the kernel of 8
+ * rows, so one line serves them all. */
+static int key_rows(const struct tune_key *key)
+{
+    int rows = 1;
+    while (rows < key->group && rows < 16)
+        rows *= 2;
+    return rows;
+}
+
 /* A decode key's shape, scaled like timed_case: a cache of N = --n keys, batch*N = --tokens, heads_q*d =
  * --hidden (a whole number of groups, one at least), one query a sequence. The check is one sequence of it:
  * the same cache, so a forced split count (capped by the cache's key blocks alone) runs there too. */
@@ -652,7 +663,7 @@ static int decode_candidates(flashcl_context *base, const char *variant, const s
             last = splits;
             if (count < max) {
                 out[count] = shapes[i];
-                out[count].rows = key->group;  /* the keys' groups are powers of two: the kernel's rows */
+                out[count].rows = key_rows(key);
                 out[count].splits = splits;
                 out[count].groups = s->batch * s->heads_kv;
             }
@@ -691,8 +702,11 @@ static void progress(int done, int total, const char *what)
 static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const struct probe *p,
                 const struct options *opt)
 {
-    /* dtype, d, causal, pass, decode group, precision (0: exact). Decode keys after the others: groups of 4
-     * query heads a KV head (Llama's 32:8) and MHA (1); the TF32 keys last. */
+    /* dtype, d, causal, pass, decode group, precision (0: exact). Decode keys after the others, f16 at head
+     * dims 64, 128 and 256: MHA (1), groups of 4 (Llama 3 8B's 32:8), 8 (Llama 3 70B's 64:8) and 16 (Llama
+     * 3.1 405B's 128:8). A group of 5..8 runs the kernel of 8 rows and reads the rows=8 line (key_rows), so
+     * at d = 128 that line is measured on a group of 7 (Qwen2.5 7B's 28:4), the odd group's own path; bf16
+     * and f32 keys after them; the TF32 keys last. */
     static const struct tune_key full[] = {
         {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0, 0},   {FLASHCL_F32, 64, 1, BENCH_PASS_FORWARD, 0, 0},
         {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 0, 0},  {FLASHCL_F32, 128, 1, BENCH_PASS_FORWARD, 0, 0},
@@ -703,7 +717,12 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         {FLASHCL_F32, 128, 0, BENCH_PASS_BACKWARD, 0, 0}, {FLASHCL_F16, 64, 0, BENCH_PASS_BACKWARD, 0, 0},
         {FLASHCL_F16, 128, 0, BENCH_PASS_BACKWARD, 0, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_BACKWARD, 0, 0},
         {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4, 0},  {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 1, 0},
-        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 4, 0},   {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 4, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 7, 0},  {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 16, 0},
+        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 4, 0},   {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 1, 0},
+        {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 8, 0},   {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 16, 0},
+        {FLASHCL_F16, 256, 0, BENCH_PASS_FORWARD, 4, 0},  {FLASHCL_F16, 256, 0, BENCH_PASS_FORWARD, 1, 0},
+        {FLASHCL_F16, 256, 0, BENCH_PASS_FORWARD, 8, 0},  {FLASHCL_F16, 256, 0, BENCH_PASS_FORWARD, 16, 0},
+        {FLASHCL_BF16, 128, 0, BENCH_PASS_FORWARD, 4, 0}, {FLASHCL_BF16, 64, 0, BENCH_PASS_FORWARD, 8, 0},
         {FLASHCL_F32, 128, 0, BENCH_PASS_FORWARD, 4, 0},  {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 1, 0},
         /* f32 calls that allow TF32 (the TF32 kernels, tuned apart per precision): */
         {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0, FLASHCL_PRECISION_TF32},
@@ -719,6 +738,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
         {FLASHCL_F32, 64, 0, BENCH_PASS_FORWARD, 0, 0},  {FLASHCL_F16, 64, 0, BENCH_PASS_FORWARD, 0, 0},
         {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 0, 0}, {FLASHCL_F16, 128, 1, BENCH_PASS_FORWARD, 0, 0},
         {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0, 0}, {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 4, 0},
+        {FLASHCL_F16, 128, 0, BENCH_PASS_FORWARD, 7, 0},
         {FLASHCL_F32, 64, 0, BENCH_PASS_BACKWARD, 0, FLASHCL_PRECISION_TF32X3},
     };
     enum { MAX_KEYS = sizeof(full) / sizeof(full[0]) };
@@ -811,7 +831,7 @@ static int tune(cl_context cl, cl_device_id dev, cl_command_queue queue, const s
             u->warps = base_tile.warps;
             u->m_tiles = base_tile.m_tiles;
             if (key->group) {  /* the rule's split count for this grid, forced like the others' */
-                u->rows = key->group;
+                u->rows = key_rows(key);
                 u->splits = base_tile.splits;
                 u->groups = timed.decode->shape.batch * timed.decode->shape.heads_kv;
             }

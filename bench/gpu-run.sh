@@ -9,6 +9,12 @@
 #   bench/gpu-run.sh decode ["B:Hq:Hkv:Nq:Nk,..."]   (decode / chunked prefill, flashcl-bench --decode
 #                    dense and paged (PAGE_SIZE), and with the decode kernel off on OFF_SHAPES; PyTorch's
 #                    SDPA with enable_gqa on the same shapes; DECODE_D picks d)
+#   bench/gpu-run.sh decode-table   (the decode table: 45 decode shapes, f16, one query a sequence, dense
+#                    cache; group sizes 1, 4, 5, 7, 8, 16 at d 64/128/256, batch 1-64, 4k-128k keys (the grid is
+#                    listed in the mode below); flashcl-bench --decode and PyTorch's FA2 and cuDNN (SDPA,
+#                    enable_gqa) on the same shapes; four of the d=128 shapes paged (PAGE_SIZE) against dense;
+#                    K+V GB/s against COPY_CEILING (4204 GB/s) in $OUT/decode-table.md. DT_CALLS calls back to
+#                    back (1), DT_NK_DIV divides every cache length (1; a small run to check the flow))
 #   bench/gpu-run.sh varlen ["L1,L2,..."]   (varlen prefill: flashcl-bench --varlen on a realistic mix,
 #                    VARLEN_COUNT (64) lengths log-uniform in VARLEN_MIN..VARLEN_MAX (100..8000) from
 #                    VARLEN_SEED (1), or the list given; GQA 32:8, d 128 and 64, f16 and bf16, causal 0 and 1;
@@ -131,6 +137,75 @@ if [ "$MODE" = decode ]; then
   python3 bench/torch_sdpa.py --decode "$SHAPES" --d "$D" --dtype f16 --csv "$OUT/decode-torch.csv" \
     2>>"$OUT/decode.log" || status=1
   python3 bench/compare.py "$OUT/decode-flashcl.csv" "$OUT/decode-torch.csv" | tee "$OUT/decode-compare.md"
+fi
+if [ "$MODE" = decode-table ]; then
+  # The decode table (docs/perf.md, "Decode at the memory wall"): f16, one query a sequence, a dense cache,
+  # B:Hq:Hkv:Nq:Nk. Not the whole cross product: at each head dim
+  #   - every group size at B = 8, 32k keys, 8 KV heads (8:8, 32:8, 40:8, 56:8, 64:8, 128:8: the same K+V
+  #     bytes, only the group's rows change);
+  #   - batch and cache length at 32:8 (Llama 3 8B's group of 4), 1 x 4k up to 64 x 32k (8.6 GB at d = 128);
+  #   - real odd and large groups at the extremes (1 x 128k, 64 x 4k): d = 128 Qwen2.5 7B's 28:4 (7), MHA
+  #     32:32 (1), 40:8 (5), 128:8 (16); d = 64 Qwen2.5 0.5B's 14:2 (7); d = 256 Gemma 2B's 8:1 (8).
+  # 45 shapes, 66 GB of K+V in all, at most 8.6 GB a shape (host and device). Then four d = 128 shapes paged
+  # (PAGE_SIZE-key pages) against dense in one flashcl-bench call. Each step is cut at DT_STEP_TIMEOUT
+  # seconds; a shape flashcl or PyTorch refuses or cannot hold is a row saying so.
+  declare -A DT_SHAPES
+  DT_SWEEP=8:8:8:1:32768,8:32:8:1:32768,8:40:8:1:32768,8:56:8:1:32768,8:64:8:1:32768,8:128:8:1:32768
+  DT_SHAPES[128]=$DT_SWEEP,1:32:8:1:4096,1:32:8:1:32768,1:32:8:1:131072,4:32:8:1:16384,16:32:8:1:8192
+  DT_SHAPES[128]+=,8:32:8:1:131072,32:32:8:1:32768,64:32:8:1:4096,64:32:8:1:32768
+  DT_SHAPES[128]+=,1:28:4:1:131072,16:28:4:1:32768,64:28:4:1:4096,1:32:32:1:131072,64:32:32:1:4096
+  DT_SHAPES[128]+=,1:40:8:1:131072,1:128:8:1:131072,64:128:8:1:4096
+  DT_SHAPES[64]=$DT_SWEEP,1:32:8:1:131072,64:32:8:1:4096,64:32:8:1:32768,1:14:2:1:131072,64:14:2:1:4096
+  DT_SHAPES[256]=$DT_SWEEP,1:32:8:1:131072,64:32:8:1:4096,32:32:8:1:16384,1:8:1:1:131072,64:8:1:1:8192
+  DT_PAGED=8:32:8:1:32768,1:32:8:1:131072,64:32:8:1:4096,1:28:4:1:131072
+  # DT_NK_DIV: every cache length divided (at least 16 keys), to check the flow on a small device.
+  dt_scale() {
+    local div=${DT_NK_DIV:-1} item out='' IFS=,
+    for item in $1; do
+      local nk=${item##*:} nk_div
+      nk_div=$((nk / div)); [ "$nk_div" -ge 16 ] || nk_div=16
+      out+=${out:+,}${item%:*}:$nk_div
+    done
+    echo "$out"
+  }
+  DT_CALLS=${DT_CALLS:-1} STEP=${DT_STEP_TIMEOUT:-240}
+  dt_failed() {  # STEP_NAME EXIT_STATUS LOG: status=1, and a line in LOG saying how the step ended
+    status=1
+    if [ "$2" -eq 124 ]; then echo "$1: cut at $STEP s (the rows it wrote are kept)"; else echo "$1: exit $2"; fi >> "$3"
+  }
+  : > "$OUT/decode-table.log"
+  fl_csvs='' torch_csvs=''
+  for d in 64 128 256; do
+    shapes=$(dt_scale "${DT_SHAPES[$d]}")
+    timeout "$STEP" "$BUILD/bench/flashcl-bench" --decode "$shapes" --d "$d" --dtype f16 --calls "$DT_CALLS" \
+      --csv "$OUT/decode-table-flashcl-d$d.csv" >> "$OUT/decode-table.log" 2>&1 ||
+      dt_failed "flashcl-bench d=$d" $? "$OUT/decode-table.log"
+    fl_csvs+=${fl_csvs:+,}$OUT/decode-table-flashcl-d$d.csv
+  done
+  paged=$(dt_scale "$DT_PAGED")
+  timeout "$STEP" "$BUILD/bench/flashcl-bench" --decode "$paged" --d 128 --dtype f16 --page-size "${PAGE_SIZE:-256}" \
+    --calls "$DT_CALLS" --csv "$OUT/decode-table-paged.csv" >> "$OUT/decode-table.log" 2>&1 ||
+    dt_failed "flashcl-bench paged" $? "$OUT/decode-table.log"
+  grep -E "^ +[0-9]|^flashcl-bench .*: (exit|cut)" "$OUT/decode-table.log"
+  for d in 64 128 256; do  # PyTorch on the identical shapes, after flashcl's, in the same call
+    shapes=$(dt_scale "${DT_SHAPES[$d]}")
+    timeout "$STEP" python3 bench/torch_sdpa.py --decode "$shapes" --d "$d" --dtype f16 --backends fa2,cudnn \
+      --calls "$DT_CALLS" --csv "$OUT/decode-table-torch-d$d.csv" 2>>"$OUT/decode-table-torch.log" ||
+      dt_failed "torch_sdpa.py d=$d" $? "$OUT/decode-table-torch.log"
+    torch_csvs+=${torch_csvs:+,}$OUT/decode-table-torch-d$d.csv
+  done
+  # what PyTorch refused or could not hold, and why; an exit and its error where a step failed whole
+  grep -E "^torch_sdpa|^[A-Za-z.]*Error" "$OUT/decode-table-torch.log" 2>/dev/null
+  {
+    echo "## Decode, f16, dense: flashcl against PyTorch's FA2 and cuDNN in the same call (calls back to back: $DT_CALLS)"
+    echo
+    python3 bench/compare.py --ceiling "${COPY_CEILING:-4204}" --l2-mb "${L2_MB:-50}" "$fl_csvs" "$torch_csvs"
+    echo
+    echo "## Paged (${PAGE_SIZE:-256}-key pages) against dense, d = 128"
+    echo
+    python3 bench/compare.py --ceiling "${COPY_CEILING:-4204}" --l2-mb "${L2_MB:-50}" \
+      "$OUT/decode-table-paged.csv" "$torch_csvs"
+  } | tee "$OUT/decode-table.md"
 fi
 if [ "$MODE" = varlen ]; then
   # Varlen prefill of a realistic length mix, flashcl and PyTorch on the identical list in the same call.

@@ -81,11 +81,23 @@ def decode(args, dev, name):
             b, hq, hkv, nq, nk = (int(x) for x in item.split(":"))
             gen = torch.Generator(device=dev).manual_seed(nk * 131 + d)
             dtype = DTYPES[dtype_name]
-            q = torch.rand((b, hq, nq, d), device=dev, generator=gen).mul_(2).sub_(1).to(dtype)
-            # K and V as [B, Hkv, Nk, d] in memory (a head's keys contiguous, PyTorch's usual), or, with
-            # --kv-layout bnhd, as flashcl-bench's [B, Nk, Hkv, d] seen through a transpose (the same bytes).
-            shape = (b, hkv, nk, d) if args.kv_layout == "bhnd" else (b, nk, hkv, d)
-            k, v = (torch.rand(shape, device=dev, generator=gen).mul_(2).sub_(1).to(dtype) for _ in range(2))
+            q = k = v = None
+            try:
+                q = torch.rand((b, hq, nq, d), device=dev, generator=gen).mul_(2).sub_(1).to(dtype)
+                # K and V as [B, Hkv, Nk, d] in memory (a head's keys contiguous, PyTorch's usual), or, with
+                # --kv-layout bnhd, as flashcl-bench's [B, Nk, Hkv, d] seen through a transpose (the same bytes).
+                shape = (b, hkv, nk, d) if args.kv_layout == "bhnd" else (b, nk, hkv, d)
+                k, v = (torch.rand(shape, device=dev, generator=gen).mul_(2).sub_(1).to(dtype) for _ in range(2))
+            except RuntimeError as e:  # inputs that do not fit (OutOfMemoryError): every backend's row says so
+                print(f"torch_sdpa: {item} d={d} {dtype_name}: inputs: {type(e).__name__}: {str(e)[:200]}",
+                      file=sys.stderr)
+                for bname, _ in chosen_backends(args):
+                    out.writerow([name, torch.__version__, bname, "decode", b, hq, hkv, nq, nk, d, dtype_name, "", "",
+                                  type(e).__name__])
+                f.flush()
+                del q, k, v
+                torch.cuda.empty_cache()
+                continue
             if args.kv_layout == "bnhd":
                 k, v = k.transpose(1, 2), v.transpose(1, 2)
             kv_bytes = 2 * k.numel() * k.element_size()
@@ -108,8 +120,11 @@ def decode(args, dev, name):
                                 times.append(start.elapsed_time(end) / args.calls)
                     ms = statistics.median(times)
                     row = [f"{ms:.6f}", f"{kv_bytes / (ms * 1e-3) / 1e9:.2f}", "ok"]
-                except Exception as e:  # a backend that refuses this shape
+                except Exception as e:  # a backend that refuses this shape, or runs out of memory on it
                     row = ["", "", type(e).__name__]
+                    print(f"torch_sdpa: {item} d={d} {dtype_name} {bname}: {type(e).__name__}: {str(e)[:200]}",
+                          file=sys.stderr)
+                    torch.cuda.empty_cache()
                 out.writerow([name, torch.__version__, bname, "decode", b, hq, hkv, nq, nk, d, dtype_name] + row)
                 f.flush()
             del q, k, v

@@ -209,6 +209,12 @@ void flash_decode(FORWARD_ARGS(storage_t))
     __local float p_tile[SPK * BLOCK_N * ROWS] __attribute__((aligned(16))); /* [part][key][row]: partial
                                                                                   scores, then P, then l */
     __local float row_part[ROWS * MAX_PARTS] __attribute__((aligned(16))); /* the max's partials; l's sums */
+#if ALIBI
+    __local float row_slope2[ROWS];  /* each row's head's ALiBi slope (base 2), read once, not at every score */
+#define ROW_SLOPE2(r) row_slope2[r]
+#else
+#define ROW_SLOPE2(r) 0.0f
+#endif
     /* After the last block, k_tile holds the teams' accumulators, added (BLOCK_N * PITCH raw
      * elements are at least ROWS * HEAD_DIM floats for BLOCK_N >= 32). */
     __local float *acc_sum = (__local float *)k_tiles;
@@ -240,6 +246,10 @@ void flash_decode(FORWARD_ARGS(storage_t))
                                 scale_log2
                           : 0.0f;
     }
+#if ALIBI
+    for (int r = lid; r < ROWS; r += WG)  /* seen after the key loop's first barrier */
+        row_slope2[r] = r < rows_used ? HEAD_ALIBI2(hk * group + r % group) : 0.0f;
+#endif
 
     float m[ROWS], l[ROWS];
     float4 acc[ROWS][CPL];
@@ -328,16 +338,14 @@ void flash_decode(FORWARD_ARGS(storage_t))
             const int r = idx / MAX_PARTS, mp = idx % MAX_PARTS;
             float mx = -INFINITY;
             for (int jj = mp; jj < BLOCK_N; jj += MAX_PARTS)
-                mx = fmax(mx, block_score(p_tile, jj, r, kb + jj, seq_kv, rows_used, group, diag,
-                                          HEAD_ALIBI2(hk * group + r % group)));
+                mx = fmax(mx, block_score(p_tile, jj, r, kb + jj, seq_kv, rows_used, group, diag, ROW_SLOPE2(r)));
             row_part[idx] = mx;
         }
         /* The key's first work-item: its whole scores, the partials added in order. */
         if (part == 0)
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
-                s[r] = block_score(p_tile, j, r, key, seq_kv, rows_used, group, diag,
-                                   HEAD_ALIBI2(hk * group + r % group));
+                s[r] = block_score(p_tile, j, r, key, seq_kv, rows_used, group, diag, ROW_SLOPE2(r));
         barrier(CLK_LOCAL_MEM_FENCE);
 
         float alpha[ROWS];

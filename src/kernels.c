@@ -641,14 +641,15 @@ static bool decode_async(const struct device_desc *dev, const struct problem *p)
 #define DECODE_ITEMS_PER_KEY 2  /* cl/flash_decode.cl's SPK: the work-group is 2 x block_n */
 
 /* K and V staged as stored, pitch d + 4 elements (twice with cp.async); Q,
- * the partial scores / P and the row max's partials in floats; a paged
- * cache's row offsets (K's and V's, 8 bytes each a key). */
+ * the partial scores / P and the row max's partials in floats (and each
+ * row's ALiBi slope); a paged cache's row offsets (K's and V's, 8 bytes each
+ * a key). */
 static size_t decode_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                  const struct problem *p)
 {
     const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, rows = (size_t)fcl_group_rows(p);
     const size_t esize = p->dtype == FLASHCL_F32 ? 4 : 2, stages = decode_async(dev, p) ? 2 : 1;
-    const size_t floats = rows * d + DECODE_ITEMS_PER_KEY * n * rows + rows * 8;
+    const size_t floats = rows * d + DECODE_ITEMS_PER_KEY * n * rows + rows * 8 + (p->alibi ? rows : 0);
     return 2 * stages * n * (d + 4) * esize + floats * sizeof(float) + (p->varlen == 3 ? 2 * n * 8 : 0);
 }
 

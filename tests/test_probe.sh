@@ -32,14 +32,24 @@ forward=$(grep -c "|kind=forward|" "$dir/tuning.txt" || true)
 backward=$(grep -c "|kind=backward|" "$dir/tuning.txt" || true)
 [ "$forward" -ge 1 ] || { echo "probe: no kind=forward line"; exit 1; }
 [ "$backward" -ge 1 ] || { echo "probe: no kind=backward line (the backward key was not tuned)"; exit 1; }
-# The decode kernel, or where tensor cores take the key the tensor-core decode kernel.
-decode_line=$(grep -E "\|kind=forward\|kernel=decode(-tensor-core)?\|" "$dir/tuning.txt" || true)
-[ -n "$decode_line" ] || { echo "probe: no decode line (the decode key was not tuned)"; exit 1; }
-decode_kernel=$(sed -n 's/.*|kernel=\([a-z-]*\)|.*/\1/p' <<<"$decode_line")
-block_n=$(sed -n 's/.*|block_n=\([0-9]*\)|.*/\1/p' <<<"$decode_line")
-splits=$(sed -n 's/.*|splits=\([0-9]*\)|.*/\1/p' <<<"$decode_line")
-grep -q "|rows=4|" <<<"$decode_line" && [ -n "$block_n" ] && [ -n "$splits" ] ||
-  { echo "probe: the decode line lacks rows=4, block_n or splits: $decode_line"; exit 1; }
+# The decode keys (f16 d=128): a group of 4 (rows=4) and one of 7, whose line is the kernel's rows, 8 (the
+# library looks a group of 5..8 up as rows=8; a rows=7 line would make it ignore the whole file). The decode
+# kernel, or where tensor cores take the key the tensor-core decode kernel.
+decode_line() {  # rows
+  grep -E "\|kind=forward\|kernel=decode(-tensor-core)?\|dtype=f16\|d=128\|mask=none\|rows=$1\|" "$dir/tuning.txt" ||
+    true
+}
+line4=$(decode_line 4) line8=$(decode_line 8)
+[ -n "$line4" ] && [ -n "$line8" ] ||
+  { echo "probe: no decode line for rows 4 or 8 (groups 4 and 7):"; grep decode "$dir/tuning.txt"; exit 1; }
+! grep -q "|rows=7|" "$dir/tuning.txt" || { echo "probe: a rows=7 line (the kernel's rows are 8)"; exit 1; }
+field() {  # name line
+  sed -n "s/.*|$1=\([a-z0-9-]*\)|.*/\1/p" <<<"$2"
+}
+for line in "$line4" "$line8"; do
+  [ -n "$(field block_n "$line")" ] && [ -n "$(field splits "$line")" ] ||
+    { echo "probe: a decode line lacks block_n or splits: $line"; exit 1; }
+done
 configs=$((forward + backward))
 # The library reads them for this device, and the bench (which checks O and
 # dQ against the double reference) passes with them, both passes. That a
@@ -47,12 +57,16 @@ configs=$((forward + backward))
 # backward_entry_used.
 FLASHCL_TUNING="$dir/tuning.txt" run_logged "$dir/bench.log" "$bench" --quick --verbose --paths flash --pass forward,backward
 grep -q "tuning file $dir/tuning.txt: $configs configuration(s) for this device" "$dir/bench.log"
-# The decode key's timed grid at these options (flashcl-probe's decode_shape_of: --n keys, --tokens / --n
-# sequences, --hidden / d query heads but one group at least): f16 d=128, 1 sequence, 4:1 heads, 128 keys.
-# That call plans the line's key block and split count (the debug log of the forward) and is right.
-FLASHCL_TUNING="$dir/tuning.txt" run_logged "$dir/decode.log" "$bench" --decode 1:4:1:1:128 --d 128 --dtype f16 \
-  --warmup 1 --reps 2 --verbose
-grep -q "forward: $decode_kernel, $splits split(s), .*-DBLOCK_N=$block_n " "$dir/decode.log" ||
-  { echo "probe: the decode call did not plan block_n=$block_n, splits=$splits"; exit 1; }
-echo "probe: $configs tuned configuration(s) ($backward backward, decode block_n=$block_n splits=$splits) written," \
-  "loaded and used"
+# Each decode key's timed grid at these options (flashcl-probe's decode_shape_of: --n keys, --tokens / --n
+# sequences, --hidden / d query heads but one group at least): f16 d=128, 1 sequence, 4:1 and 7:1 heads, 128
+# keys. Each call plans its line's key block and split count (the debug log of the forward) and is right.
+for check in "4:1 $line4" "7:1 $line8"; do
+  heads=${check%% *} line=${check#* }
+  kernel=$(field kernel "$line") block_n=$(field block_n "$line") splits=$(field splits "$line")
+  FLASHCL_TUNING="$dir/tuning.txt" run_logged "$dir/decode.log" "$bench" --decode "1:$heads:1:128" --d 128 --dtype f16 \
+    --warmup 1 --reps 2 --verbose
+  grep -q "forward: $kernel, $splits split(s), .*-DBLOCK_N=$block_n " "$dir/decode.log" ||
+    { echo "probe: the decode call of $heads heads did not plan block_n=$block_n, splits=$splits"; exit 1; }
+  echo "probe: decode $heads heads: block_n=$block_n splits=$splits from the tuning file"
+done
+echo "probe: $configs tuned configuration(s) ($backward backward) written, loaded and used"

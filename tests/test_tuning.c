@@ -963,7 +963,8 @@ END_TEST
 
 /* The decode kernels' footprints (their rows, K/V buffers and the paged row tables count) against
  * CL_KERNEL_LOCAL_MEM_SIZE of the built kernels, through the plan a decode call makes: the FMA decode
- * kernel at f32 and f16, dense and paged, the tensor-core one where this device has tensor cores. */
+ * kernel at f32 and f16, dense and paged, with ALiBi (its rows' slopes), the tensor-core one where this
+ * device has tensor cores. */
 START_TEST(decode_kernels_match_built_kernels)
 {
     struct test_env *e = test_env_get();
@@ -974,15 +975,16 @@ START_TEST(decode_kernels_match_built_kernels)
         const char *options;
         const char *kernel;
         flashcl_dtype dtype;
-        int varlen;
+        int varlen, alibi;
     } kernels[] = {
         /* The planner's shapes (they fit whatever this device has), and small forced ones. */
-        {"decode-tensor-core:off", "decode", FLASHCL_F32, 0},
-        {"decode-tensor-core:off;decode:block_n=32", "decode", FLASHCL_F16, 3},
-        {"", "decode-tensor-core", FLASHCL_F16, 0},
-        {"decode-tensor-core:warps=2,block_n=64", "decode-tensor-core", FLASHCL_BF16, 3},
+        {"decode-tensor-core:off", "decode", FLASHCL_F32, 0, 0},
+        {"decode-tensor-core:off;decode:block_n=32", "decode", FLASHCL_F16, 3, 0},
+        {"decode-tensor-core:off", "decode", FLASHCL_F16, 0, 1},
+        {"", "decode-tensor-core", FLASHCL_F16, 0, 0},
+        {"decode-tensor-core:warps=2,block_n=64", "decode-tensor-core", FLASHCL_BF16, 3, 0},
     };
-    const int n_kernels = flashcl_context_has_tensor_cores(e->ctx, NULL) ? 4 : 2;
+    const int n_kernels = flashcl_context_has_tensor_cores(e->ctx, NULL) ? 5 : 3;
     for (int i = 0; i < n_kernels; i++) {
         flashcl_context *ctx = test_context_with_options(kernels[i].options);
         struct flashcl_attention a = {0};
@@ -997,11 +999,14 @@ START_TEST(decode_kernels_match_built_kernels)
         struct problem p;
         fcl_forward_problem(&a, &p);
         p.varlen = kernels[i].varlen;  /* 3: a paged cache (its row tables count for the FMA kernel) */
+        p.alibi = kernels[i].alibi;
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
         ck_assert_str_eq(plan.kernel->name, kernels[i].kernel);
         char label[160];
-        snprintf(label, sizeof(label), "%s (varlen %d)", kernels[i].options, kernels[i].varlen);
+        snprintf(label, sizeof(label), "%s (varlen %d, alibi %d)", kernels[i].options, kernels[i].varlen,
+                 kernels[i].alibi);
+        ck_assert(!kernels[i].alibi || strstr(plan.options, "-DALIBI=1"));
         check_built_footprint(ctx, &plan, label);
     }
     clReleaseMemObject(mem);
@@ -1502,6 +1507,55 @@ START_TEST(decode_entry_used)
 }
 END_TEST
 
+/* A group of 5..8 query heads a KV head runs the decode kernel of 8 rows (the rows rounded up to a power of
+ * two), so its line is rows=8, as flashcl-probe writes it for its group of 7 (a rows=7 line is malformed:
+ * decode_entry_malformed). Such a line, measured on 14:2 heads (two pairs), is read back and used by
+ * groups 5, 7 and 8 with the split count scaled to their grids, not by groups of 4 or 9 (rows 4, 16); the
+ * tuned plan runs a group of 7 correctly. */
+START_TEST(decode_entry_odd_group)
+{
+    struct flashcl_tuned_config c = decode_entry();
+    c.rows = 8;
+    char line[512];
+    line_for(&c, line, sizeof(line));
+    ck_assert_ptr_nonnull(strstr(line, "|kernel=decode|dtype=f32|d=32|mask=none|rows=8|block_n=96|splits=5|groups=2|"));
+    write_one_entry(&c);
+    struct test_warn_log w = {0};
+    flashcl_context *ctx = context_with_file(&w, PLAN_LOCAL);
+    ck_assert_int_eq(w.warnings, 0);
+    assert_tile(decode_config_of(ctx, 1, 14, 2, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 5);             /* 7, measured */
+    assert_tile(decode_config_of(ctx, 1, 14, 2, DEC_KEYS, DEC_KV_CACHE), FLASHCL_TILE_TUNED, 96, 5);
+    assert_tile(decode_config_of(ctx, 1, 14, 2, DEC_KEYS, DEC_CAUSAL), FLASHCL_TILE_TUNED, 96, 5);
+    assert_tile(decode_config_of(ctx, 1, 10, 2, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 5);             /* 5 */
+    assert_tile(decode_config_of(ctx, 1, 7, 1, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 10);             /* 7: 10 / 1 */
+    assert_tile(decode_config_of(ctx, 4, 28, 4, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 1);             /* 7: 10 / 16 */
+    assert_tile(decode_config_of(ctx, 1, 16, 2, DEC_KEYS, 0), FLASHCL_TILE_TUNED, 96, 5);             /* 8 */
+    flashcl_context *none = make_context("", PLAN_LOCAL, NULL, &w);
+    static const int others[2][2] = {{8, 2}, {18, 2}};  /* groups 4 and 9: rows 4 and 16, other keys */
+    for (int i = 0; i < 2; i++) {
+        const struct flashcl_tile untuned = decode_config_of(none, 1, others[i][0], others[i][1], DEC_KEYS, 0);
+        ck_assert_int_ne(untuned.source, FLASHCL_TILE_TUNED);
+        assert_tile(decode_config_of(ctx, 1, others[i][0], others[i][1], DEC_KEYS, 0), untuned.source,
+                    untuned.block_n, untuned.splits);
+    }
+    flashcl_context_destroy(&none);
+    flashcl_context_destroy(&ctx);
+
+    ctx = context_with_file(&w, 0);
+    if (decode_config_of(ctx, 1, 14, 2, DEC_KEYS, 0).source == FLASHCL_TILE_TUNED) {
+        const struct test_case run = {1, 1, DEC_KEYS, 14, 2, DEC_D, FLASHCL_F32, 0, 0, LAYOUT_BNHD, 1};
+        struct case_result r;
+        rng_seed(43);
+        test_run_case(ctx, &run, &r);
+        ck_assert_str_eq(r.kernel, "decode");
+    } else {
+        printf("decode_entry_odd_group: the tuned shape does not fit this device's local memory; not run\n");
+    }
+    flashcl_context_destroy(&ctx);
+    unlink(path);
+}
+END_TEST
+
 /* kernel_options win over the file, each setting alone: a forced split count goes with the tuned block; a
  * forced block leaves the split count to the rule, as without the file. A line of the older kind (no rows,
  * no split count) serves every rows with the rule's split count. */
@@ -1557,6 +1611,7 @@ START_TEST(decode_entry_malformed)
         const char *from, *to, *why;
     } edits[] = {
         {"|rows=4|", "|rows=3|", "rows must be a power of two"},
+        {"|rows=4|", "|rows=7|", "rows must be a power of two"},  /* a group of 7 runs the kernel of 8 rows */
         {"|rows=4|", "|rows=32|", "rows must be a power of two"},
         {"|splits=5|", "|splits=0|", "must be positive integers"},
         {"|splits=5|", "|splits=x|", "must be positive integers"},
@@ -1730,6 +1785,7 @@ int main(void)
     tcase_add_test(tc, tf32_entries_by_precision);
     tcase_add_test(tc, emulated_tensor_core_footprints);
     tcase_add_test(tc, decode_entry_used);
+    tcase_add_test(tc, decode_entry_odd_group);
     tcase_add_test(tc, decode_forced_wins_and_old_lines);
     tcase_add_test(tc, decode_entry_malformed);
     suite_add_tcase(s, tc);
