@@ -259,14 +259,16 @@ NV_UNROLL
             if (ch < CHUNKS) {
                 __local uint4 *k_dst = &k_tile[kv_index(r, ch)];
                 if (first_row + r < seq)
-                    copy_async_16(local_address(k_dst), k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
+                    copy_async_16(local_address(k_dst),
+                                  k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
                 else
                     *k_dst = (uint4)(0u);
             }
             if (ch < CHUNKS_V) {
                 __local uint4 *v_dst = &v_tile[v_index(r, ch)];
                 if (first_row + r < seq)
-                    copy_async_16(local_address(v_dst), v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
+                    copy_async_16(local_address(v_dst),
+                                  v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
                 else
                     *v_dst = (uint4)(0u);
             }

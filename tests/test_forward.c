@@ -458,8 +458,9 @@ static void dv_create(struct dv_problem *p, const struct dv_case *c, uint64_t se
                 hostref_visible_keys(i, Nq, Nk, -1, c->causal ? 0 : -1, &first, &end);
                 const struct hostref_mods mods = {0.0, -INFINITY, slopes[h]};
                 hostref_attention_row_dv(qd, kd, vd, first, end, d, dv, scale, &mods,
-                                         (long long)i + (long long)Nk - (long long)Nq, &p->ref[((b * Nq + i) * Hq + h) * dv],
-                                         &p->ref_lse[(b * Hq + h) * Nq + i], scratch);
+                                         (long long)i + (long long)Nk - (long long)Nq,
+                                         &p->ref[((b * Nq + i) * Hq + h) * dv], &p->ref_lse[(b * Hq + h) * Nq + i],
+                                         scratch);
             }
         }
     free(q);
