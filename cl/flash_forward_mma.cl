@@ -25,20 +25,22 @@
  * Masks (causal, sliding windows: mask.h), packed varlen batches and KV
  * caches, paged too (varlen.h), and split-KV partials (split.h) as the FMA
  * kernels take them, so prefill chunks against a cache run here.
+ * -DHEAD_DIM_V (V's and O's columns, a multiple of 16 up to 256; default
+ * HEAD_DIM): S = QKᵀ runs over HEAD_DIM, P·V, O and V's tiles over HEAD_DIM_V.
  * Local tiles are [row][HEAD_DIM] in 16-byte chunks laid out so ldmatrix's
  * eight row addresses hit distinct banks (nv_mma16.h: the chunk index XORed
  * with row % 8, or an odd row stride where a row is not 8k chunks).
  *
  * -DWGMMA=1 (Hopper, built through the sm_90a route: nv_wgmma.h) computes
  * both products with wgmma instead: each group of 4 warps (a warpgroup) issues
- * S = QKᵀ as 64 x BLOCK_N products and O += PV as 64 x HEAD_DIM ones, B read
+ * S = QKᵀ as 64 x BLOCK_N products and O += PV as 64 x HEAD_DIM_V ones, B read
  * from local memory by the tensor cores themselves (no ldmatrix), K and V
  * tiles in wgmma's panel layout (nv_mma16.h's tile_index). The fragments of S
  * and O are the same as mma.sync's, so the softmax and the stores are shared.
  * Q's fragments stay in registers (A from registers) or, past d = 128 and
  * where Q_SMEM asks, the tensor cores read Q from q_tile too (A from local
  * memory). It needs BLOCK_N 64, 128 or 192, WARPS a multiple of 4, M_TILES 1; any
- * HEAD_DIM (PV is one product of N = HEAD_DIM). S's wgmma is split where it
+ * HEAD_DIM (PV is one product of N = HEAD_DIM_V). S's wgmma is split where it
  * would have PV's shape (S_PART below).
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
@@ -51,6 +53,9 @@
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM  /* V's and O's (attn.head_dim_v) */
 #endif
 #ifndef CAUSAL
 #define CAUSAL 0
@@ -73,21 +78,26 @@
 #define WG (32 * WARPS)
 #define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
 #define S_TILES (BLOCK_N / 8)          /* n-tiles of S per warp */
-#define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
+#define O_TILES (HEAD_DIM_V / 8)       /* n-tiles of O per warp */
 
 #if HEAD_DIM % 16 != 0 || HEAD_DIM > 256
 #error "HEAD_DIM must be a multiple of 16, at most 256"
 #endif
+#if HEAD_DIM_V % 16 != 0 || HEAD_DIM_V > 256
+#error "HEAD_DIM_V must be a multiple of 16, at most 256"
+#endif
 /* Q's fragments held in registers for the whole key loop: one 16-row tile up to d = 128, two where Q_REGS asks
  * (src/kernels.c's mma_q_registers: up to d = 64); past d = 128 (O's accumulator alone is HEAD_DIM / 2
- * registers), with two tiles otherwise and where Q_SMEM asks they are read from local memory at each k-step. */
+ * registers), with two tiles otherwise and where Q_SMEM asks they are read from local memory at each k-step.
+ * With HEAD_DIM_V: where Q's (HEAD_DIM / 4) and O's (HEAD_DIM_V / 2) fit what d = 128 takes of both, 96. */
 #ifndef Q_SMEM
 #define Q_SMEM 0         /* 1: Q read from local memory where registers could hold it (src/kernels.c's wgmma_options) */
 #endif
 #ifndef Q_REGS
 #define Q_REGS 0         /* 1: with two tiles a warp (mma.sync) Q's fragments kept in registers too (2 x d / 4) */
 #endif
-#define Q_IN_REGISTERS ((M_TILES == 1 || Q_REGS) && HEAD_DIM <= 128 && !Q_SMEM)
+#define Q_IN_REGISTERS                                                                                               \
+    ((M_TILES == 1 || Q_REGS) && HEAD_DIM <= 128 && HEAD_DIM + 2 * HEAD_DIM_V <= 384 && !Q_SMEM)
 #if BLOCK_N % 16 != 0
 #error "BLOCK_N must be a multiple of 16"
 #endif
@@ -178,10 +188,11 @@
 #include "nv_wgmma.h"
 /* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
  * keys) the H200 (driver 580.159) gave sampled errors of 1e-2, each product right alone and waiting on every
- * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf-history.md, 2026-12-01). */
-#if BLOCK_N == HEAD_DIM && BLOCK_N == 64
+ * wgmma changing nothing; S in two halves of the keys gave the right results (docs/perf-history.md, 2026-12-01).
+ * PV's N is HEAD_DIM_V. */
+#if BLOCK_N == HEAD_DIM_V && BLOCK_N == 64
 #define S_PART 32  /* one token: it names the product (wgmma_n32_kmajor) */
-#elif BLOCK_N == HEAD_DIM
+#elif BLOCK_N == HEAD_DIM_V
 #define S_PART 64
 #else
 #define S_PART BLOCK_N
@@ -195,7 +206,7 @@
 #define WGMMA_QK(d, kk, desc_k)                                                                                      \
     wgmma_ss_kmajor(S_PART, d, wgmma_desc_plus(q_desc, (kk >> 2) * BLOCK_M * 128 + (kk & 3) * 32), desc_k, kk)
 #endif
-/* O[64 x HEAD_DIM] += P[64 x BLOCK_N] V[BLOCK_N x HEAD_DIM], issued (the caller fences before and waits after):
+/* O[64 x HEAD_DIM_V] += P[64 x BLOCK_N] V[BLOCK_N x HEAD_DIM_V], issued (the caller fences before and waits after):
  * 16 keys a wgmma, 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in the next
  * panel, BLOCK_N rows of 128 bytes further. Inlined always: called twice, it may otherwise stay a function,
  * and ptxas serializes every wgmma around a call. */
@@ -205,7 +216,7 @@ static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[BL
     const wgmma_desc_t v_desc = wgmma_desc(v_tile, 0, BLOCK_N * 128, 1024);
 NV_UNROLL
     for (int kc = 0; kc < BLOCK_N / 16; kc++)
-        wgmma_rs_trans(HEAD_DIM, acc, p[kc], wgmma_desc_plus(v_desc, kc * 2048), 1);
+        wgmma_rs_trans(HEAD_DIM_V, acc, p[kc], wgmma_desc_plus(v_desc, kc * 2048), 1);
 }
 #endif
 
@@ -245,14 +256,14 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
     BLOCK_LANDED_FOR_ALL();                                                                                          \
     if ((kb) + BLOCK_N < kv_end)                                                                                     \
         LOAD_K(k_tiles + ((stage) ^ 1) * BLOCK_N * ROW_CHUNKS, (kb) + BLOCK_N);                                      \
-    LOAD_V(v_tiles + (stage) * BLOCK_N * ROW_CHUNKS, (kb));                                                          \
+    LOAD_V(v_tiles + (stage) * BLOCK_N * ROW_CHUNKS_V, (kb));                                                          \
     copy_async_commit()
 #else
 #define STREAM_BLOCK(kb, stage)                                                                                      \
     BLOCK_LANDED_FOR_ALL();                                                                                          \
     if ((kb) + (KV_STAGES - 1) * BLOCK_N < kv_end)                                                                   \
         LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,                                                  \
-                v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS, (kb) + (KV_STAGES - 1) * BLOCK_N);              \
+                v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS_V, (kb) + (KV_STAGES - 1) * BLOCK_N);            \
     copy_async_commit()
 #endif
 
@@ -263,7 +274,7 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
 {
     __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     __local uint4 k_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
-    __local uint4 v_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 v_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS_V] __attribute__((aligned(TILE_ALIGN)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -308,13 +319,13 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
     /* The first block's loop issues a PV of "the block before" too (one branch-free loop: with the PV under a
      * branch, the compiler merged it with the last block's after the loop, and ptxas then serialized every
      * wgmma): zeros in, with P's registers zero, add exactly nothing. */
-    for (int c = tid; c < BLOCK_N * ROW_CHUNKS; c += WG)
-        v_tiles[BLOCK_N * ROW_CHUNKS + c] = (uint4)(0u);
+    for (int c = tid; c < BLOCK_N * ROW_CHUNKS_V; c += WG)
+        v_tiles[BLOCK_N * ROW_CHUNKS_V + c] = (uint4)(0u);
 #endif
     copy_async_commit();
 #if KV_STAGES == 3
     if (kv_begin + BLOCK_N < kv_end)
-        LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + BLOCK_N * ROW_CHUNKS, kv_begin + BLOCK_N);
+        LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + BLOCK_N * ROW_CHUNKS_V, kv_begin + BLOCK_N);
     copy_async_commit();
 #endif
     WAIT_BLOCK_LANDED();
@@ -350,9 +361,15 @@ NV_UNROLL
 #if !WGMMA
     /* The lanes' ldmatrix offsets (nv_mma16.h): Q's and V's (A operands, and Vᵀ's 8 x 8 blocks; lanes 16-31
      * take the next 8 columns) read rows lane % 16, chunk lane / 16; K's rows 8 (lane / 16) + lane % 8, chunk
-     * lane / 8 % 2. */
+     * lane / 8 % 2. V's rows are HEAD_DIM_V's. */
     const struct lane_chunks qv_lanes = lane_chunks(lane & 15, lane >> 4);
     const struct lane_chunks k_lanes = lane_chunks(8 * (lane >> 4) + (lane & 7), (lane >> 3) & 1);
+#if HEAD_DIM_V == HEAD_DIM
+#define V_LANES qv_lanes
+#else
+    const struct lane_chunks v_lanes = lane_chunks_of(CHUNKS_V, lane & 15, lane >> 4);
+#define V_LANES v_lanes
+#endif
 #if !Q_IN_REGISTERS
     const local_address_t warp_q = local_address_plus(local_address(q_tile), 16 * warp * WARP_ROWS * ROW_CHUNKS);
 #endif
@@ -404,7 +421,7 @@ NV_UNROLL
         STREAM_BLOCK(kb, stage);
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
 #if !OVERLAP
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS_V;
 #endif
 
 #if BLOCK_SKIP
@@ -457,7 +474,7 @@ NV_UNROLL
 #if OVERLAP
         /* The previous block's PV behind S, as a second group (zeros at the first block): waiting for all but
          * the newest group waits for S alone. */
-        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS_V NV_SCRATCH_ARG);
         wgmma_commit();
 #endif
 #if PINGPONG
@@ -571,7 +588,7 @@ NV_UNROLL
 NV_UNROLL
                 for (int np = 0; np < O_TILES / 2; np++) {
                     uint bf[4];
-                    ldmatrix_x4_trans(TILE_LANE(v_at, qv_lanes, kc * 16, np * 2), bf);
+                    ldmatrix_x4_trans(TILE_LANE_OF(CHUNKS_V, v_at, V_LANES, kc * 16, np * 2), bf);
 NV_UNROLL
                     for (int mt = 0; mt < M_TILES; mt++) {
                         mma_16x8x16(acc[mt][2 * np], pf[mt][kc], bf[0], bf[1]);
@@ -597,7 +614,7 @@ NV_UNROLL
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
         WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
         wgmma_fence();
-        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + last_stage * BLOCK_N * ROW_CHUNKS NV_SCRATCH_ARG);
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + last_stage * BLOCK_N * ROW_CHUNKS_V NV_SCRATCH_ARG);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
@@ -623,7 +640,7 @@ NV_UNROLL
             for (int n = 0; n < O_TILES; n++)
                 vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + 8 * n + 2 * t);
             if (t == 0)
-                dst[HEAD_DIM] = lse_row;
+                dst[HEAD_DIM_V] = lse_row;
 #else
             __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
 NV_UNROLL

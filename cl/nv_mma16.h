@@ -7,12 +7,17 @@
  *
  * The includer defines DTYPE (1 f16, 2 bf16), HEAD_DIM, WG (work-items a
  * work-group) and BLOCK_N (keys a streamed block), and includes varlen.h
- * and nv_async.h first.
+ * and nv_async.h first; HEAD_DIM_V (V's columns) where it differs from
+ * HEAD_DIM: V's tiles then have their own row length (the _V names below).
  */
 #ifndef FLASHCL_NV_MMA16_H
 #define FLASHCL_NV_MMA16_H
 
 #define CHUNKS (HEAD_DIM / 8)  /* 16-byte chunks of a row's data */
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM
+#endif
+#define CHUNKS_V (HEAD_DIM_V / 8)  /* of a V row's */
 #ifndef WGMMA
 #define WGMMA 0
 #endif
@@ -24,14 +29,18 @@
  * groups of 4 or 2, as before, left pairs of rows on the same banks.)
  * src/kernels.c's nv_tile_row_bytes sizes the tiles the same way. With
  * -DWGMMA=1 a row is whole 64-column panels (tile_index below; the columns
- * past HEAD_DIM are never read), src/kernels.c's wgmma_local_bytes. */
+ * past HEAD_DIM are never read), src/kernels.c's wgmma_local_bytes.
+ * The layout follows from a row's chunks alone (`ch`: CHUNKS, or CHUNKS_V for V's tiles). */
 #if WGMMA
-#define ROW_CHUNKS ((CHUNKS + 7) / 8 * 8)
-#define SWIZZLE_MASK 7
+#define ROW_CHUNKS_OF(ch) (((ch) + 7) / 8 * 8)
+#define SWIZZLE_MASK_OF(ch) 7
 #else
-#define ROW_CHUNKS (CHUNKS % 8 == 0 ? CHUNKS : (CHUNKS | 1))
-#define SWIZZLE_MASK (CHUNKS % 8 == 0 ? 7 : 0)
+#define ROW_CHUNKS_OF(ch) ((ch) % 8 == 0 ? (ch) : ((ch) | 1))
+#define SWIZZLE_MASK_OF(ch) ((ch) % 8 == 0 ? 7 : 0)
 #endif
+#define ROW_CHUNKS ROW_CHUNKS_OF(CHUNKS)
+#define SWIZZLE_MASK SWIZZLE_MASK_OF(CHUNKS)
+#define ROW_CHUNKS_V ROW_CHUNKS_OF(CHUNKS_V)
 
 #if !NV_EMULATE  /* else nv_emulate.h (through nv_async.h) has them */
 #if DTYPE == 1
@@ -88,11 +97,12 @@ static inline bool warp_any(bool c)
 #define warp_any(c) (c)
 #endif /* !NV_EMULATE */
 
-/* Position of (row, chunk) in a [rows][ROW_CHUNKS] tile of uint4. */
-static inline int swizzle(int row, int chunk)
+/* Position of (row, chunk) in a [rows][ROW_CHUNKS_OF(ch)] tile of uint4. */
+static inline int swizzle_of(int ch, int row, int chunk)
 {
-    return row * ROW_CHUNKS + (chunk ^ (row & SWIZZLE_MASK));
+    return row * ROW_CHUNKS_OF(ch) + (chunk ^ (row & SWIZZLE_MASK_OF(ch)));
 }
+#define swizzle(row, chunk) swizzle_of(CHUNKS, row, chunk)
 
 /* ldmatrix's addresses in a swizzled tile, split into what the unrolled loops know and what only the lane
  * knows. A lane reads row row0 + lane_row, chunk chunk0 + lane_chunk, where the loops give row0 (a multiple
@@ -106,18 +116,21 @@ struct lane_chunks {
     uint at[4];  /* bytes to (lane_row, 2 i + lane_chunk) */
 };
 
-static inline struct lane_chunks lane_chunks(int lane_row, int lane_chunk)
+static inline struct lane_chunks lane_chunks_of(int ch, int lane_row, int lane_chunk)
 {
     struct lane_chunks l;
 NV_UNROLL
     for (int i = 0; i < 4; i++)
-        l.at[i] = 16 * (lane_row * ROW_CHUNKS + ((2 * i + lane_chunk) ^ (lane_row & SWIZZLE_MASK)));
+        l.at[i] = 16 * (lane_row * ROW_CHUNKS_OF(ch) + ((2 * i + lane_chunk) ^ (lane_row & SWIZZLE_MASK_OF(ch))));
     return l;
 }
+#define lane_chunks(lane_row, lane_chunk) lane_chunks_of(CHUNKS, lane_row, lane_chunk)
 
-/* The local address of (row0 + lane_row, chunk0 + lane_chunk) in the tile at `base` (a local_address). */
-#define TILE_LANE(base, lanes, row0, chunk0)                                                                         \
-    local_address_plus(base, (lanes).at[((chunk0) & 7) >> 1] + 16 * ((row0) * ROW_CHUNKS + ((chunk0) & ~7)))
+/* The local address of (row0 + lane_row, chunk0 + lane_chunk) in the tile at `base` (a local_address) of rows of
+ * `ch` chunks. */
+#define TILE_LANE_OF(ch, base, lanes, row0, chunk0)                                                                  \
+    local_address_plus(base, (lanes).at[((chunk0) & 7) >> 1] + 16 * ((row0) * ROW_CHUNKS_OF(ch) + ((chunk0) & ~7)))
+#define TILE_LANE(base, lanes, row0, chunk0) TILE_LANE_OF(CHUNKS, base, lanes, row0, chunk0)
 
 /* Position of (row, chunk) in a tile of `rows` rows. With -DWGMMA=1 (nv_wgmma.h's operands, Q's, K's and
  * V's tiles alike): panels of 64 columns, each [rows][8 chunks] with the 128-byte swizzle, one after
@@ -127,25 +140,30 @@ static inline int tile_index(int rows, int row, int chunk)
 {
     return ((chunk >> 3) * rows + row) * 8 + ((chunk & 7) ^ (row & 7));
 }
+#define tile_index_of(n, rows, row, chunk) tile_index(rows, row, chunk)
 #else
+#define tile_index_of(n, rows, row, chunk) swizzle_of(n, row, chunk)
 #define tile_index(rows, row, chunk) swizzle(row, chunk)
 #endif
-#define kv_index(row, chunk) tile_index(BLOCK_N, row, chunk)  /* a K or V tile's */
+#define kv_index(row, chunk) tile_index(BLOCK_N, row, chunk)  /* a K tile's (and V's where HEAD_DIM_V = HEAD_DIM) */
+#define v_index(row, chunk) tile_index_of(CHUNKS_V, BLOCK_N, row, chunk)
 
-/* rows x HEAD_DIM of a [seq, d] slice into a tile: cp.async where the row exists, zeros past the end
- * (plain stores; visible after the barrier). */
-static inline void load_tile(__local uint4 *tile, int rows, __global const ushort *base, ulong row_stride,
-                             int first_row, int seq, int tid)
+/* rows x n chunks of a [seq, d] slice into a tile: cp.async where the row exists, zeros past the end
+ * (plain stores; visible after the barrier). n: CHUNKS, or CHUNKS_V for V's tiles. */
+static inline void load_tile_of(const int n, __local uint4 *tile, int rows, __global const ushort *base,
+                                ulong row_stride, int first_row, int seq, int tid)
 {
-    for (int c = tid; c < rows * CHUNKS; c += WG) {
-        const int r = c / CHUNKS, ch = c % CHUNKS;
-        __local uint4 *dst = &tile[tile_index(rows, r, ch)];
+    for (int c = tid; c < rows * n; c += WG) {
+        const int r = c / n, ch = c % n;
+        __local uint4 *dst = &tile[tile_index_of(n, rows, r, ch)];
         if (first_row + r < seq)
             copy_async_16(local_address(dst), base + (ulong)(first_row + r) * row_stride + ch * 8);
         else
             *dst = (uint4)(0u);
     }
 }
+#define load_tile(tile, rows, base, row_stride, first_row, seq, tid) \
+    load_tile_of(CHUNKS, tile, rows, base, row_stride, first_row, seq, tid)
 
 /* A block of `rows` rows (a constant where inlined: BLOCK_N keys of K or V, the backward's BLOCK_M rows of Q and
  * dO) into its tile, as load_tile, where each of a thread's rows takes the same chunk and the same swizzle: WG a
@@ -156,46 +174,49 @@ static inline void load_tile(__local uint4 *tile, int rows, __global const ushor
  * 40% of its key loop (Nsight Compute, docs/perf-history.md, 2026-12-02). A block wholly inside the sequence (all but the last)
  * copies without a test of the sequence's end (a thread whose last pass would run past `rows` still skips it,
  * where `rows` is no multiple of a pass). -DNV_LEAN_COPIES=0 copies as load_tile does (an A/B switch). */
-#define PASS_ROWS (WG / CHUNKS)
-#define KV_ROW_BYTES (16 * (WGMMA ? 8 : ROW_CHUNKS))  /* a row's step in a tile (within a wgmma panel) */
+#define PASS_ROWS_OF(n) (WG / (n))  /* n: a row's chunks, as load_tile_of's */
+#define KV_ROW_BYTES_OF(n) (16 * (WGMMA ? 8 : ROW_CHUNKS_OF(n)))  /* a row's step in a tile (within a wgmma panel) */
 #ifndef NV_LEAN_COPIES
 #define NV_LEAN_COPIES 1
 #endif
-#define KV_LEAN (NV_LEAN_COPIES && WG % CHUNKS == 0 && PASS_ROWS % 8 == 0)
-#if KV_LEAN
-static inline __attribute__((always_inline)) void load_block(__local uint4 *tile, const int rows,
-                                                             __global const ushort *base, ulong row_stride,
-                                                             int first_row, int seq, int tid)
+#define LEAN_OF(n) (NV_LEAN_COPIES && WG % (n) == 0 && PASS_ROWS_OF(n) % 8 == 0)
+static inline __attribute__((always_inline)) void load_lean(const int n, __local uint4 *tile, const int rows,
+                                                            __global const ushort *base, ulong row_stride,
+                                                            int first_row, int seq, int tid)
 {
-    const int passes = (rows + PASS_ROWS - 1) / PASS_ROWS;
-    const int ch = tid % CHUNKS, r0 = tid / CHUNKS;
-    const local_address_t dst = local_address(&tile[tile_index(rows, r0, ch)]);
+    const int passes = (rows + PASS_ROWS_OF(n) - 1) / PASS_ROWS_OF(n);
+    const int ch = tid % n, r0 = tid / n;
+    const local_address_t dst = local_address(&tile[tile_index_of(n, rows, r0, ch)]);
     __global const ushort *src = base + (ulong)(first_row + r0) * row_stride + ch * 8;
-    const ulong pass = (ulong)PASS_ROWS * row_stride;
+    const ulong pass = (ulong)PASS_ROWS_OF(n) * row_stride;
     if (first_row + rows <= seq) {
 NV_UNROLL
         for (int j = 0; j < passes; j++)
-            if (rows % PASS_ROWS == 0 || j < passes - 1 || r0 + j * PASS_ROWS < rows)
-                copy_async_16(local_address_plus(dst, j * PASS_ROWS * KV_ROW_BYTES), src + j * pass);
+            if (rows % PASS_ROWS_OF(n) == 0 || j < passes - 1 || r0 + j * PASS_ROWS_OF(n) < rows)
+                copy_async_16(local_address_plus(dst, j * PASS_ROWS_OF(n) * KV_ROW_BYTES_OF(n)), src + j * pass);
     } else {
 NV_UNROLL
         for (int j = 0; j < passes; j++) {
-            const int r = r0 + j * PASS_ROWS;
-            if (rows % PASS_ROWS == 0 || j < passes - 1 || r < rows) {
+            const int r = r0 + j * PASS_ROWS_OF(n);
+            if (rows % PASS_ROWS_OF(n) == 0 || j < passes - 1 || r < rows) {
                 if (first_row + r < seq)
-                    copy_async_16(local_address_plus(dst, j * PASS_ROWS * KV_ROW_BYTES), src + j * pass);
+                    copy_async_16(local_address_plus(dst, j * PASS_ROWS_OF(n) * KV_ROW_BYTES_OF(n)), src + j * pass);
                 else
-                    tile[tile_index(rows, r, ch)] = (uint4)(0u);
+                    tile[tile_index_of(n, rows, r, ch)] = (uint4)(0u);
             }
         }
     }
 }
-#else
+/* Rows of n chunks (a constant), lean where the work-group's shape lets it. */
+#define load_block_of(n, tile, rows, base, row_stride, first_row, seq, tid)                                          \
+    (LEAN_OF(n) ? load_lean(n, tile, rows, base, row_stride, first_row, seq, tid)                                   \
+                : load_tile_of(n, tile, rows, base, row_stride, first_row, seq, tid))
 #define load_block(tile, rows, base, row_stride, first_row, seq, tid) \
-    load_tile(tile, rows, base, row_stride, first_row, seq, tid)
-#endif
+    load_block_of(CHUNKS, tile, rows, base, row_stride, first_row, seq, tid)
 #define load_kv_block(tile, base, row_stride, first_row, seq, tid) \
     load_block(tile, BLOCK_N, base, row_stride, first_row, seq, tid)
+#define load_v_block(tile, base, row_stride, first_row, seq, tid) \
+    load_block_of(CHUNKS_V, tile, BLOCK_N, base, row_stride, first_row, seq, tid)
 
 #if VARLEN == 3
 /* As load_tile for one block of keys of a paged cache, K and V together:
@@ -205,7 +226,8 @@ NV_UNROLL
  * then issues its copies, so the lookups' latencies overlap instead of each
  * copy waiting on its own (measured: 1.44-1.51x dense with one lookup per
  * copy, 1.19-1.25x with K's and V's batched apart, docs/perf-history.md, 2026-12-01). */
-#define PAGED_STEPS ((BLOCK_N * CHUNKS + WG - 1) / WG)
+#define KV_CHUNKS (CHUNKS > CHUNKS_V ? CHUNKS : CHUNKS_V)  /* the wider row's: one lookup a key serves both */
+#define PAGED_STEPS ((BLOCK_N * KV_CHUNKS + WG - 1) / WG)
 static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
                                  __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
                                  int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
@@ -214,7 +236,7 @@ static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, _
     int page[PAGED_STEPS], in_page[PAGED_STEPS];
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
-        const int key = first_row + (tid + i * WG) / CHUNKS;
+        const int key = first_row + (tid + i * WG) / KV_CHUNKS;
         const int n = key / page_size;
         page[i] = key < seq ? clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
         in_page[i] = key - n * page_size;
@@ -222,8 +244,9 @@ NV_UNROLL
 NV_UNROLL
     for (int i = 0; i < PAGED_STEPS; i++) {
         const int c = tid + i * WG;
-        if (c < BLOCK_N * CHUNKS) {
-            const int r = c / CHUNKS, ch = c % CHUNKS;
+        if (c < BLOCK_N * KV_CHUNKS) {
+            const int r = c / KV_CHUNKS, ch = c % KV_CHUNKS;
+#if CHUNKS_V == CHUNKS
             __local uint4 *k_dst = &k_tile[kv_index(r, ch)], *v_dst = &v_tile[kv_index(r, ch)];
             if (first_row + r < seq) {
                 copy_async_16(local_address(k_dst), k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
@@ -231,6 +254,25 @@ NV_UNROLL
             } else {
                 *k_dst = *v_dst = (uint4)(0u);
             }
+#else
+            /* Rows of different widths: the narrower one's chunks past its row copy nothing. */
+            if (ch < CHUNKS) {
+                __local uint4 *k_dst = &k_tile[kv_index(r, ch)];
+                if (first_row + r < seq)
+                    copy_async_16(local_address(k_dst),
+                                  k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
+                else
+                    *k_dst = (uint4)(0u);
+            }
+            if (ch < CHUNKS_V) {
+                __local uint4 *v_dst = &v_tile[v_index(r, ch)];
+                if (first_row + r < seq)
+                    copy_async_16(local_address(v_dst),
+                                  v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
+                else
+                    *v_dst = (uint4)(0u);
+            }
+#endif
         }
     }
 }
@@ -239,7 +281,7 @@ NV_UNROLL
                   pages_per_seq, num_pages)
 #else
 #define LOAD_K(k_dst, first) load_kv_block(k_dst, k_base, k_ss, first, seq_kv, tid)
-#define LOAD_V(v_dst, first) load_kv_block(v_dst, v_base, v_ss, first, seq_kv, tid)
+#define LOAD_V(v_dst, first) load_v_block(v_dst, v_base, v_ss, first, seq_kv, tid)
 #define LOAD_KV(k_dst, v_dst, first)                                                                                 \
     do {                                                                                                             \
         LOAD_K(k_dst, first);                                                                                        \

@@ -378,9 +378,12 @@ struct flashcl_attention {
     /* The value head dim dv, where it differs from head_dim (DeepSeek's MLA
      * prefill: 192 for Q and K, 128 for V): V's and O's last dimension, and
      * the gradients dV and dO's. 0: head_dim; else 1..FLASHCL_MAX_HEAD_DIM.
-     * The scale's default stays 1/sqrt(head_dim). Computed by the "portable"
-     * forward (dense, packed batches, KV caches, split-KV), which a call with
-     * dv != head_dim plans; the backward and the standard path refuse it. */
+     * The scale's default stays 1/sqrt(head_dim). Computed by the forward
+     * (dense, packed batches, KV caches, split-KV): on the f16/bf16
+     * tensor-core kernels ("tensor-core", "tensor-core-wgmma") where dv too is
+     * a multiple of 16 up to 256 (any relation to head_dim), else on the
+     * "portable" kernel; the decode kernels do not take it. The backward and
+     * the standard path refuse it. */
     int head_dim_v;
 
     /* Zero. Room for fields of later versions (sequence offsets, page

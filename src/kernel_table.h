@@ -190,6 +190,19 @@ static inline int fcl_backward_mma_chunk(int block_m)
     return block_m % 32 == 0 ? 32 : 16;
 }
 
+/* V's and O's head dim (head_dim where the problem leaves it 0), and the wider of it and Q's and K's: what a
+ * kernel holding tiles or accumulators of both grows with, so what its built-in shapes' head dims are read
+ * against (src/planner.c). */
+static inline int fcl_value_dim(const struct problem *p)
+{
+    return p->head_dim_v ? p->head_dim_v : p->head_dim;
+}
+
+static inline int fcl_wide_dim(const struct problem *p)
+{
+    return fcl_value_dim(p) > p->head_dim ? fcl_value_dim(p) : p->head_dim;
+}
+
 /* Work-groups of local_bytes a compute unit holds at once by local memory (1..8; the usable amount is
  * about a unit's, less 1 KB each for the runtime's own). */
 static inline long long fcl_groups_per_unit(const struct device_desc *dev, size_t local_bytes)

@@ -178,13 +178,12 @@ static size_t nv_tile_row_bytes(int head_dim)
     return 16 * (chunks % 8 == 0 ? chunks : (chunks | 1));
 }
 
-/* Q, and K and V twice (double-buffered), in 2-byte-element tiles. */
+/* Q, and K and V twice (double-buffered), in 2-byte-element tiles; V's rows of head_dim_v. */
 static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                               const struct problem *p)
 {
-    const int head_dim = p->head_dim;
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N];
-    return (m + 4 * n) * nv_tile_row_bytes(head_dim) +
+    return (m + 2 * n) * nv_tile_row_bytes(p->head_dim) + 2 * n * nv_tile_row_bytes(fcl_value_dim(p)) +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -193,10 +192,10 @@ static void forward_mma_options(const struct problem *p, const struct kernel_sha
                                 bool block_skip, int exp2_poly, char *buf, size_t size)
 {
     snprintf(buf, size,
-             "-DHEAD_DIM=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d " WINDOW_OPTIONS " -DNEGATIVE_SCALE=%d -DDTYPE=%d "
-             "-DVARLEN=%d -DBLOCK_SKIP=%d -DEXP2_POLY=%d",
-             p->head_dim, s->axis[W], s->axis[T], s->axis[N], p->window_left, p->window_right, scale_log2 < 0.0f,
-             fcl_dtype_define(p->dtype), p->varlen, block_skip, exp2_poly);
+             "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DWARPS=%d -DM_TILES=%d -DBLOCK_N=%d " WINDOW_OPTIONS
+             " -DNEGATIVE_SCALE=%d -DDTYPE=%d -DVARLEN=%d -DBLOCK_SKIP=%d -DEXP2_POLY=%d",
+             p->head_dim, fcl_value_dim(p), s->axis[W], s->axis[T], s->axis[N], p->window_left, p->window_right,
+             scale_log2 < 0.0f, fcl_dtype_define(p->dtype), p->varlen, block_skip, exp2_poly);
 }
 
 /* Whether a warp keeps Q's fragments in registers with two tiles (cl/flash_forward_mma.cl's Q_REGS: 2 x d / 4 of
@@ -206,10 +205,11 @@ static void forward_mma_options(const struct problem *p, const struct kernel_sha
  * 4 x 2 x 32 capped for three an SM, f16 / bf16 (docs/perf-history.md, 2026-12-03): non-causal N = 4k 309.0 / 308.3
  * against 277.3 / 278.4, 32k 308.6 / 317.8 against 277.2 / 282.7 (+10.7..+12.4%); 8 x 2 x 64 with it +3.7..+10.1%
  * (255 registers, spilled); 4 x 2 x 32 at 168 registers -9.6..-13.9% (spilled). Causal 4 x 2 x 64 -2.1..+1.9% (even:
- * not taken). Not on a KV cache, whose key lookups these registers were not measured with. */
+ * not taken). Not on a KV cache, whose key lookups these registers were not measured with. With head_dim_v, up to
+ * 64 for both (O's accumulators are 2 x head_dim_v / 2). */
 static bool mma_q_registers(const struct problem *p, const struct kernel_shape *s)
 {
-    return s->axis[T] == 2 && p->head_dim <= 64 && p->varlen < 2 && p->window_left < 0 && p->window_right < 0;
+    return s->axis[T] == 2 && fcl_wide_dim(p) <= 64 && p->varlen < 2 && p->window_left < 0 && p->window_right < 0;
 }
 
 /* mma.sync: each warp skips the blocks none of its rows sees (cl/flash_forward_mma.cl's BLOCK_SKIP), always.
@@ -236,23 +236,25 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
  * 12 x 64 427.5 / 428.9, 406.3 / 414.8; d = 256 8 x 64 384.4 / 404.4, 378.7 / 394.4; where it lost: d = 64 12 x 64
  * 292.3 / 289.0, 281.3 / 279.9, 16 x 64 302.4 / 276.3, and on 128-key blocks (call 1) d = 64 12 x 128 369.7 /
  * 330.5, d = 128 8 x 128 358.2 / 357.5. Not on a paged cache: there K's and V's page lookups are apart, and ptxas
- * spilled 4-44 bytes at d = 160 and 256 (offline; not measured on the GPU). */
+ * spilled 4-44 bytes at d = 160 and 256 (offline; not measured on the GPU). PV's length and O's registers are
+ * head_dim_v's (d = 192 with dv = 128: on at 12 x 64, as d = 128 there; not measured on the GPU). */
 static bool wgmma_overlaps(const struct problem *p, const struct kernel_shape *s, int *cap, int *live)
 {
     const int per_thread = 65536 / (32 * s->axis[W]) & ~7;  /* registers are allocated 8 at a time */
     *cap = per_thread < 255 ? per_thread : 255;
-    *live = s->axis[N] / 2 + p->head_dim / 2 + s->axis[N] / 4 + 40;
-    return s->axis[N] == 64 && p->head_dim > 96 && p->varlen != 3 && *live <= *cap;
+    *live = s->axis[N] / 2 + fcl_value_dim(p) / 2 + s->axis[N] / 4 + 40;
+    return s->axis[N] == 64 && fcl_value_dim(p) > 96 && p->varlen != 3 && *live <= *cap;
 }
 
 /* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): Q, and K and V two or three
  * times (KV_STAGES, wgmma_kv_stages), in tiles of whole 64-column panels (128 bytes a row a panel: cl/nv_mma16.h's
- * ROW_CHUNKS). */
+ * ROW_CHUNKS; V's of head_dim_v). */
 static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p,
                           int stages)
 {
     const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 63) / 64;
-    return (m + 2 * (size_t)stages * n) * 128 * panels +
+    const size_t v_panels = ((size_t)fcl_value_dim(p) + 63) / 64;
+    return ((m + (size_t)stages * n) * panels + (size_t)stages * n * v_panels) * 128 +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -281,7 +283,7 @@ static void append_register_cap(const struct device_desc *dev, const struct kern
  * key lookups these registers were not measured with. */
 static int wgmma_resident(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
 {
-    if (p->head_dim > 64 || p->varlen >= 2)
+    if (fcl_wide_dim(p) > 64 || p->varlen >= 2)
         return 0;
     const int n = s->axis[W] == 4 && s->axis[N] == 128 ? 3 : s->axis[W] == 8 && s->axis[N] == 64 ? 2 : 0;
     /* Not where local memory holds fewer of them even with two K/V buffers: no registers given up for nothing. */
@@ -314,7 +316,7 @@ static size_t wgmma_local_bytes(const struct device_desc *dev, const struct kern
  * (+0.5% causal; call 1). */
 static bool wgmma_pingpong(const struct problem *p, const struct kernel_shape *s)
 {
-    return s->axis[W] >= 8 && p->head_dim > 64 && p->head_dim <= 192;
+    return s->axis[W] >= 8 && fcl_wide_dim(p) > 64 && fcl_wide_dim(p) <= 192;
 }
 
 /* Whether wgmma's warpgroups skip the blocks none of their rows sees (BLOCK_SKIP): with a mask past d = 64, not
@@ -329,7 +331,7 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
     int cap, live;
     const bool masked = p->window_left >= 0 || p->window_right >= 0;
     const bool worth_it = p->window_left >= 0 || 2 * (long long)p->seq_q >= p->seq_kv;
-    return masked && worth_it && p->head_dim > 64 && !wgmma_overlaps(p, s, &cap, &live);
+    return masked && worth_it && fcl_wide_dim(p) > 64 && !wgmma_overlaps(p, s, &cap, &live);
 }
 
 /* The n-tiles in 8 whose exponents cl/nv_mma.h's softmax takes from exp2_poly (FMA units) instead of the MUFU:
@@ -343,30 +345,32 @@ static bool wgmma_skips(const struct problem *p, const struct kernel_shape *s)
  * d = 128 unmeasured. */
 static int wgmma_exp2_poly(const struct problem *p, const struct kernel_shape *s, bool skips, bool q_smem)
 {
-    return skips && q_smem && s->axis[N] == 128 && p->head_dim <= 128 ? 1 : 0;
+    return skips && q_smem && s->axis[N] == 128 && fcl_wide_dim(p) <= 128 ? 1 : 0;
 }
 
-/* Whether Q's fragments (d / 4 registers) would crowd out S (BLOCK_N / 2) and O (d / 2) past 128-key blocks,
+/* Whether Q's fragments (d / 4 registers) would crowd out S (BLOCK_N / 2) and O (dv / 2) past 128-key blocks,
  * with about 40 more a thread: ptxas 13.0 offline, d = 64, 192 keys: 12 warps (168 registers) with Q in
  * registers 52 bytes of spills and wgmma serialized, from local memory none; 8 warps (255) none either way. */
 static bool wgmma_q_crowds(const struct problem *p, const struct kernel_shape *s, int cap)
 {
-    return s->axis[N] > 128 && s->axis[N] / 2 + p->head_dim / 2 + p->head_dim / 4 + 40 > cap;
+    return s->axis[N] > 128 && s->axis[N] / 2 + fcl_value_dim(p) / 2 + p->head_dim / 4 + 40 > cap;
 }
 
 /* The same arguments as mma_options'. S = QKᵀ reads Q from local memory (Q_SMEM) past d = 128, where Q's
  * fragments do not fit in registers beside O's accumulator; without the overlap past d = 96 with 128-key
  * blocks: H200, N = 16k, f16, d = 128, 12 x 128 412.6 / 424.4 TFLOP/s (non-causal / causal) against 12 x 64 with
  * Q in registers 399.9 / 398.1 (docs/perf-history.md, 2026-12-01); at d = 64, 12 x 128, registers ran 345 / 331 and local
- * memory 340 / 326; with the overlap where its estimate leaves no room for Q's d / 4 (wgmma_overlaps). */
+ * memory 340 / 326; with the overlap where its estimate leaves no room for Q's d / 4 (wgmma_overlaps). With
+ * head_dim_v, where the kernel's Q_IN_REGISTERS would not keep them either (d / 4 + dv / 2 past 96), and past
+ * 96 for the wider of the two. */
 static void wgmma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
     int cap, live;
     const bool overlap = wgmma_overlaps(p, s, &cap, &live);
-    const bool q_smem = p->head_dim > 128 || (overlap ? live + p->head_dim / 4 > cap
-                                                      : (p->head_dim > 96 && s->axis[N] == 128) ||
-                                                            wgmma_q_crowds(p, s, cap));
+    const bool q_smem = p->head_dim > 128 || p->head_dim + 2 * fcl_value_dim(p) > 384 ||
+                        (overlap ? live + p->head_dim / 4 > cap
+                                 : (fcl_wide_dim(p) > 96 && s->axis[N] == 128) || wgmma_q_crowds(p, s, cap));
     const bool skips = wgmma_skips(p, s);
     forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(p, s, skips, q_smem), buf, size);
     const size_t used = strlen(buf);
@@ -931,7 +935,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tensor-core-wgmma", .file = "cl/flash_forward_mma.cl",
         .summary = "The forward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right; ahead of tensor-core.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -948,7 +952,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "tensor-core", .file = "cl/flash_forward_mma.cl",
         .summary = "The forward on NVIDIA sm_80+ tensor cores with mma.sync m16n8k16.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -1270,6 +1274,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "ALiBi";
     if (p->head_dim_v != 0 && p->head_dim_v != p->head_dim && !k->head_dim_v)
         return "a value head dim (head_dim_v) other than head_dim";
+    if (p->head_dim_v % k->head_dim_step != 0 || p->head_dim_v > k->head_dim_max)
+        return "head_dim_v";
     return NULL;
 }
 

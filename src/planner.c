@@ -27,7 +27,8 @@ static enum flashcl_mask builtin_mask(const struct problem *p)
 
 static bool builtin_applies(const struct device_desc *dev, const struct builtin_shape *b, const struct problem *p)
 {
-    return arch_matches(dev, b->arch) && p->head_dim >= b->head_dim_lo && p->head_dim <= b->head_dim_hi &&
+    const int d = fcl_wide_dim(p);  /* with head_dim_v, the larger of the two: the shapes' registers and tiles */
+    return arch_matches(dev, b->arch) && d >= b->head_dim_lo && d <= b->head_dim_hi &&
            (b->mask < 0 || b->mask == (int)builtin_mask(p)) &&
            (b->batches == ANY_BATCH || (b->batches & (1u << p->varlen)));
 }

@@ -371,30 +371,36 @@ START_TEST(variants_on_tensor_cores)
 }
 END_TEST
 
-/* A value head dim other than head_dim (attn.head_dim_v; MLA prefill's 192/128 among them), on the portable
- * kernel whole, split-KV and with small odd tiles, against the double reference: every element of O (dv
- * columns, poisoned first, a guard row after) and the LSE; causal and not, GQA, Nq != Nk, dv above and below
- * d; a ALiBi case too. The config names the portable kernel; the backward and the standard path refuse the
- * call with a message. */
-static const struct {
+/* A value head dim (attn.head_dim_v) problem: random inputs on the device, O poisoned with a guard row after
+ * it, and the double reference per (batch, head, row). */
+struct dv_case {
     int batch, seq_q, seq_kv, heads_q, heads_kv, d, dv;
     flashcl_dtype dtype;
     int causal, alibi;
-} dv_cases[] = {
-    {1, 70, 90, 4, 2, 32, 16, F32, 1, 0}, {2, 33, 47, 2, 2, 24, 40, F16, 0, 0}, {1, 3, 300, 8, 2, 64, 48, BF16, 0, 0},
-    {1, 40, 40, 2, 1, 192, 128, F16, 1, 0}, {1, 50, 20, 2, 2, 8, 12, F32, 1, 1},
 };
-static const char *const dv_contexts[] = {"", "portable:splits=3", "portable:block_m=3,block_n=5"};
 
-START_TEST(value_head_dim)
+struct dv_problem {
+    const struct dv_case *c;
+    size_t no, nl, es;  /* O's elements (without the guard row), the LSE's, an element's bytes */
+    cl_mem qm, km, vm, om, lm, slope_mem;
+    double *ref, *ref_lse;
+    struct flashcl_attention a;
+};
+
+static void dv_create(struct dv_problem *p, const struct dv_case *c, uint64_t seed)
 {
     struct test_env *e = test_env_get();
-    const flashcl_dtype dt = dv_cases[_i].dtype;
-    const size_t B = (size_t)dv_cases[_i].batch, Nq = (size_t)dv_cases[_i].seq_q, Nk = (size_t)dv_cases[_i].seq_kv;
-    const size_t Hq = (size_t)dv_cases[_i].heads_q, Hk = (size_t)dv_cases[_i].heads_kv;
-    const size_t d = (size_t)dv_cases[_i].d, dv = (size_t)dv_cases[_i].dv, es = flashcl_dtype_size(dt);
+    const flashcl_dtype dt = c->dtype;
+    const size_t B = (size_t)c->batch, Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv;
+    const size_t Hq = (size_t)c->heads_q, Hk = (size_t)c->heads_kv, d = (size_t)c->d, dv = (size_t)c->dv;
+    const size_t es = flashcl_dtype_size(dt);
     const size_t nq = B * Nq * Hq * d, nk = B * Nk * Hk * d, nv = B * Nk * Hk * dv, no = B * Nq * Hq * dv;
-    rng_seed(950 + (uint64_t)_i);
+    memset(p, 0, sizeof(*p));
+    p->c = c;
+    p->no = no;
+    p->nl = B * Hq * Nq;
+    p->es = es;
+    rng_seed(seed);
     unsigned char *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nv * es);
     ck_assert(q && k && v);
     for (size_t x = 0; x < nq; x++)
@@ -404,39 +410,38 @@ START_TEST(value_head_dim)
     for (size_t x = 0; x < nv; x++)
         hostref_store(v, dt, x, (float)rng_uniform(-1.0, 1.0));
     double slopes[8] = {0};
-    cl_mem slope_mem = NULL;
-    if (dv_cases[_i].alibi)
-        test_make_alibi_slopes((int)Hq, slopes, &slope_mem);
+    if (c->alibi)
+        test_make_alibi_slopes((int)Hq, slopes, &p->slope_mem);
     cl_int err;
-    cl_mem qm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nq * es, q, &err);
-    cl_mem km = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nk * es, k, &err);
-    cl_mem vm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nv * es, v, &err);
-    cl_mem om = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, (no + Hq * dv) * es, NULL, &err);  /* a guard row after */
-    cl_mem lm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, B * Hq * Nq * sizeof(float), NULL, &err);
-    ck_assert(qm && km && vm && om && lm);
-    struct flashcl_attention a = {0};
-    a.batch = (int)B;
-    a.seq_q = (int)Nq;
-    a.seq_kv = (int)Nk;
-    a.heads_q = (int)Hq;
-    a.heads_kv = (int)Hk;
-    a.head_dim = (int)d;
-    a.head_dim_v = (int)dv;
-    a.q = flashcl_tensor_bnhd(qm, dt, Nq, Hq, d);
-    a.k = flashcl_tensor_bnhd(km, dt, Nk, Hk, d);
-    a.v = flashcl_tensor_bnhd(vm, dt, Nk, Hk, dv);
-    a.o = flashcl_tensor_bnhd(om, dt, Nq, Hq, dv);
-    a.lse = flashcl_tensor_lse(lm, Nq, Hq);
-    a.mask = dv_cases[_i].causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
-    if (slope_mem)
-        a.alibi_slopes = (flashcl_vector){slope_mem, 4 * sizeof(float)};
+    p->qm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nq * es, q, &err);
+    p->km = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nk * es, k, &err);
+    p->vm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, nv * es, v, &err);
+    p->om = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, (no + Hq * dv) * es, NULL, &err);  /* a guard row after */
+    p->lm = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, p->nl * sizeof(float), NULL, &err);
+    ck_assert(p->qm && p->km && p->vm && p->om && p->lm);
+    struct flashcl_attention *a = &p->a;
+    a->batch = (int)B;
+    a->seq_q = (int)Nq;
+    a->seq_kv = (int)Nk;
+    a->heads_q = (int)Hq;
+    a->heads_kv = (int)Hk;
+    a->head_dim = (int)d;
+    a->head_dim_v = (int)dv;
+    a->q = flashcl_tensor_bnhd(p->qm, dt, Nq, Hq, d);
+    a->k = flashcl_tensor_bnhd(p->km, dt, Nk, Hk, d);
+    a->v = flashcl_tensor_bnhd(p->vm, dt, Nk, Hk, dv);
+    a->o = flashcl_tensor_bnhd(p->om, dt, Nq, Hq, dv);
+    a->lse = flashcl_tensor_lse(p->lm, Nq, Hq);
+    a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    if (p->slope_mem)
+        a->alibi_slopes = (flashcl_vector){p->slope_mem, 4 * sizeof(float)};
 
-    /* The reference, per (batch, head, row). */
     const double scale = 1.0 / sqrt((double)d);
-    double *ref = malloc(no * sizeof(double)), *ref_lse = malloc(B * Hq * Nq * sizeof(double));
+    p->ref = malloc(no * sizeof(double));
+    p->ref_lse = malloc(p->nl * sizeof(double));
     double *qd = malloc(d * sizeof(double)), *kd = malloc(Nk * d * sizeof(double));
     double *vd = malloc(Nk * dv * sizeof(double)), *scratch = malloc(Nk * sizeof(double));
-    ck_assert(ref && ref_lse && qd && kd && vd && scratch);
+    ck_assert(p->ref && p->ref_lse && qd && kd && vd && scratch);
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < Hq; h++) {
             const size_t hk = h / (Hq / Hk);
@@ -450,69 +455,134 @@ START_TEST(value_head_dim)
                 for (size_t x = 0; x < d; x++)
                     qd[x] = hostref_load(q, dt, ((b * Nq + i) * Hq + h) * d + x);
                 size_t first, end;
-                hostref_visible_keys(i, Nq, Nk, -1, dv_cases[_i].causal ? 0 : -1, &first, &end);
+                hostref_visible_keys(i, Nq, Nk, -1, c->causal ? 0 : -1, &first, &end);
                 const struct hostref_mods mods = {0.0, -INFINITY, slopes[h]};
                 hostref_attention_row_dv(qd, kd, vd, first, end, d, dv, scale, &mods,
-                                         (long long)i + (long long)Nk - (long long)Nq, &ref[((b * Nq + i) * Hq + h) * dv],
-                                         &ref_lse[(b * Hq + h) * Nq + i], scratch);
+                                         (long long)i + (long long)Nk - (long long)Nq,
+                                         &p->ref[((b * Nq + i) * Hq + h) * dv], &p->ref_lse[(b * Hq + h) * Nq + i],
+                                         scratch);
             }
         }
-
-    const double atol = dt == F32 ? 1e-5 : dt == F16 ? 2e-3 : 1.6e-2;
-    for (int ci = 0; ci < 3; ci++) {
-        flashcl_context *ctx = test_context_with_options(dv_contexts[ci]);
-        struct flashcl_tile t;
-        ck_assert_flashcl_ok(flashcl_forward_config(ctx, &a, &t));
-        ck_assert_str_eq(t.kernel, "portable");
-        unsigned char *o = malloc((no + Hq * dv) * es);
-        float *lse = malloc(B * Hq * Nq * sizeof(float));
-        ck_assert(o && lse);
-        memset(o, 0xff, (no + Hq * dv) * es);
-        ck_assert_cl(clEnqueueWriteBuffer(e->queue, om, CL_TRUE, 0, (no + Hq * dv) * es, o, 0, NULL, NULL));
-        ck_assert_flashcl_ok(flashcl_forward(ctx, &a, e->queue, 0, NULL, NULL));
-        ck_assert_cl(clEnqueueReadBuffer(e->queue, om, CL_TRUE, 0, (no + Hq * dv) * es, o, 0, NULL, NULL));
-        ck_assert_cl(clEnqueueReadBuffer(e->queue, lm, CL_TRUE, 0, B * Hq * Nq * sizeof(float), lse, 0, NULL, NULL));
-        double max_err = 0, max_lse = 0;
-        for (size_t x = 0; x < no; x++) {
-            const double got = hostref_load(o, dt, x), err_x = isnan(got) ? INFINITY : fabs(got - ref[x]);
-            ck_assert_msg(err_x <= atol + 1e-2 * fabs(ref[x]), "%s: O[%zu] = %.9g, reference %.9g", dv_contexts[ci], x,
-                          got, ref[x]);
-            max_err = fmax(max_err, err_x);
-        }
-        for (size_t x = no; x < no + Hq * dv; x++)
-            ck_assert_msg(isnan(hostref_load(o, dt, x)), "the guard row's element %zu was written", x - no);
-        for (size_t x = 0; x < B * Hq * Nq; x++) {
-            const double err_x = ref_lse[x] == -INFINITY ? (lse[x] == -INFINITY ? 0 : INFINITY)
-                                                         : fabs((double)lse[x] - ref_lse[x]);
-            ck_assert_msg(err_x <= 1e-4 + 1e-5 * fabs(ref_lse[x]), "LSE[%zu] = %.9g, reference %.9g", x, (double)lse[x],
-                          ref_lse[x]);
-            max_lse = fmax(max_lse, err_x);
-        }
-        printf("%-9s d=%zu dv=%zu %s: max|err| %.2e, LSE %.2e\n", t.kernel, d, dv, dv_contexts[ci], max_err, max_lse);
-        free(o);
-        free(lse);
-    }
-    /* The backward and the standard path refuse it, naming head_dim_v. */
-    struct flashcl_attention_grad g = {0};
-    size_t bytes;
-    ck_assert_int_eq(flashcl_backward_workspace_size(e->ctx, &a, &g, &bytes), FLASHCL_INVALID_VALUE);
-    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "head_dim_v"));
-    ck_assert_int_eq(flashcl_standard_workspace_size(e->ctx, &a, &bytes), FLASHCL_INVALID_VALUE);
-    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "head_dim_v"));
-
-    cl_mem all[] = {qm, km, vm, om, lm, slope_mem};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
     free(q);
     free(k);
     free(v);
-    free(ref);
-    free(ref_lse);
     free(qd);
     free(kd);
     free(vd);
     free(scratch);
+}
+
+/* Runs the problem on ctx (poisoned O first) and checks every element of O, the guard row and the LSE; the kernel
+ * that ran must be `expect` where given. The tolerance covers the tensor-core kernels' P rounded to the input type
+ * (half an ulp times max|V| = 1). */
+static void dv_check(struct dv_problem *p, flashcl_context *ctx, const char *label, const char *expect)
+{
+    struct test_env *e = test_env_get();
+    const flashcl_dtype dt = p->c->dtype;
+    const size_t guard = (size_t)p->c->heads_q * (size_t)p->c->dv, es = p->es;
+    struct flashcl_tile t;
+    ck_assert_flashcl_ok(flashcl_forward_config(ctx, &p->a, &t));
+    if (expect)
+        ck_assert_msg(kernel_is(t.kernel, expect), "%s: planned %s", label, t.kernel);
+    unsigned char *o = malloc((p->no + guard) * es);
+    float *lse = malloc(p->nl * sizeof(float));
+    ck_assert(o && lse);
+    memset(o, 0xff, (p->no + guard) * es);
+    ck_assert_cl(clEnqueueWriteBuffer(e->queue, p->om, CL_TRUE, 0, (p->no + guard) * es, o, 0, NULL, NULL));
+    ck_assert_flashcl_ok(flashcl_forward(ctx, &p->a, e->queue, 0, NULL, NULL));
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, p->om, CL_TRUE, 0, (p->no + guard) * es, o, 0, NULL, NULL));
+    ck_assert_cl(clEnqueueReadBuffer(e->queue, p->lm, CL_TRUE, 0, p->nl * sizeof(float), lse, 0, NULL, NULL));
+    const double atol = dt == F32 ? 1e-5 : dt == F16 ? 2e-3 : 1.6e-2;
+    double max_err = 0, max_lse = 0;
+    for (size_t x = 0; x < p->no; x++) {
+        const double got = hostref_load(o, dt, x), err_x = isnan(got) ? INFINITY : fabs(got - p->ref[x]);
+        ck_assert_msg(err_x <= atol + 1e-2 * fabs(p->ref[x]), "%s: O[%zu] = %.9g, reference %.9g", label, x, got,
+                      p->ref[x]);
+        max_err = fmax(max_err, err_x);
+    }
+    for (size_t x = p->no; x < p->no + guard; x++)
+        ck_assert_msg(isnan(hostref_load(o, dt, x)), "%s: the guard row's element %zu was written", label, x - p->no);
+    for (size_t x = 0; x < p->nl; x++) {
+        const double err_x = p->ref_lse[x] == -INFINITY ? (lse[x] == -INFINITY ? 0 : INFINITY)
+                                                         : fabs((double)lse[x] - p->ref_lse[x]);
+        ck_assert_msg(err_x <= 1e-4 + 1e-5 * fabs(p->ref_lse[x]), "%s: LSE[%zu] = %.9g, reference %.9g", label, x,
+                      (double)lse[x], p->ref_lse[x]);
+        max_lse = fmax(max_lse, err_x);
+    }
+    printf("%-17s d=%d dv=%d %s (%d x %d): max|err| %.2e, LSE %.2e\n", t.kernel, p->c->d, p->c->dv, label, t.block_m,
+           t.block_n, max_err, max_lse);
+    free(o);
+    free(lse);
+}
+
+static void dv_free(struct dv_problem *p)
+{
+    cl_mem all[] = {p->qm, p->km, p->vm, p->om, p->lm, p->slope_mem};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(p->ref);
+    free(p->ref_lse);
+}
+
+/* A value head dim other than head_dim (attn.head_dim_v; MLA prefill's 192/128 among them), on the portable
+ * kernel whole, split-KV and with small odd tiles, against the double reference: every element of O (dv
+ * columns, poisoned first, a guard row after) and the LSE; causal and not, GQA, Nq != Nk, dv above and below
+ * d; a ALiBi case too. The contexts that name the portable kernel turn the tensor-core ones off (which take the
+ * f16/bf16 cases with multiples of 16 where tensor cores are); the backward and the standard path refuse the call
+ * with a message. */
+static const struct dv_case dv_cases[] = {
+    {1, 70, 90, 4, 2, 32, 16, F32, 1, 0}, {2, 33, 47, 2, 2, 24, 40, F16, 0, 0}, {1, 3, 300, 8, 2, 64, 48, BF16, 0, 0},
+    {1, 40, 40, 2, 1, 192, 128, F16, 1, 0}, {1, 50, 20, 2, 2, 8, 12, F32, 1, 1},
+};
+static const char *const dv_contexts[] = {"", "tensor-core:off;portable:splits=3",
+                                          "tensor-core:off;portable:block_m=3,block_n=5"};
+
+START_TEST(value_head_dim)
+{
+    struct test_env *e = test_env_get();
+    struct dv_problem p;
+    dv_create(&p, &dv_cases[_i], 950 + (uint64_t)_i);
+    for (int ci = 0; ci < 3; ci++)
+        dv_check(&p, test_context_with_options(dv_contexts[ci]), dv_contexts[ci], ci > 0 ? "portable" : NULL);
+    /* The backward and the standard path refuse it, naming head_dim_v. */
+    struct flashcl_attention_grad g = {0};
+    size_t bytes;
+    ck_assert_int_eq(flashcl_backward_workspace_size(e->ctx, &p.a, &g, &bytes), FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "head_dim_v"));
+    ck_assert_int_eq(flashcl_standard_workspace_size(e->ctx, &p.a, &bytes), FLASHCL_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(flashcl_last_error(), "head_dim_v"));
+    dv_free(&p);
+}
+END_TEST
+
+/* The same on the f16/bf16 tensor-core kernels' plain-OpenCL emulation, mma.sync (sm_80) and wgmma (sm_90): S over
+ * d, P V, O and V's tiles over dv. MLA's d = 192 with dv = 128 (mma.sync's built-in 8 x 1 x 64 for the wider 192;
+ * wgmma's softmax beside the previous block's PV, Q from local memory) causal with GQA; d = 64 with dv = 128 split
+ * over the keys (mma.sync's 4 x 2 x 64; wgmma's 128-key blocks, S in halves since PV's N is 128); odd lengths
+ * throughout. tests/test_varlen.c runs a paged cache of dv > d. */
+static const struct {
+    struct dv_case c;
+    int cc;
+    const char *options, *expect;
+} dv_tensor_core_cases[] = {
+    {{1, 67, 83, 4, 2, 192, 128, F16, 1, 0}, 80, "", "tensor-core"},
+    {{1, 50, 77, 2, 1, 64, 128, BF16, 0, 0}, 80, "tensor-core:splits=2", "tensor-core"},
+    {{1, 67, 83, 4, 2, 192, 128, F16, 1, 0}, 90, "tensor-core-wgmma:warps=4,block_n=64", "tensor-core-wgmma"},
+    {{1, 50, 150, 2, 1, 64, 128, BF16, 0, 0}, 90, "tensor-core-wgmma:warps=4,block_n=128,splits=2", "tensor-core-wgmma"},
+};
+
+START_TEST(value_head_dim_tensor_cores)
+{
+    struct dv_problem p;
+    dv_create(&p, &dv_tensor_core_cases[_i].c, 970 + (uint64_t)_i);
+    const int cc = dv_tensor_core_cases[_i].cc;
+    flashcl_context *ctx = test_emulated_context(dv_tensor_core_cases[_i].options, cc, cc >= 90);
+    char label[160];
+    snprintf(label, sizeof(label), "emulated sm_%d \"%s\"", cc, dv_tensor_core_cases[_i].options);
+    dv_check(&p, ctx, label, dv_tensor_core_cases[_i].expect);
+    flashcl_context_destroy(&ctx);
+    dv_free(&p);
 }
 END_TEST
 
@@ -929,6 +999,7 @@ int main(void)
     TCase *dvc = tcase_create("value head dim");
     tcase_set_timeout(dvc, 600);
     tcase_add_loop_test(dvc, value_head_dim, 0, COUNT(dv_cases));
+    tcase_add_loop_test(dvc, value_head_dim_tensor_cores, 0, COUNT(dv_tensor_core_cases));
     suite_add_tcase(s, dvc);
     TCase *al = tcase_create("alibi");
     tcase_set_timeout(al, 600);

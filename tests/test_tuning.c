@@ -1154,6 +1154,103 @@ START_TEST(emulated_tensor_core_footprints)
 }
 END_TEST
 
+/* A value head dim (attn.head_dim_v) on the tensor-core forward kernels: the built-in shapes for the wider of d and
+ * dv, V's tiles at dv in the footprint, the registers' choices by what grows with which (O and PV with dv, Q with
+ * d), a dv these kernels cannot take left to the portable kernel; and the emulated builds' local memory is the
+ * table's (test_forward runs the same plans). */
+static struct flashcl_attention dv_shape(int d, int dv, int causal, cl_mem mem)
+{
+    struct flashcl_attention a = shape(d, FLASHCL_F16, causal, mem);
+    a.head_dim_v = dv;
+    a.v = flashcl_tensor_bnhd(mem, FLASHCL_F16, 64, 1, (size_t)dv);
+    a.o = a.v;
+    a.o.offset = 64 * 256 * 2;
+    return a;
+}
+
+START_TEST(value_head_dim_plans)
+{
+    struct test_env *e = test_env_get();
+    static const struct {
+        const char *options;
+        int d, dv, varlen;
+        const char *kernel;
+        int warps, m_tiles, block_n;
+        size_t local_bytes;
+        const char *want[6];
+    } cases[] = {
+        /* MLA's 192/128: 12 x 64 as at d = 192; PV's 128 columns let the overlap's registers fit (32 + 64 + 16 +
+         * 40 <= 168); Q (d = 192) from local memory. Q 192 rows and K twice at 3 panels, V twice at 2. */
+        {"", 192, 128, 0, "tensor-core-wgmma", 12, 1, 64, ((192 + 2 * 64) * 3 + 2 * 64 * 2) * 128,
+         {"-DHEAD_DIM=192", "-DHEAD_DIM_V=128", "-DWGMMA_OVERLAP=1", "-DKV_STAGES=2", "-DQ_SMEM=1", "-DWGMMA_PINGPONG=1"}},
+        {"", 192, 128, 3, "tensor-core-wgmma", 12, 1, 64, ((192 + 3 * 64) * 3 + 3 * 64 * 2) * 128,
+         {"-DHEAD_DIM_V=128", "-DWGMMA_OVERLAP=0", "-DKV_STAGES=3", "-DQ_SMEM=1"}},  /* paged: three buffers */
+        /* d = 64 with dv = 128: the d = 65-128 built-in 12 x 128, Q from local memory as at d = 128 */
+        {"", 64, 128, 0, "tensor-core-wgmma", 12, 1, 128, ((192 + 3 * 128) * 1 + 3 * 128 * 2) * 128,
+         {"-DHEAD_DIM=64", "-DHEAD_DIM_V=128", "-DQ_SMEM=1", "-DWGMMA_OVERLAP=0", "-DKV_STAGES=3",
+          "!-cl-nv-maxrregcount"}},
+        {"", 64, 64, 0, "tensor-core-wgmma", 4, 1, 128, 0, {"-DHEAD_DIM_V=64", "-cl-nv-maxrregcount=168"}},  /* dv = d */
+        /* mma.sync: 8 x 1 x 64 as at d = 192 (Q and K at 24 chunks a row, V at 16); d = 64, dv = 128: 4 x 2 x 64,
+         * Q's two tiles from local memory (O's are 128 registers) */
+        {"tensor-core-wgmma:off", 192, 128, 0, "tensor-core", 8, 1, 64, (128 + 2 * 64) * 384 + 2 * 64 * 256,
+         {"-DHEAD_DIM=192", "-DHEAD_DIM_V=128", "-DQ_REGS=0"}},
+        {"tensor-core-wgmma:off", 64, 128, 0, "tensor-core", 4, 2, 64, (128 + 2 * 64) * 128 + 2 * 64 * 256,
+         {"-DHEAD_DIM_V=128", "-DQ_REGS=0"}},
+        {"tensor-core-wgmma:off", 64, 32, 0, "tensor-core", 4, 2, 64, (128 + 2 * 64) * 128 + 2 * 64 * 80,
+         {"-DHEAD_DIM_V=32", "-DQ_REGS=1"}},  /* both up to 64: Q in registers, as at d = 64; V's rows 5 chunks */
+        {"", 64, 40, 0, "portable", 0, 0, 0, 0, {"-DHEAD_DIM_V=40"}},  /* 40: not a multiple of 16 */
+    };
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(mem);
+    for (int i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        flashcl_context *ctx = assumed_h200(cases[i].options);
+        struct flashcl_attention a = dv_shape(cases[i].d, cases[i].dv, 0, mem);
+        struct problem pr;
+        fcl_forward_problem(&a, &pr);
+        pr.varlen = cases[i].varlen;
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+        ck_assert_msg(kernel_is(plan.kernel->name, cases[i].kernel), "case %d: %s planned", i, plan.kernel->name);
+        if (cases[i].warps)
+            ck_assert_msg(plan.shape.axis[AXIS_WARPS] == cases[i].warps &&
+                              plan.shape.axis[AXIS_M_TILES] == cases[i].m_tiles &&
+                              plan.shape.axis[AXIS_BLOCK_N] == cases[i].block_n,
+                          "case %d: %d x %d x %d planned", i, plan.shape.axis[AXIS_WARPS],
+                          plan.shape.axis[AXIS_M_TILES], plan.shape.axis[AXIS_BLOCK_N]);
+        if (cases[i].local_bytes)
+            ck_assert_msg(plan.local_bytes == cases[i].local_bytes, "case %d: %zu bytes, not %zu", i, plan.local_bytes,
+                          cases[i].local_bytes);
+        for (int j = 0; j < 6 && cases[i].want[j]; j++)
+            check_build_option(plan.options, cases[i].want[j], i);
+        flashcl_context_destroy(&ctx);
+    }
+
+    /* Emulated, small shapes (those of test_forward's cases): the built kernels' local memory. */
+    static const struct {
+        const char *options;
+        int cc, d, dv;
+    } built[] = {
+        {"tensor-core:warps=4,m_tiles=1,block_n=32", 80, 64, 96},  /* V an odd stride: 13 chunks a row */
+        {"tensor-core-wgmma:warps=4,block_n=64", 90, 192, 128},
+        {"tensor-core-wgmma:warps=4,block_n=128", 90, 64, 128},
+    };
+    for (int i = 0; i < (int)(sizeof(built) / sizeof(built[0])); i++) {
+        flashcl_context *ctx = test_emulated_context(built[i].options, built[i].cc, built[i].cc >= 90);
+        struct flashcl_attention a = dv_shape(built[i].d, built[i].dv, 1, mem);
+        struct problem pr;
+        fcl_forward_problem(&a, &pr);
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &pr, 1.0f, &plan));
+        ck_assert_str_eq(plan.kernel->name, built[i].cc >= 90 ? "tensor-core-wgmma" : "tensor-core");
+        char label[96];
+        snprintf(label, sizeof(label), "%s d=%d dv=%d", plan.kernel->name, built[i].d, built[i].dv);
+        check_built_footprint(ctx, &plan, label);
+        flashcl_context_destroy(&ctx);
+    }
+    clReleaseMemObject(mem);
+}
+END_TEST
+
 /* Asks which backward kernel and tile a call of this shape would use under ctx (aligned views, LSE,
  * gradients in a buffer of their own). */
 /* The backward's plan of a [1, 64, 1, d] problem, with a softcap (0: none) and ALiBi slopes (NULL: none). */
@@ -1789,5 +1886,9 @@ int main(void)
     tcase_add_test(tc, decode_forced_wins_and_old_lines);
     tcase_add_test(tc, decode_entry_malformed);
     suite_add_tcase(s, tc);
+    TCase *dv = tcase_create("value head dim");
+    tcase_set_timeout(dv, 600);
+    tcase_add_test(dv, value_head_dim_plans);
+    suite_add_tcase(s, dv);
     return test_run_suite(s);
 }

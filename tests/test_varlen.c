@@ -247,22 +247,45 @@ static const struct kv_case alibi_kv_cases[] = {
 
 /* A value head dim other than head_dim (attn.head_dim_v) against caches, contiguous and paged (V's pages
  * of dv columns), on the portable kernel, whole and split: decode with GQA, chunked prefill (causal), a cap
- * and ALiBi. Other kernels refuse it, so the config must name the portable one. */
+ * and ALiBi. The tensor-core kernels, which take the f16/bf16 cases where tensor cores are, are turned off. */
 static const struct kv_case dv_kv_cases[] = {
     {3, 1, 64, {0, 17, 64}, 8, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 16},
     {2, 5, 40, {13, 40}, 4, 2, 24, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, .alibi = 1, .head_dim_v = 40},
     {2, 3, 48, {3, 33}, 2, 2, 48, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 16, 0, 0, 0.4f, .head_dim_v = 32},
     {2, 2, 32, {20, 32}, 4, 2, 16, F32, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 40},  /* paged, dv > d */
 };
-static const char *const dv_contexts[] = {NULL, "portable:splits=3"};
+static const char *const dv_contexts[] = {"tensor-core:off", "tensor-core:off;portable:splits=3"};
 
 START_TEST(value_head_dim_kv_cache)
 {
     for (int i = 0; i < 2; i++) {
-        const char *kernel = kv_cache_run(dv_contexts[i] ? test_context_with_options(dv_contexts[i]) : NULL,
-                                          &dv_kv_cases[_i], 680 + (uint64_t)_i, false);
+        const char *kernel =
+            kv_cache_run(test_context_with_options(dv_contexts[i]), &dv_kv_cases[_i], 680 + (uint64_t)_i, false);
         ck_assert_str_eq(kernel, "portable");
     }
+}
+END_TEST
+
+/* The same on the f16/bf16 tensor-core kernels' plain-OpenCL emulation: chunked prefill against a paged cache
+ * (causal, GQA) with dv = 96 > d = 64: one page lookup a key serves K's 8 chunks and V's 12; mma.sync's V rows an
+ * odd stride (13 chunks) and copied by the general loop, wgmma's in two panels, the second half used. */
+static const struct kv_case dv_kv_tensor_core_case = {2, 20, 96, {50, 96}, 4, 2, 64, F16, FLASHCL_MASK_CAUSAL,
+                                                      0, 0, 0, 32, 1, .head_dim_v = 96};
+static const struct {
+    int cc;
+    const char *options, *expect;
+} dv_kv_tensor_core_kernels[] = {
+    {80, "", "tensor-core"},
+    {90, "tensor-core-wgmma:warps=4,block_n=64", "tensor-core-wgmma"},
+};
+
+START_TEST(value_head_dim_kv_cache_tensor_cores)
+{
+    const int cc = dv_kv_tensor_core_kernels[_i].cc;
+    flashcl_context *ctx = test_emulated_context(dv_kv_tensor_core_kernels[_i].options, cc, cc >= 90);
+    const char *kernel = kv_cache_run(ctx, &dv_kv_tensor_core_case, 690 + (uint64_t)_i, false);
+    ck_assert_str_eq(kernel, dv_kv_tensor_core_kernels[_i].expect);
+    flashcl_context_destroy(&ctx);
 }
 END_TEST
 
@@ -690,6 +713,8 @@ int main(void)
     tcase_add_loop_test(sc, alibi_varlen, 0, (int)(sizeof(alibi_vl_cases) / sizeof(alibi_vl_cases[0])));
     tcase_add_loop_test(sc, alibi_kv_cache, 0, (int)(sizeof(alibi_kv_cases) / sizeof(alibi_kv_cases[0])));
     tcase_add_loop_test(sc, value_head_dim_kv_cache, 0, (int)(sizeof(dv_kv_cases) / sizeof(dv_kv_cases[0])));
+    tcase_add_loop_test(sc, value_head_dim_kv_cache_tensor_cores, 0,
+                        (int)(sizeof(dv_kv_tensor_core_kernels) / sizeof(dv_kv_tensor_core_kernels[0])));
     suite_add_tcase(s, sc);
     return test_run_suite(s);
 }
