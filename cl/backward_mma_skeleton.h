@@ -342,6 +342,12 @@ NV_UNROLL
                     }
                 }
                 /* Pᵀ and dSᵀ: this thread holds keys key0 + g (+8), queries qc + 8n + 2t (+1). */
+#if ALIBI
+                float dist[4];  /* ALiBi's key - row - diag at element e of query tile 0; tile n's: - 8 n */
+NV_UNROLL
+                for (int e = 0; e < 4; e++)
+                    dist[e] = (float)(k0 + key0 + g + 8 * (e >> 1) - q0 - qc - 2 * t - (e & 1) - diag);
+#endif
 NV_UNROLL
                 for (int n = 0; n < Q_CHUNK / 8; n++)
 NV_UNROLL
@@ -350,7 +356,7 @@ NV_UNROLL
                         const int key = k0 + key0 + g + 8 * (e >> 1);
                         float slope = 1.0f;  /* the softcap's, where there is one (score_mod.h) */
                         float p = SCORE_P_EXP(EXP2, s[n][e], scale_log2,
-                                              SCORE_LSE2(lse2[qi], alibi2, q0 + qi, key, diag), slope);
+                                              SCORE_LSE2_AT(lse2[qi], alibi2, dist[e] - (float)(8 * n)), slope);
 #if CAUSAL
                         if (edge)
                             p = key <= q0 + qi + diag ? p : 0.0f;
@@ -595,6 +601,12 @@ NV_UNROLL
                 }
             }
             /* P, dS: this thread holds rows warp_row0 + 16 mt + g (+8), keys key_first + 8n + 2t (+1). */
+#if ALIBI
+            float dist[4];  /* ALiBi's key - row - diag at element e of row tile 0, key tile 0: + 8 n - 16 mt */
+NV_UNROLL
+            for (int e = 0; e < 4; e++)
+                dist[e] = (float)(key_first + 2 * t + (e & 1) - warp_row0 - g - 8 * (e >> 1) - diag);
+#endif
 NV_UNROLL
             for (int mt = 0; mt < ROW_TILES; mt++)
 NV_UNROLL
@@ -605,7 +617,8 @@ NV_UNROLL
                         const int key = key_first + n * 8 + 2 * t + (e & 1);
                         float slope = 1.0f;  /* the softcap's, where there is one (score_mod.h) */
                         float p = SCORE_P_EXP(EXP2, s[mt][n][e], scale_log2,
-                                              SCORE_LSE2(lse2[mt][e >> 1], alibi2, row, key, diag), slope);
+                                              SCORE_LSE2_AT(lse2[mt][e >> 1], alibi2,
+                                                            dist[e] + (float)(8 * n - 16 * mt)), slope);
                         if (edge) {
                             bool visible = key < seq_kv;
 #if CAUSAL

@@ -327,6 +327,13 @@ NV_UNROLL
 #ifdef SOFTCAP2
         float cap_slope[BLOCK_M / 2];  /* the cap's derivative at each score, which dS takes on */
 #endif
+#if ALIBI
+        float dist[4];  /* ALiBi's key - row - diag at element e of query tile 0; tile j's is dist[e] - 8 j */
+NV_UNROLL
+        for (int e = 0; e < 4; e++)
+            dist[e] = (float)(group_key0 + 16 * (warp & 3) + (lane >> 2) + 8 * (e >> 1) - q0 - 2 * t - (e & 1) -
+                              diag);
+#endif
 NV_UNROLL
         for (int j = 0; j < BLOCK_M / 8; j++)
 NV_UNROLL
@@ -335,7 +342,7 @@ NV_UNROLL
                 const int key = group_key0 + 16 * (warp & 3) + (lane >> 2) + 8 * (e >> 1);
                 float slope = 1.0f;
                 float p = SCORE_P_EXP(EXP2, s[4 * j + e], scale_log2,
-                                      SCORE_LSE2(lse2[qi], alibi2, q0 + qi, key, diag), slope);
+                                      SCORE_LSE2_AT(lse2[qi], alibi2, dist[e] - (float)(8 * j)), slope);
 #ifdef SOFTCAP2
                 cap_slope[4 * j + e] = slope;
 #endif
@@ -490,6 +497,12 @@ NV_UNROLL
 #ifdef SOFTCAP2
         float cap_slope[BLOCK_N / 2];  /* the cap's derivative at each score, which dS takes on */
 #endif
+#if ALIBI
+        float dist[4];  /* ALiBi's key - row - diag at element e of key tile 0; tile j's is dist[e] + 8 j */
+NV_UNROLL
+        for (int e = 0; e < 4; e++)
+            dist[e] = (float)(kb + 2 * t + (e & 1) - row_first - 8 * (e >> 1) - diag);
+#endif
 NV_UNROLL
         for (int j = 0; j < BLOCK_N / 8; j++)
 NV_UNROLL
@@ -497,7 +510,7 @@ NV_UNROLL
                 const int key = kb + 8 * j + 2 * t + (e & 1);
                 float slope = 1.0f;
                 float p = SCORE_P_EXP(EXP2, s[4 * j + e], scale_log2,
-                                      SCORE_LSE2(lse2[e >> 1], alibi2, row_first + 8 * (e >> 1), key, diag), slope);
+                                      SCORE_LSE2_AT(lse2[e >> 1], alibi2, dist[e] + (float)(8 * j)), slope);
 #ifdef SOFTCAP2
                 cap_slope[4 * j + e] = slope;
 #endif

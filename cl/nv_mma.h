@@ -94,13 +94,20 @@ static inline void softmax_block(float s[S_TILES][4], float acc[O_TILES][4], boo
 {
 #if defined(SOFTCAP2) || ALIBI
     /* Logit softcapping and ALiBi (score_mod.h): scaled, capped and biased here, in base 2, before the mask (a
-     * hidden key must stay hidden, and tanh would bring -inf back to -cap); the rest then runs with a scale of 1. */
+     * hidden key must stay hidden, and tanh would bring -inf back to -cap); the rest then runs with a scale of 1.
+     * ALiBi's distance key - row - diag of element e of tile n is dist[e] + 8 n (dist converted once). */
+#if ALIBI
+    float dist[4];
+NV_UNROLL
+    for (int e = 0; e < 4; e++)
+        dist[e] = (float)(kb + 2 * t + (e & 1) - (e >> 1 ? row_hi : row_lo) - diag);
+#endif
 NV_UNROLL
     for (int n = 0; n < S_TILES; n++)
 NV_UNROLL
         for (int e = 0; e < 4; e++)
-            s[n][e] = SCORE_BIAS(SCORE_CAP(s[n][e] * scale_log2), e >> 1 ? slope2_hi : slope2_lo,
-                                 e >> 1 ? row_hi : row_lo, kb + n * 8 + 2 * t + (e & 1), diag);
+            s[n][e] = SCORE_BIAS_AT(SCORE_CAP(s[n][e] * scale_log2), e >> 1 ? slope2_hi : slope2_lo,
+                                    dist[e] + (float)(8 * n));
     scale_log2 = 1.0f;
 #endif
     if (edge) {

@@ -22,16 +22,29 @@
 #define FLASHCL_SCORE_MOD_H
 
 #ifdef SOFTCAP2
+/* cap2·tanh(s2 / cap2) = cap2 - 2 cap2 r, r = 1 / (2^(CAP_K s2) + 1), CAP_K = 2 log2(e) / cap2: one exponent
+ * and one reciprocal, CAP_EXP2 and CAP_RECIP (exact OpenCL ones by default; nv_async.h gives NVIDIA's kernels
+ * their one-instruction ones). OpenCL's tanh and a division by the cap took the capped wgmma forward 43-60%
+ * behind the plain one (H100). Ends are exact: s2 -> -inf gives r = 1, -cap2; +inf r = 0, cap2. */
+#ifndef CAP_EXP2
+#define CAP_EXP2 exp2
+#endif
+#ifndef CAP_RECIP
+#define CAP_RECIP(x) (1.0f / (x))
+#endif
+#define CAP_K (2.0f * M_LOG2E_F / (float)(SOFTCAP2))
+#define CAP_R(s2) CAP_RECIP(CAP_EXP2((s2) * CAP_K) + 1.0f)
+
 /* The forward's: the capped base-2 score of a base-2 score s2. */
-#define SCORE_CAP(s2) ((float)(SOFTCAP2) * tanh((s2) / (float)(SOFTCAP2)))
+#define SCORE_CAP(s2) fma(-2.0f * (float)(SOFTCAP2), CAP_R(s2), (float)(SOFTCAP2))
 
 /* The backward's: the capped base-2 score of a base-2 score s2, and in *slope the cap's derivative there,
- * 1 - tanh², which dS takes on (dS = P (dP - D) slope). */
+ * 1 - tanh² = 4 r (1 - r), which dS takes on (dS = P (dP - D) slope). */
 static inline float capped_score2(float s2, float *slope)
 {
-    const float t = tanh(s2 / (float)(SOFTCAP2));
-    *slope = 1.0f - t * t;
-    return (float)(SOFTCAP2) * t;
+    const float r = CAP_R(s2);
+    *slope = 4.0f * r * (1.0f - r);
+    return fma(-2.0f * (float)(SOFTCAP2), r, (float)(SOFTCAP2));
 }
 /* P = EXP(capped score - lse2) of a raw score s (q.k), EXP the caller's base-2 exponent. */
 #define SCORE_P_EXP(EXP, s, scale_log2, lse2, slope) EXP(capped_score2((s) * (scale_log2), &(slope)) - (lse2))
@@ -51,7 +64,14 @@ static inline float capped_score2(float s2, float *slope)
 #define SCORE_BIAS(s2, slope2, row, key, diag) fma(-(slope2), (float)abs((key) - (row) - (diag)), (s2))
 /* The backward's: lse2 less the bias, so exp2(s2 - SCORE_LSE2(...)) is the biased P. */
 #define SCORE_LSE2(lse2, slope2, row, key, diag) fma((slope2), (float)abs((key) - (row) - (diag)), (lse2))
+/* The same from a distance key - row - diag already a float (exact: an integer below 2^24), where a kernel
+ * steps one thread's keys by a constant from a base it converted once (no int -> float conversion a score:
+ * a quarter-rate instruction on NVIDIA's parts, most of what ALiBi cost the tensor-core kernels). */
+#define SCORE_BIAS_AT(s2, slope2, dist) fma(-(slope2), fabs(dist), (s2))
+#define SCORE_LSE2_AT(lse2, slope2, dist) fma((slope2), fabs(dist), (lse2))
 #else
+#define SCORE_BIAS_AT(s2, slope2, dist) (s2)
+#define SCORE_LSE2_AT(lse2, slope2, dist) (lse2)
 #define HEAD_ALIBI2(h) 0.0f
 #define SCORE_BIAS(s2, slope2, row, key, diag) (s2)
 #define SCORE_LSE2(lse2, slope2, row, key, diag) (lse2)

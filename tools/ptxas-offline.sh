@@ -50,6 +50,8 @@ float OVL exp(float x) { return __nvvm_ex2_approx_f(x * 1.44269504f); }  /* a fi
 float OVL log(float x) { return __nvvm_lg2_approx_f(x) * 0.69314718f; }
 float OVL tanh(float x) { return 1.0f - 2.0f / (__nvvm_ex2_approx_f(x * 2.88539008f) + 1.0f); }  /* likewise */
 uint OVL abs(int x) { return (uint)(x < 0 ? -x : x); }
+float OVL fabs(float x) { return __builtin_fabsf(x); }
+float OVL native_recip(float x) { float r; __asm__("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 float2 OVL vload2(size_t i, const __local float *p) { return (float2)(p[2 * i], p[2 * i + 1]); }
 void OVL vstore2(float2 v, size_t i, __global float *p) { p[2 * i] = v.x; p[2 * i + 1] = v.y; }
 void OVL vstore2(float2 v, size_t i, __local float *p) { p[2 * i] = v.x; p[2 * i + 1] = v.y; }
