@@ -49,11 +49,6 @@ static inline float exp2_ftz(float x)
     return r;
 }
 
-/* score_mod.h's softcap: its exponent and reciprocal as one MUFU instruction each (rcp.approx: 1 ulp; an
- * infinite argument gives 0, the cap's +end). Included before score_mod.h by every NVIDIA kernel that caps. */
-#define CAP_EXP2 exp2_ftz
-#define CAP_RECIP native_recip
-
 static inline void copy_async_16(uint address, __global const void *src)
 {
     __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(src) : "memory");

@@ -22,30 +22,35 @@
 #define FLASHCL_SCORE_MOD_H
 
 #ifdef SOFTCAP2
-/* cap2·tanh(s2 / cap2) = cap2 - 2 cap2 r, r = 1 / (2^(CAP_K s2) + 1), CAP_K = 2 log2(e) / cap2: one exponent
- * and one reciprocal, CAP_EXP2 and CAP_RECIP (exact OpenCL ones by default; nv_async.h gives NVIDIA's kernels
- * their one-instruction ones). OpenCL's tanh and a division by the cap took the capped wgmma forward 43-60%
- * behind the plain one (H100). Ends are exact: s2 -> -inf gives r = 1, -cap2; +inf r = 0, cap2. */
-#ifndef CAP_EXP2
-#define CAP_EXP2 exp2
-#endif
-#ifndef CAP_RECIP
-#define CAP_RECIP(x) (1.0f / (x))
-#endif
+#if defined(FLASHCL_NV_ASYNC_H) && !NV_EMULATE
+/* NVIDIA's tensor-core kernels (nv_async.h included first, not emulated): cap2·tanh(s2 / cap2) = cap2 - 2 cap2 r,
+ * r = 1 / (2^(CAP_K s2) + 1), CAP_K = 2 log2(e) / cap2: one ex2.approx and one rcp.approx, where OpenCL's tanh
+ * and a division by the cap took the capped wgmma forward 43-60% behind the plain one (H100). The exponent is
+ * kept below 2^126, so r is never the reciprocal of an infinity; the ends are exact (r = 1: -cap2, r = 0: cap2).
+ * Elsewhere OpenCL's tanh: on PoCL this form miscomputed the FMA decode kernel (docs/precision.md). */
 #define CAP_K (2.0f * M_LOG2E_F / (float)(SOFTCAP2))
-#define CAP_R(s2) CAP_RECIP(CAP_EXP2((s2) * CAP_K) + 1.0f)
-
-/* The forward's: the capped base-2 score of a base-2 score s2. */
+#define CAP_R(s2) native_recip(exp2_ftz(fmin((s2) * CAP_K, 126.0f)) + 1.0f)
+#define CAP_SLOPE_FROM_R(r) (4.0f * (r) * (1.0f - (r)))  /* 1 - tanh² */
 #define SCORE_CAP(s2) fma(-2.0f * (float)(SOFTCAP2), CAP_R(s2), (float)(SOFTCAP2))
-
-/* The backward's: the capped base-2 score of a base-2 score s2, and in *slope the cap's derivative there,
- * 1 - tanh² = 4 r (1 - r), which dS takes on (dS = P (dP - D) slope). */
 static inline float capped_score2(float s2, float *slope)
 {
     const float r = CAP_R(s2);
-    *slope = 4.0f * r * (1.0f - r);
+    *slope = CAP_SLOPE_FROM_R(r);
     return fma(-2.0f * (float)(SOFTCAP2), r, (float)(SOFTCAP2));
 }
+#else
+/* The forward's: the capped base-2 score of a base-2 score s2. */
+#define SCORE_CAP(s2) ((float)(SOFTCAP2) * tanh((s2) / (float)(SOFTCAP2)))
+
+/* The backward's: the capped base-2 score of a base-2 score s2, and in *slope the cap's derivative there,
+ * 1 - tanh², which dS takes on (dS = P (dP - D) slope). */
+static inline float capped_score2(float s2, float *slope)
+{
+    const float t = tanh(s2 / (float)(SOFTCAP2));
+    *slope = 1.0f - t * t;
+    return (float)(SOFTCAP2) * t;
+}
+#endif
 /* P = EXP(capped score - lse2) of a raw score s (q.k), EXP the caller's base-2 exponent. */
 #define SCORE_P_EXP(EXP, s, scale_log2, lse2, slope) EXP(capped_score2((s) * (scale_log2), &(slope)) - (lse2))
 #else

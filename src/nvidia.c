@@ -234,6 +234,14 @@ void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl
         snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "%s (a test hook)", dev->wgmma ? "on" : "off");
         snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note), "%s (a test hook)",
                  hooks->emulate_tensor_cores ? "emulated" : "assumed");
+        /* On a real NVIDIA device the emulated programs build as the device's own do: with its local memory past
+         * the 48 KB it reports (else the wgmma shapes, which need more, never plan there). */
+        if (has_extension(ctx->device, "cl_nv_device_attribute_query")) {
+            cl_uint major = 0, minor = 0;
+            clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof(major), &major, NULL);
+            clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof(minor), &minor, NULL);
+            ctx->arch_local_mem = nvidia_local_mem(major, minor);
+        }
         return;
     }
     if (!has_extension(ctx->device, "cl_nv_device_attribute_query")) {

@@ -368,8 +368,8 @@ const char *kv_cache_run(flashcl_context *ctx, const struct kv_case *c, uint64_t
                     for (size_t x = 0; x < dv; x++) {
                         const double got = hostref_load(o + o_batch, c->dtype, base + x);
                         const double err = isnan(got) ? INFINITY : fabs(got - ref[x]);
-                        ck_assert_msg(err <= atol + rtol * fabs(ref[x]), "sequence %d row %zu head %d [%zu] = %.9g, "
-                                      "reference %.9g", b, i, h, x, got, ref[x]);
+                        ck_assert_msg(err <= atol + rtol * fabs(ref[x]), "%s: sequence %d row %zu head %d [%zu] = "
+                                      "%.9g, reference %.9g", t.kernel, b, i, h, x, got, ref[x]);
                         max_err = fmax(max_err, err);
                     }
                 }
