@@ -2,8 +2,8 @@
  * backward_dot.h: step 0 of both backward kernels (cl/flash_backward.cl,
  * cl/flash_backward_mma.cl): D_i = sum_c dO_ic O_ic, one work-item per query
  * row, into the f32 workspace [batch, heads_q, seq_q]. Needs HEAD_DIM and WG
- * defined and storage.h's LOAD (DTYPE); any WG works. With FUSED_DQ (and
- * Q_CHUNK) it also zeroes the row's dQ accumulator and the turn counters
+ * defined and storage.h's LOAD (DTYPE); any WG works. With FUSED_DQ it
+ * also zeroes the row's dQ accumulator, and with Q_CHUNK the turn counters
  * the fused dK/dV pass orders its adds with (cl/flash_backward_mma.cl).
  * tools/embed_cl.py inlines it into each kernel source.
  */
@@ -35,12 +35,14 @@ void flash_backward_dot(__global const storage_t *o, ulong o_off, ulong o_sb, ul
     __global float4 *accum = (__global float4 *)(delta + accum_off + (head * (ulong)seq_q + (ulong)row) * HEAD_DIM);
     for (int c = 0; c < HEAD_DIM / 4; c++)
         accum[c] = (float4)(0.0f);
+#ifdef Q_CHUNK  /* adds that take turns (backward_mma_skeleton.h); the wgmma kernel's land in any order */
     __global int *turns = (__global int *)(delta + turns_off);  /* [0]: the tickets, then a turn a query block */
     const int q_chunks = (seq_q + Q_CHUNK - 1) / Q_CHUNK;
     if (row % Q_CHUNK == 0)
         turns[1 + head * (ulong)q_chunks + (ulong)(row / Q_CHUNK)] = 0;
     if (row == 0 && head == 0)
         turns[0] = 0;
+#endif
 #endif
     const ulong o_row = o_off + (ulong)b * o_sb + (ulong)h * o_sh + (ulong)row * o_ss;
     const ulong do_row = do_off + (ulong)b * do_sb + (ulong)h * do_sh + (ulong)row * do_ss;

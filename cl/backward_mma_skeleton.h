@@ -118,13 +118,6 @@
 #include "block_order.h"
 #include "backward_args.h"  /* the kernels' arguments (BACKWARD_INPUTS, ...), row_lse2 */
 
-/* The fused dK/dV kernel's workspace, after its inputs. */
-#if FUSED_DQ
-#define FUSED_DQ_ARGS __global float *workspace, ulong accum_off, ulong turns_off,
-#else
-#define FUSED_DQ_ARGS
-#endif
-
 /* Causal skips: a warp's own, or (emulated) the work-group's, whose primitives must be reached by all. */
 #if NV_EMULATE
 #define WARP_SKIP(warp_cond, group_cond) (group_cond)
@@ -156,16 +149,6 @@ static inline void warp_sync(void)
 {
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
 }
-
-static inline void accumulate(__global float *p, float v)
-{
-    volatile __global uint *word = (volatile __global uint *)p;
-    uint seen = *word, old;
-    do {
-        old = seen;
-        seen = atomic_cmpxchg(word, old, as_uint(as_float(old) + v));
-    } while (seen != old);
-}
 #elif FUSED_DQ
 /* The turn counters' PTX: an acquire load to wait on, a release add to pass the turn (sm_70+). */
 static inline void wait_turn(__global const int *turn, int expected)
@@ -186,12 +169,11 @@ static inline void warp_sync(void)
 {
     __asm__ volatile("bar.warp.sync -1;" ::: "memory");
 }
-
-/* dQ's accumulator += v; only the work-group holding the turn adds, so the order is fixed. */
-static inline void accumulate(__global float *p, float v)
-{
-    __asm__ volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
+#endif
+#if FUSED_DQ
+/* accumulate (dQ's accumulator += v: only the work-group holding the turn adds, so the order is fixed) and
+ * the dq_convert step. */
+#include "backward_dq_accum.h"
 #endif
 
 /* Launched as (ceil(seq_kv / BLOCK_N) * WG, heads_kv, batch). */
@@ -662,23 +644,5 @@ NV_UNROLL
                 store_pair(dst + n * 8, dq[mt][n][2 * r] * scale, dq[mt][n][2 * r + 1] * scale);
         }
 }
-
-#if FUSED_DQ
-/* dQ = scale x the accumulator the fused dK/dV pass added up, in the storage type.
- * Launched as (ceil(seq_q * HEAD_DIM / 2 / WG) * WG, heads_q, batch): a work-item per column pair. */
-__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void BACKWARD_KERNEL(dq_convert)(__global const float *workspace, ulong accum_off, BACKWARD_TENSOR(elem_t, d_q, dq),
-                                 int seq_q, float scale)
-{
-    const ulong i = get_global_id(0);
-    if (i >= (ulong)seq_q * (HEAD_DIM / 2))
-        return;
-    const int h = (int)get_group_id(1), b = (int)get_group_id(2);
-    const ulong row = i / (HEAD_DIM / 2), col = 2 * (i % (HEAD_DIM / 2));
-    const ulong head = (ulong)b * get_num_groups(1) + (ulong)h;
-    const float2 v = vload2(0, workspace + accum_off + (head * (ulong)seq_q + row) * HEAD_DIM + col);
-    store_pair(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh + row * dq_ss + col, v.x * scale, v.y * scale);
-}
-#endif
 
 #endif /* FLASHCL_BACKWARD_MMA_SKELETON_H */

@@ -32,7 +32,18 @@
  *     S = Q Kᵀ, dP = dO Vᵀ, P, dS = P ∘ (dP - D), dQ += dS K.
  *
  * Every dQ, dK, dV element is summed in a fixed order (no atomics): the same
- * bits every run. Causal masking is bottom-right as everywhere; a row past
+ * bits every run.
+ *
+ * -DFUSED_DQ=1 (the opt-in "backward-wgmma-atomic"; 8 warps, BLOCK_M 64, d 32,
+ * 64 or 128): no dq pass. dkdv also stores each block's dSᵀ (its 128 keys x
+ * the block's 64 queries) to local memory, and after a barrier each
+ * warpgroup computes dQ's block += dS K over all 128 keys for half of dQ's
+ * columns (A the dS tile MN-major, B K's tile transposed, both from local
+ * memory) and adds it to an f32 accumulator in the workspace with
+ * red.global.add; flash_backward_wgmma_dq_convert then scales it into dQ.
+ * The adds of different work-groups land in any order, so dQ's bits may
+ * change from run to run (dK and dV stay deterministic). It saves the dq
+ * pass's S and dP products, 2 of 7, and adds dQ's traffic to L2. Causal masking is bottom-right as everywhere; a row past
  * seq_q or whose LSE is -inf has lse2 = +inf, so its P is exactly 0. Keys
  * past seq_kv load as zero rows and are masked in dq; in dkdv their rows
  * are never stored. A warpgroup skips the blocks none of its rows or keys
@@ -77,6 +88,9 @@
 #ifndef BWD_OVERLAP
 #define BWD_OVERLAP 1
 #endif
+#ifndef FUSED_DQ
+#define FUSED_DQ 0
+#endif
 #define WGMMA 1              /* nv_mma16.h's tiles in wgmma's 64-column panels */
 #define OWN (16 * WARPS)     /* keys (dkdv) or query rows (dq) a work-group owns: 64 a warpgroup */
 
@@ -91,8 +105,9 @@
 #endif
 
 /* dkdv past d = 128 (above): both warpgroups' dK and dV products are DKV_COLS = 128 columns wide, the first's
- * from column 0, the second's from DKV_COL1 (the panel that ends them at or past d: its products overlap the
- * first's by 256 - d or 192 - d columns, which it computes and does not store). Products of one N in both
+ * from column 0, the second's from DKV_COL1 (the panel that ends them at or past d), so 256 - d columns are
+ * computed and not stored: up to d = 192 the second's first 64 repeat the first's and 192 - d lie past d;
+ * beyond, 256 - d lie past d. Products of one N in both
  * warpgroups: a branch between two Ns made ptxas serialise every wgmma of the kernel (C7520). */
 #if HEAD_DIM > 128
 #define SPLIT_D 1
@@ -109,6 +124,22 @@
 #define DKV_COL1 0
 #endif
 #define DKV_REGS (DKV_COLS / 2)  /* a thread's accumulators of its warpgroup's 64 x DKV_COLS dK (and dV) */
+
+/* FUSED_DQ: each warpgroup's dQ product is the block's 64 queries x DQ_COLS columns from DQ_COL0, summed over
+ * the work-group's 128 keys; the columns start within a 64-column panel (d = 32, 64) or at one (d = 128), so a
+ * product never crosses a panel, as a transposed operand's must not. */
+#if FUSED_DQ
+#if WARPS != 8 || BLOCK_M != 64 || (HEAD_DIM != 32 && HEAD_DIM != 64 && HEAD_DIM != 128)
+#error "FUSED_DQ needs WARPS 8, BLOCK_M 64 and HEAD_DIM 32, 64 or 128"
+#endif
+#if HEAD_DIM == 32           /* HEAD_DIM / 2 as one token: it names the product */
+#define DQ_COLS 16
+#elif HEAD_DIM == 64
+#define DQ_COLS 32
+#else
+#define DQ_COLS 64
+#endif
+#endif
 
 #include "nv_async.h"
 #include "storage.h"
@@ -186,6 +217,15 @@
 typedef ushort elem_t;      /* f16 or bf16 bits */
 #include "backward_args.h"  /* the kernels' arguments (BACKWARD_INPUTS, ...), row_lse2 */
 
+#if FUSED_DQ
+#define BACKWARD_KERNEL(step) flash_backward_wgmma_##step
+static inline void store_pair(__global elem_t *p, float lo, float hi)
+{
+    *(__global uint *)p = pack_pair(lo, hi);
+}
+#include "backward_dq_accum.h"  /* accumulate_pair, flash_backward_wgmma_dq_convert */
+#endif
+
 /* Accumulators (mma.sync C fragments side by side, 4 an 8-column tile) as wgmma A operands of 16 columns each:
  * tile 2 kc's pairs, then tile 2 kc + 1's. */
 static inline __attribute__((always_inline)) void accumulators_as_a(uint (*a)[4], const float *c, int columns)
@@ -219,8 +259,8 @@ NV_UNROLL
 
 /* Launched as (ceil(seq_kv / OWN_KEYS) * WG, heads_kv, batch). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_k, dk), BACKWARD_TENSOR(ushort, d_v, dv),
-                               BACKWARD_SIZES)
+void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(ushort, d_k, dk),
+                               BACKWARD_TENSOR(ushort, d_v, dv), BACKWARD_SIZES)
 {
     __local uint4 k_tile[OWN_KEYS * ROW_CHUNKS] __attribute__((aligned(1024)));
     __local uint4 v_tile[OWN_KEYS * ROW_CHUNKS] __attribute__((aligned(1024)));
@@ -228,6 +268,10 @@ void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_k, dk)
     __local uint4 do_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(1024)));
     __local float lse_rows[2 * BLOCK_M];  /* base 2, +inf: hidden row */
     __local float delta_rows[2 * BLOCK_M];
+#if FUSED_DQ
+    /* The block's dSᵀ, [128 keys][64 queries]: a 128-byte row a key, 16-byte chunk c of row r at c ^ (r % 8). */
+    __local uint4 ds_tile[OWN_KEYS * 8] __attribute__((aligned(1024)));
+#endif
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -263,6 +307,19 @@ NV_UNROLL
     /* A operands: the warpgroup's 64 keys of K and V (k-step kk: panel kk / 4, 32 bytes a k-step). */
     const wgmma_desc_t k_desc = wgmma_desc(k_tile, (group_key0 - k0) * 128, 16, 1024);
     const wgmma_desc_t v_desc = wgmma_desc(v_tile, (group_key0 - k0) * 128, 16, 1024);
+#if FUSED_DQ
+    /* dQ += dS K: A the dS tile MN-major (16 keys, 2048 bytes, a k-step), B K's tile transposed from this
+     * warpgroup's first column on (its panel, then 2 bytes a column within it). */
+    const int dq_col0 = (warp >> 2) * DQ_COLS;
+    const wgmma_desc_t ds_desc = wgmma_desc(ds_tile, 0, OWN_KEYS * 128, 1024);
+    const wgmma_desc_t k_trans = wgmma_desc(k_tile, dq_col0 / 64 * OWN_KEYS * 128 + dq_col0 % 64 * 2,
+                                            OWN_KEYS * 128, 1024);
+    __global float *dq_accum = workspace + accum_off + ((ulong)b * heads_q + (ulong)hk * group) * seq_q * HEAD_DIM;
+    /* This thread's dS words: key row ds_row (+8) of the tile, chunk j of the row at j ^ (ds_row % 8). */
+    const int ds_row = group_key0 - k0 + 16 * (warp & 3) + (lane >> 2);
+    __local uint *ds_words = (__local uint *)ds_tile;
+    const bool keys_past_end = k0 + OWN_KEYS > seq_kv;
+#endif
 
     for (int it = -1, stage = 1; it < total; it++, stage ^= 1) {
         /* Block it + 1 goes into buffer stage ^ 1 while block it (buffer stage) is computed. The barrier
@@ -294,8 +351,10 @@ NV_UNROLL
 
         const int q0 = q_begin + it % q_blocks * BLOCK_M;
 #if CAUSAL
-        /* Every key of the warpgroup after every query of the block: nothing to add. */
-        if (GROUP_SKIP(group_key0 > q0 + BLOCK_M - 1 + diag))
+        /* Every key of the warpgroup after every query of the block: nothing to add. FUSED_DQ: the work-group's
+         * (both warpgroups meet at the barrier before dQ's product; where one sees the block, the other's P is
+         * 0). */
+        if (FUSED_DQ ? k0 > q0 + BLOCK_M - 1 + diag : GROUP_SKIP(group_key0 > q0 + BLOCK_M - 1 + diag))
             continue;
         const bool edge = group_key0 + 63 > q0 + diag;
 #endif
@@ -350,6 +409,11 @@ NV_UNROLL
                 if (edge)
                     p = key <= q0 + qi + diag ? p : 0.0f;
 #endif
+#if FUSED_DQ
+                /* A key past seq_kv (a zero row) adds 0 to dQ only if its P is 0: exp2(-lse2) may be inf in f16. */
+                if (keys_past_end)
+                    p = key < seq_kv ? p : 0.0f;
+#endif
                 s[4 * j + e] = p;
             }
         accumulators_as_a(pa, s, BLOCK_M);
@@ -374,6 +438,15 @@ NV_UNROLL
 #endif
             }
         accumulators_as_a(dsa, dp, BLOCK_M);
+#if FUSED_DQ
+        /* dSᵀ into the tile for dQ's product: word (key row, query pair t) of query tile j, 8 queries a chunk. */
+NV_UNROLL
+        for (int j = 0; j < BLOCK_M / 8; j++)
+NV_UNROLL
+            for (int r = 0; r < 2; r++)
+                ds_words[(ds_row + 8 * r) * 32 + ((j ^ (lane >> 2)) << 2) + t] = dsa[j >> 1][2 * (j & 1) + r];
+        fence_proxy_async();
+#endif
 
         /* dK += dSᵀ Q (and dV += Pᵀ dO): 16 queries a product. */
         WGMMA_HOLD(dk, DKV_REGS);
@@ -388,11 +461,37 @@ NV_UNROLL
 #endif
         ISSUE_DKV(dk, dsa, q_trans);
         wgmma_commit();
+#if FUSED_DQ
+        /* dQ's block += dS K over the work-group's 128 keys (both warpgroups' dS rows: the barrier), this
+         * warpgroup's DQ_COLS columns, while dK's products run. */
+        float dq[DQ_COLS / 2];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        wgmma_fence();
+NV_UNROLL
+        for (int kc = 0; kc < OWN_KEYS / 16; kc++)
+            wgmma_ss_trans(DQ_COLS, dq, wgmma_desc_plus(ds_desc, kc * 2048), wgmma_desc_plus(k_trans, kc * 2048), kc);
+        wgmma_commit();
+#endif
         wgmma_wait_all();
         WGMMA_HOLD(dv, DKV_REGS);
         WGMMA_HOLD(dk, DKV_REGS);
         WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);  /* A's registers stay A's until the wait */
         WGMMA_HOLD_A(&dsa[0][0], BLOCK_M / 4);
+#if FUSED_DQ
+        WGMMA_HOLD(dq, DQ_COLS / 2);
+        /* Rows q0 + 16 (warp % 4) + g (+8), columns dq_col0 + 8 j + 2 t (+1). */
+NV_UNROLL
+        for (int r = 0; r < 2; r++) {
+            const int row = q0 + 16 * (warp & 3) + (lane >> 2) + 8 * r;
+            if (row >= seq_q)
+                continue;
+            const ulong h_off = (ulong)(it / q_blocks) * seq_q * HEAD_DIM;  /* the block's query head */
+            __global float *dst = dq_accum + h_off + (ulong)row * HEAD_DIM + dq_col0 + 2 * t;
+NV_UNROLL
+            for (int j = 0; j < DQ_COLS / 8; j++)
+                accumulate_pair(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+#endif
     }
     COPY_ASYNC_WAIT(0);
 
@@ -402,6 +501,7 @@ NV_UNROLL
                from, 1.0f, warp, lane);
 }
 
+#if !FUSED_DQ
 /* Launched as (ceil(seq_q / OWN) * WG, heads_q, batch). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_backward_wgmma_dq(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_q, dq), BACKWARD_SIZES)
@@ -553,3 +653,4 @@ NV_UNROLL
     store_rows(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh, dq_ss, dq, OUT_REGS, group_row0, seq_q, 0, 0,
                scale, warp, lane);
 }
+#endif /* !FUSED_DQ */

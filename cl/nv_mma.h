@@ -14,6 +14,7 @@
 #include "nv_async.h"  /* local_address, cp.async */
 #include "mask.h"      /* which keys a row sees */
 #include "exp2_poly.h" /* exponents on the FMA units */
+#define SCORE_CAP_MUFU 1     /* a tensor-core kernel: score_mod.h's softcap on MUFU (natively) */
 #include "score_mod.h" /* row_finish: a row's normaliser, its sink included */
 
 #if !NV_EMULATE

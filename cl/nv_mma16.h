@@ -228,6 +228,15 @@ NV_UNROLL
  * copy, 1.19-1.25x with K's and V's batched apart, docs/perf-history.md, 2026-12-01). */
 #define KV_CHUNKS (CHUNKS > CHUNKS_V ? CHUNKS : CHUNKS_V)  /* the wider row's: one lookup a key serves both */
 #define PAGED_STEPS ((BLOCK_N * KV_CHUNKS + WG - 1) / WG)
+/* One 16-byte chunk of a cached row into local memory, or zeros past the sequence. */
+static inline void copy_paged_chunk(__local uint4 *dst, __global const ushort *base, int page, int in_page, ulong sb,
+                                    ulong ss, int ch, bool valid)
+{
+    if (valid)
+        copy_async_16(local_address(dst), base + (ulong)page * sb + (ulong)in_page * ss + ch * 8);
+    else
+        *dst = (uint4)(0u);
+}
 static inline void load_paged_kv(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
                                  __global const ushort *v_base, ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss,
                                  int first_row, int seq, int tid, int b, __global const int *pages, int page_size,
@@ -246,33 +255,13 @@ NV_UNROLL
         const int c = tid + i * WG;
         if (c < BLOCK_N * KV_CHUNKS) {
             const int r = c / KV_CHUNKS, ch = c % KV_CHUNKS;
-#if CHUNKS_V == CHUNKS
-            __local uint4 *k_dst = &k_tile[kv_index(r, ch)], *v_dst = &v_tile[kv_index(r, ch)];
-            if (first_row + r < seq) {
-                copy_async_16(local_address(k_dst), k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
-                copy_async_16(local_address(v_dst), v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
-            } else {
-                *k_dst = *v_dst = (uint4)(0u);
-            }
-#else
-            /* Rows of different widths: the narrower one's chunks past its row copy nothing. */
-            if (ch < CHUNKS) {
-                __local uint4 *k_dst = &k_tile[kv_index(r, ch)];
-                if (first_row + r < seq)
-                    copy_async_16(local_address(k_dst),
-                                  k_base + (ulong)page[i] * k_sb + (ulong)in_page[i] * k_ss + ch * 8);
-                else
-                    *k_dst = (uint4)(0u);
-            }
-            if (ch < CHUNKS_V) {
-                __local uint4 *v_dst = &v_tile[v_index(r, ch)];
-                if (first_row + r < seq)
-                    copy_async_16(local_address(v_dst),
-                                  v_base + (ulong)page[i] * v_sb + (ulong)in_page[i] * v_ss + ch * 8);
-                else
-                    *v_dst = (uint4)(0u);
-            }
-#endif
+            /* Rows of different widths: the narrower one's chunks past its row copy nothing (both
+             * conditions are constant true where the widths match). */
+            const bool valid = first_row + r < seq;
+            if (ch < CHUNKS)
+                copy_paged_chunk(&k_tile[kv_index(r, ch)], k_base, page[i], in_page[i], k_sb, k_ss, ch, valid);
+            if (ch < CHUNKS_V)
+                copy_paged_chunk(&v_tile[v_index(r, ch)], v_base, page[i], in_page[i], v_sb, v_ss, ch, valid);
         }
     }
 }

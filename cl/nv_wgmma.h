@@ -96,7 +96,9 @@ static inline wgmma_desc_t wgmma_desc_plus(wgmma_desc_t d, uint offset)
 #define wgmma_rs_kmajor(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 0)
 #define wgmma_rs_trans(n, d, a, desc_b, accumulate) nv_emu_wgmma(nv_scratch, (d), (a), (desc_b), (accumulate), n, 1)
 #define wgmma_ss_kmajor(n, d, desc_a, desc_b, accumulate)                                                            \
-    nv_emu_wgmma_ss(nv_scratch, (d), (desc_a), (desc_b), (accumulate), n)
+    nv_emu_wgmma_ss(nv_scratch, (d), (desc_a), (desc_b), (accumulate), n, 0)
+#define wgmma_ss_trans(n, d, desc_a, desc_b, accumulate)                                                             \
+    nv_emu_wgmma_ss(nv_scratch, (d), (desc_a), (desc_b), (accumulate), n, 1)
 
 /* The byte of an operand's element in its tile: `at` bytes into the descriptor's matrix, the 128-byte swizzle
  * applied (16-byte chunk c of a 128-byte row r at c ^ (r % 8)). K-major: element (row, k), 8-row atoms
@@ -110,6 +112,14 @@ NV_EMU_INLINE uint nv_emu_swizzled(wgmma_desc_t desc, uint at)
 NV_EMU_INLINE uint nv_emu_kmajor_byte(wgmma_desc_t desc, int row, int k)
 {
     return nv_emu_swizzled(desc, (uint)((row >> 3) * nv_emu_desc_stride(desc) + (row & 7) * 128 + k * 2));
+}
+
+/* MN-major (transposed): element (k, mn) of a [k][mn] tile, k's 8-row atoms stride_bytes apart, mn's 64-column
+ * panels leading_bytes apart. */
+NV_EMU_INLINE uint nv_emu_trans_byte(wgmma_desc_t desc, int k, int mn)
+{
+    return nv_emu_swizzled(desc, (uint)((k >> 3) * nv_emu_desc_stride(desc) + (k & 7) * 128 +
+                                        (mn >> 6) * nv_emu_desc_leading(desc) + (mn & 63) * 2));
 }
 
 /* wgmma.mma_async m64nNk16 with A from registers: the warpgroup's 4 warps put their A fragments (mma.sync's
@@ -134,9 +144,7 @@ NV_EMU_INLINE void nv_emu_wgmma(__local uint *scratch, float *d, const uint *a, 
             for (int k = 0; k < 16; k++) {
                 const uint word = group[rw * NV_SCRATCH_WORDS + (rg * 4 + ((k & 7) >> 1)) * 4 + upper + 2 * (k >> 3)];
                 const float av = nv_emu_half(word, k & 1);
-                const uint at = trans ? nv_emu_swizzled(b, (uint)((k >> 3) * nv_emu_desc_stride(b) + (k & 7) * 128 +
-                                                                  (col >> 6) * nv_emu_desc_leading(b) + (col & 63) * 2))
-                                      : nv_emu_kmajor_byte(b, col, k);
+                const uint at = trans ? nv_emu_trans_byte(b, k, col) : nv_emu_kmajor_byte(b, col, k);
                 const float bv = nv_emu_to_float(((__local const ushort *)nv_emu_desc_tile(b))[at >> 1]);
                 sum = fma(av, bv, sum);  /* the product is exact: fma or not, the same sum */
             }
@@ -145,19 +153,24 @@ NV_EMU_INLINE void nv_emu_wgmma(__local uint *scratch, float *d, const uint *a, 
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* The same with A from local memory (K-major, as the descriptor lays it out; see nv_emu_wgmma for B): each
- * thread first reads its own A fragment (mma.sync's A layout) from the tile. */
+/* The same with A from local memory as the descriptor lays it out (see nv_emu_wgmma for B): each thread first
+ * reads its own A fragment (mma.sync's A layout) from the tile. trans 0: A K-major, B K-major; trans 1 (both
+ * MN-major): A a [k][64 rows] tile, B transposed. */
 NV_EMU_INLINE void nv_emu_wgmma_ss(__local uint *scratch, float *d, wgmma_desc_t a_desc, wgmma_desc_t b, int accumulate,
-                                   int n)
+                                   int n, int trans)
 {
     const int lane = nv_lane(), row = 16 * (((int)get_local_id(0) >> 5) & 3) + (lane >> 2), k = 2 * (lane & 3);
+    __local const ushort *tile = (__local const ushort *)nv_emu_desc_tile(a_desc);
     uint a[4];
     for (int i = 0; i < 4; i++) {
         const int r = row + 8 * (i & 1), c = k + 8 * (i >> 1);
-        /* c and c + 1 in one 16-byte chunk: one word */
-        a[i] = ((__local const uint *)nv_emu_desc_tile(a_desc))[nv_emu_kmajor_byte(a_desc, r, c) >> 2];
+        if (trans)  /* c and c + 1 in two rows of the tile */
+            a[i] = (uint)tile[nv_emu_trans_byte(a_desc, c, r) >> 1] |
+                   (uint)tile[nv_emu_trans_byte(a_desc, c + 1, r) >> 1] << 16;
+        else  /* c and c + 1 in one 16-byte chunk: one word */
+            a[i] = ((__local const uint *)tile)[nv_emu_kmajor_byte(a_desc, r, c) >> 2];
     }
-    nv_emu_wgmma(scratch, d, a, b, accumulate, n, 0);
+    nv_emu_wgmma(scratch, d, a, b, accumulate, n, trans);
 }
 #else
 /* Orders this thread's register writes (accumulators, A fragments) before the wgmma that reads them. */
@@ -294,11 +307,14 @@ static inline void wgmma_turn_pass(int group)
 #define WGMMA_PREDICATE(acc, x1, x2, x3, x4, x5) "setp.ne.b32 p, %" acc ", 0; "
 #define WGMMA_RS_OPERANDS(acc, desc_b, a0, a1, a2, a3) "{%" a0 ",%" a1 ",%" a2 ",%" a3 "}, %" desc_b ", p, 1, 1, "
 #define WGMMA_SS_OPERANDS(acc, desc_a, desc_b, x3, x4, x5) "%" desc_a ", %" desc_b ", p, 1, 1, 0, "
+#define WGMMA_SS_TRANS_OPERANDS(acc, desc_a, desc_b, x3, x4, x5) "%" desc_a ", %" desc_b ", p, 1, 1, 1, "
 
 /* wgmma_n{N}_{kmajor,trans}(d, a, desc_b, accumulate): D[64 x N] (+)= A[64 x 16] (registers) B[16 x N]
  * (local memory through desc_b); kmajor: B's columns contiguous (S = QKᵀ: K's rows), trans: B's rows
  * contiguous, transposed on read (PV: V's rows). wgmma_n{N}_kmajor_ss(d, desc_a, desc_b, accumulate): the
- * same with A from local memory too (Q's rows, K-major, in the same panels). accumulate 0 overwrites D. */
+ * same with A from local memory too (Q's rows, K-major, in the same panels); wgmma_n{N}_trans_ss(d, desc_a,
+ * desc_b, accumulate): A from local memory MN-major (a [16 k][64 rows] tile: dS stored key-major) and B
+ * transposed. accumulate 0 overwrites D. */
 #define WGMMA_RS(n, c, layout, trans)                                                                                \
     static inline void wgmma_n##n##_##layout(float *d, const uint *a, ulong desc_b, int accumulate)                \
     {                                                                                                               \
@@ -315,6 +331,14 @@ static inline void wgmma_turn_pass(int group)
                          : WGMMA_OUTS##c                                                                            \
                          : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
     }
+#define WGMMA_SS_TRANS(n, c)                                                                                         \
+    static inline void wgmma_n##n##_trans_ss(float *d, ulong desc_a, ulong desc_b, int accumulate)                 \
+    {                                                                                                               \
+        __asm__ volatile(SM90A "{ .reg .pred p; " WGMMA_NEXT##c(WGMMA_PREDICATE) WGMMA_OP(n) " {" WGMMA_REGS##c    \
+                         "}, " WGMMA_NEXT##c(WGMMA_SS_TRANS_OPERANDS) "1; }"                                        \
+                         : WGMMA_OUTS##c                                                                            \
+                         : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
+    }
 /* S = QKᵀ: 32, 64, 128 or 192 keys a product (S_PART in flash_forward_mma.cl); 16 the backward's half of a
  * 32-key block where d = 32 (flash_backward_wgmma.cl's N_PART). */
 WGMMA_RS(32, 16, kmajor, 0)
@@ -326,6 +350,10 @@ WGMMA_SS(32, 16)
 WGMMA_SS(64, 32)
 WGMMA_SS(128, 64)
 WGMMA_SS(192, 96)
+/* dQ += dS K in the backward's dK/dV pass (flash_backward_wgmma.cl's FUSED_DQ): half the head dim a warpgroup. */
+WGMMA_SS_TRANS(16, 8)
+WGMMA_SS_TRANS(32, 16)
+WGMMA_SS_TRANS(64, 32)
 /* O += PV: one product the whole head dim. */
 WGMMA_RS(16, 8, trans, 1)
 WGMMA_RS(32, 16, trans, 1)
@@ -347,6 +375,8 @@ WGMMA_RS(256, 128, trans, 1)
 #define wgmma_rs_kmajor(n, d, a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _kmajor)(d, a, desc_b, accumulate)
 #define wgmma_ss_kmajor(n, d, desc_a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _kmajor_ss)(d, desc_a, desc_b, accumulate)
 #define wgmma_rs_trans(n, d, a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _trans)(d, a, desc_b, accumulate)
+#define wgmma_ss_trans(n, d, desc_a, desc_b, accumulate)                                                             \
+    WGMMA_CAT3(wgmma_n, n, _trans_ss)(d, desc_a, desc_b, accumulate)
 
 #endif /* NV_EMULATE */
 

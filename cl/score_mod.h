@@ -22,14 +22,19 @@
 #define FLASHCL_SCORE_MOD_H
 
 #ifdef SOFTCAP2
-#if defined(FLASHCL_NV_ASYNC_H) && !NV_EMULATE
-/* NVIDIA's tensor-core kernels (nv_async.h included first, not emulated): cap2·tanh(s2 / cap2) = cap2 - 2 cap2 r,
- * r = 1 / (2^(CAP_K s2) + 1), CAP_K = 2 log2(e) / cap2: one ex2.approx and one rcp.approx, where OpenCL's tanh
+#if defined(SCORE_CAP_MUFU) && !NV_EMULATE
+/* NVIDIA's tensor-core kernels (SCORE_CAP_MUFU, defined by nv_mma.h and backward_args.h; not emulated):
+ * cap2·tanh(s2 / cap2) = cap2 - 2 cap2 r, r = 1 / (2^(CAP_K s2) + 1), CAP_K = 2 log2(e) / cap2: one ex2.approx and one rcp.approx, where OpenCL's tanh
  * and a division by the cap took the capped wgmma forward 43-60% behind the plain one (H100). The exponent is
  * kept below 2^126, so r is never the reciprocal of an infinity; the ends are exact (r = 1: -cap2, r = 0: cap2).
  * Elsewhere OpenCL's tanh: on PoCL this form miscomputed the FMA decode kernel (docs/precision.md). */
 #define CAP_K (2.0f * M_LOG2E_F / (float)(SOFTCAP2))
-#define CAP_R(s2) native_recip(exp2_ftz(fmin((s2) * CAP_K, 126.0f)) + 1.0f)
+#define CAP_R(s2) native_recip(exp2_ftz(cap_exponent((s2) * CAP_K)) + 1.0f)
+/* At most 126, a NaN kept (fmin would give 126 for it: a capped NaN score, where tanh's form keeps the NaN). */
+static inline float cap_exponent(float x)
+{
+    return x > 126.0f ? 126.0f : x;
+}
 #define CAP_SLOPE_FROM_R(r) (4.0f * (r) * (1.0f - (r)))  /* 1 - tanh² */
 #define SCORE_CAP(s2) fma(-2.0f * (float)(SOFTCAP2), CAP_R(s2), (float)(SOFTCAP2))
 static inline float capped_score2(float s2, float *slope)

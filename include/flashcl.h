@@ -597,7 +597,8 @@ struct flashcl_attention_grad {
  * context's plan: O(batch · heads_q · seq_q) (the row terms D = rowsum(dO ∘
  * O)), with the fused tensor-core kernel also dQ's f32 accumulator (4 ·
  * head_dim bytes a row, 256-byte aligned) and a counter per 16 or 32 query
- * rows (its chunk) plus one; never N×N.
+ * rows (its chunk) plus one, with the atomic wgmma kernel the accumulator
+ * alone; never N×N.
  * Validates like the call itself. */
 FLASHCL_API flashcl_status flashcl_backward_workspace_size(flashcl_context *ctx,
                                                            const struct flashcl_attention *attn,
@@ -621,7 +622,8 @@ FLASHCL_API flashcl_status flashcl_backward_config(flashcl_context *ctx, const s
  * required: the forward's log-sum-exp, from which P is recomputed block by
  * block). Deterministic: the same call gives the same bits every time (no
  * float atomics; GQA's dK, dV summed over a group's query heads in a fixed
- * order). workspace: a buffer of at least flashcl_backward_workspace_size
+ * order), unless the kernel options name the opt-in "backward-wgmma-atomic",
+ * whose dQ is added up with float atomics in any order. workspace: a buffer of at least flashcl_backward_workspace_size
  * bytes, or NULL to let the call allocate (and release) one. On any
  * validation failure nothing is enqueued and the outputs are untouched. */
 FLASHCL_API flashcl_status flashcl_backward(flashcl_context *ctx, const struct flashcl_attention *attn,

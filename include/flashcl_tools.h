@@ -47,7 +47,8 @@ struct flashcl_kernel_info {
     int sinks;               /* computes attention sinks (attn.sinks; every backward kernel takes them) */
     int alibi;               /* computes ALiBi biases (attn.alibi_slopes) */
     int head_dim_v;          /* takes a value head dim other than head_dim (attn.head_dim_v) */
-    unsigned char reserved[16];
+    int nondeterministic;    /* 1: its results' bits may change from run to run (float atomics: opt-in only) */
+    unsigned char reserved[12];
 };
 
 /* Kernels in the table, in the planner's order of preference. */

@@ -19,8 +19,8 @@ static bool backward_workspace_elements(const struct flashcl_attention *a, size_
 
 /* A plan's workspace, in 4-byte words: D [batch, heads_q, seq_q]; where the kernel accumulates dQ
  * (kernel_info.dq_accumulated), then the f32 accumulator [batch, heads_q, seq_q, head_dim] from
- * accum_off (256-byte aligned) and the turn counters (one ticket counter, one a chunk of query rows,
- * fcl_backward_mma_chunk) from turns_off. false on overflow. */
+ * accum_off (256-byte aligned) and, where its adds take turns (not dq_unordered), the turn counters (one
+ * ticket counter, one a chunk of query rows, fcl_backward_mma_chunk) from turns_off. false on overflow. */
 struct backward_workspace {
     size_t accum_off, turns_off, bytes;
 };
@@ -41,7 +41,8 @@ static bool backward_workspace_layout(const struct flashcl_attention *a, const s
         return false;
     w->accum_off = (rows + 63) / 64 * 64;
     w->turns_off = w->accum_off + rows * d;
-    const size_t words = w->turns_off + 1 + (size_t)a->batch * (size_t)a->heads_q * blocks;
+    const size_t turns = plan->kernel->dq_unordered ? 0 : 1 + (size_t)a->batch * (size_t)a->heads_q * blocks;
+    const size_t words = w->turns_off + turns;
     if (words > limit)
         return false;
     w->bytes = words * sizeof(float);

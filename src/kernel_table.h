@@ -134,6 +134,9 @@ struct kernel_info {
     /* Backward: the dK/dV step also adds up dQ in the workspace (src/backward.c's layout), and the
      * last step converts it; false: the last step computes dQ itself. */
     bool dq_accumulated;
+    /* With dq_accumulated: the adds land in any order (float atomics, no turns), so dQ's bits may change from run
+     * to run; false: they take turns (the workspace's turn counters) and every run gives the same bits. */
+    bool dq_unordered;
     /* Backward: the keys a dK/dV work-group owns (step 1) and the query rows a dQ work-group owns (step 2), which
      * the shape's blocks stream past; NULL: block_n keys and block_m query rows. */
     int (*owned_rows)(const struct kernel_shape *s, const struct problem *p, int step);

@@ -574,7 +574,9 @@ static int backward_wgmma_owned_rows(const struct kernel_shape *s, const struct 
 static bool backward_wgmma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
                                       const struct problem *p)
 {
-    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && (p->head_dim <= 128 || s->axis[W] == 8);
+    /* block_n 96 is on the axis's grid of 32s, not among the kernel's blocks (32, 64, 128). */
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && (p->head_dim <= 128 || s->axis[W] == 8) &&
+           s->axis[N] != 96;
 }
 
 /* The larger of the two kernels' arrays, in tiles of whole 64-column panels (128 bytes a row a panel):
@@ -596,6 +598,26 @@ static void backward_wgmma_geometry(const struct device_desc *dev, const struct 
 {
     *block_m = s->axis[M];
     *workgroup = 32 * s->axis[W];
+}
+
+/* The atomic variant (cl/flash_backward_wgmma.cl's FUSED_DQ): 8 warps, 64-query blocks, d 32, 64 or 128 (each
+ * warpgroup's dQ product is half the head dim, within one 64-column panel or one whole). */
+static bool backward_wgmma_atomic_launchable(const struct device_desc *dev, const struct kernel_shape *s,
+                                             const struct problem *p)
+{
+    return backward_wgmma_launchable(dev, s, p) && s->axis[W] == 8 && s->axis[M] == 64 &&
+           (p->head_dim == 32 || p->head_dim == 64 || p->head_dim == 128);
+}
+
+/* Its one kernel with tiles (no dq pass): backward_wgmma_local_bytes' dK/dV arrays and the block's dSᵀ, 128 keys
+ * of 128 bytes. */
+static size_t backward_wgmma_atomic_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                                const struct problem *p)
+{
+    const size_t keys = (size_t)backward_wgmma_owned_rows(s, p, 1), m = (size_t)s->axis[M];
+    const size_t row = 128 * (((size_t)p->head_dim + 63) / 64);
+    return (2 * keys + 4 * m) * row + 4 * m * sizeof(float) + keys * 128 +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
 /* ---- backward on TF32 tensor cores: cl/flash_backward_tf32.cl (f32 data, precision TF32 or TF32X3) ---- */
@@ -805,6 +827,11 @@ static const struct builtin_shape backward_wgmma_builtin[] = {
     {ARCH_ANY, 1, 192, -1, BSHAPE(8, 64, 64), ANY_BATCH},
     {ARCH_ANY, 129, 256, -1, BSHAPE(8, 64, 32), ANY_BATCH},
     {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64), ANY_BATCH},
+};
+
+/* The atomic variant's one shape (its block_n is not used: no dq pass). */
+static const struct builtin_shape backward_wgmma_atomic_builtin[] = {
+    {ARCH_ANY, 1, 128, -1, BSHAPE(8, 64, 64), ANY_BATCH},
 };
 
 /* TF32 backward, warps x block_m x block_n, preferred first. Not measured on a GPU yet: the f16
@@ -1017,6 +1044,24 @@ const struct kernel_info fcl_kernels[] = {
         .local_bytes = portable_local_bytes, .geometry = portable_geometry, .options = portable_options,
     },
     {
+        .name = "backward-wgmma-atomic", .file = "cl/flash_backward_wgmma.cl",
+        .summary = "As backward-wgmma at d = 32, 64 and 128, dQ added up by the dK/dV pass with float atomics (no dQ pass): dQ's bits may change from run to run. Opt-in.",
+        .op = OP_BACKWARD, .softcap = true, .alibi = true,
+        .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
+        .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq_convert"},
+        .dq_accumulated = true, .dq_unordered = true, .opt_in = true,
+        .owned_rows = backward_wgmma_owned_rows,
+        .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .head_dim_step = 32, .head_dim_max = 128,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
+        .axes = {[M] = {64, 64, 64, {64}}, [N] = {64, 64, 64, {64}}, [W] = {8, 8, 4, {8}}},
+        .builtin = backward_wgmma_atomic_builtin,
+        .n_builtin = sizeof(backward_wgmma_atomic_builtin) / sizeof(backward_wgmma_atomic_builtin[0]),
+        .launchable = backward_wgmma_atomic_launchable, .local_bytes = backward_wgmma_atomic_local_bytes,
+        .geometry = backward_wgmma_geometry, .options = backward_mma_fused_options,
+    },
+    {
         .name = "backward-wgmma", .file = "cl/flash_backward_wgmma.cl",
         .summary = "The backward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right: a dK/dV pass per 64-key warpgroup, a dQ pass per 64-row warpgroup; deterministic.",
         .op = OP_BACKWARD, .softcap = true, .alibi = true,
@@ -1172,6 +1217,7 @@ flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *ou
     out->sinks = k->sinks || k->op == OP_BACKWARD;
     out->alibi = k->alibi;
     out->head_dim_v = k->head_dim_v;
+    out->nondeterministic = k->dq_unordered;
     return FLASHCL_SUCCESS;
 }
 

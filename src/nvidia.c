@@ -234,14 +234,17 @@ void fcl_nvidia_probe(flashcl_context *ctx, bool portable_only, const struct fcl
         snprintf(ctx->wgmma_note, sizeof(ctx->wgmma_note), "%s (a test hook)", dev->wgmma ? "on" : "off");
         snprintf(ctx->tensor_core_note, sizeof(ctx->tensor_core_note), "%s (a test hook)",
                  hooks->emulate_tensor_cores ? "emulated" : "assumed");
-        /* On a real NVIDIA device the emulated programs build as the device's own do: with its local memory past
-         * the 48 KB it reports (else the wgmma shapes, which need more, never plan there). */
-        if (has_extension(ctx->device, "cl_nv_device_attribute_query")) {
-            cl_uint major = 0, minor = 0;
-            clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof(major), &major, NULL);
-            clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof(minor), &minor, NULL);
+        /* On a real NVIDIA sm_80+ device the emulated programs build as the device's own do: with its local
+         * memory past the 48 KB it reports (else the wgmma shapes, which need more, never plan there). Older
+         * parts, or a failed query, keep the reported size (nvidia_local_mem knows sm_80 on only). */
+        cl_uint major = 0, minor = 0;
+        if (has_extension(ctx->device, "cl_nv_device_attribute_query") &&
+            clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof(major), &major, NULL) ==
+                CL_SUCCESS &&
+            clGetDeviceInfo(ctx->device, DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof(minor), &minor, NULL) ==
+                CL_SUCCESS &&
+            major >= 8)
             ctx->arch_local_mem = nvidia_local_mem(major, minor);
-        }
         return;
     }
     if (!has_extension(ctx->device, "cl_nv_device_attribute_query")) {

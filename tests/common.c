@@ -122,6 +122,15 @@ flashcl_context *test_emulated_context(const char *kernel_options, int cc, bool 
     return ctx;
 }
 
+bool test_local_mem_holds(const flashcl_context *ctx, int kb, const char *what)
+{
+    const size_t usable = flashcl_context_local_mem_bytes(ctx);
+    if (usable >= (size_t)kb * 1024)
+        return true;
+    printf("%s: skipped (%zu bytes of local memory, %d KB needed)\n", what, usable, kb);
+    return false;
+}
+
 void test_case_window(int causal, int windowed, int window_left, int window_right, int *left, int *right)
 {
     *left = windowed ? window_left : -1;

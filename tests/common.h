@@ -53,6 +53,10 @@ flashcl_context *test_context_with_options(const char *kernel_options);
  * capability `cc` (80 or 90), Hopper's wgmma kernel assumed too where `wgmma` (its probe passed), these kernel
  * options and no tuning file. The caller destroys it. */
 flashcl_context *test_emulated_context(const char *kernel_options, int cc, bool wgmma);
+/* Whether ctx's usable local memory holds `kb` KB (a case's footprint, which a forced or emulated shape cannot
+ * shrink below); where not, prints that `what` is skipped: a smaller device plans other shapes, which other
+ * cases cover. */
+bool test_local_mem_holds(const flashcl_context *ctx, int kb, const char *what);
 /* A second context forcing the tile (0 = automatic), cached per pair. */
 /* Whether a kernel name (NULL where no kernel ran, e.g. the standard path) is this one. */
 static inline bool kernel_is(const char *kernel, const char *name)

@@ -590,15 +590,35 @@ END_TEST
 
 /* ---- head dims past 128 on the wgmma backward (emulated as sm_90) ---- */
 
-/* Its two warpgroups split dK's and dV's columns there, overlapping (128 + 32 at d = 160); with a cap, ALiBi
- * and a sink, GQA, causal, Nq < Nk. */
-START_TEST(wide_head_dim_on_wgmma)
+/* Past d = 128 its two warpgroups split dK's and dV's columns, overlapping (128 + 32 at d = 160: with a cap,
+ * ALiBi and a sink, GQA, causal, Nq < Nk), or not (128 + 128 at d = 256, 32-key dQ blocks, Nq > Nk); 32-key
+ * dQ blocks at d = 32, where S's products are split in 16-key halves; the atomic variant (dQ added up by the
+ * dK/dV pass: a key block past seq_kv, a query block past seq_q, two query heads a KV head, a cap and ALiBi).
+ * kb: the shape's local memory, emulated. */
+static const struct {
+    struct bwd_case c;
+    const char *options, *label, *kernel;
+    int kb;
+} wgmma_head_dim_cases[] = {
+    {{1, 40, 56, 4, 2, 160, F16, 1, 0, LAYOUT_BNHD, .softcap = 2.0f, .sinks = 1, .alibi = 1}, "", "d = 160",
+     "backward-wgmma", 198},
+    {{1, 45, 33, 2, 1, 256, BF16, 1, 0, LAYOUT_BNHD}, "", "d = 256", "backward-wgmma", 199},
+    {{1, 70, 90, 2, 2, 32, F16, 0, 0, LAYOUT_BHND}, "backward-wgmma:warps=8,block_m=64,block_n=32", "d = 32, 32-key dQ",
+     "backward-wgmma", 72},
+    {{1, 90, 110, 4, 2, 64, BF16, 1, 0, LAYOUT_BNHD, .softcap = 3.0f, .alibi = 1}, "backward-wgmma-atomic:on",
+     "atomic dQ, d = 64", "backward-wgmma-atomic", 87},
+};
+
+START_TEST(head_dims_on_wgmma)
 {
-    const struct bwd_case c = {1, 40, 56, 4, 2, 160, F16, 1, 0, LAYOUT_BNHD, .softcap = 2.0f, .sinks = 1, .alibi = 1};
-    flashcl_context *ctx = test_emulated_context("", 90, true);
-    struct bwd_result r;
-    run_case(ctx, "d = 160, emulated wgmma", &c, 990, &r);
-    ck_assert_msg(kernel_is(r.kernel, "backward-wgmma"), "d = 160 ran %s", r.kernel);
+    flashcl_context *ctx = test_emulated_context(wgmma_head_dim_cases[_i].options, 90, true);
+    char label[64];
+    snprintf(label, sizeof(label), "%s, emulated wgmma", wgmma_head_dim_cases[_i].label);
+    if (test_local_mem_holds(ctx, wgmma_head_dim_cases[_i].kb, label)) {
+        struct bwd_result r;
+        run_case(ctx, label, &wgmma_head_dim_cases[_i].c, 990 + (uint64_t)_i, &r);
+        ck_assert_msg(kernel_is(r.kernel, wgmma_head_dim_cases[_i].kernel), "%s ran %s", label, r.kernel);
+    }
     flashcl_context_destroy(&ctx);
 }
 END_TEST
@@ -984,9 +1004,9 @@ int main(void)
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
     tcase_add_test(sk, sink_reference_finite_differences);
     suite_add_tcase(s, sk);
-    TCase *wide = tcase_create("wide head dims");
+    TCase *wide = tcase_create("wgmma kernels, emulated");
     tcase_set_timeout(wide, 600);
-    tcase_add_test(wide, wide_head_dim_on_wgmma);
+    tcase_add_loop_test(wide, head_dims_on_wgmma, 0, sizeof(wgmma_head_dim_cases) / sizeof(wgmma_head_dim_cases[0]));
     suite_add_tcase(s, wide);
     return test_run_suite(s);
 }

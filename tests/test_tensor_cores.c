@@ -415,6 +415,37 @@ START_TEST(backward_wgmma_wide)
 }
 END_TEST
 
+/* The atomic variant (dQ added up by the dK/dV pass, opt-in) on the same cases: d 32, 64 and 128 run it, the
+ * others the two-pass kernel, the padded view the FMA units. */
+static void check_backward_wgmma_atomic(int index)
+{
+    const struct bwd_case *c = &backward_cases[index];
+    if (!wgmma_expected())
+        return;
+    char label[48];
+    snprintf(label, sizeof(label), "wgmma atomic backward %2d", index);
+    struct bwd_result r;
+    run_case(wgmma_context("backward-wgmma-atomic:on"), label, c, 1200 + (uint64_t)index, &r);
+    const bool takes = c->head_dim == 32 || c->head_dim == 64 || c->head_dim == 128;
+    ck_assert_str_eq(r.kernel, c->layout == LAYOUT_PADDED ? "backward-tiled"
+                               : takes                    ? "backward-wgmma-atomic"
+                                                          : "backward-wgmma");
+}
+
+START_TEST(backward_wgmma_atomic)
+{
+    check_backward_wgmma_atomic(_i);
+}
+END_TEST
+
+/* Emulated: d = 128 GQA Nq < Nk and Nq > Nk (rows with no key), d = 32 bf16, one query row at d = 64. */
+static const int emulated_wgmma_atomic_cases[] = {2, 3, 12, 10};
+START_TEST(backward_wgmma_atomic_emulated)
+{
+    check_backward_wgmma_atomic(emulated_wgmma_atomic_cases[_i]);
+}
+END_TEST
+
 /* Emulated: Nq > Nk at d = 128 (rows with no key), d = 16 bf16 with a scale, d = 96 causal over 333 rows. */
 static const int emulated_wgmma_backward_cases[] = {3, 5, 13};
 START_TEST(backward_wgmma_emulated)
@@ -810,6 +841,10 @@ int main(void)
         tcase_add_loop_test(bwg, backward_wgmma_emulated, 0, COUNT(emulated_wgmma_backward_cases));
         tcase_add_loop_test(bwg, backward_deterministic, 2, 3);
         suite_add_tcase(s, bwg);
+        TCase *bwa = tcase_create("emulated wgmma atomic backward");
+        tcase_set_timeout(bwa, 1800);
+        tcase_add_loop_test(bwa, backward_wgmma_atomic_emulated, 0, COUNT(emulated_wgmma_atomic_cases));
+        suite_add_tcase(s, bwa);
         TCase *bww = tcase_create("emulated wgmma backward past d = 128");
         tcase_set_timeout(bww, 1800);
         tcase_add_loop_test(bww, backward_wgmma_wide, 0, COUNT(backward_wide_cases));
@@ -846,6 +881,7 @@ int main(void)
     tcase_set_timeout(bwg, 600);
     tcase_add_loop_test(bwg, backward_wgmma, 0, COUNT(backward_cases));
     tcase_add_loop_test(bwg, backward_wgmma_wide, 0, COUNT(backward_wide_cases));
+    tcase_add_loop_test(bwg, backward_wgmma_atomic, 0, COUNT(backward_cases));
     tcase_add_loop_test(bwg, backward_deterministic, 2, 3);
     suite_add_tcase(s, bwg);
     suite_add_tcase(s, backward_tf32_tcase());

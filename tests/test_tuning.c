@@ -776,7 +776,8 @@ END_TEST
 /* Builds the plan's kernel (its entry) and checks its CL_KERNEL_LOCAL_MEM_SIZE against the table's
  * footprint: the arrays the table counts, give or take what a compiler adds of its own (the planner
  * keeps that slack free). */
-static void check_built_footprint(flashcl_context *ctx, const struct plan *plan, const char *label)
+/* Returns the built kernel's CL_KERNEL_LOCAL_MEM_SIZE. */
+static cl_ulong check_built_footprint(flashcl_context *ctx, const struct plan *plan, const char *label)
 {
     cl_kernel kernel;
     pthread_mutex_lock(&ctx->lock);
@@ -798,6 +799,7 @@ static void check_built_footprint(flashcl_context *ctx, const struct plan *plan,
                   "%s: the kernel declares %llu bytes, the table says %zu", label, (unsigned long long)declared,
                   plan->local_bytes);
     printf("%s: declared %llu, table %zu\n", label, (unsigned long long)declared, plan->local_bytes);
+    return declared;
 }
 
 /* mma.sync on sm_90 (the wgmma kernel off): up to d = 64 without a mask on dense and packed batches the built-in
@@ -1007,7 +1009,20 @@ START_TEST(decode_kernels_match_built_kernels)
         snprintf(label, sizeof(label), "%s (varlen %d, alibi %d)", kernels[i].options, kernels[i].varlen,
                  kernels[i].alibi);
         ck_assert(!kernels[i].alibi || strstr(plan.options, "-DALIBI=1"));
-        check_built_footprint(ctx, &plan, label);
+        const cl_ulong declared = check_built_footprint(ctx, &plan, label);
+        if (kernels[i].alibi) {
+            /* The slopes' bytes, a float a row (HQ / HKV rows), below the slack above: against the plan and the
+             * kernel without them, which both must differ by exactly that. */
+            struct plan plain;
+            p.alibi = 0;
+            ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plain));
+            const cl_ulong plain_declared = check_built_footprint(ctx, &plain, "the same without ALiBi");
+            const size_t slopes = (size_t)(HQ / HKV) * sizeof(float);
+            ck_assert_msg(plan.local_bytes == plain.local_bytes + slopes, "the table counts %zu bytes for the slopes",
+                          plan.local_bytes - plain.local_bytes);
+            ck_assert_msg(declared == plain_declared + slopes, "the kernel declares %llu bytes for the slopes",
+                          (unsigned long long)(declared - plain_declared));
+        }
     }
     clReleaseMemObject(mem);
 }
@@ -1228,14 +1243,18 @@ START_TEST(value_head_dim_plans)
     /* Emulated, small shapes (those of test_forward's cases): the built kernels' local memory. */
     static const struct {
         const char *options;
-        int cc, d, dv;
+        int cc, d, dv, kb;  /* kb: the shape's local memory, emulated */
     } built[] = {
-        {"tensor-core:warps=4,m_tiles=1,block_n=32", 80, 64, 96},  /* V an odd stride: 13 chunks a row */
-        {"tensor-core-wgmma:warps=4,block_n=64", 90, 192, 128},
-        {"tensor-core-wgmma:warps=4,block_n=128", 90, 64, 128},
+        {"tensor-core:warps=4,m_tiles=1,block_n=32", 80, 64, 96, 32},  /* V an odd stride: 13 chunks a row */
+        {"tensor-core-wgmma:warps=4,block_n=64", 90, 192, 128, 107},
+        {"tensor-core-wgmma:warps=4,block_n=128", 90, 64, 128, 155},
     };
     for (int i = 0; i < (int)(sizeof(built) / sizeof(built[0])); i++) {
         flashcl_context *ctx = test_emulated_context(built[i].options, built[i].cc, built[i].cc >= 90);
+        if (!test_local_mem_holds(ctx, built[i].kb, built[i].options)) {
+            flashcl_context_destroy(&ctx);
+            continue;
+        }
         struct flashcl_attention a = dv_shape(built[i].d, built[i].dv, 1, mem);
         struct problem pr;
         fcl_forward_problem(&a, &pr);
@@ -1550,6 +1569,24 @@ static void assert_tile(struct flashcl_tile t, enum flashcl_tile_source source, 
     ck_assert_int_eq(t.splits, splits);
 }
 
+/* The decode of heads_q:heads_kv query/KV heads, planned from the file on the device's own local memory,
+ * runs the tuned plan right (test_run_case checks it against the double reference) where its footprint
+ * fits; smaller local memories plan otherwise, which the caller's assertions on PLAN_LOCAL cover. */
+static void run_tuned_decode(struct test_warn_log *w, int heads_q, int heads_kv, unsigned seed, const char *test)
+{
+    flashcl_context *ctx = context_with_file(w, 0);
+    if (decode_config_of(ctx, 1, heads_q, heads_kv, DEC_KEYS, 0).source == FLASHCL_TILE_TUNED) {
+        const struct test_case run = {1, 1, DEC_KEYS, heads_q, heads_kv, DEC_D, FLASHCL_F32, 0, 0, LAYOUT_BNHD, 1};
+        struct case_result r;
+        rng_seed(seed);
+        test_run_case(ctx, &run, &r);
+        ck_assert_str_eq(r.kernel, "decode");
+    } else {
+        printf("%s: the tuned shape does not fit this device's local memory; not run\n", test);
+    }
+    flashcl_context_destroy(&ctx);
+}
+
 /* A decode line names its rows and split count, and the planner uses both where they apply: the split count
  * scaled to the call's grid (within the measured work-groups, each split two key blocks at least), through
  * every config query; the tuned plan runs correctly. */
@@ -1589,17 +1626,7 @@ START_TEST(decode_entry_used)
     flashcl_context_destroy(&ctx);
 
     /* Run where the device's own local memory takes the tuned shape (a 31 KB footprint). */
-    ctx = context_with_file(&w, 0);
-    if (decode_config_of(ctx, 1, 8, 2, DEC_KEYS, 0).source == FLASHCL_TILE_TUNED) {
-        const struct test_case run = {1, 1, DEC_KEYS, 8, 2, DEC_D, FLASHCL_F32, 0, 0, LAYOUT_BNHD, 1};
-        struct case_result r;
-        rng_seed(41);
-        test_run_case(ctx, &run, &r);
-        ck_assert_str_eq(r.kernel, "decode");
-    } else {
-        printf("decode_entry_used: the tuned shape does not fit this device's local memory; not run\n");
-    }
-    flashcl_context_destroy(&ctx);
+    run_tuned_decode(&w, 8, 2, 41, "decode_entry_used");
     unlink(path);
 }
 END_TEST
@@ -1638,17 +1665,7 @@ START_TEST(decode_entry_odd_group)
     flashcl_context_destroy(&none);
     flashcl_context_destroy(&ctx);
 
-    ctx = context_with_file(&w, 0);
-    if (decode_config_of(ctx, 1, 14, 2, DEC_KEYS, 0).source == FLASHCL_TILE_TUNED) {
-        const struct test_case run = {1, 1, DEC_KEYS, 14, 2, DEC_D, FLASHCL_F32, 0, 0, LAYOUT_BNHD, 1};
-        struct case_result r;
-        rng_seed(43);
-        test_run_case(ctx, &run, &r);
-        ck_assert_str_eq(r.kernel, "decode");
-    } else {
-        printf("decode_entry_odd_group: the tuned shape does not fit this device's local memory; not run\n");
-    }
-    flashcl_context_destroy(&ctx);
+    run_tuned_decode(&w, 14, 2, 43, "decode_entry_odd_group");
     unlink(path);
 }
 END_TEST

@@ -53,6 +53,7 @@ uint OVL abs(int x) { return (uint)(x < 0 ? -x : x); }
 float OVL fabs(float x) { return __builtin_fabsf(x); }
 float OVL native_recip(float x) { float r; __asm__("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 float2 OVL vload2(size_t i, const __local float *p) { return (float2)(p[2 * i], p[2 * i + 1]); }
+float2 OVL vload2(size_t i, const __global float *p) { return (float2)(p[2 * i], p[2 * i + 1]); }
 void OVL vstore2(float2 v, size_t i, __global float *p) { p[2 * i] = v.x; p[2 * i + 1] = v.y; }
 void OVL vstore2(float2 v, size_t i, __local float *p) { p[2 * i] = v.x; p[2 * i + 1] = v.y; }
 #define HALF_LOAD_STORE(AS)                                                                                         \
@@ -92,7 +93,7 @@ if grep -q "^\.extern" "$tmp/kernel.ptx"; then
     exit 1
 fi
 if [ -n "${SM90A:-}" ]; then
-    sed -i -e 's/^\.target sm_80/.target sm_90a/' -e 's/^\.version 7\.0/.version 8.0/' -e 's|// @fcl-sm90a ||' "$tmp/kernel.ptx"
+    sed -i -e 's/^\.target sm_80/.target sm_90a/' -e 's/^\.version 7\.0/.version 8.1/' -e 's|// @fcl-sm90a ||' "$tmp/kernel.ptx"
 fi
 [ -z "${KEEP_PTX:-}" ] || cp "$tmp/kernel.ptx" "$KEEP_PTX"
 # shellcheck disable=SC2086  # PTXAS_FLAGS: words on purpose
