@@ -1,8 +1,9 @@
 /*
  * backward_dot.h: step 0 of both backward kernels (cl/flash_backward.cl,
  * cl/flash_backward_mma.cl): D_i = sum_c dO_ic O_ic, one work-item per query
- * row, into the f32 workspace [batch, heads_q, seq_q]. Needs HEAD_DIM and WG
- * defined and storage.h's LOAD (DTYPE); any WG works. With FUSED_DQ it
+ * row, into the f32 workspace [batch, heads_q, seq_q]. Needs HEAD_DIM (and
+ * HEAD_DIM_V, O's columns, where they differ) and WG defined and storage.h's
+ * LOAD (DTYPE); any WG works. With FUSED_DQ it
  * also zeroes the row's dQ accumulator, and with Q_CHUNK the turn counters
  * the fused dK/dV pass orders its adds with (cl/flash_backward_mma.cl).
  * tools/embed_cl.py inlines it into each kernel source.
@@ -14,6 +15,9 @@
 
 #ifndef FUSED_DQ
 #define FUSED_DQ 0
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM  /* O's and dO's columns */
 #endif
 
 /* Launched as (ceil(seq_q / WG) * WG, heads_q, batch): one work-item per query row. */
@@ -47,7 +51,7 @@ void flash_backward_dot(__global const storage_t *o, ulong o_off, ulong o_sb, ul
     const ulong o_row = o_off + (ulong)b * o_sb + (ulong)h * o_sh + (ulong)row * o_ss;
     const ulong do_row = do_off + (ulong)b * do_sb + (ulong)h * do_sh + (ulong)row * do_ss;
     float sum = 0.0f;
-    for (int c = 0; c < HEAD_DIM; c++)
+    for (int c = 0; c < HEAD_DIM_V; c++)
         sum = fma(LOAD(d_o, do_row + c), LOAD(o, o_row + c), sum);
     delta[((ulong)b * get_num_groups(1) + (ulong)h) * (ulong)seq_q + (ulong)row] = sum;
 }

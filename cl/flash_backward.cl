@@ -17,13 +17,17 @@
  * LSE is -inf sees no key. Invisible pairs have P = dS = 0.
  *
  * Work-items own tile elements by linear index (idx = lid + WG * t), so any
- * HEAD_DIM (1..256) and any block size down to 1 works. Every tunable has a
+ * HEAD_DIM (1..256) and any block size down to 1 works. HEAD_DIM_V (default
+ * HEAD_DIM) is V's, O's, dO's and dV's: Q, K, dQ, dK have HEAD_DIM columns. Every tunable has a
  * default so the file compiles standalone. Keep backward_local_bytes() in
  * src/backward.c in step with the __local arrays below.
  */
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64          /* d, exact (1..256) */
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM  /* dv: V's and O's (1..256) */
 #endif
 #ifndef BLOCK_M
 #define BLOCK_M 32           /* query rows per block */
@@ -36,23 +40,29 @@
 #endif
 
 #define LD (HEAD_DIM | 1)                               /* odd row pitch: no bank conflicts across rows */
-#define ACC_N ((BLOCK_N * HEAD_DIM + WG - 1) / WG)      /* dK, dV elements per work-item */
+#define LDV (HEAD_DIM_V | 1)                            /* of dO's and V's tiles */
+#define ACC_N ((BLOCK_N * HEAD_DIM + WG - 1) / WG)      /* dK elements per work-item */
+#define ACC_NV ((BLOCK_N * HEAD_DIM_V + WG - 1) / WG)   /* dV elements per work-item */
 #define ACC_M ((BLOCK_M * HEAD_DIM + WG - 1) / WG)      /* dQ elements per work-item */
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 #include "score_mod.h" /* SOFTCAP2: logit softcapping */
 
-/* rows [first, first + n_rows) of one (batch, head) of a view into a tile of pitch LD; 0 past `limit` */
-static void load_rows(__local float *tile, __global const storage_t *src, ulong base, ulong row_stride,
-                      int first, int n_rows, int limit, int lid)
+/* rows [first, first + n_rows) of one (batch, head) of a view, `width` columns, into a tile of pitch
+ * `pitch`; 0 past `limit` */
+static void load_rows_of(__local float *tile, int width, int pitch, __global const storage_t *src, ulong base,
+                         ulong row_stride, int first, int n_rows, int limit, int lid)
 {
-    for (int idx = lid; idx < n_rows * HEAD_DIM; idx += WG) {
-        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+    for (int idx = lid; idx < n_rows * width; idx += WG) {
+        const int r = idx / width, c = idx % width;
         const int row = first + r;
-        tile[r * LD + c] = row < limit ? LOAD(src, base + (ulong)row * row_stride + c) : 0.0f;
+        tile[r * pitch + c] = row < limit ? LOAD(src, base + (ulong)row * row_stride + c) : 0.0f;
     }
 }
+/* Q's and K's rows (HEAD_DIM), dO's and V's (HEAD_DIM_V). */
+#define load_rows(tile, ...) load_rows_of(tile, HEAD_DIM, LD, __VA_ARGS__)
+#define load_rows_v(tile, ...) load_rows_of(tile, HEAD_DIM_V, LDV, __VA_ARGS__)
 
 /* The query block's LSE (base 2; -inf past seq_q, which hides the row) and D. */
 static void load_row_terms(__local float *row_lse2, __local float *row_delta, __global const float *lse,
@@ -85,10 +95,10 @@ static void block_p_ds(__local const float *q_tile, __local const float *do_tile
         float p = 0.0f, ds = 0.0f;
         if (visible) {
             float s = 0.0f, dp = 0.0f;
-            for (int e = 0; e < HEAD_DIM; e++) {
+            for (int e = 0; e < HEAD_DIM; e++)
                 s = fma(q_tile[i * LD + e], k_tile[j * LD + e], s);
-                dp = fma(do_tile[i * LD + e], v_tile[j * LD + e], dp);
-            }
+            for (int e = 0; e < HEAD_DIM_V; e++)
+                dp = fma(do_tile[i * LDV + e], v_tile[j * LDV + e], dp);
             float slope = 1.0f;  /* of the softcap, where there is one */
             p = SCORE_P(s, scale_log2, SCORE_LSE2(row_lse2[i], alibi2, row, key, diag), slope);
             ds = p * (dp - row_delta[i]) * slope;
@@ -114,9 +124,9 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
                          __global const float *alibi, ulong alibi_off)
 {
     __local float q_tile[BLOCK_M * LD];
-    __local float do_tile[BLOCK_M * LD];
+    __local float do_tile[BLOCK_M * LDV];
     __local float k_tile[BLOCK_N * LD];
-    __local float v_tile[BLOCK_N * LD];
+    __local float v_tile[BLOCK_N * LDV];
     __local float p_tile[BLOCK_M * BLOCK_N];
     __local float ds_tile[BLOCK_M * BLOCK_N];
     __local float row_lse2[BLOCK_M];
@@ -128,13 +138,13 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
     const int heads_q = (int)get_num_groups(1) * group;
 
     load_rows(k_tile, k, k_off + (ulong)b * k_sb + (ulong)hk * k_sh, k_ss, k0, BLOCK_N, seq_kv, lid);
-    load_rows(v_tile, v, v_off + (ulong)b * v_sb + (ulong)hk * v_sh, v_ss, k0, BLOCK_N, seq_kv, lid);
+    load_rows_v(v_tile, v, v_off + (ulong)b * v_sb + (ulong)hk * v_sh, v_ss, k0, BLOCK_N, seq_kv, lid);
 
-    float dk_acc[ACC_N], dv_acc[ACC_N];
-    for (int t = 0; t < ACC_N; t++) {
+    float dk_acc[ACC_N], dv_acc[ACC_NV];
+    for (int t = 0; t < ACC_N; t++)
         dk_acc[t] = 0.0f;
+    for (int t = 0; t < ACC_NV; t++)
         dv_acc[t] = 0.0f;
-    }
 
     /* The query rows that see some key of this block (the mask trims both ends); blocks outside are
      * skipped. Keys no row sees run no block at all and get exact zeros. */
@@ -150,24 +160,31 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
         for (int q0 = q_begin; q0 < q_end; q0 += BLOCK_M) {
             barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
             load_rows(q_tile, q, q_base, q_ss, q0, BLOCK_M, seq_q, lid);
-            load_rows(do_tile, d_o, do_base, do_ss, q0, BLOCK_M, seq_q, lid);
+            load_rows_v(do_tile, d_o, do_base, do_ss, q0, BLOCK_M, seq_q, lid);
             load_row_terms(row_lse2, row_delta, lse, lse_base, l_ss, delta, delta_base, q0, seq_q, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             block_p_ds(q_tile, do_tile, k_tile, v_tile, row_lse2, row_delta, q0, k0, seq_q, seq_kv, scale_log2,
                        HEAD_ALIBI2(h), p_tile, ds_tile, lid);
             barrier(CLK_LOCAL_MEM_FENCE);
             /* dV_j += sum_i P_ij dO_i; dK_j += sum_i dS_ij Q_i (scaled once at the end). */
+            for (int t = 0; t < ACC_NV; t++) {
+                const int idx = lid + WG * t;
+                if (idx >= BLOCK_N * HEAD_DIM_V)
+                    break;
+                const int j = idx / HEAD_DIM_V, c = idx % HEAD_DIM_V;
+                float dv = dv_acc[t];
+                for (int i = 0; i < BLOCK_M; i++)
+                    dv = fma(p_tile[i * BLOCK_N + j], do_tile[i * LDV + c], dv);
+                dv_acc[t] = dv;
+            }
             for (int t = 0; t < ACC_N; t++) {
                 const int idx = lid + WG * t;
                 if (idx >= BLOCK_N * HEAD_DIM)
                     break;
                 const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
-                float dv = dv_acc[t], dk = dk_acc[t];
-                for (int i = 0; i < BLOCK_M; i++) {
-                    dv = fma(p_tile[i * BLOCK_N + j], do_tile[i * LD + c], dv);
+                float dk = dk_acc[t];
+                for (int i = 0; i < BLOCK_M; i++)
                     dk = fma(ds_tile[i * BLOCK_N + j], q_tile[i * LD + c], dk);
-                }
-                dv_acc[t] = dv;
                 dk_acc[t] = dk;
             }
         }
@@ -182,6 +199,13 @@ void flash_backward_dkdv(__global const storage_t *q, ulong q_off, ulong q_sb, u
         if (idx >= BLOCK_N * HEAD_DIM || key >= seq_kv)
             break;
         STORE(d_k, dk_base + (ulong)key * dk_ss + c, dk_acc[t] * scale);
+    }
+    for (int t = 0; t < ACC_NV; t++) {
+        const int idx = lid + WG * t;
+        const int j = idx / HEAD_DIM_V, c = idx % HEAD_DIM_V;
+        const int key = k0 + j;
+        if (idx >= BLOCK_N * HEAD_DIM_V || key >= seq_kv)
+            break;
         STORE(d_v, dv_base + (ulong)key * dv_ss + c, dv_acc[t]);
     }
 }
@@ -199,9 +223,9 @@ void flash_backward_dq(__global const storage_t *q, ulong q_off, ulong q_sb, ulo
                          __global const float *alibi, ulong alibi_off)
 {
     __local float q_tile[BLOCK_M * LD];
-    __local float do_tile[BLOCK_M * LD];
+    __local float do_tile[BLOCK_M * LDV];
     __local float k_tile[BLOCK_N * LD];
-    __local float v_tile[BLOCK_N * LD];
+    __local float v_tile[BLOCK_N * LDV];
     __local float ds_tile[BLOCK_M * BLOCK_N];
     __local float row_lse2[BLOCK_M];
     __local float row_delta[BLOCK_M];
@@ -213,7 +237,7 @@ void flash_backward_dq(__global const storage_t *q, ulong q_off, ulong q_sb, ulo
     const int heads_q = (int)get_num_groups(1);
 
     load_rows(q_tile, q, q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, BLOCK_M, seq_q, lid);
-    load_rows(do_tile, d_o, do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, BLOCK_M, seq_q, lid);
+    load_rows_v(do_tile, d_o, do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, BLOCK_M, seq_q, lid);
     load_row_terms(row_lse2, row_delta, lse, l_off + (ulong)b * l_sb + (ulong)h * l_sh, l_ss, delta,
                    ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q, q0, seq_q, lid);
 
@@ -227,7 +251,7 @@ void flash_backward_dq(__global const storage_t *q, ulong q_off, ulong q_sb, ulo
     for (int k0 = mask_key_begin(q0, seq_q, seq_kv) / BLOCK_N * BLOCK_N; k0 < kv_end; k0 += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
         load_rows(k_tile, k, k_base, k_ss, k0, BLOCK_N, seq_kv, lid);
-        load_rows(v_tile, v, v_base, v_ss, k0, BLOCK_N, seq_kv, lid);
+        load_rows_v(v_tile, v, v_base, v_ss, k0, BLOCK_N, seq_kv, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
         block_p_ds(q_tile, do_tile, k_tile, v_tile, row_lse2, row_delta, q0, k0, seq_q, seq_kv, scale_log2,
                    HEAD_ALIBI2(h), ds_tile, ds_tile, lid);

@@ -55,9 +55,6 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
 {
     if (!g)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT, "grad is NULL");
-    if (fcl_head_dim_v(a) != a->head_dim)  /* no backward kernel takes it yet */
-        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.head_dim_v = %d: the backward takes head_dim_v = head_dim "
-                        "(%d) only", a->head_dim_v, a->head_dim);
     if (needs_lse && !a->lse.mem)
         return fcl_fail(ctx, FLASHCL_ERROR_NULL_ARGUMENT,
                     "attn.lse.mem is NULL; the backward pass reads the forward's log-sum-exp");
@@ -99,19 +96,20 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
 
     const size_t b = (size_t)a->batch, nq = (size_t)a->seq_q, nk = (size_t)a->seq_kv;
     const size_t hq = (size_t)a->heads_q, hk = (size_t)a->heads_kv, d = (size_t)a->head_dim;
+    const size_t dv = (size_t)fcl_head_dim_v(a);  /* V's, O's and their gradients' */
     const struct view_spec views[] = {
         {"attn.q", &a->q, {b, nq, hq}, d},
         {"attn.k", &a->k, {b, nk, hk}, d},
-        {"attn.v", &a->v, {b, nk, hk}, d},
-        {"attn.o", &a->o, {b, nq, hq}, d},
+        {"attn.v", &a->v, {b, nk, hk}, dv},
+        {"attn.o", &a->o, {b, nq, hq}, dv},
         {"attn.lse", &a->lse, {b, nq, hq}, 1},
         {"attn.sinks", &sinks, {1, 1, hq}, 1},
         {"attn.alibi_slopes", &slopes, {1, 1, hq}, 1},
-        {"grad.d_o", &g->d_o, {b, nq, hq}, d},
+        {"grad.d_o", &g->d_o, {b, nq, hq}, dv},
         /* written from here on */
         {"grad.d_q", &g->d_q, {b, nq, hq}, d},
         {"grad.d_k", &g->d_k, {b, nk, hk}, d},
-        {"grad.d_v", &g->d_v, {b, nk, hk}, d},
+        {"grad.d_v", &g->d_v, {b, nk, hk}, dv},
         {"grad.d_sinks", &d_sinks, {1, 1, hq}, 1},
         {"workspace", &ws_view, {1, 1, 1}, ws_bytes / sizeof(float)},
     };

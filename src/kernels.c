@@ -402,13 +402,13 @@ static void tf32_options(const struct device_desc *dev, const struct problem *p,
 
 #define BACKWARD_MAX_AUTO_BLOCK 64  /* larger blocks only grow the per-work-item accumulators */
 
-/* The dK/dV kernel's arrays; the dQ kernel declares the same but one P tile. */
+/* The dK/dV kernel's arrays; the dQ kernel declares the same but one P tile. dO's and V's rows are head_dim_v's. */
 static size_t backward_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                    const struct problem *p)
 {
-    const int head_dim = p->head_dim;
-    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], ld = (size_t)head_dim | 1;
-    const size_t tiles = 2 * m * ld + 2 * n * ld;     /* Q, dO, K, V */
+    const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N];
+    const size_t ld = (size_t)p->head_dim | 1, ldv = (size_t)fcl_value_dim(p) | 1;
+    const size_t tiles = (m + n) * ld + (m + n) * ldv;  /* Q, K; dO, V */
     const size_t scores = 2 * m * n;                  /* P, dS */
     return (tiles + scores + 2 * m) * sizeof(float);  /* + the rows' LSE and D */
 }
@@ -435,8 +435,9 @@ static void backward_options(const struct device_desc *dev, const struct problem
                              float scale_log2, char *buf, size_t size)
 {
     const int side = portable_side(dev);
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWG=%d -DDTYPE=%d " WINDOW_OPTIONS, p->head_dim,
-             s->axis[M], s->axis[N], side * side, fcl_dtype_define(p->dtype), p->window_left, p->window_right);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWG=%d -DDTYPE=%d " WINDOW_OPTIONS,
+             p->head_dim, fcl_value_dim(p), s->axis[M], s->axis[N], side * side, fcl_dtype_define(p->dtype),
+             p->window_left, p->window_right);
 }
 
 /* ---- backward, register-tiled: cl/flash_backward_tiled.cl, 4 keys (dK/dV) or 4 query rows (dQ) a work-item ---- */
@@ -1134,7 +1135,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "backward", .file = "cl/flash_backward.cl",
         .summary = "The backward on any OpenCL 1.2 device, any head dim and tile: the fallback every backward can run.",
         .op = OP_BACKWARD,
-        .softcap = true, .alibi = true,
+        .softcap = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_backward, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_dkdv", "flash_backward_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),

@@ -17,6 +17,12 @@ bool kv_like(int t)
     return t == T_K || t == T_V || t == T_DK || t == T_DV;
 }
 
+size_t tensor_columns(const struct bwd_case *c, int t)
+{
+    const bool value = t == T_V || t == T_O || t == T_DO || t == T_DV;
+    return (size_t)(value && c->head_dim_v ? c->head_dim_v : c->head_dim);
+}
+
 static cl_mem upload(const void *host, size_t bytes)
 {
     cl_int err;
@@ -37,12 +43,13 @@ void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
     memset(p, 0, sizeof(*p));
     p->c = *c;
     p->esize = flashcl_dtype_size(c->dtype);
-    const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
+    const size_t B = (size_t)c->batch;
     rng_seed(seed);
     const bool fused = c->layout == LAYOUT_FUSED_QKV || c->layout == LAYOUT_FUSED_QKV_HEADS;
     if (fused)
-        ck_assert(c->seq_q == c->seq_kv && c->heads_q == c->heads_kv);
+        ck_assert(c->seq_q == c->seq_kv && c->heads_q == c->heads_kv && !c->head_dim_v);
     for (int t = 0; t < N_TENSORS; t++) {
+        const size_t d = tensor_columns(c, t);
         const size_t n = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
         const size_t h = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
         flashcl_tensor *v = &p->view[t];
@@ -97,6 +104,7 @@ void problem_create(struct problem *p, const struct bwd_case *c, uint64_t seed)
     a->heads_q = c->heads_q;
     a->heads_kv = c->heads_kv;
     a->head_dim = c->head_dim;
+    a->head_dim_v = c->head_dim_v;
     a->q = p->view[T_Q];
     a->k = p->view[T_K];
     a->v = p->view[T_V];
@@ -240,7 +248,7 @@ unsigned char *read_back(const struct problem *p, int t)
 /* Marks the bytes of tensor t's view in `written` (its buffer's bytes). */
 static void mark_view(const struct problem *p, int t, unsigned char *written)
 {
-    const size_t B = (size_t)p->c.batch, d = (size_t)p->c.head_dim;
+    const size_t B = (size_t)p->c.batch, d = tensor_columns(&p->c, t);
     const size_t N = (size_t)(kv_like(t) ? p->c.seq_kv : p->c.seq_q);
     const size_t H = (size_t)(kv_like(t) ? p->c.heads_kv : p->c.heads_q);
     for (size_t b = 0; b < B; b++)
@@ -259,37 +267,40 @@ static void problem_reference(const struct problem *p, double *ref[3], double *r
 {
     const struct bwd_case *c = &p->c;
     const size_t B = (size_t)c->batch, Nq = (size_t)c->seq_q, Nk = (size_t)c->seq_kv, d = (size_t)c->head_dim;
+    const size_t dv = tensor_columns(c, T_V);
     const size_t Hq = (size_t)c->heads_q, Hk = (size_t)c->heads_kv, group = Hq / Hk;
     const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
-    double *q = malloc(Nq * d * sizeof(double)), *dout = malloc(Nq * d * sizeof(double));
-    double *k = malloc(Nk * d * sizeof(double)), *v = malloc(Nk * d * sizeof(double));
-    double *scratch = malloc((2 * Nk + d) * sizeof(double));
+    double *q = malloc(Nq * d * sizeof(double)), *dout = malloc(Nq * dv * sizeof(double));
+    double *k = malloc(Nk * d * sizeof(double)), *v = malloc(Nk * dv * sizeof(double));
+    double *scratch = malloc((2 * Nk + dv) * sizeof(double));
     ck_assert(q && dout && k && v && scratch);
     ref[0] = malloc(B * Hq * Nq * d * sizeof(double));
     ref[1] = calloc(B * Hk * Nk * d, sizeof(double));
-    ref[2] = calloc(B * Hk * Nk * d, sizeof(double));
+    ref[2] = calloc(B * Hk * Nk * dv, sizeof(double));
     ck_assert(ref[0] && ref[1] && ref[2]);
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < Hq; h++) {
             const size_t hk = h / group;
-            for (size_t n = 0; n < Nq; n++)
-                for (size_t e = 0; e < d; e++) {
+            for (size_t n = 0; n < Nq; n++) {
+                for (size_t e = 0; e < d; e++)
                     q[n * d + e] = load_element(p, T_Q, b, n, h, e);
-                    dout[n * d + e] = load_element(p, T_DO, b, n, h, e);
-                }
-            for (size_t n = 0; n < Nk; n++)
-                for (size_t e = 0; e < d; e++) {
+                for (size_t e = 0; e < dv; e++)
+                    dout[n * dv + e] = load_element(p, T_DO, b, n, h, e);
+            }
+            for (size_t n = 0; n < Nk; n++) {
+                for (size_t e = 0; e < d; e++)
                     k[n * d + e] = load_element(p, T_K, b, n, hk, e);
-                    v[n * d + e] = load_element(p, T_V, b, n, hk, e);
-                }
+                for (size_t e = 0; e < dv; e++)
+                    v[n * dv + e] = load_element(p, T_V, b, n, hk, e);
+            }
             int left, right;
             test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
             const struct hostref_mods mods = {c->softcap, p->sinks ? p->sinks[h] : -INFINITY,
                                               p->slopes ? p->slopes[h] : 0.0};
-            hostref_attention_backward_mods(q, k, v, dout, Nq, Nk, d, scale, left, right, &mods,
-                                            &ref[0][(b * Hq + h) * Nq * d], &ref[1][(b * Hk + hk) * Nk * d],
-                                            &ref[2][(b * Hk + hk) * Nk * d], p->sinks ? &ref_d_sinks[h] : NULL,
-                                            scratch);
+            hostref_attention_backward_dv(q, k, v, dout, Nq, Nk, d, dv, scale, left, right, &mods,
+                                          &ref[0][(b * Hq + h) * Nq * d], &ref[1][(b * Hk + hk) * Nk * d],
+                                          &ref[2][(b * Hk + hk) * Nk * dv], p->sinks ? &ref_d_sinks[h] : NULL,
+                                          scratch);
         }
     free(q);
     free(dout);
@@ -353,7 +364,7 @@ void backward_tolerance(flashcl_dtype dtype, const char *variant, enum flashcl_p
     } else if (kernel_is(variant, "backward-tf32"))
         *rtol = 5e-5;
     else if (kernel_is(variant, "backward-tensor-core") || kernel_is(variant, "backward-tensor-core-fused") ||
-             kernel_is(variant, "backward-wgmma"))
+             kernel_is(variant, "backward-wgmma") || kernel_is(variant, "backward-wgmma-atomic"))
         *rtol = dtype == F16 ? 5e-3 : 4e-2;
     else
         *rtol = dtype == F32 ? 2e-5 : dtype == F16 ? 4e-3 : 3e-2;
@@ -394,9 +405,10 @@ void problem_check(const struct problem *p, struct bwd_result *r)
         free(got);
     }
     free(ref_d_sinks);
-    const size_t B = (size_t)c->batch, d = (size_t)c->head_dim;
+    const size_t B = (size_t)c->batch;
     for (int o = 0; o < 3; o++) {
         const int t = T_DQ + o;
+        const size_t d = tensor_columns(c, t);
         const size_t N = (size_t)(kv_like(t) ? c->seq_kv : c->seq_q);
         const size_t H = (size_t)(kv_like(t) ? c->heads_kv : c->heads_q);
         const size_t total = B * H * N * d;
@@ -461,10 +473,10 @@ void run_case(flashcl_context *ctx, const char *what, const struct bwd_case *c, 
     struct bwd_result r;
     problem_check(&p, &r);
     const char *kernel = c->standard ? "standard" : p.kernel;
-    printf("%-16s %-20s B=%d Nq=%-3d Nk=%-3d Hq=%d Hkv=%d d=%-3d dtype=%d causal=%d layout=%d precision=%d: max err / "
-           "max|ref| dQ %.2e dK %.2e dV %.2e\n", what, kernel ? kernel : "?", c->batch, c->seq_q, c->seq_kv,
-           c->heads_q, c->heads_kv, c->head_dim, (int)c->dtype, c->causal, (int)c->layout, (int)c->precision,
-           r.max_err[0], r.max_err[1], r.max_err[2]);
+    printf("%-16s %-20s B=%d Nq=%-3d Nk=%-3d Hq=%d Hkv=%d d=%-3d dv=%-3zu dtype=%d causal=%d layout=%d precision=%d: "
+           "max err / max|ref| dQ %.2e dK %.2e dV %.2e\n", what, kernel ? kernel : "?", c->batch, c->seq_q, c->seq_kv,
+           c->heads_q, c->heads_kv, c->head_dim, tensor_columns(c, T_V), (int)c->dtype, c->causal, (int)c->layout,
+           (int)c->precision, r.max_err[0], r.max_err[1], r.max_err[2]);
     problem_free(&p);
     if (out)
         *out = r;

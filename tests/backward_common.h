@@ -28,7 +28,11 @@ struct bwd_case {
     float softcap;             /* attn.softcap of both (0: none) */
     int sinks;                 /* attn.sinks (test_make_sinks) and grad.d_sinks, checked */
     int alibi;                 /* attn.alibi_slopes of both (test_make_alibi_slopes) */
+    int head_dim_v;            /* attn.head_dim_v (0: head_dim): V's, O's, dO's and dV's columns */
 };
+
+/* A tensor's columns: head_dim_v for V, O, dO, dV (where given), else head_dim. */
+size_t tensor_columns(const struct bwd_case *c, int t);
 
 /* One case's buffers on the device and their host images. */
 struct problem {

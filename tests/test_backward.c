@@ -588,6 +588,77 @@ START_TEST(alibi)
 }
 END_TEST
 
+/* ---- a value head dim other than head_dim (attn.head_dim_v) ---- */
+
+/* The portable backward takes it (MLA prefill's 192 / 128 among the cases); V, O, dO and dV have dv columns.
+ * batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace, standard,
+ * windowed, window_left, window_right, precision, softcap, sinks, alibi, head_dim_v. */
+static const struct bwd_case dv_cases[] = {
+    {1, 37, 45, 2, 1, 192, F32, 1, 0, LAYOUT_BNHD, .head_dim_v = 128},          /* MQA, causal Nq < Nk */
+    {2, 40, 33, 4, 2, 24, F16, 0, 0, LAYOUT_BHND, .head_dim_v = 40},            /* dv > d, GQA */
+    {1, 50, 20, 3, 1, 40, BF16, 1, 0, LAYOUT_PADDED, 1, .head_dim_v = 16},      /* 30 rows see no key */
+    {1, 30, 50, 4, 2, 48, F32, 0, 0, LAYOUT_BNHD, 0, 0, 1, 7, 3, .softcap = 3.0f, .sinks = 1, .alibi = 1,
+     .head_dim_v = 33},
+};
+
+START_TEST(value_head_dim)
+{
+    const struct bwd_case *c = &dv_cases[_i];
+    static const char *const options[] = {"", "backward:block_m=16,block_n=8"};
+    for (int i = 0; i < 2; i++) {
+        struct bwd_result r;
+        run_case(test_context_with_options(options[i]), "head_dim_v", c, 1300 + (uint64_t)_i, &r);
+        ck_assert_msg(kernel_is(r.kernel, "backward"), "head_dim_v ran %s", r.kernel);
+    }
+}
+END_TEST
+
+/* The reference with dv != d against central differences of L = sum dO o O (O of dv columns). */
+START_TEST(value_head_dim_reference_finite_differences)
+{
+    enum { NQ = 4, NK = 3, D = 3, DV = 2 };
+    double q[NQ * D], k[NK * D], v[NK * DV], d_o[NQ * DV];
+    double *all[4] = {q, k, v, d_o};
+    const size_t sizes[4] = {NQ * D, NK * D, NK * DV, NQ * DV};
+    rng_seed(17);
+    for (int t = 0; t < 4; t++)
+        for (size_t x = 0; x < sizes[t]; x++)
+            all[t][x] = rng_uniform(-1.0, 1.0);
+    const double scale = 0.7;
+    const struct hostref_mods mods = {0.0, -INFINITY, 0.0};
+    double dq[NQ * D], dk[NK * D] = {0}, dv[NK * DV] = {0}, scratch[2 * NK + DV];
+    hostref_attention_backward_dv(q, k, v, d_o, NQ, NK, D, DV, scale, -1, 0, &mods, dq, dk, dv, NULL, scratch);
+    double *grads[3] = {dq, dk, dv};
+    const double h = 1e-6;
+    double worst = 0;
+    for (int t = 0; t < 3; t++)
+        for (size_t x = 0; x < sizes[t]; x++) {
+            double loss[2];
+            for (int side = 0; side < 2; side++) {
+                const double saved = all[t][x];
+                all[t][x] = saved + (side ? -h : h);
+                loss[side] = 0;
+                for (size_t i = 0; i < NQ; i++) {  /* causal, Nq > Nk: row 0 sees no key */
+                    const long long last = (long long)i + NK - NQ;
+                    double out[DV], lse, row_scratch[NK];
+                    if (last < 0)
+                        continue;
+                    hostref_attention_row_dv(&q[i * D], k, v, 0, (size_t)last + 1, D, DV, scale, &mods, last, out,
+                                             &lse, row_scratch);
+                    for (size_t e = 0; e < DV; e++)
+                        loss[side] += d_o[i * DV + e] * out[e];
+                }
+                all[t][x] = saved;
+            }
+            const double fd = (loss[0] - loss[1]) / (2 * h);
+            ck_assert_msg(fabs(fd - grads[t][x]) < 1e-8, "d%s[%zu] = %.12g, finite difference %.12g", tensor_names[t],
+                          x, grads[t][x], fd);
+            worst = fmax(worst, fabs(fd - grads[t][x]));
+        }
+    printf("finite differences, head_dim_v %d against head_dim %d: max |reference - fd| %.2e\n", DV, D, worst);
+}
+END_TEST
+
 /* ---- head dims past 128 on the wgmma backward (emulated as sm_90) ---- */
 
 /* Past d = 128 its two warpgroups split dK's and dV's columns, overlapping (128 + 32 at d = 160: with a cap,
@@ -1004,6 +1075,11 @@ int main(void)
     tcase_add_loop_test(sk, sinks, 0, COUNT(sink_cases));
     tcase_add_test(sk, sink_reference_finite_differences);
     suite_add_tcase(s, sk);
+    TCase *dvc = tcase_create("value head dim");
+    tcase_set_timeout(dvc, 600);
+    tcase_add_loop_test(dvc, value_head_dim, 0, COUNT(dv_cases));
+    tcase_add_test(dvc, value_head_dim_reference_finite_differences);
+    suite_add_tcase(s, dvc);
     TCase *wide = tcase_create("wgmma kernels, emulated");
     tcase_set_timeout(wide, 600);
     tcase_add_loop_test(wide, head_dims_on_wgmma, 0, sizeof(wgmma_head_dim_cases) / sizeof(wgmma_head_dim_cases[0]));

@@ -236,6 +236,15 @@ void hostref_attention_backward_mods(const double *q, const double *k, const dou
                                      int window_right, const struct hostref_mods *mods, double *d_q, double *d_k,
                                      double *d_v, double *d_sink, double *scratch)
 {
+    hostref_attention_backward_dv(q, k, v, d_o, n_q, n_kv, d, d, scale, window_left, window_right, mods, d_q, d_k, d_v,
+                                  d_sink, scratch);
+}
+
+void hostref_attention_backward_dv(const double *q, const double *k, const double *v, const double *d_o,
+                                   size_t n_q, size_t n_kv, size_t d, size_t dv, double scale, int window_left,
+                                   int window_right, const struct hostref_mods *mods, double *d_q, double *d_k,
+                                   double *d_v, double *d_sink, double *scratch)
+{
     const double softcap = mods->softcap, sink = mods->sink;
     double *p = scratch, *o = scratch + n_kv;
     for (size_t i = 0; i < n_q; i++) {
@@ -244,9 +253,9 @@ void hostref_attention_backward_mods(const double *q, const double *k, const dou
         const size_t n_visible = end - first;
         const long long diagonal = (long long)i + (long long)n_kv - (long long)n_q;
         /* Keys from `first` on: the loops below index j from 0 over these. */
-        const double *kf = k + first * d, *vf = v + first * d;
-        double *dkf = d_k + first * d, *dvf = d_v + first * d;
-        const double *qi = &q[i * d], *doi = &d_o[i * d];
+        const double *kf = k + first * d, *vf = v + first * dv;
+        double *dkf = d_k + first * d, *dvf = d_v + first * dv;
+        const double *qi = &q[i * d], *doi = &d_o[i * dv];
         double *dqi = &d_q[i * d];
         for (size_t e = 0; e < d; e++)
             dqi[e] = 0;
@@ -254,7 +263,7 @@ void hostref_attention_backward_mods(const double *q, const double *k, const dou
             continue;  /* no key: P = 0, so every gradient term of this row is 0 */
         /* P_i from scratch (max-shifted softmax), O_i = P_i V and D_i = dO_i . O_i. The cap's slope at
          * each score, 1 - tanh², in slope (scratch past o). */
-        double *slope = softcap > 0 ? o + d : NULL;  /* uncapped: the slope is 1, and scratch n_kv + d */
+        double *slope = softcap > 0 ? o + dv : NULL;  /* uncapped: the slope is 1, and scratch n_kv + dv */
         for (size_t j = 0; slope && j < n_visible; j++) {
             double s = 0;
             for (size_t e = 0; e < d; e++)
@@ -275,14 +284,14 @@ void hostref_attention_backward_mods(const double *q, const double *k, const dou
             p[j] = exp(p[j] - max);
             sum += p[j];
         }
-        for (size_t e = 0; e < d; e++)
+        for (size_t e = 0; e < dv; e++)
             o[e] = 0;
         for (size_t j = 0; j < n_visible; j++) {
             p[j] /= sum;
-            for (size_t e = 0; e < d; e++)
-                o[e] += p[j] * vf[j * d + e];
+            for (size_t e = 0; e < dv; e++)
+                o[e] += p[j] * vf[j * dv + e];
         }
-        for (size_t e = 0; e < d; e++)
+        for (size_t e = 0; e < dv; e++)
             delta += doi[e] * o[e];
         if (d_sink)  /* the sink's dS: P_sink (0 - D), its dP being 0 (no value) */
             *d_sink -= exp(sink - max) / sum * delta;
@@ -290,14 +299,15 @@ void hostref_attention_backward_mods(const double *q, const double *k, const dou
          * dK_j += scale dS_ij q_i, dV_j += P_ij dO_i. */
         for (size_t j = 0; j < n_visible; j++) {
             double dp = 0;
-            for (size_t e = 0; e < d; e++)
-                dp += doi[e] * vf[j * d + e];
+            for (size_t e = 0; e < dv; e++)
+                dp += doi[e] * vf[j * dv + e];
             const double ds = p[j] * (dp - delta) * (slope ? slope[j] : 1.0);
             for (size_t e = 0; e < d; e++) {
                 dqi[e] += scale * ds * kf[j * d + e];
                 dkf[j * d + e] += scale * ds * qi[e];
-                dvf[j * d + e] += p[j] * doi[e];
             }
+            for (size_t e = 0; e < dv; e++)
+                dvf[j * dv + e] += p[j] * doi[e];
         }
     }
 }

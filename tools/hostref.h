@@ -90,5 +90,10 @@ void hostref_attention_backward_mods(const double *q, const double *k, const dou
                                      size_t n_q, size_t n_kv, size_t d, double scale, int window_left,
                                      int window_right, const struct hostref_mods *mods, double *d_q, double *d_k,
                                      double *d_v, double *d_sink, double *scratch);
+/* The backward with V, dO and dV of dv columns (scratch: 2 n_kv + dv doubles). */
+void hostref_attention_backward_dv(const double *q, const double *k, const double *v, const double *d_o,
+                                   size_t n_q, size_t n_kv, size_t d, size_t dv, double scale, int window_left,
+                                   int window_right, const struct hostref_mods *mods, double *d_q, double *d_k,
+                                   double *d_v, double *d_sink, double *scratch);
 
 #endif
