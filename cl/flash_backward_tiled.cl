@@ -48,6 +48,9 @@
 #ifndef HEAD_DIM
 #define HEAD_DIM 64          /* a multiple of 4, at most 256 */
 #endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM  /* V's, O's, dO's, dV's columns: a multiple of 4, at most 256 */
+#endif
 #ifndef BLOCK_M
 #define BLOCK_M 64           /* query rows per block: streamed by dK/dV, outer in dQ */
 #endif
@@ -62,12 +65,16 @@
 #define CN (BLOCK_N / 16)         /* keys per work-item in dQ's micro-tile */
 #define D4 (HEAD_DIM / 4)         /* float4 columns of a row */
 #define CD4 ((D4 + 15) / 16)      /* float4 columns of an accumulator row per work-item */
-#define PITCH (HEAD_DIM + 4)      /* Q, dO, K, V tiles */
+#define PITCH (HEAD_DIM + 4)      /* Q and K tiles */
+#define D4V (HEAD_DIM_V / 4)      /* the same for dO's, V's and dV's rows */
+#define CD4V ((D4V + 15) / 16)
+#define CD4_MAX (CD4 > CD4V ? CD4 : CD4V)
+#define PITCH_V (HEAD_DIM_V + 4)  /* dO and V tiles */
 #define PITCH_N (BLOCK_N + 4)     /* P, dS in dK/dV: [row][key] */
 #define PITCH_M (BLOCK_M + 4)     /* dSᵀ in dQ: [key][row] */
 
-#if HEAD_DIM % 4 != 0 || HEAD_DIM < 4 || HEAD_DIM > 256
-#error "HEAD_DIM must be a multiple of 4, 4..256"
+#if HEAD_DIM % 4 != 0 || HEAD_DIM < 4 || HEAD_DIM > 256 || HEAD_DIM_V % 4 != 0 || HEAD_DIM_V < 4 || HEAD_DIM_V > 256
+#error "HEAD_DIM and HEAD_DIM_V must be multiples of 4, 4..256"
 #endif
 #if BLOCK_M % 16 != 0 || BLOCK_N % 16 != 0 || BLOCK_M < 16 || BLOCK_N < 16 || BLOCK_M > 128 || BLOCK_N > 128
 #error "BLOCK_M and BLOCK_N must be 16, 32, 48, ... 128"
@@ -86,16 +93,19 @@ static inline void tile_coordinates(int lid, int *ty, int *tx)
     *tx = (warp & 1) * 8 + (lane & 7);
 }
 
-/* rows x HEAD_DIM of a [seq, d] slice into a tile of pitch PITCH, zeros past the end of the sequence. */
-static inline void load_tile(__local float *tile, int rows, __global const storage_t *src, ulong base,
-                             ulong row_stride, int first_row, int seq, int lid, int wg)
+/* rows x width of a [seq, width] slice into a tile of pitch `pitch`, zeros past the end of the sequence. */
+static inline void load_tile_of(__local float *tile, int width, int pitch, int rows, __global const storage_t *src,
+                                ulong base, ulong row_stride, int first_row, int seq, int lid, int wg)
 {
-    for (int idx = lid; idx < rows * HEAD_DIM; idx += wg) {
-        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+    for (int idx = lid; idx < rows * width; idx += wg) {
+        const int r = idx / width, c = idx % width;
         const int row = first_row + r;
-        tile[r * PITCH + c] = row < seq ? LOAD(src, base + (ulong)row * row_stride + c) : 0.0f;
+        tile[r * pitch + c] = row < seq ? LOAD(src, base + (ulong)row * row_stride + c) : 0.0f;
     }
 }
+/* Q's and K's tiles (HEAD_DIM), dO's and V's (HEAD_DIM_V). */
+#define load_tile(tile, ...) load_tile_of(tile, HEAD_DIM, PITCH, __VA_ARGS__)
+#define load_tile_v(tile, ...) load_tile_of(tile, HEAD_DIM_V, PITCH_V, __VA_ARGS__)
 
 /* The query block's LSE in base 2 and D; +inf for a row past seq_q or that sees no key (LSE -inf), so that
  * exp2(s - lse2) = 0 for it without a test per element. */
@@ -155,9 +165,9 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
                                __global const float *alibi, ulong alibi_off)
 {
     __local float k_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
-    __local float v_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
+    __local float v_tile[BLOCK_N * PITCH_V] __attribute__((aligned(16)));
     __local float q_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
-    __local float do_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
+    __local float do_tile[BLOCK_M * PITCH_V] __attribute__((aligned(16)));
     __local float p_tile[BLOCK_M * PITCH_N] __attribute__((aligned(16)));   /* P [row][key] */
     __local float ds_tile[BLOCK_M * PITCH_N] __attribute__((aligned(16)));  /* dS [row][key] */
     __local float row_lse2[BLOCK_M];
@@ -173,15 +183,17 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
     const int diag = seq_kv - seq_q;
 
     load_tile(k_tile, BLOCK_N, k, k_off + (ulong)b * k_sb + (ulong)hk * k_sh, k_ss, k0, seq_kv, lid, WG);
-    load_tile(v_tile, BLOCK_N, v, v_off + (ulong)b * v_sb + (ulong)hk * v_sh, v_ss, k0, seq_kv, lid, WG);
+    load_tile_v(v_tile, BLOCK_N, v, v_off + (ulong)b * v_sb + (ulong)hk * v_sh, v_ss, k0, seq_kv, lid, WG);
 
-    float4 dk[R][CD4], dv[R][CD4];
+    float4 dk[R][CD4], dv[R][CD4V];
 #pragma unroll
     for (int kk = 0; kk < R; kk++)
 #pragma unroll
-        for (int c = 0; c < CD4; c++) {
-            dk[kk][c] = (float4)(0.0f);
-            dv[kk][c] = (float4)(0.0f);
+        for (int c = 0; c < CD4_MAX; c++) {
+            if (c < CD4)
+                dk[kk][c] = (float4)(0.0f);
+            if (c < CD4V)
+                dv[kk][c] = (float4)(0.0f);
         }
 
     /* The query blocks that see some key of this block (the mask trims both ends). */
@@ -198,7 +210,7 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
         for (int q0 = q_begin; q0 < q_end; q0 += BLOCK_M) {
             barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
             load_tile(q_tile, BLOCK_M, q, q_base, q_ss, q0, seq_q, lid, WG);
-            load_tile(do_tile, BLOCK_M, d_o, do_base, do_ss, q0, seq_q, lid, WG);
+            load_tile_v(do_tile, BLOCK_M, d_o, do_base, do_ss, q0, seq_q, lid, WG);
             load_row_terms(row_lse2, row_delta, lse, lse_base, l_ss, delta, delta_base, q0, seq_q, lid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -226,14 +238,14 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
                         s[kk][j] = dot4(kv[kk], qv[j], s[kk][j]);
             }
 #pragma unroll 4
-            for (int e4 = 0; e4 < D4; e4++) {
+            for (int e4 = 0; e4 < D4V; e4++) {
                 float4 vv[R], dov[CM];
 #pragma unroll
                 for (int kk = 0; kk < R; kk++)
-                    vv[kk] = vload4(0, v_tile + (key0 + kk) * PITCH + 4 * e4);
+                    vv[kk] = vload4(0, v_tile + (key0 + kk) * PITCH_V + 4 * e4);
 #pragma unroll
                 for (int j = 0; j < CM; j++)
-                    dov[j] = vload4(0, do_tile + (tx + 16 * j) * PITCH + 4 * e4);
+                    dov[j] = vload4(0, do_tile + (tx + 16 * j) * PITCH_V + 4 * e4);
 #pragma unroll
                 for (int kk = 0; kk < R; kk++)
 #pragma unroll
@@ -269,16 +281,19 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
                 const float4 ds4 = vload4(0, ds_tile + i * PITCH_N + key0);
                 const float p[R] = {p4.x, p4.y, p4.z, p4.w}, ds[R] = {ds4.x, ds4.y, ds4.z, ds4.w};
 #pragma unroll
-                for (int c = 0; c < CD4; c++) {
+                for (int c = 0; c < CD4_MAX; c++) {  /* with HEAD_DIM_V = HEAD_DIM both tests are one */
                     const int c4 = tx + 16 * c;
-                    if (D4 % 16 == 0 || c4 < D4) {
-                        const float4 dov = vload4(0, do_tile + i * PITCH + 4 * c4);
+                    if (c < CD4V && (D4V % 16 == 0 || c4 < D4V)) {
+                        const float4 dov = vload4(0, do_tile + i * PITCH_V + 4 * c4);
+#pragma unroll
+                        for (int kk = 0; kk < R; kk++)
+                            dv[kk][c] = fma((float4)(p[kk]), dov, dv[kk][c]);
+                    }
+                    if (c < CD4 && (D4 % 16 == 0 || c4 < D4)) {
                         const float4 qv = vload4(0, q_tile + i * PITCH + 4 * c4);
 #pragma unroll
-                        for (int kk = 0; kk < R; kk++) {
-                            dv[kk][c] = fma((float4)(p[kk]), dov, dv[kk][c]);
+                        for (int kk = 0; kk < R; kk++)
                             dk[kk][c] = fma((float4)(ds[kk]), qv, dk[kk][c]);
-                        }
                     }
                 }
             }
@@ -293,16 +308,19 @@ void flash_backward_tiled_dkdv(__global const storage_t *q, ulong q_off, ulong q
         if (key >= seq_kv)
             break;
 #pragma unroll
-        for (int c = 0; c < CD4; c++) {
+        for (int c = 0; c < CD4_MAX; c++) {
             const int c4 = tx + 16 * c;
-            if (D4 % 16 == 0 || c4 < D4) {
-                const float4 out_k = dk[kk][c] * scale, out_v = dv[kk][c];
+            if (c < CD4 && (D4 % 16 == 0 || c4 < D4)) {
+                const float4 out_k = dk[kk][c] * scale;
                 const ulong dst_k = dk_base + (ulong)key * dk_ss + 4 * c4;
-                const ulong dst_v = dv_base + (ulong)key * dv_ss + 4 * c4;
                 STORE(d_k, dst_k, out_k.x);
                 STORE(d_k, dst_k + 1, out_k.y);
                 STORE(d_k, dst_k + 2, out_k.z);
                 STORE(d_k, dst_k + 3, out_k.w);
+            }
+            if (c < CD4V && (D4V % 16 == 0 || c4 < D4V)) {
+                const float4 out_v = dv[kk][c];
+                const ulong dst_v = dv_base + (ulong)key * dv_ss + 4 * c4;
                 STORE(d_v, dst_v, out_v.x);
                 STORE(d_v, dst_v + 1, out_v.y);
                 STORE(d_v, dst_v + 2, out_v.z);
@@ -325,9 +343,9 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
                                __global const float *alibi, ulong alibi_off)
 {
     __local float q_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
-    __local float do_tile[BLOCK_M * PITCH] __attribute__((aligned(16)));
+    __local float do_tile[BLOCK_M * PITCH_V] __attribute__((aligned(16)));
     __local float k_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
-    __local float v_tile[BLOCK_N * PITCH] __attribute__((aligned(16)));
+    __local float v_tile[BLOCK_N * PITCH_V] __attribute__((aligned(16)));
     __local float ds_tile[BLOCK_N * PITCH_M] __attribute__((aligned(16)));  /* dSᵀ [key][row] */
     __local float row_lse2[BLOCK_M];
     __local float row_delta[BLOCK_M];
@@ -345,7 +363,7 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
     const float alibi2 = HEAD_ALIBI2(h);
 
     load_tile(q_tile, BLOCK_M, q, q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, lid, WG_DQ);
-    load_tile(do_tile, BLOCK_M, d_o, do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, lid, WG_DQ);
+    load_tile_v(do_tile, BLOCK_M, d_o, do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, lid, WG_DQ);
     load_row_terms(row_lse2, row_delta, lse, l_off + (ulong)b * l_sb + (ulong)h * l_sh, l_ss, delta,
                    ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q, q0, seq_q, lid, WG_DQ);
     /* The rows' lse2 and D are read from local memory where they are used, as in flash_backward_tiled_dkdv,
@@ -367,7 +385,7 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
     for (int k0 = mask_key_begin(q0, seq_q, seq_kv) / BLOCK_N * BLOCK_N; k0 < kv_end; k0 += BLOCK_N) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
         load_tile(k_tile, BLOCK_N, k, k_base, k_ss, k0, seq_kv, lid, WG_DQ);
-        load_tile(v_tile, BLOCK_N, v, v_base, v_ss, k0, seq_kv, lid, WG_DQ);
+        load_tile_v(v_tile, BLOCK_N, v, v_base, v_ss, k0, seq_kv, lid, WG_DQ);
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* S and dP micro-tiles: rows row0 + i, keys tx + 16 j. */
@@ -393,14 +411,14 @@ void flash_backward_tiled_dq(__global const storage_t *q, ulong q_off, ulong q_s
                     s[i][j] = dot4(qv[i], kv[j], s[i][j]);
         }
 #pragma unroll 4
-        for (int e4 = 0; e4 < D4; e4++) {
+        for (int e4 = 0; e4 < D4V; e4++) {
             float4 dov[R], vv[CN];
 #pragma unroll
             for (int i = 0; i < R; i++)
-                dov[i] = vload4(0, do_tile + (row0 + i) * PITCH + 4 * e4);
+                dov[i] = vload4(0, do_tile + (row0 + i) * PITCH_V + 4 * e4);
 #pragma unroll
             for (int j = 0; j < CN; j++)
-                vv[j] = vload4(0, v_tile + (tx + 16 * j) * PITCH + 4 * e4);
+                vv[j] = vload4(0, v_tile + (tx + 16 * j) * PITCH_V + 4 * e4);
 #pragma unroll
             for (int i = 0; i < R; i++)
 #pragma unroll

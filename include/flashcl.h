@@ -383,8 +383,9 @@ struct flashcl_attention {
      * tensor-core kernels ("tensor-core", "tensor-core-wgmma") where dv too is
      * a multiple of 16 up to 256 (any relation to head_dim), else on the
      * "portable" kernel; the decode kernels do not take it. The backward
-     * computes it on the portable "backward" kernel (any device; the FMA
-     * units); the standard path refuses it. */
+     * computes it on the FMA kernels ("backward-tiled" where both head dims
+     * are multiples of 4, else "backward"; any device); the standard path
+     * refuses it. */
     int head_dim_v;
 
     /* Zero. Room for fields of later versions (sequence offsets, page

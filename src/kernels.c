@@ -443,13 +443,13 @@ static void backward_options(const struct device_desc *dev, const struct problem
 /* ---- backward, register-tiled: cl/flash_backward_tiled.cl, 4 keys (dK/dV) or 4 query rows (dQ) a work-item ---- */
 
 /* The larger of the two kernels' arrays, in floats:
- * dK/dV: K, V, Q, dO tiles of pitch d + 4, P and dS [row][key] of pitch n + 4, the rows' LSE and D;
+ * dK/dV: K, Q tiles of pitch d + 4, V, dO of pitch dv + 4, P and dS [row][key] of pitch n + 4, the rows' LSE and D;
  * dQ: the same four tiles, dSᵀ [key][row] of pitch m + 4, the rows' LSE and D. */
 static size_t backward_tiled_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                          const struct problem *p)
 {
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N], d = (size_t)p->head_dim;
-    const size_t tiles = 2 * (m + n) * (d + 4);
+    const size_t tiles = (m + n) * (d + 4) + (m + n) * ((size_t)fcl_value_dim(p) + 4);  /* Q, K; dO, V */
     const size_t dkdv = tiles + 2 * m * (n + 4) + 2 * m;
     const size_t dq = tiles + n * (m + 4) + 2 * m;
     return (dkdv > dq ? dkdv : dq) * sizeof(float);
@@ -500,8 +500,9 @@ static int backward_tiled_step_workgroup(const struct device_desc *dev, const st
 static void backward_tiled_options(const struct device_desc *dev, const struct problem *p,
                                    const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS, p->head_dim,
-             s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right);
+    snprintf(buf, size, "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS,
+             p->head_dim, fcl_value_dim(p), s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left,
+             p->window_right);
 }
 
 /* ---- backward on tensor cores: cl/flash_backward_mma.cl (f16/bf16) ---- */
@@ -1118,7 +1119,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "backward-tiled", .file = "cl/flash_backward_tiled.cl",
         .summary = "The backward on the FMA units of any OpenCL 1.2 device, with register tiles; deterministic.",
         .op = OP_BACKWARD,
-        .softcap = true, .alibi = true,
+        .softcap = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_backward_tiled, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_tiled_dkdv", "flash_backward_tiled_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),

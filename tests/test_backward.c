@@ -590,7 +590,8 @@ END_TEST
 
 /* ---- a value head dim other than head_dim (attn.head_dim_v) ---- */
 
-/* The portable backward takes it (MLA prefill's 192 / 128 among the cases); V, O, dO and dV have dv columns.
+/* The FMA backward kernels take it (MLA prefill's 192 / 128 among the cases): backward-tiled where both head dims
+ * are multiples of 4, else backward; V, O, dO and dV have dv columns.
  * batch, seq_q, seq_kv, heads_q, heads_kv, head_dim, dtype, causal, scale, layout, own_workspace, standard,
  * windowed, window_left, window_right, precision, softcap, sinks, alibi, head_dim_v. */
 static const struct bwd_case dv_cases[] = {
@@ -599,16 +600,23 @@ static const struct bwd_case dv_cases[] = {
     {1, 50, 20, 3, 1, 40, BF16, 1, 0, LAYOUT_PADDED, 1, .head_dim_v = 16},      /* 30 rows see no key */
     {1, 30, 50, 4, 2, 48, F32, 0, 0, LAYOUT_BNHD, 0, 0, 1, 7, 3, .softcap = 3.0f, .sinks = 1, .alibi = 1,
      .head_dim_v = 33},
+    {1, 70, 90, 2, 2, 20, BF16, 1, 0, LAYOUT_BHND, .head_dim_v = 72},           /* dv past 64: 2 column groups */
 };
 
+/* The default plan, then each FMA kernel forced with a small tile. */
 START_TEST(value_head_dim)
 {
     const struct bwd_case *c = &dv_cases[_i];
-    static const char *const options[] = {"", "backward:block_m=16,block_n=8"};
-    for (int i = 0; i < 2; i++) {
+    const bool tiled = c->head_dim % 4 == 0 && c->head_dim_v % 4 == 0;
+    static const char *const options[] = {"", "backward-tiled:block_m=16,block_n=32",
+                                          "backward-tiled:off;backward:block_m=16,block_n=8"};
+    for (int i = 0; i < 3; i++) {
+        if (i == 1 && !tiled)
+            continue;
         struct bwd_result r;
         run_case(test_context_with_options(options[i]), "head_dim_v", c, 1300 + (uint64_t)_i, &r);
-        ck_assert_msg(kernel_is(r.kernel, "backward"), "head_dim_v ran %s", r.kernel);
+        const char *expect = i == 2 || !tiled ? "backward" : "backward-tiled";
+        ck_assert_msg(kernel_is(r.kernel, expect), "head_dim_v (%s) ran %s, not %s", options[i], r.kernel, expect);
     }
 }
 END_TEST

@@ -27,8 +27,8 @@
 /* The forward kernels in the table; "only:X" options keep every other one off. */
 static const char *const forward_kernels[] = {"decode-tensor-core", "decode", "tensor-core-wgmma", "tensor-core", "tf32",
                                               "register-tiled", "portable"};
-static const char *const backward_kernels[] = {"backward-wgmma", "backward-tensor-core-fused", "backward-tensor-core",
-                                               "backward-tf32", "backward-tiled", "backward"};
+static const char *const backward_kernels[] = {"backward-wgmma-atomic", "backward-wgmma", "backward-tensor-core-fused",
+                                               "backward-tensor-core", "backward-tf32", "backward-tiled", "backward"};
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* Kernel options that leave only `kernel` (with `settings`, e.g. "splits=3", or "on") among the forward or
@@ -107,6 +107,7 @@ struct kernel_under_check {
 #define WGMMA_BACKWARD_4x64x64_D64 53248    /* dK/dV: (128 + 256) rows x 128 + 1,024 + 3,072 scratch */
 #define WGMMA_BACKWARD_8x64x128_D64 104448  /* dQ: (256 + 512) rows x 128 + 6,144 scratch */
 #define WGMMA_BACKWARD_4x64x64_D128 102400  /* dK/dV: (128 + 256) rows x 256 + 1,024 + 3,072 scratch */
+#define WGMMA_BACKWARD_ATOMIC_D32 89088     /* dK/dV: (256 + 256) rows x 128 + 1,024 + dS 16,384 + 6,144 scratch */
 
 /* The context case `index` runs on; NULL where it is not selected or the device's local memory cannot hold
  * its forced shape (said on stdout). */
@@ -233,6 +234,14 @@ static const struct backward_check backward_checks[] = {
     /* Two 64-column panels, the second partly padding; no mask: every key block meets every query block. */
     {{"backward-wgmma", "warps=4,block_m=64,block_n=64", 90, "backward-wgmma", WGMMA_BACKWARD_4x64x64_D128},
      {1, 40, 70, 2, 1, 80, F16, 0, 0, LAYOUT_BNHD}},
+    /* dQ added up by the dK/dV pass: dS through local memory to both warpgroups, the float atomics. */
+    {{"backward-wgmma-atomic", "on", 90, "backward-wgmma-atomic", WGMMA_BACKWARD_ATOMIC_D32},
+     {1, 70, 45, 2, 1, 32, BF16, 1, 0, LAYOUT_BNHD}},
+    /* A value head dim other than head_dim (V, O, dO, dV of 7 and 8 columns). */
+    {{"backward", "block_m=8,block_n=16", 0, "backward"},
+     {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD, .head_dim_v = 7}},
+    {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
+     {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, .head_dim_v = 8}},
     /* The logit cap (dS times 1 - tanh^2) and ALiBi through the backward kernels that compute them. */
     {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .softcap = 2.5f, .alibi = 1}},

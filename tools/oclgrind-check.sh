@@ -57,10 +57,13 @@ run_cases() {
 }
 run_cases
 # The wgmma backward's cases skip at 48 KiB (with 4 warps its dK/dV kernel needs 52 KiB, with 8 its dQ
-# kernel 102 KiB; Hopper gives a work-group up to 227 KiB): those alone again with 128 KiB.
-if [ -z "${FLASHCL_KERNEL_CHECK:-}" ] || [ "$FLASHCL_KERNEL_CHECK" = backward-wgmma ]; then
-  FLASHCL_KERNEL_CHECK=backward-wgmma OCLGRIND_LOCAL_MEM_SIZE=131072 run_cases
-fi
+# kernel 102 KiB, the atomic one's dK/dV 87 KiB; Hopper gives a work-group up to 227 KiB): those alone again
+# with 128 KiB.
+for kernel in backward-wgmma backward-wgmma-atomic; do
+  if [ -z "${FLASHCL_KERNEL_CHECK:-}" ] || [ "$FLASHCL_KERNEL_CHECK" = "$kernel" ]; then
+    FLASHCL_KERNEL_CHECK=$kernel OCLGRIND_LOCAL_MEM_SIZE=131072 run_cases
+  fi
+done
 if [ -s "$OCLGRIND_LOG" ]; then
   # A summary (each kind of report, kernel and source line once, with its count), then the first reports whole.
   echo "oclgrind-check: Oclgrind's reports, by kind, kernel and line:"
