@@ -24,6 +24,8 @@
  * accumulator, and at the end the WARPS partial results are merged through
  * local memory in warp order, rescaled to the common max: no atomics, the
  * same bits every run. Rows that see no key give O = 0 and LSE = -inf.
+ * HEAD_DIM_V (default HEAD_DIM) is V's and O's: their tiles, the
+ * accumulator and the merge are that wide.
  * Keep decode_mma_local_bytes in src/kernels.c in step with the arrays below.
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
@@ -35,6 +37,9 @@
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
+#endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM  /* V's and O's columns (split.h's OUT_DIM) */
 #endif
 #ifndef DTYPE
 #define DTYPE 1              /* 1 f16, 2 bf16 */
@@ -54,10 +59,10 @@
 #define KW (BLOCK_N / WARPS)           /* keys a warp takes of each block */
 #define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
 #define S_TILES (KW / 8)               /* n-tiles of S per warp */
-#define O_TILES (HEAD_DIM / 8)         /* n-tiles of O per warp */
+#define O_TILES (HEAD_DIM_V / 8)       /* n-tiles of O per warp */
 
-#if HEAD_DIM % 16 != 0 || HEAD_DIM > 256
-#error "HEAD_DIM must be a multiple of 16, at most 256"
+#if HEAD_DIM % 16 != 0 || HEAD_DIM > 256 || HEAD_DIM_V % 16 != 0 || HEAD_DIM_V > 256
+#error "HEAD_DIM and HEAD_DIM_V must be multiples of 16, at most 256"
 #endif
 /* Q's fragments held in registers for the whole key loop (KSTEPS x 4 a thread), or read from the Q tile by
  * ldmatrix at each k-step: past d = 128 the accumulator alone is 4 d / 8 registers a thread (128 at 256),
@@ -105,20 +110,29 @@ static inline void page_rows(__local ulong *k_rows, __local ulong *v_rows, int k
     }
 }
 
+/* One 16-byte chunk by cp.async, or zeros where the row is past the end. */
+static inline void copy_row_chunk(__local uint4 *dst, __global const ushort *src, bool valid)
+{
+    if (valid)
+        copy_async_16(local_address(dst), src);
+    else
+        *dst = (uint4)(0u);
+}
+
 /* A block's K and V rows by cp.async from their offsets; zeros past the end. */
 static inline void load_kv_rows(__local uint4 *k_tile, __local uint4 *v_tile, __global const ushort *k_base,
                                 __global const ushort *v_base, __local const ulong *k_rows,
                                 __local const ulong *v_rows, int first_row, int seq, int tid)
 {
-    for (int c = tid; c < BLOCK_N * CHUNKS; c += WG) {
-        const int r = c / CHUNKS, ch = c % CHUNKS;
-        __local uint4 *k_dst = &k_tile[swizzle(r, ch)], *v_dst = &v_tile[swizzle(r, ch)];
-        if (first_row + r < seq) {
-            copy_async_16(local_address(k_dst), k_base + k_rows[r] + ch * 8);
-            copy_async_16(local_address(v_dst), v_base + v_rows[r] + ch * 8);
-        } else {
-            *k_dst = *v_dst = (uint4)(0u);
-        }
+    for (int c = tid; c < BLOCK_N * KV_CHUNKS; c += WG) {
+        const int r = c / KV_CHUNKS, ch = c % KV_CHUNKS;
+        const bool valid = first_row + r < seq;
+        /* Rows of different widths: the narrower one's chunks past its row copy nothing (both conditions are
+         * constant true where the widths match). */
+        if (ch < CHUNKS)
+            copy_row_chunk(&k_tile[swizzle(r, ch)], k_base + k_rows[r] + ch * 8, valid);
+        if (ch < CHUNKS_V)
+            copy_row_chunk(&v_tile[swizzle_of(CHUNKS_V, r, ch)], v_base + v_rows[r] + ch * 8, valid);
     }
 }
 #define PAGE_ROWS(table, key0)                                                                                       \
@@ -139,11 +153,11 @@ void flash_decode_mma(FORWARD_ARGS(storage_t))
 {
     __local uint4 q_tile[ROWS * ROW_CHUNKS] __attribute__((aligned(16)));
     __local uint4 k_tiles[STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* block j in j % STAGES */
-    __local uint4 v_tiles[STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));
+    __local uint4 v_tiles[STAGES * BLOCK_N * ROW_CHUNKS_V] __attribute__((aligned(16)));
     __local float warp_m[WARPS * ROWS], warp_l[WARPS * ROWS];  /* each warp's running max and sum a row */
-    /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM] floats, in the K
-     * buffers (WARPS x 16 x HEAD_DIM x 4 bytes <= STAGES x BLOCK_N x HEAD_DIM x 2: KW >= 16). */
-    __local float *merged = (__local float *)k_tiles;
+    /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM_V] floats, in the V
+     * buffers (WARPS x 16 x HEAD_DIM_V x 4 bytes <= STAGES x BLOCK_N x HEAD_DIM_V x 2: KW >= 16). */
+    __local float *merged = (__local float *)v_tiles;
 #if VARLEN == 3
     __local ulong k_rows[STAGES * BLOCK_N], v_rows[STAGES * BLOCK_N];  /* block j's row offsets: table j % STAGES */
 #endif
@@ -195,7 +209,7 @@ void flash_decode_mma(FORWARD_ARGS(storage_t))
      * committed where there is no block too, so the counting of wait_group stays the same). */
     for (int i = 0; i < STAGES - 1; i++) {
         if (kv_begin + i * BLOCK_N < kv_end)
-            LOAD_BLOCK(k_tiles + i * BLOCK_N * ROW_CHUNKS, v_tiles + i * BLOCK_N * ROW_CHUNKS, i,
+            LOAD_BLOCK(k_tiles + i * BLOCK_N * ROW_CHUNKS, v_tiles + i * BLOCK_N * ROW_CHUNKS_V, i,
                        kv_begin + i * BLOCK_N);
         copy_async_commit();
     }
@@ -228,11 +242,11 @@ NV_UNROLL
         barrier(CLK_LOCAL_MEM_FENCE);
         const int ahead = stage == 0 ? STAGES - 1 : stage - 1;  /* (block + STAGES - 1) % STAGES */
         if (kb + (STAGES - 1) * BLOCK_N < kv_end)
-            LOAD_BLOCK(k_tiles + ahead * BLOCK_N * ROW_CHUNKS, v_tiles + ahead * BLOCK_N * ROW_CHUNKS, ahead,
+            LOAD_BLOCK(k_tiles + ahead * BLOCK_N * ROW_CHUNKS, v_tiles + ahead * BLOCK_N * ROW_CHUNKS_V, ahead,
                        kb + (STAGES - 1) * BLOCK_N);
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS_V;
 
         float s[S_TILES][4];
 NV_UNROLL
@@ -284,7 +298,8 @@ NV_UNROLL
 NV_UNROLL
                 for (int np = 0; np < O_TILES / 2; np++) {
                     uint bf[4];
-                    ldmatrix_x4_trans(local_address(&v_tile[swizzle(kw0 + kc * 16 + key, np * 2 + upper)]), bf);
+                    ldmatrix_x4_trans(local_address(&v_tile[swizzle_of(CHUNKS_V, kw0 + kc * 16 + key, np * 2 + upper)]),
+                                      bf);
                     mma_16x8x16(acc[2 * np], pf[kc], bf[0], bf[1]);
                     mma_16x8x16(acc[2 * np + 1], pf[kc], bf[2], bf[3]);
                 }
@@ -319,7 +334,7 @@ NV_UNROLL
         for (int w = 0; w < WARPS; w++)
             m_all = fmax(m_all, warp_m[w * ROWS + row]);
         const float weight = exp2(m_row[r] - (m_all == -INFINITY ? 0.0f : m_all));
-        __local float *dst = merged + (warp * ROWS + row) * HEAD_DIM + 2 * t;
+        __local float *dst = merged + (warp * ROWS + row) * HEAD_DIM_V + 2 * t;
 NV_UNROLL
         for (int n = 0; n < O_TILES; n++)
             vstore2((float2)(acc[n][2 * r] * weight, acc[n][2 * r + 1] * weight), 0, dst + 8 * n);
@@ -327,8 +342,8 @@ NV_UNROLL
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* The warps' shares added in warp order, normalised, stored (or this split's partial). */
-    for (int idx = tid; idx < rows_used * HEAD_DIM; idx += WG) {
-        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+    for (int idx = tid; idx < rows_used * HEAD_DIM_V; idx += WG) {
+        const int r = idx / HEAD_DIM_V, c = idx % HEAD_DIM_V;
         float m_all = -INFINITY;
 NV_UNROLL
         for (int w = 0; w < WARPS; w++)
@@ -338,7 +353,7 @@ NV_UNROLL
 NV_UNROLL
         for (int w = 0; w < WARPS; w++) {
             l_all += warp_l[w * ROWS + r] * exp2(warp_m[w * ROWS + r] - m_ref);
-            sum += merged[(w * ROWS + r) * HEAD_DIM + c];
+            sum += merged[(w * ROWS + r) * HEAD_DIM_V + c];
         }
         const int h = hk * group + r % group, pos = r / group;
         float lse_row;
@@ -348,7 +363,7 @@ NV_UNROLL
         __global float *dst = part + split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group);
         dst[c] = out;
         if (c == 0)
-            dst[HEAD_DIM] = lse_row;
+            dst[OUT_DIM] = lse_row;
 #else
         STORE(o, o_off + (ulong)b * o_sb + (ulong)(start_q + pos) * o_ss + (ulong)h * o_sh + c, out);
         if (has_lse && c == 0)

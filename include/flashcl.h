@@ -381,8 +381,9 @@ struct flashcl_attention {
      * The scale's default stays 1/sqrt(head_dim). Computed by the forward
      * (dense, packed batches, KV caches, split-KV): on the f16/bf16
      * tensor-core kernels ("tensor-core", "tensor-core-wgmma") where dv too is
-     * a multiple of 16 up to 256 (any relation to head_dim), else on the
-     * "portable" kernel; the decode kernels do not take it. The backward
+     * a multiple of 16 up to 256 (any relation to head_dim), decode on
+     * "decode-tensor-core" likewise, else on the "portable" kernel (the FMA
+     * "decode" kernel does not take it). The backward
      * computes it on the FMA kernels ("backward-tiled" where both head dims
      * are multiples of 4, else "backward"; any device); the standard path
      * refuses it. */

@@ -720,9 +720,9 @@ static void decode_options(const struct device_desc *dev, const struct problem *
 
 /* ---- decode on tensor cores: cl/flash_decode_mma.cl, the group's rows as one 16-row mma tile ---- */
 
-/* Q's 16 rows and each warp's row max and sum (fixed); K and V of a block in 2-byte elements, and a
- * paged cache's row offsets for it (a stage). The warps' accumulators are merged in the K buffers
- * after the last block. */
+/* Q's 16 rows and each warp's row max and sum (fixed); K and V of a block in 2-byte elements (V's rows of
+ * head_dim_v), and a paged cache's row offsets for it (a stage). The warps' accumulators are merged in the V
+ * buffers after the last block. */
 static size_t decode_mma_fixed_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                      const struct problem *p)
 {
@@ -733,7 +733,8 @@ static size_t decode_mma_fixed_bytes(const struct device_desc *dev, const struct
 static size_t decode_mma_stage_bytes(const struct kernel_shape *s, const struct problem *p)
 {
     const size_t n = (size_t)s->axis[N];
-    return 2 * n * nv_tile_row_bytes(p->head_dim) + (p->varlen == 3 ? 2 * n * sizeof(cl_ulong) : 0);
+    return n * (nv_tile_row_bytes(p->head_dim) + nv_tile_row_bytes(fcl_value_dim(p))) +
+           (p->varlen == 3 ? 2 * n * sizeof(cl_ulong) : 0);
 }
 
 /* Decode streams K/V at the rate each work-group's bytes in flight allow (docs/perf-history.md, 2026-12-01): the
@@ -744,7 +745,8 @@ static size_t decode_mma_stage_bytes(const struct kernel_shape *s, const struct 
 static int decode_mma_stages(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
 {
     const size_t fixed = decode_mma_fixed_bytes(dev, s, p), stage = decode_mma_stage_bytes(s, p);
-    const size_t kv_block = 2 * (size_t)s->axis[N] * nv_tile_row_bytes(p->head_dim);  /* K and V of a block */
+    const size_t kv_block = (size_t)s->axis[N] * (nv_tile_row_bytes(p->head_dim) +
+                                                  nv_tile_row_bytes(fcl_value_dim(p)));  /* K and V of a block */
     const long long two_buffer_groups = fcl_groups_per_unit(dev, fixed + 2 * stage);
     int best = 2;
     long long best_in_flight = two_buffer_groups * (long long)kv_block;
@@ -783,10 +785,10 @@ static void decode_mma_options(const struct device_desc *dev, const struct probl
                                float scale_log2, char *buf, size_t size)
 {
     snprintf(buf, size,
-             "-DHEAD_DIM=%d -DWARPS=%d -DBLOCK_N=%d -DSTAGES=%d -DDTYPE=%d " WINDOW_OPTIONS
+             "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DWARPS=%d -DBLOCK_N=%d -DSTAGES=%d -DDTYPE=%d " WINDOW_OPTIONS
              " -DNEGATIVE_SCALE=%d -DVARLEN=%d",
-             p->head_dim, s->axis[W], s->axis[N], decode_mma_stages(dev, s, p), fcl_dtype_define(p->dtype),
-             p->window_left, p->window_right, scale_log2 < 0.0f, p->varlen);
+             p->head_dim, fcl_value_dim(p), s->axis[W], s->axis[N], decode_mma_stages(dev, s, p),
+             fcl_dtype_define(p->dtype), p->window_left, p->window_right, scale_log2 < 0.0f, p->varlen);
 }
 
 /* Four warps of 16 keys: at d = 128 on an H200 three buffers, about 100 KB, two work-groups an SM
@@ -929,7 +931,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "decode-tensor-core", .file = "cl/flash_decode_mma.cl",
         .summary = "Decode (a KV head's group x seq_q query rows, at most 16, as one 16-row mma tile) against many keys on NVIDIA sm_80+ tensor cores, keys split across work-groups.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true,
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_decode_mma, .entry = "flash_decode_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,

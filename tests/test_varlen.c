@@ -254,7 +254,8 @@ static const struct kv_case dv_kv_cases[] = {
     {2, 3, 48, {3, 33}, 2, 2, 48, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 16, 0, 0, 0.4f, .head_dim_v = 32},
     {2, 2, 32, {20, 32}, 4, 2, 16, F32, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 40},  /* paged, dv > d */
 };
-static const char *const dv_contexts[] = {"tensor-core:off", "tensor-core:off;portable:splits=3"};
+static const char *const dv_contexts[] = {"tensor-core:off;decode-tensor-core:off",
+                                          "tensor-core:off;decode-tensor-core:off;portable:splits=3"};
 
 START_TEST(value_head_dim_kv_cache)
 {
@@ -268,16 +269,26 @@ END_TEST
 
 /* The same on the f16/bf16 tensor-core kernels' plain-OpenCL emulation: chunked prefill against a paged cache
  * (causal, GQA) with dv = 96 > d = 64: one page lookup a key serves K's 8 chunks and V's 12; mma.sync's V rows an
- * odd stride (13 chunks) and copied by the general loop, wgmma's in two panels, the second half used. */
+ * odd stride (13 chunks) and copied by the general loop, wgmma's in two panels, the second half used. Then decode
+ * (one query, GQA 4:1, the group's rows one mma tile) on the tensor-core decode kernel: a paged cache with
+ * dv = 48 > d = 32 and an empty sequence; a contiguous one, split three ways, with dv = 32 < d = 64, causal,
+ * ALiBi, lengths on the device. */
 static const struct kv_case dv_kv_tensor_core_case = {2, 20, 96, {50, 96}, 4, 2, 64, F16, FLASHCL_MASK_CAUSAL,
                                                       0, 0, 0, 32, 1, .head_dim_v = 96};
+static const struct kv_case dv_decode_paged_case = {3, 1, 64, {0, 17, 64}, 8, 2, 32, F16, FLASHCL_MASK_NONE,
+                                                    0, 0, 0, 16, 1, .head_dim_v = 48};
+static const struct kv_case dv_decode_split_case = {2, 1, 200, {130, 200}, 8, 2, 64, BF16, FLASHCL_MASK_CAUSAL,
+                                                    0, 0, 1, .alibi = 1, .head_dim_v = 32};
 static const struct {
     int cc;
     const char *options, *expect;
     int kb;  /* the shape's local memory, emulated */
+    const struct kv_case *c;
 } dv_kv_tensor_core_kernels[] = {
-    {80, "", "tensor-core", 61},
-    {90, "tensor-core-wgmma:warps=4,block_n=64", "tensor-core-wgmma", 83},
+    {80, "", "tensor-core", 61, &dv_kv_tensor_core_case},
+    {90, "tensor-core-wgmma:warps=4,block_n=64", "tensor-core-wgmma", 83, &dv_kv_tensor_core_case},
+    {80, "", "decode-tensor-core", 60, &dv_decode_paged_case},
+    {80, "decode-tensor-core:splits=3", "decode-tensor-core", 60, &dv_decode_split_case},
 };
 
 START_TEST(value_head_dim_kv_cache_tensor_cores)
@@ -285,7 +296,7 @@ START_TEST(value_head_dim_kv_cache_tensor_cores)
     const int cc = dv_kv_tensor_core_kernels[_i].cc;
     flashcl_context *ctx = test_emulated_context(dv_kv_tensor_core_kernels[_i].options, cc, cc >= 90);
     if (test_local_mem_holds(ctx, dv_kv_tensor_core_kernels[_i].kb, dv_kv_tensor_core_kernels[_i].expect)) {
-        const char *kernel = kv_cache_run(ctx, &dv_kv_tensor_core_case, 690 + (uint64_t)_i, false);
+        const char *kernel = kv_cache_run(ctx, dv_kv_tensor_core_kernels[_i].c, 690 + (uint64_t)_i, false);
         ck_assert_str_eq(kernel, dv_kv_tensor_core_kernels[_i].expect);
     }
     flashcl_context_destroy(&ctx);
