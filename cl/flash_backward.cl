@@ -41,6 +41,7 @@
 
 #define LD (HEAD_DIM | 1)                               /* odd row pitch: no bank conflicts across rows */
 #define LDV (HEAD_DIM_V | 1)                            /* of dO's and V's tiles */
+#define WIDE_DIM (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V)
 #define ACC_N ((BLOCK_N * HEAD_DIM + WG - 1) / WG)      /* dK elements per work-item */
 #define ACC_NV ((BLOCK_N * HEAD_DIM_V + WG - 1) / WG)   /* dV elements per work-item */
 #define ACC_M ((BLOCK_M * HEAD_DIM + WG - 1) / WG)      /* dQ elements per work-item */
@@ -95,10 +96,14 @@ static void block_p_ds(__local const float *q_tile, __local const float *do_tile
         float p = 0.0f, ds = 0.0f;
         if (visible) {
             float s = 0.0f, dp = 0.0f;
-            for (int e = 0; e < HEAD_DIM; e++)
-                s = fma(q_tile[i * LD + e], k_tile[j * LD + e], s);
-            for (int e = 0; e < HEAD_DIM_V; e++)
-                dp = fma(do_tile[i * LDV + e], v_tile[j * LDV + e], dp);
+            /* One loop over both dots (each guard a constant true where the head dims match): as two loops, Intel's
+             * CPU compiler (oneAPI OpenCL 2026.2) gave rows of a windowed dQ exact zeros. */
+            for (int e = 0; e < WIDE_DIM; e++) {
+                if (e < HEAD_DIM)
+                    s = fma(q_tile[i * LD + e], k_tile[j * LD + e], s);
+                if (e < HEAD_DIM_V)
+                    dp = fma(do_tile[i * LDV + e], v_tile[j * LDV + e], dp);
+            }
             float slope = 1.0f;  /* of the softcap, where there is one */
             p = SCORE_P(s, scale_log2, SCORE_LSE2(row_lse2[i], alibi2, row, key, diag), slope);
             ds = p * (dp - row_delta[i]) * slope;
