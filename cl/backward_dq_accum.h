@@ -1,7 +1,7 @@
 /*
  * backward_dq_accum.h: dQ added up by the dK/dV pass in an f32 accumulator of the workspace, for the backward
  * kernels without a dQ pass (backward_mma_skeleton.h's FUSED_DQ, whose adds take turns, and
- * flash_backward_wgmma.cl's -DFUSED_DQ=1, whose adds land in any order): the add, and the last step, which
+ * flash_backward_wgmma.cl's -DFUSED_DQ=1, whose adds land in any order): the adds, and the last step, which
  * scales the sum into dQ's storage type. flash_backward_dot (backward_dot.h) zeroes the accumulator, f32
  * [batch, heads_q, seq_q, HEAD_DIM] from accum_off. The includer defines BACKWARD_KERNEL, elem_t, store_pair and
  * HEAD_DIM, and includes backward_args.h first.
@@ -20,27 +20,20 @@ static inline void accumulate(__global float *p, float v)
         seen = atomic_cmpxchg(word, old, as_uint(as_float(old) + v));
     } while (seen != old);
 }
-
-/* Two adjacent elements (p 8-byte aligned). */
-static inline void accumulate_pair(__global float *p, float lo, float hi)
-{
-    accumulate(p, lo);
-    accumulate(p + 1, hi);
-}
 #else
 static inline void accumulate(__global float *p, float v)
 {
     __asm__ volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
+#endif
 
-#ifdef SM90A
-/* Two adjacent elements (p 8-byte aligned) in one reduction: sm_90's vector form, for the wgmma kernel. */
+/* Two adjacent elements. (sm_90's vector red.add.global.v2.f32 would need PTX ISA 8.1, which the PTX a driver
+ * emits need not declare.) */
 static inline void accumulate_pair(__global float *p, float lo, float hi)
 {
-    __asm__ volatile(SM90A "red.add.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(lo), "f"(hi) : "memory");
+    accumulate(p, lo);
+    accumulate(p + 1, hi);
 }
-#endif
-#endif
 
 /* dQ = scale x the accumulator, in the storage type.
  * Launched as (ceil(seq_q * HEAD_DIM / 2 / WG) * WG, heads_q, batch): a work-item per column pair. */

@@ -35,7 +35,7 @@
  * bits every run.
  *
  * -DFUSED_DQ=1 (the opt-in "backward-wgmma-atomic"; 8 warps, BLOCK_M 64, d 32,
- * 64 or 128): no dq pass. dkdv also stores each block's dSᵀ (its 128 keys x
+ * 64, 96 or 128): no dq pass. dkdv also stores each block's dSᵀ (its 128 keys x
  * the block's 64 queries) to local memory, and after a barrier each
  * warpgroup computes dQ's block += dS K over all 128 keys for half of dQ's
  * columns (A the dS tile MN-major, B K's tile transposed, both from local
@@ -43,16 +43,19 @@
  * red.global.add; flash_backward_wgmma_dq_convert then scales it into dQ.
  * The adds of different work-groups land in any order, so dQ's bits may
  * change from run to run (dK and dV stay deterministic). It saves the dq
- * pass's S and dP products, 2 of 7, and adds dQ's traffic to L2. Causal masking is bottom-right as everywhere; a row past
- * seq_q or whose LSE is -inf has lse2 = +inf, so its P is exactly 0. Keys
- * past seq_kv load as zero rows and are masked in dq; in dkdv their rows
- * are never stored. A warpgroup skips the blocks none of its rows or keys
+ * pass's S and dP products, 2 of 7, and adds dQ's traffic to L2.
+ *
+ * Causal masking is bottom-right as everywhere; a row past seq_q or whose
+ * LSE is -inf has lse2 = +inf, so its P is exactly 0. Keys past seq_kv load
+ * as zero rows and are masked in dq (and in FUSED_DQ's dkdv); in dkdv their
+ * rows are never stored. A warpgroup skips the blocks none of its rows or keys
  * sees (GROUP_SKIP): natively only, see below.
  *
  * S's product never has dV's (dQ's) shape: the H200's driver gave wrong
  * results with an m64nNk16 K-major and an m64nNk16 transposed product of
  * the same N in one kernel (cl/flash_forward_mma.cl's S_PART), so S is
- * split in halves where its block equals HEAD_DIM (S_PART below).
+ * split in halves where its block equals HEAD_DIM (S_PART below), and
+ * FUSED_DQ's dQ products avoid S's width (DQ_PART).
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on nv_emulate.h's plain
  * OpenCL C, whose wgmma is a work-group barrier: every work-item reaches
@@ -125,19 +128,19 @@
 #endif
 #define DKV_REGS (DKV_COLS / 2)  /* a thread's accumulators of its warpgroup's 64 x DKV_COLS dK (and dV) */
 
-/* FUSED_DQ: each warpgroup's dQ product is the block's 64 queries x DQ_COLS columns from DQ_COL0, summed over
- * the work-group's 128 keys; the columns start within a 64-column panel (d = 32, 64) or at one (d = 128), so a
- * product never crosses a panel, as a transposed operand's must not. */
+/* FUSED_DQ: each warpgroup's dQ is the block's 64 queries x DQ_COLS = d / 2 columns from dq_col0, summed over
+ * the work-group's 128 keys, in products DQ_PART columns wide: none crosses a 64-column panel (a transposed
+ * operand must not; at d = 96 the second warpgroup's columns 48..95 do), and none has the N of S's products
+ * (M_PART below; the driver bug S_PART avoids). DQ_PART a token: it names the product. */
 #if FUSED_DQ
-#if WARPS != 8 || BLOCK_M != 64 || (HEAD_DIM != 32 && HEAD_DIM != 64 && HEAD_DIM != 128)
-#error "FUSED_DQ needs WARPS 8, BLOCK_M 64 and HEAD_DIM 32, 64 or 128"
+#if WARPS != 8 || BLOCK_M != 64 || HEAD_DIM % 32 != 0 || HEAD_DIM > 128
+#error "FUSED_DQ needs WARPS 8, BLOCK_M 64 and HEAD_DIM 32, 64, 96 or 128"
 #endif
-#if HEAD_DIM == 32           /* HEAD_DIM / 2 as one token: it names the product */
-#define DQ_COLS 16
-#elif HEAD_DIM == 64
-#define DQ_COLS 32
+#define DQ_COLS (HEAD_DIM / 2)
+#if HEAD_DIM == 128
+#define DQ_PART 64           /* S's then 32 wide (M_PART) */
 #else
-#define DQ_COLS 64
+#define DQ_PART 16           /* d = 64: S's are 32 wide; d = 96: panel 0 ends at column 64 */
 #endif
 #endif
 
@@ -152,6 +155,8 @@
  * DKV_COLS, dq's HEAD_DIM. One token each: it names the product (wgmma_n32_kmajor_ss). */
 #if BLOCK_M == DKV_COLS && BLOCK_M == 64
 #define M_PART 32
+#elif FUSED_DQ && HEAD_DIM == 128
+#define M_PART 32            /* not dQ's 64 (DQ_PART): fewer registers than dQ in halves */
 #elif BLOCK_M == DKV_COLS
 #define M_PART 64
 #else
@@ -308,12 +313,13 @@ NV_UNROLL
     const wgmma_desc_t k_desc = wgmma_desc(k_tile, (group_key0 - k0) * 128, 16, 1024);
     const wgmma_desc_t v_desc = wgmma_desc(v_tile, (group_key0 - k0) * 128, 16, 1024);
 #if FUSED_DQ
-    /* dQ += dS K: A the dS tile MN-major (16 keys, 2048 bytes, a k-step), B K's tile transposed from this
-     * warpgroup's first column on (its panel, then 2 bytes a column within it). */
+    /* dQ += dS K: A the dS tile MN-major (16 keys, 2048 bytes, a k-step), B K's tile transposed from each
+     * product's first column on (its panel, then 2 bytes a column within it). */
     const int dq_col0 = (warp >> 2) * DQ_COLS;
     const wgmma_desc_t ds_desc = wgmma_desc(ds_tile, 0, OWN_KEYS * 128, 1024);
-    const wgmma_desc_t k_trans = wgmma_desc(k_tile, dq_col0 / 64 * OWN_KEYS * 128 + dq_col0 % 64 * 2,
-                                            OWN_KEYS * 128, 1024);
+    const wgmma_desc_t k_trans = wgmma_desc(k_tile, 0, OWN_KEYS * 128, 1024);
+/* Bytes to the product's first column, col (a multiple of 16): its panel, then 2 bytes a column. */
+#define K_COLUMN_BYTES(col) ((uint)((col) / 64 * OWN_KEYS * 128 + (col) % 64 * 2))
     __global float *dq_accum = workspace + accum_off + ((ulong)b * heads_q + (ulong)hk * group) * seq_q * HEAD_DIM;
     /* This thread's dS words: key row ds_row (+8) of the tile, chunk j of the row at j ^ (ds_row % 8). */
     const int ds_row = group_key0 - k0 + 16 * (warp & 3) + (lane >> 2);
@@ -468,8 +474,11 @@ NV_UNROLL
         barrier(CLK_LOCAL_MEM_FENCE);
         wgmma_fence();
 NV_UNROLL
-        for (int kc = 0; kc < OWN_KEYS / 16; kc++)
-            wgmma_ss_trans(DQ_COLS, dq, wgmma_desc_plus(ds_desc, kc * 2048), wgmma_desc_plus(k_trans, kc * 2048), kc);
+        for (int part = 0; part < DQ_COLS / DQ_PART; part++)
+NV_UNROLL
+            for (int kc = 0; kc < OWN_KEYS / 16; kc++)
+                wgmma_ss_trans(DQ_PART, &dq[part * DQ_PART / 2], wgmma_desc_plus(ds_desc, kc * 2048),
+                               wgmma_desc_plus(k_trans, K_COLUMN_BYTES(dq_col0 + part * DQ_PART) + kc * 2048), kc);
         wgmma_commit();
 #endif
         wgmma_wait_all();

@@ -65,10 +65,10 @@
 #error "HEAD_DIM and HEAD_DIM_V must be multiples of 16, at most 256"
 #endif
 /* Q's fragments held in registers for the whole key loop (KSTEPS x 4 a thread), or read from the Q tile by
- * ldmatrix at each k-step: past d = 128 the accumulator alone is 4 d / 8 registers a thread (128 at 256),
- * and Q's 64 more would spill. The extra ldmatrix reads local memory, which decode leaves idle. */
+ * ldmatrix at each k-step: past d = 128 Q's are over 32 registers a thread, and past dv = 128 the accumulator
+ * alone is 4 dv / 8 (128 at 256): Q's 64 more would spill. The extra ldmatrix reads local memory, which decode leaves idle. */
 #ifndef Q_IN_REGISTERS
-#define Q_IN_REGISTERS (HEAD_DIM <= 128)
+#define Q_IN_REGISTERS (HEAD_DIM <= 128 && HEAD_DIM_V <= 128)
 #endif
 #if BLOCK_N % WARPS != 0 || KW % 16 != 0
 #error "BLOCK_N must be WARPS times a multiple of 16"

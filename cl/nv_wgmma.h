@@ -350,9 +350,8 @@ WGMMA_SS(32, 16)
 WGMMA_SS(64, 32)
 WGMMA_SS(128, 64)
 WGMMA_SS(192, 96)
-/* dQ += dS K in the backward's dK/dV pass (flash_backward_wgmma.cl's FUSED_DQ): half the head dim a warpgroup. */
+/* dQ += dS K in the backward's dK/dV pass (flash_backward_wgmma.cl's FUSED_DQ, its DQ_PART). */
 WGMMA_SS_TRANS(16, 8)
-WGMMA_SS_TRANS(32, 16)
 WGMMA_SS_TRANS(64, 32)
 /* O += PV: one product the whole head dim. */
 WGMMA_RS(16, 8, trans, 1)

@@ -602,13 +602,12 @@ static void backward_wgmma_geometry(const struct device_desc *dev, const struct 
     *workgroup = 32 * s->axis[W];
 }
 
-/* The atomic variant (cl/flash_backward_wgmma.cl's FUSED_DQ): 8 warps, 64-query blocks, d 32, 64 or 128 (each
- * warpgroup's dQ product is half the head dim, within one 64-column panel or one whole). */
+/* The atomic variant (cl/flash_backward_wgmma.cl's FUSED_DQ): 8 warps, 64-query blocks (the table's head dims:
+ * multiples of 32 up to 128, half of which is each warpgroup's dQ). */
 static bool backward_wgmma_atomic_launchable(const struct device_desc *dev, const struct kernel_shape *s,
                                              const struct problem *p)
 {
-    return backward_wgmma_launchable(dev, s, p) && s->axis[W] == 8 && s->axis[M] == 64 &&
-           (p->head_dim == 32 || p->head_dim == 64 || p->head_dim == 128);
+    return backward_wgmma_launchable(dev, s, p) && s->axis[W] == 8 && s->axis[M] == 64;
 }
 
 /* Its one kernel with tiles (no dq pass): backward_wgmma_local_bytes' dK/dV arrays and the block's dSᵀ, 128 keys
@@ -1049,7 +1048,7 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "backward-wgmma-atomic", .file = "cl/flash_backward_wgmma.cl",
-        .summary = "As backward-wgmma at d = 32, 64 and 128, dQ added up by the dK/dV pass with float atomics (no dQ pass): dQ's bits may change from run to run. Opt-in.",
+        .summary = "As backward-wgmma, dQ added up by the dK/dV pass with float atomics (no dQ pass): dQ's bits may change from run to run. Opt-in.",
         .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq_convert"},

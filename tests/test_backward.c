@@ -672,7 +672,8 @@ END_TEST
 /* Past d = 128 its two warpgroups split dK's and dV's columns, overlapping (128 + 32 at d = 160: with a cap,
  * ALiBi and a sink, GQA, causal, Nq < Nk), or not (128 + 128 at d = 256, 32-key dQ blocks, Nq > Nk); 32-key
  * dQ blocks at d = 32, where S's products are split in 16-key halves; the atomic variant (dQ added up by the
- * dK/dV pass: a key block past seq_kv, a query block past seq_q, two query heads a KV head, a cap and ALiBi).
+ * dK/dV pass: a key block past seq_kv, a query block past seq_q, two query heads a KV head, a cap and ALiBi; at
+ * d = 96 the second warpgroup's dQ columns 48..95 span two panels).
  * kb: the shape's local memory, emulated. */
 static const struct {
     struct bwd_case c;
@@ -686,6 +687,8 @@ static const struct {
      "backward-wgmma", 72},
     {{1, 90, 110, 4, 2, 64, BF16, 1, 0, LAYOUT_BNHD, .softcap = 3.0f, .alibi = 1}, "backward-wgmma-atomic:on",
      "atomic dQ, d = 64", "backward-wgmma-atomic", 87},
+    {{1, 70, 50, 2, 1, 96, F16, 0, 0, LAYOUT_BHND}, "backward-wgmma-atomic:on", "atomic dQ, d = 96",
+     "backward-wgmma-atomic", 151},
 };
 
 START_TEST(head_dims_on_wgmma)

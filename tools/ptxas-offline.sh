@@ -93,7 +93,7 @@ if grep -q "^\.extern" "$tmp/kernel.ptx"; then
     exit 1
 fi
 if [ -n "${SM90A:-}" ]; then
-    sed -i -e 's/^\.target sm_80/.target sm_90a/' -e 's/^\.version 7\.0/.version 8.1/' -e 's|// @fcl-sm90a ||' "$tmp/kernel.ptx"
+    sed -i -e 's/^\.target sm_80/.target sm_90a/' -e 's/^\.version 7\.0/.version 8.0/' -e 's|// @fcl-sm90a ||' "$tmp/kernel.ptx"
 fi
 [ -z "${KEEP_PTX:-}" ] || cp "$tmp/kernel.ptx" "$KEEP_PTX"
 # shellcheck disable=SC2086  # PTXAS_FLAGS: words on purpose
