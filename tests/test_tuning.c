@@ -1109,6 +1109,8 @@ START_TEST(emulated_tensor_core_footprints)
          * forced 4-warp shape at d = 96 (whole panels: 97 KiB for dK/dV) */
         {OP_BACKWARD, 64, 64, "", "backward-wgmma", 0, 128},
         {OP_BACKWARD, 96, 64, "backward-wgmma:warps=4,block_m=64,block_n=64", "backward-wgmma", 0, 128},
+        /* The atomic one: dK/dV with the dS tile (87 KiB with the scratch at d = 64), then the convert step */
+        {OP_BACKWARD, 64, 64, "backward-wgmma-atomic:on", "backward-wgmma-atomic", 0, 128},
     };
     /* The smallest shapes these plans can shrink to (d = 160, 2 warps x 16 rows, 16 keys: 33 KB with the
      * emulator's scratch) need more than OpenCL 1.2's 32 KB minimum; a device with less plans the FMA
@@ -1126,7 +1128,8 @@ START_TEST(emulated_tensor_core_footprints)
         params.device = e->device;
         params.kernel_options = kernels[i].options;
         const bool wgmma = kernel_is(kernels[i].kernel, "tensor-core-wgmma") ||
-                           kernel_is(kernels[i].kernel, "backward-wgmma");
+                           kernel_is(kernels[i].kernel, "backward-wgmma") ||
+                           kernel_is(kernels[i].kernel, "backward-wgmma-atomic");
         if (device_local < (cl_ulong)kernels[i].min_kb * 1024) {
             printf("emulated %s footprint at d = %d: skipped (%llu bytes of local memory)\n", kernels[i].options,
                    kernels[i].d, (unsigned long long)device_local);
@@ -1265,6 +1268,40 @@ START_TEST(value_head_dim_plans)
         snprintf(label, sizeof(label), "%s d=%d dv=%d", plan.kernel->name, built[i].d, built[i].dv);
         check_built_footprint(ctx, &plan, label);
         flashcl_context_destroy(&ctx);
+    }
+    clReleaseMemObject(mem);
+}
+END_TEST
+
+/* The FMA backward kernels with a value head dim: the table's footprint (dO's and V's tiles at dv) is what
+ * their built kernels declare. */
+START_TEST(value_head_dim_backward_footprints)
+{
+    struct test_env *e = test_env_get();
+    static const struct {
+        const char *options;
+        int d, dv;
+        const char *kernel;
+    } cases[] = {
+        {"", 48, 24, "backward-tiled"},
+        {"backward-tiled:block_m=16,block_n=32", 192, 128, "backward-tiled"},
+        {"backward-tiled:off", 40, 72, "backward"},
+        {"backward-tiled:off;backward:block_m=8,block_n=16", 20, 36, "backward"},
+    };
+    cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 2 * 64 * 256 * 4, NULL, NULL);
+    ck_assert_ptr_nonnull(mem);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        flashcl_context *ctx = test_context_with_options(cases[i].options);
+        struct flashcl_attention a = dv_shape(cases[i].d, cases[i].dv, 1, mem);
+        struct problem p;
+        fcl_forward_problem(&a, &p);
+        p.op = OP_BACKWARD;
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &p, 1.0f, &plan));
+        ck_assert_str_eq(plan.kernel->name, cases[i].kernel);
+        char label[96];
+        snprintf(label, sizeof(label), "%s d=%d dv=%d", cases[i].kernel, cases[i].d, cases[i].dv);
+        check_built_steps_footprint(ctx, &plan, label);
     }
     clReleaseMemObject(mem);
 }
@@ -1906,6 +1943,7 @@ int main(void)
     TCase *dv = tcase_create("value head dim");
     tcase_set_timeout(dv, 600);
     tcase_add_test(dv, value_head_dim_plans);
+    tcase_add_test(dv, value_head_dim_backward_footprints);
     suite_add_tcase(s, dv);
     return test_run_suite(s);
 }
