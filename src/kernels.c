@@ -1048,7 +1048,7 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "backward-wgmma-atomic", .file = "cl/flash_backward_wgmma.cl",
-        .summary = "As backward-wgmma, dQ added up by the dK/dV pass with float atomics (no dQ pass): dQ's bits may change from run to run. Opt-in.",
+        .summary = "As backward-wgmma, dQ added up by the dK/dV pass with float atomics (no dQ pass): dQ's bits may change from run to run. Opt-in: slower on the H200.",
         .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq_convert"},
