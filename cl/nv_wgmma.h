@@ -323,22 +323,18 @@ static inline void wgmma_turn_pass(int group)
                          : WGMMA_OUTS##c                                                                            \
                          : "r"(accumulate), "l"(desc_b), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));                \
     }
-#define WGMMA_SS(n, c)                                                                                               \
-    static inline void wgmma_n##n##_kmajor_ss(float *d, ulong desc_a, ulong desc_b, int accumulate)                \
+/* The _ss forms: name_suffix kmajor_ss (A and B K-major) or trans_ss (both MN-major); operands their placeholders
+ * (WGMMA_SS_OPERANDS or WGMMA_SS_TRANS_OPERANDS) and trans_b B's transpose bit. */
+#define WGMMA_SS_FORM(n, c, name_suffix, operands, trans_b)                                                          \
+    static inline void wgmma_n##n##_##name_suffix(float *d, ulong desc_a, ulong desc_b, int accumulate)            \
     {                                                                                                               \
         __asm__ volatile(SM90A "{ .reg .pred p; " WGMMA_NEXT##c(WGMMA_PREDICATE) WGMMA_OP(n) " {" WGMMA_REGS##c    \
-                         "}, " WGMMA_NEXT##c(WGMMA_SS_OPERANDS) "0; }"                                              \
+                         "}, " WGMMA_NEXT##c(operands) #trans_b "; }"                                               \
                          : WGMMA_OUTS##c                                                                            \
                          : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
     }
-#define WGMMA_SS_TRANS(n, c)                                                                                         \
-    static inline void wgmma_n##n##_trans_ss(float *d, ulong desc_a, ulong desc_b, int accumulate)                 \
-    {                                                                                                               \
-        __asm__ volatile(SM90A "{ .reg .pred p; " WGMMA_NEXT##c(WGMMA_PREDICATE) WGMMA_OP(n) " {" WGMMA_REGS##c    \
-                         "}, " WGMMA_NEXT##c(WGMMA_SS_TRANS_OPERANDS) "1; }"                                        \
-                         : WGMMA_OUTS##c                                                                            \
-                         : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
-    }
+#define WGMMA_SS(n, c) WGMMA_SS_FORM(n, c, kmajor_ss, WGMMA_SS_OPERANDS, 0)
+#define WGMMA_SS_TRANS(n, c) WGMMA_SS_FORM(n, c, trans_ss, WGMMA_SS_TRANS_OPERANDS, 1)
 /* S = QKᵀ: 32, 64, 128 or 192 keys a product (S_PART in flash_forward_mma.cl); 16 the backward's half of a
  * 32-key block where d = 32 (flash_backward_wgmma.cl's N_PART). */
 WGMMA_RS(32, 16, kmajor, 0)
