@@ -31,12 +31,20 @@ int bench_parse_decode(const char *list, struct decode_shape *out, int max)
     return count;
 }
 
-/* Largest |O - reference| over a few sampled (sequence, head, row) of a
- * [B, N, H, d] problem; causal when more than one query (chunked prefill). */
-static double sampled_error(const struct decode_shape *s, int d, flashcl_dtype dtype, const void *q, const void *k,
-                            const void *v, const void *o)
+/* Element (b, key, KV head g, e) of a dense cache in its layout. */
+static size_t kv_index(const struct decode_shape *s, enum decode_kv_layout layout, size_t d, size_t b, size_t key,
+                       size_t g, size_t e)
 {
-    const size_t nk = (size_t)s->seq_kv, hk = (size_t)s->heads_kv, dd = (size_t)d;
+    const size_t nk = (size_t)s->seq_kv, hk = (size_t)s->heads_kv;
+    return (layout == DECODE_KV_BHND ? (b * hk + g) * nk + key : (b * nk + key) * hk + g) * d + e;
+}
+
+/* Largest |O - reference| over a few sampled (sequence, head, row) of a
+ * problem whose Q and O are [B, N, H, d]; causal when more than one query (chunked prefill). */
+static double sampled_error(const struct decode_shape *s, enum decode_kv_layout layout, int d, flashcl_dtype dtype,
+                            const void *q, const void *k, const void *v, const void *o)
+{
+    const size_t nk = (size_t)s->seq_kv, dd = (size_t)d;
     double *kd = malloc(nk * dd * sizeof(double)), *vd = malloc(nk * dd * sizeof(double));
     double *scratch = malloc(nk * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM], lse;
     double max_err = kd && vd && scratch ? 0 : NAN;
@@ -45,8 +53,8 @@ static double sampled_error(const struct decode_shape *s, int d, flashcl_dtype d
         const size_t row = (size_t)(s->seq_q - 1 - sample % s->seq_q), g = h / (size_t)(s->heads_q / s->heads_kv);
         for (size_t j = 0; j < nk; j++)
             for (size_t e = 0; e < dd; e++) {
-                kd[j * dd + e] = hostref_load(k, dtype, ((b * nk + j) * hk + g) * dd + e);
-                vd[j * dd + e] = hostref_load(v, dtype, ((b * nk + j) * hk + g) * dd + e);
+                kd[j * dd + e] = hostref_load(k, dtype, kv_index(s, layout, dd, b, j, g, e));
+                vd[j * dd + e] = hostref_load(v, dtype, kv_index(s, layout, dd, b, j, g, e));
             }
         const size_t q_at = ((b * (size_t)s->seq_q + row) * (size_t)s->heads_q + h) * dd;
         for (size_t e = 0; e < dd; e++)
@@ -98,13 +106,16 @@ static void *page_pool(const void *dense, flashcl_dtype dtype, const struct deco
 }
 
 flashcl_status bench_decode_create(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
-                                   int page_size, struct decode_problem *p)
+                                   int page_size, enum decode_kv_layout layout, struct decode_problem *p)
 {
     memset(p, 0, sizeof(*p));
+    if (page_size > 0 && layout != DECODE_KV_BNHD)
+        return FLASHCL_INVALID_VALUE;  /* a paged cache's pages hold [page_size, Hkv, d] */
     p->shape = *s;
     p->d = d;
     p->dtype = dtype;
     p->page_size = page_size;
+    p->layout = layout;
     const size_t esize = flashcl_dtype_size(dtype);
     const size_t q_elems = (size_t)s->batch * (size_t)s->seq_q * (size_t)s->heads_q * (size_t)d;
     const size_t kv_elems = (size_t)s->batch * (size_t)s->seq_kv * (size_t)s->heads_kv * (size_t)d;
@@ -181,8 +192,10 @@ flashcl_status bench_decode_create(struct bench_env *env, const struct decode_sh
     a->head_dim = d;
     a->q = flashcl_tensor_bnhd(b->q, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
     const size_t rows = page_size ? (size_t)page_size : (size_t)s->seq_kv;  /* a page is a "batch" of the pool */
-    a->k = flashcl_tensor_bnhd(b->k, dtype, rows, (size_t)s->heads_kv, (size_t)d);
-    a->v = flashcl_tensor_bnhd(b->v, dtype, rows, (size_t)s->heads_kv, (size_t)d);
+    flashcl_tensor (*kv_view)(cl_mem, flashcl_dtype, size_t, size_t, size_t) =
+        layout == DECODE_KV_BHND ? flashcl_tensor_bhnd : flashcl_tensor_bnhd;
+    a->k = kv_view(b->k, dtype, rows, (size_t)s->heads_kv, (size_t)d);
+    a->v = kv_view(b->v, dtype, rows, (size_t)s->heads_kv, (size_t)d);
     a->o = flashcl_tensor_bnhd(b->o, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
     a->mask = s->seq_q > 1 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged) on b.attn. */
@@ -220,7 +233,7 @@ static double read_error(struct bench_env *env, struct decode_problem *p)
                          flashcl_dtype_size(p->dtype);
     if (clEnqueueReadBuffer(env->queue, p->b.o, CL_TRUE, 0, bytes, p->o, 0, NULL, NULL) != CL_SUCCESS)
         return INFINITY;
-    return sampled_error(s, p->d, p->dtype, p->q, p->k, p->v, p->o);
+    return sampled_error(s, p->layout, p->d, p->dtype, p->q, p->k, p->v, p->o);
 }
 
 double bench_decode_error(struct bench_env *env, struct decode_problem *p)
@@ -231,16 +244,18 @@ double bench_decode_error(struct bench_env *env, struct decode_problem *p)
 }
 
 flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
-                            int page_size, int warmup, int reps, struct decode_result *r)
+                            int page_size, enum decode_kv_layout layout, int warmup, int reps,
+                            struct decode_result *r)
 {
     memset(r, 0, sizeof(*r));
     r->shape = *s;
     r->d = d;
+    r->layout = layout;
     r->dtype = dtype;
     r->page_size = page_size;
     r->last_ms = NAN;  /* until a run measures it */
     struct decode_problem p;
-    flashcl_status st = bench_decode_create(env, s, d, dtype, page_size, &p);
+    flashcl_status st = bench_decode_create(env, s, d, dtype, page_size, layout, &p);
     struct flashcl_tile t;
     if (st == FLASHCL_SUCCESS)
         st = bench_decode_config(env, &p, &t);

@@ -9,9 +9,14 @@ struct decode_shape {
     int batch, heads_q, heads_kv, seq_q, seq_kv;
 };
 
+/* Where a dense cache's rows lie: [B, Nk, Hkv, d] (flashcl's KV cache, a token's heads together) or
+ * [B, Hkv, Nk, d] (a head's keys contiguous, PyTorch's usual). A paged cache is always the first. */
+enum decode_kv_layout { DECODE_KV_BNHD, DECODE_KV_BHND };
+
 struct decode_result {
     struct decode_shape shape;
     int d;
+    enum decode_kv_layout layout;
     flashcl_dtype dtype;
     int page_size;  /* 0: a dense cache; else a paged one of pages this large */
     flashcl_status status;
@@ -29,7 +34,8 @@ int bench_parse_decode(const char *list, struct decode_shape *out, int max);
  * the keys in a paged cache instead (shuffled pages, device lengths and
  * block table, as a serving loop keeps them), flashcl_forward_kv_cache. */
 flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
-                            int page_size, int warmup, int reps, struct decode_result *r);
+                            int page_size, enum decode_kv_layout layout, int warmup, int reps,
+                            struct decode_result *r);
 
 /* One decode shape's inputs, made once and run by any context of the same
  * OpenCL context (flashcl-probe times every candidate on one). Not to be
@@ -37,6 +43,7 @@ flashcl_status bench_decode(struct bench_env *env, const struct decode_shape *s,
 struct decode_problem {
     struct decode_shape shape;
     int d, page_size;
+    enum decode_kv_layout layout;
     flashcl_dtype dtype;
     void *q, *k, *v, *o;     /* host: Q, the dense K and V (the reference's), O read back */
     struct bench_buffers b;  /* b.attn is the call (b.kv_lengths/kv_pages when paged) */
@@ -49,7 +56,7 @@ struct decode_problem {
 /* Random inputs (seeded by the shape) in buffers of env's OpenCL context;
  * on failure nothing is held (p all zero). */
 flashcl_status bench_decode_create(struct bench_env *env, const struct decode_shape *s, int d, flashcl_dtype dtype,
-                                   int page_size, struct decode_problem *p);
+                                   int page_size, enum decode_kv_layout layout, struct decode_problem *p);
 /* The kernel and tile env's context plans for it. */
 flashcl_status bench_decode_config(struct bench_env *env, const struct decode_problem *p, struct flashcl_tile *t);
 /* Runs env's context on it once: the largest sampled |O - reference|

@@ -39,6 +39,7 @@ struct options {
     struct decode_shape decode[MAX_DECODE];
     int decode_count;  /* > 0: the decode mode instead of the sweep */
     int page_size;     /* > 0: the decode mode also on a paged cache of such pages */
+    enum decode_kv_layout kv_layout;  /* the decode mode's dense cache */
     struct varlen_batch varlen;  /* count > 0: the varlen mode instead of the sweep */
     bool heads_given;
     int passes;  /* bit set of enum bench_pass */
@@ -65,6 +66,8 @@ static void usage(FILE *f)
             "                  multiple of 16; shuffled pages, device lengths and block table)\n"
             "  --decode LIST   B:Hq:Hkv:Nq:Nk,... decode / chunked-prefill shapes (causal when\n"
             "                  Nq > 1) instead of the sweep, with --d and --dtype; reports K+V GB/s\n"
+            "  --kv-layout L   with --decode: the dense cache as bnhd ([B, Nk, Hkv, d], the default:\n"
+            "                  flashcl's KV cache) or bhnd ([B, Hkv, Nk, d], PyTorch's usual)\n"
             "  --varlen LIST   L1,L2,... one packed batch of sequences of these lengths (queries =\n"
             "                  keys, flashcl_forward_varlen) instead of the sweep, with --heads,\n"
             "                  --d, --dtype, --causal; next to it one dense call of the same tokens\n"
@@ -178,6 +181,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"json", required_argument, 0, 'J'},   {"quick", no_argument, 0, 'q'},
         {"verbose", no_argument, 0, 'v'},       {"pass", required_argument, 0, 'P'},
         {"decode", required_argument, 0, 'D'}, {"page-size", required_argument, 0, 'S'},
+        {"kv-layout", required_argument, 0, 'Y'},
         {"varlen", required_argument, 0, 'L'}, {"heads", required_argument, 0, 'K'},
         {"calls", required_argument, 0, 'N'},  {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'},
         {"sinks", no_argument, 0, 's'},
@@ -198,6 +202,10 @@ static void parse_options(int argc, char **argv, struct options *o)
         case 'P': bad = (o->passes = bench_parse_passes(optarg)) <= 0; break;
         case 'D': bad = (o->decode_count = bench_parse_decode(optarg, o->decode, MAX_DECODE)) <= 0; break;
         case 'S': bad = (o->page_size = atoi(optarg)) < 16 || o->page_size % 16; break;
+        case 'Y':
+            o->kv_layout = strcmp(optarg, "bhnd") == 0 ? DECODE_KV_BHND : DECODE_KV_BNHD;
+            bad = strcmp(optarg, "bhnd") != 0 && strcmp(optarg, "bnhd") != 0;
+            break;
         case 'L':
             free(o->varlen.lengths);
             bad = (o->varlen.count = bench_parse_lengths(optarg, &o->varlen.lengths, &why)) <= 0;
@@ -448,10 +456,11 @@ static int run_decode(struct bench_env *env, const struct options *opt)
     }
     if (csv)
         fprintf(csv, "device,mode,batch,heads_q,heads_kv,Nq,Nk,d,dtype,status,kernel,splits,median_ms,kv_gb_s,err_ref,"
-                     "last_ms\n");
+                     "last_ms,kv_layout\n");
     printf("\nflashcl-bench --decode on %s (median of the timed runs, OpenCL profiling events; K+V GB/s: the\n"
            "cache's K and V read once per call; last ms: the last command's own time, the merge of a split\n"
-           "call)\n", env->device_name);
+           "call); a dense cache as %s\n", env->device_name,
+           opt->kv_layout == DECODE_KV_BHND ? "[B, Hkv, Nk, d]" : "[B, Nk, Hkv, d]");
     printf("%5s %4s %4s %5s %7s %4s %5s %-15s %6s %10s %9s %10s %8s\n", "batch", "Hq", "Hkv", "Nq", "Nk", "d", "dtype",
            "kernel", "splits", "ms", "K+V GB/s", "err(ref)", "last ms");
     int failures = 0;
@@ -461,8 +470,9 @@ static int run_decode(struct bench_env *env, const struct options *opt)
               for (int paged = 0; paged <= (opt->page_size > 0); paged++) {
                 struct decode_result r;
                 const flashcl_dtype dtype = opt->dtype[t];
-                bench_decode(env, &opt->decode[i], opt->d[a], dtype, paged ? opt->page_size : 0, opt->warmup,
-                             opt->reps, &r);
+                const enum decode_kv_layout layout = paged ? DECODE_KV_BNHD : opt->kv_layout;
+                bench_decode(env, &opt->decode[i], opt->d[a], dtype, paged ? opt->page_size : 0, layout,
+                             opt->warmup, opt->reps, &r);
                 char kernel[48];
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
@@ -479,10 +489,10 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                     failures += !(r.err_ref <= bench_tolerance(&c));
                 }
                 if (csv)
-                    fprintf(csv, "\"%s\",%s,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d,%.6f,%.2f,%.3e,%.6f\n", env->device_name,
+                    fprintf(csv, "\"%s\",%s,%d,%d,%d,%d,%d,%d,%s,%s,%s,%d,%.6f,%.2f,%.3e,%.6f,%s\n", env->device_name,
                             paged ? "decode-paged" : "decode", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv,
                             r.d, flashcl_dtype_name(dtype), flashcl_status_name(r.status), kernel, r.splits,
-                            r.median_ms, r.kv_gb_s, r.err_ref, r.last_ms);
+                            r.median_ms, r.kv_gb_s, r.err_ref, r.last_ms, layout == DECODE_KV_BHND ? "bhnd" : "bnhd");
                 fflush(stdout);  /* the rows so far survive a later shape that takes the process down */
                 if (csv)
                     fflush(csv);

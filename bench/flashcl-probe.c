@@ -548,7 +548,7 @@ static bool key_problem(flashcl_context *ctx, cl_command_queue queue, const stru
     t->decode = malloc(sizeof(*t->decode));  /* not moved once made: its buffers point into it */
     struct bench_env env = {.ctx = ctx, .queue = queue};
     const struct decode_shape s = decode_shape_of(key, opt, check);
-    if (!t->decode || bench_decode_create(&env, &s, key->d, key->dtype, 0, t->decode) != FLASHCL_SUCCESS) {
+    if (!t->decode || bench_decode_create(&env, &s, key->d, key->dtype, 0, DECODE_KV_BNHD, t->decode) != FLASHCL_SUCCESS) {
         free(t->decode);
         t->decode = NULL;
         return false;

@@ -13,8 +13,11 @@
 #                    cache; group sizes 1, 4, 5, 7, 8, 16 at d 64/128/256, batch 1-64, 4k-128k keys (the grid is
 #                    listed in the mode below); flashcl-bench --decode and PyTorch's FA2 and cuDNN (SDPA,
 #                    enable_gqa) on the same shapes; four of the d=128 shapes paged (PAGE_SIZE) against dense;
-#                    K+V GB/s against COPY_CEILING (4204 GB/s) in $OUT/decode-table.md. DT_CALLS calls back to
-#                    back (1), DT_NK_DIV divides every cache length (1; a small run to check the flow))
+#                    K+V GB/s against COPY_CEILING (default: flashcl-probe's copy rate on that card) in $OUT/decode-table.md. DT_CALLS calls back to
+#                    back (1), DT_NK_DIV divides every cache length (1; a small run to check the flow); each
+#                    dense table on each layout of DT_LAYOUTS ("bnhd bhnd"), flashcl and PyTorch on the same one)
+#   bench/gpu-run.sh decode-sweep ["W,N W,N ..."]   (decode-tensor-core's tiles forced, warps x keys a block, on
+#                    SWEEP_SHAPES at SWEEP_D (128), SWEEP_SPLITS split counts (the plan's); K+V GB/s)
 #   bench/gpu-run.sh varlen ["L1,L2,..."]   (varlen prefill: flashcl-bench --varlen on a realistic mix,
 #                    VARLEN_COUNT (64) lengths log-uniform in VARLEN_MIN..VARLEN_MAX (100..8000) from
 #                    VARLEN_SEED (1), or the list given; GQA 32:8, d 128 and 64, f16 and bf16, causal 0 and 1;
@@ -169,43 +172,81 @@ if [ "$MODE" = decode-table ]; then
     echo "$out"
   }
   DT_CALLS=${DT_CALLS:-1} STEP=${DT_STEP_TIMEOUT:-240}
+  # The copy ceiling of the card that runs the table (an H100's is not an H200's), unless COPY_CEILING names one.
+  if [ -z "${COPY_CEILING:-}" ]; then
+    COPY_CEILING=$("$BUILD/bench/flashcl-probe" --json 2>/dev/null |
+      python3 -c 'import json,sys; print(round(json.load(sys.stdin)["probed"]["copy_gb_s"]))' 2>/dev/null) || COPY_CEILING=4204
+    echo "copy ceiling measured by flashcl-probe: $COPY_CEILING GB/s" | tee "$OUT/decode-table-ceiling.txt"
+  fi
   dt_failed() {  # STEP_NAME EXIT_STATUS LOG: status=1, and a line in LOG saying how the step ended
     status=1
     if [ "$2" -eq 124 ]; then echo "$1: cut at $STEP s (the rows it wrote are kept)"; else echo "$1: exit $2"; fi >> "$3"
   }
+  # Each layout of DT_LAYOUTS (bnhd: [B, Nk, Hkv, d], flashcl's KV cache; bhnd: [B, Hkv, Nk, d], PyTorch's
+  # usual): flashcl and PyTorch both on that layout, so each table compares the same bytes read the same way.
+  DT_LAYOUTS=${DT_LAYOUTS:-bnhd bhnd}
   : > "$OUT/decode-table.log"
-  fl_csvs='' torch_csvs=''
-  for d in 64 128 256; do
-    shapes=$(dt_scale "${DT_SHAPES[$d]}")
-    timeout "$STEP" "$BUILD/bench/flashcl-bench" --decode "$shapes" --d "$d" --dtype f16 --calls "$DT_CALLS" \
-      --csv "$OUT/decode-table-flashcl-d$d.csv" >> "$OUT/decode-table.log" 2>&1 ||
-      dt_failed "flashcl-bench d=$d" $? "$OUT/decode-table.log"
-    fl_csvs+=${fl_csvs:+,}$OUT/decode-table-flashcl-d$d.csv
+  declare -A fl_csvs torch_csvs
+  for layout in $DT_LAYOUTS; do
+    for d in 64 128 256; do
+      shapes=$(dt_scale "${DT_SHAPES[$d]}")
+      csv=$OUT/decode-table-flashcl-$layout-d$d.csv
+      timeout "$STEP" "$BUILD/bench/flashcl-bench" --decode "$shapes" --d "$d" --dtype f16 --calls "$DT_CALLS" \
+        --kv-layout "$layout" --csv "$csv" >> "$OUT/decode-table.log" 2>&1 ||
+        dt_failed "flashcl-bench $layout d=$d" $? "$OUT/decode-table.log"
+      fl_csvs[$layout]+=${fl_csvs[$layout]:+,}$csv
+    done
   done
   paged=$(dt_scale "$DT_PAGED")
   timeout "$STEP" "$BUILD/bench/flashcl-bench" --decode "$paged" --d 128 --dtype f16 --page-size "${PAGE_SIZE:-256}" \
     --calls "$DT_CALLS" --csv "$OUT/decode-table-paged.csv" >> "$OUT/decode-table.log" 2>&1 ||
     dt_failed "flashcl-bench paged" $? "$OUT/decode-table.log"
-  grep -E "^ +[0-9]|^flashcl-bench .*: (exit|cut)" "$OUT/decode-table.log"
-  for d in 64 128 256; do  # PyTorch on the identical shapes, after flashcl's, in the same call
-    shapes=$(dt_scale "${DT_SHAPES[$d]}")
-    timeout "$STEP" python3 bench/torch_sdpa.py --decode "$shapes" --d "$d" --dtype f16 --backends fa2,cudnn \
-      --calls "$DT_CALLS" --csv "$OUT/decode-table-torch-d$d.csv" 2>>"$OUT/decode-table-torch.log" ||
-      dt_failed "torch_sdpa.py d=$d" $? "$OUT/decode-table-torch.log"
-    torch_csvs+=${torch_csvs:+,}$OUT/decode-table-torch-d$d.csv
+  grep -E "^ +[0-9]|^flashcl-bench .*: (exit|cut)|dense cache as" "$OUT/decode-table.log"
+  for layout in $DT_LAYOUTS; do  # PyTorch on the identical shapes and layout, after flashcl's, in the same call
+    for d in 64 128 256; do
+      shapes=$(dt_scale "${DT_SHAPES[$d]}")
+      csv=$OUT/decode-table-torch-$layout-d$d.csv
+      timeout "$STEP" python3 bench/torch_sdpa.py --decode "$shapes" --d "$d" --dtype f16 --backends fa2,cudnn \
+        --kv-layout "$layout" --calls "$DT_CALLS" --csv "$csv" 2>>"$OUT/decode-table-torch.log" ||
+        dt_failed "torch_sdpa.py $layout d=$d" $? "$OUT/decode-table-torch.log"
+      torch_csvs[$layout]+=${torch_csvs[$layout]:+,}$csv
+    done
   done
   # what PyTorch refused or could not hold, and why; an exit and its error where a step failed whole
   grep -E "^torch_sdpa|^[A-Za-z.]*Error" "$OUT/decode-table-torch.log" 2>/dev/null
   {
-    echo "## Decode, f16, dense: flashcl against PyTorch's FA2 and cuDNN in the same call (calls back to back: $DT_CALLS)"
+    echo "copy ceiling: $COPY_CEILING GB/s"
+    for layout in $DT_LAYOUTS; do
+      echo
+      echo "## Decode, f16, dense $layout: flashcl against PyTorch's FA2 and cuDNN on the same layout in the same call (calls back to back: $DT_CALLS)"
+      echo
+      python3 bench/compare.py --ceiling "$COPY_CEILING" --l2-mb "${L2_MB:-50}" "${fl_csvs[$layout]}" \
+        "${torch_csvs[$layout]}"
+    done
+    first=${DT_LAYOUTS%% *}
     echo
-    python3 bench/compare.py --ceiling "${COPY_CEILING:-4204}" --l2-mb "${L2_MB:-50}" "$fl_csvs" "$torch_csvs"
+    echo "## Paged (${PAGE_SIZE:-256}-key pages) against dense, d = 128 (PyTorch: dense $first)"
     echo
-    echo "## Paged (${PAGE_SIZE:-256}-key pages) against dense, d = 128"
-    echo
-    python3 bench/compare.py --ceiling "${COPY_CEILING:-4204}" --l2-mb "${L2_MB:-50}" \
-      "$OUT/decode-table-paged.csv" "$torch_csvs"
+    python3 bench/compare.py --ceiling "$COPY_CEILING" --l2-mb "${L2_MB:-50}" \
+      "$OUT/decode-table-paged.csv" "${torch_csvs[$first]}"
   } | tee "$OUT/decode-table.md"
+fi
+if [ "$MODE" = decode-sweep ]; then
+  # decode-tensor-core's tiles forced through FLASHCL_KERNELS: each "W,N" (warps, keys a block; the buffers
+  # follow from local memory) on SWEEP_SHAPES at each SWEEP_D, f16, dense [B, Nk, Hkv, d]; SWEEP_SPLITS
+  # ("S S ...", default the planner's) forces split counts too. One table of K+V GB/s per head dim.
+  SHAPES=${SWEEP_SHAPES:-8:32:8:1:32768,1:32:8:1:131072,64:32:8:1:4096,64:28:4:1:4096}
+  for d in ${SWEEP_D:-128}; do
+    for wn in ${1:-4,64 4,128 8,128 2,32}; do
+      for splits in ${SWEEP_SPLITS:-plan}; do
+        opts="decode-tensor-core:warps=${wn%,*},block_n=${wn#*,}"
+        [ "$splits" = plan ] || opts+=",splits=$splits"
+        echo "== d=$d $opts"
+        FLASHCL_KERNELS=$opts "$BUILD/bench/flashcl-bench" --decode "$SHAPES" --d "$d" --dtype f16 \
+          --csv "$OUT/decode-sweep-d$d-${wn/,/x}-$splits.csv" 2>&1 | grep -E "^ +[0-9]|error|ERROR" || status=1
+      done
+    done
+  done | tee "$OUT/decode-sweep.log"
 fi
 if [ "$MODE" = varlen ]; then
   # Varlen prefill of a realistic length mix, flashcl and PyTorch on the identical list in the same call.
