@@ -84,6 +84,7 @@
 #error "STAGES must be 2, 3 or 4"
 #endif
 
+#define SPLIT_MERGE_IN_PLACE 1  /* split.h: the last work-group of a KV head merges the splits (merge_here) */
 #include "storage.h"   /* storage_t, STORE: O and the split merge */
 #include "mask.h"      /* before nv_mma.h: its softmax masks by mask_visible */
 #include "varlen.h"
@@ -147,6 +148,7 @@ static inline void load_kv_rows(__local uint4 *k_tile, __local uint4 *v_tile, __
 #endif
 
 #include "forward_args.h"
+#include "split_combine.h"  /* flash_forward_combine, and split_merge_last for merge_here */
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_decode_mma(FORWARD_ARGS(storage_t))
@@ -370,6 +372,11 @@ NV_UNROLL
             lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + pos) * l_ss] = lse_row;
 #endif
     }
+#if SPLIT
+    /* The K buffers, idle since the last block, hold the merge's weights (the host checks they fit). */
+    if (merge_here)
+        split_merge_last(part, n_splits, b, hk, group, rows_used, rows_grid, start_q, o, o_off, o_sb, o_ss, o_sh,
+                         lse, l_off, l_sb, l_ss, l_sh, has_lse, sinks, sink_off, (__local float *)k_tiles,
+                         (__local int *)warp_m, tid, WG);
+#endif
 }
-
-#include "split_combine.h"

@@ -76,4 +76,17 @@ static inline void copy_async_commit(void)
 #define COPY_ASYNC_WAIT(n) __asm__ volatile("cp.async.wait_group " #n ";" ::: "memory")
 #endif /* NV_EMULATE */
 
+/* Orders this work-item's global memory accesses before and after it for every work-group of the device
+ * (PTX fence.acq_rel.gpu): a work-group's stores, then a count other work-groups read atomically (split.h's
+ * merge in place). Emulated, OpenCL's global fence (the CPU runtimes run work-groups as threads of one
+ * coherent memory). */
+static inline void device_fence(void)
+{
+#if NV_EMULATE
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+#else
+    __asm__ volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
 #endif

@@ -10,6 +10,15 @@
  * partials of a row by their LSE — exactly the same function:
  *     lse = log sum_s exp(lse_s),  O = sum_s exp(lse_s - lse) O_s.
  * That fills the device when batch x heads x query blocks cannot (decode).
+ *
+ * The workspace starts with SPLIT_COUNTERS ints, zero whenever no call is
+ * running (src/workspace.c zeroes a new buffer; each call leaves them zero),
+ * then the partials. With merge_here (kernels that define
+ * SPLIT_MERGE_IN_PLACE, where the host finds the merge fits), there is no
+ * second step: the last work-group of a (KV head, sequence) to finish counts
+ * the others in and merges every split's partials itself
+ * (split_combine.h's split_merge_last), in the same order and arithmetic
+ * as flash_forward_combine, so the result does not depend on which is last.
  */
 #ifndef FLASHCL_SPLIT_H
 #define FLASHCL_SPLIT_H
@@ -23,8 +32,12 @@
 #define OUT_DIM HEAD_DIM
 #endif
 
+/* Arrival counters before the partials: one per (sequence, KV head) of a call whose merge runs in place
+ * (src/kernel_table.h's FCL_SPLIT_COUNTERS, the same number). */
+#define SPLIT_COUNTERS 4096
+
 #if SPLIT
-#define SPLIT_ARGS , __global float *part, int n_splits
+#define SPLIT_ARGS , __global float *part, int n_splits, int merge_here
 
 /* Query block, split, head and batch of this work-group (heaviest query
  * blocks first when causal, as block_coordinates orders them). */
@@ -51,13 +64,14 @@ static inline void split_keys(int split, int n_splits, int *begin, int *end)
     *end = max(lo, min(*end, hi));
 }
 
-/* Element offset of (split, b, query head h, row) in the workspace: OUT_DIM + 1
+/* Element offset of (split, b, query head h, row) in the workspace (past the counters): OUT_DIM + 1
  * floats a row (O's columns, then the LSE); `heads` the query heads (grid dimension 1 holds them for the
  * kernels with query blocks, KV heads x group for decode's). */
 static inline ulong split_part(int split, int b, int h, int row, int rows, ulong heads)
 {
     const ulong batch = get_num_groups(2);
-    return ((((ulong)split * batch + (ulong)b) * heads + (ulong)h) * (ulong)rows + (ulong)row) * (OUT_DIM + 1);
+    return SPLIT_COUNTERS +
+           ((((ulong)split * batch + (ulong)b) * heads + (ulong)h) * (ulong)rows + (ulong)row) * (OUT_DIM + 1);
 }
 #else
 #define SPLIT_ARGS

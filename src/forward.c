@@ -127,10 +127,11 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
 
     /* The partials: dv + 1 floats per (split, sequence, head, row); a buffer the context keeps where one
      * is free (workspace.c), else the call's own. */
-    struct fcl_workspace ws = {NULL, -1};
+    struct fcl_workspace ws = {NULL, -1, NULL};
+    const cl_int merge_here = plan->merge_in_place;
     if (split) {
-        const size_t floats = (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q * (size_t)attn->seq_q *
-                              (dv + 1);
+        const size_t floats = FCL_SPLIT_COUNTERS + (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q *
+                                                       (size_t)attn->seq_q * (dv + 1);
         const flashcl_status wst = fcl_workspace_acquire(ctx, floats * sizeof(float), queue, &ws);
         if (wst != FLASHCL_SUCCESS)
             return wst;
@@ -144,7 +145,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     cl_kernel kernel, combine = NULL;
     const bool sm90a = (k->needs & NEEDS_SM90A) && !ctx->dev.tensor_cores_emulated;  /* emulated: plain OpenCL C */
     flashcl_status st = fcl_program_get_kernel(ctx, k->source, k->entry, plan->options, sm90a, &kernel);
-    if (st == FLASHCL_SUCCESS && split)
+    if (st == FLASHCL_SUCCESS && split && !merge_here)
         st = fcl_program_get_kernel(ctx, k->source, k->combine, plan->options, sm90a, &combine);
     if (st == FLASHCL_SUCCESS) {
         cl_uint arg = 0;
@@ -165,21 +166,50 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         if (split) {  /* cl/split.h's trailing arguments */
             err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &part);
             err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &splits);
-            err |= set_combine_args(combine, attn, part, splits, varlen);
+            err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &merge_here);
+            if (!merge_here)
+                err |= set_combine_args(combine, attn, part, splits, varlen);
         }
         if (err != CL_SUCCESS) {
             st = fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of %s failed", k->entry);
         } else {
-            err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, num_wait_events, wait_list,
-                                         split ? &last_use : event);
+            /* A new workspace's zeroing joins the caller's wait list. */
+            cl_event waits_inline[8], *waits = (cl_event *)wait_list, *waits_heap = NULL;
+            cl_uint n_waits = num_wait_events;
+            err = CL_SUCCESS;
+            if (ws.zeroed) {
+                if (n_waits >= 8)
+                    waits_heap = malloc(((size_t)n_waits + 1) * sizeof(cl_event));
+                waits = n_waits < 8 ? waits_inline : waits_heap;
+                if (waits) {
+                    for (cl_uint i = 0; i < n_waits; i++)
+                        waits[i] = wait_list[i];
+                    waits[n_waits++] = ws.zeroed;
+                } else {
+                    err = CL_OUT_OF_HOST_MEMORY;
+                }
+            }
+            if (err == CL_SUCCESS)
+                err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, n_waits, waits,
+                                             split ? &last_use : event);
+            free(waits_heap);
+            if (split && merge_here && err == CL_SUCCESS && event) {  /* the caller's reference, and the workspace's */
+                *event = last_use;
+                last_use = clRetainEvent(last_use) == CL_SUCCESS ? last_use : NULL;
+            }
             used = split && err == CL_SUCCESS;
+            if (split && err != CL_SUCCESS && ws.zeroed) {  /* the zeroing was enqueued: the buffer's last use */
+                used = true;
+                last_use = ws.zeroed;
+                ws.zeroed = NULL;
+            }
             if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err,
                               "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, %zu bytes local) failed (%d)",
                               k->entry, global[0], global[1], global[2], plan->block_m, plan->block_n,
                               plan->local_bytes, err);
         }
-        if (st == FLASHCL_SUCCESS && split) {
+        if (st == FLASHCL_SUCCESS && split && !merge_here) {
             /* Ordered by the partials' event, so out-of-order queues hold too. */
             cl_event merged = NULL;
             err = clEnqueueNDRangeKernel(queue, combine, 3, NULL, combine_global, NULL, 1, &last_use, &merged);
@@ -198,7 +228,8 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     pthread_mutex_unlock(&ctx->lock);
     fcl_workspace_release(ctx, &ws, queue, used, last_use);  /* takes last_use's reference */
     if (st == FLASHCL_SUCCESS)
-        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s, %d split(s), %s", k->name, plan->splits, plan->options);
+        fcl_log_msg(ctx, FLASHCL_LOG_DEBUG, "forward: %s, %d split(s)%s, %s", k->name, plan->splits,
+                    merge_here ? " merged in place" : "", plan->options);
     return st;
 }
 

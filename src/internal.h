@@ -77,10 +77,13 @@ struct workspace_slot {
 };
 struct fcl_workspace {
     cl_mem mem;
-    int slot;  /* the context's slot, or -1: the call's own buffer */
+    int slot;        /* the context's slot, or -1: the call's own buffer */
+    cl_event zeroed; /* a new buffer's zeroing of its counters, which the call's first command must wait for
+                        (the call's reference); NULL where the buffer was kept */
 };
 /* A buffer of at least `bytes` that no command can still be using when commands enqueued next on
- * `queue` run. */
+ * `queue` run, its first FCL_SPLIT_COUNTERS ints zero (cl/split.h: a new buffer is zeroed there, on
+ * `queue`; every call leaves them zero). */
 flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_command_queue queue,
                                      struct fcl_workspace *out);
 /* used: a command that uses it was enqueued on queue; last_use: the last such command's event, whose
@@ -177,6 +180,7 @@ struct kernel_override {
     bool off;                  /* never plan this kernel */
     bool named;                /* a clause names it (not off): an opt_in kernel may be planned */
     int splits;                /* split-KV forced (kernels that take it); 0 automatic */
+    bool merge_separate;       /* split-KV merged by the combine step, never in place ("merge=separate") */
     unsigned fixed;            /* a bit per axis fixed in `shape` */
     struct kernel_shape shape;
 };

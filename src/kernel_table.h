@@ -174,6 +174,10 @@ struct kernel_info {
      * registers for that many (on the device itself: an emulated build leaves the cap out); 0 (or NULL) where the
      * build leaves them to the compiler: as local memory allows. */
     int (*resident)(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p);
+    /* Split-KV: the floats of local memory the kernel's last work-group of a (KV head, sequence) can merge the
+     * splits' partials in, itself (cl/split_combine.h's split_merge_last: rows x (splits + 2)); NULL: the
+     * combine step always merges them. */
+    size_t (*merge_floats)(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p);
     /* The -D options that select the shape and the problem. */
     void (*options)(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                     float scale_log2, char *buf, size_t size);
@@ -185,6 +189,9 @@ struct kernel_info {
 #define FCL_LOCAL_SLACK 64
 
 #define FCL_MAX_SPLITS 64  /* split-KV work-groups per query block at most */
+/* Ints at the start of the split-KV workspace: the merge in place's arrival counts, one per (sequence, KV
+ * head) (cl/split.h's SPLIT_COUNTERS, the same number). Zero whenever no call runs. */
+#define FCL_SPLIT_COUNTERS 4096
 #define FCL_DECODE_MAX_ROWS 16  /* query rows (group x seq_q) a decode work-group holds at most */
 
 /* cl/flash_backward_mma.cl's Q_CHUNK: the query rows of its inner step (and of a fused dQ turn). */
@@ -251,6 +258,7 @@ struct plan {
     int block_m, block_n, workgroup;
     size_t local_bytes;
     int splits;          /* split-KV: work-groups sharing a query block's keys (1: none) */
+    bool merge_in_place; /* split-KV: the kernel's last work-group merges (no combine step; merge_floats) */
     char options[1024];  /* build options, including the caller's extra ones */
 };
 

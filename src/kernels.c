@@ -766,6 +766,14 @@ static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct
     return decode_mma_fixed_bytes(dev, s, p) + (size_t)decode_mma_stages(dev, s, p) * decode_mma_stage_bytes(s, p);
 }
 
+/* The K buffers, idle once the last block is computed, hold the merge in place's weights. */
+static size_t decode_mma_merge_floats(const struct device_desc *dev, const struct kernel_shape *s,
+                                      const struct problem *p)
+{
+    return (size_t)decode_mma_stages(dev, s, p) * (size_t)s->axis[N] * nv_tile_row_bytes(p->head_dim) /
+           sizeof(float);
+}
+
 /* Each warp takes a multiple of 16 keys of a block. */
 static bool decode_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
                                   const struct problem *p)
@@ -942,7 +950,7 @@ const struct kernel_info fcl_kernels[] = {
         .axes = {[W] = {1, 8, 1, {2, 4, 8}}, [N] = {16, 256, 16, {32, 64, 128, 256}}},
         .builtin = decode_mma_builtin, .n_builtin = sizeof(decode_mma_builtin) / sizeof(decode_mma_builtin[0]),
         .launchable = decode_mma_launchable, .local_bytes = decode_mma_local_bytes,
-        .geometry = decode_mma_geometry, .options = decode_mma_options,
+        .geometry = decode_mma_geometry, .options = decode_mma_options, .merge_floats = decode_mma_merge_floats,
     },
     {
         .name = "decode", .file = "cl/flash_decode.cl",

@@ -46,7 +46,7 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
         ov->off = false;  /* a clause naming the kernel uses it, unless it says off (a deprecated field may have) */
         ov->named = true;
         if (colon + 1 == end) {
-            snprintf(why, why_size, "%s: no setting after ':' (axis=value, splits=N, on or off)", k->name);
+            snprintf(why, why_size, "%s: no setting after ':' (axis=value, splits=N, merge=..., on or off)", k->name);
             return why;
         }
         for (const char *s = colon + 1;;) {
@@ -79,6 +79,19 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
                     return why;
                 }
                 ov->splits = (int)v;
+            } else if (eq && eq - s == 5 && strncmp(s, "merge", 5) == 0) {
+                const bool separate = s_end - eq - 1 == 8 && strncmp(eq + 1, "separate", 8) == 0;
+                const bool in_place = s_end - eq - 1 == 8 && strncmp(eq + 1, "in-place", 8) == 0;
+                if (!k->merge_floats) {
+                    snprintf(why, why_size, "%s does not merge split-KV in place (merge)", k->name);
+                    return why;
+                }
+                if (!separate && !in_place) {
+                    snprintf(why, why_size, "%s:merge=%.*s; must be in-place or separate", k->name,
+                             (int)(s_end - eq - 1), eq + 1);
+                    return why;
+                }
+                ov->merge_separate = separate;
             } else if (eq) {
                 const int a = fcl_axis_by_name(s, (size_t)(eq - s));
                 char *num_end;

@@ -89,6 +89,7 @@ flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_comm
 {
     out->mem = NULL;
     out->slot = -1;
+    out->zeroed = NULL;
     struct deferred later = {.n = 0};
     int slot = -1;
     size_t fresh_bytes = 0;  /* > 0: the slot needs a new buffer of this size */
@@ -144,6 +145,17 @@ flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_comm
     if (!out->mem)
         return fcl_fail(ctx, FLASHCL_ERROR_OUT_OF_DEVICE_MEMORY, "allocating the %zu-byte split-KV workspace failed (%d)",
                         bytes, err);
+    if (slot < 0 || fresh_bytes) {  /* a new buffer: its counters zeroed before the call's commands */
+        const cl_int zero = 0;
+        const size_t counter_bytes = FCL_SPLIT_COUNTERS * sizeof(cl_int);
+        err = bytes >= counter_bytes ? clEnqueueFillBuffer(queue, out->mem, &zero, sizeof(zero), 0, counter_bytes, 0,
+                                                           NULL, &out->zeroed)
+                                     : CL_SUCCESS;
+        if (err != CL_SUCCESS) {
+            fcl_workspace_release(ctx, out, queue, true, NULL);  /* not handed out again */
+            return fcl_fail(ctx, (flashcl_status)err, "zeroing the split-KV workspace's counters failed (%d)", err);
+        }
+    }
     return FLASHCL_SUCCESS;
 }
 
@@ -151,6 +163,11 @@ void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, cl_co
                            cl_event last_use)
 {
     /* The slot keeps last_use (and a reference to the queue) only where it tracks a use. */
+    if (ws->zeroed) {  /* the caller's reference, where it did not hand it over as last_use */
+        if (ws->zeroed != last_use)
+            clReleaseEvent(ws->zeroed);
+        ws->zeroed = NULL;
+    }
     const bool keep = ws->mem && ws->slot >= 0 && used && last_use && clRetainCommandQueue(queue) == CL_SUCCESS;
     if (last_use && !keep)
         clReleaseEvent(last_use);

@@ -493,6 +493,61 @@ START_TEST(emulated_tensor_core_decode_stages)
 }
 END_TEST
 
+/* Split-KV merged in place (cl/split_combine.h's split_merge_last: the last work-group of a KV head merges
+ * the splits, counting the others in through the workspace's counters) against the combine step: emulated
+ * decode-tensor-core, several calls on one context (each must leave the counters zero for the next), an odd
+ * group, sinks, a bottom-right chunk; then the planner's limits (the merge's weights and the counters). */
+START_TEST(emulated_split_merge_in_place)
+{
+    struct test_env *e = test_env_get();
+    static const struct test_case runs[] = {
+        {2, 1, 300, 8, 2, 64, F16, 0, 0, LAYOUT_BNHD, 1},                      /* group 4 */
+        {1, 1, 500, 7, 1, 32, BF16, 0, 0, LAYOUT_BHND, 1, .sinks = 1},        /* group 7, sinks */
+        {3, 2, 260, 6, 2, 48, F16, 1, 0, LAYOUT_BNHD, 1},                      /* 6 rows, causal chunk */
+    };
+    for (int separate = 0; separate < 2; separate++) {
+        struct flashcl_context_params p = {0};
+        p.context = e->cl;
+        p.device = e->device;
+        p.kernel_options = separate ? "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4,merge=separate"
+                                    : "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4";
+        const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
+                                             .assume_compute_capability = 80};
+        flashcl_context *ctx = NULL;
+        ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
+        for (int round = 0; round < 2; round++)
+            for (size_t c = 0; c < sizeof(runs) / sizeof(runs[0]); c++) {
+                struct case_result r;
+                rng_seed(900 + 10 * (uint64_t)round + (uint64_t)c);
+                test_run_case(ctx, &runs[c], &r);
+                printf("emulated decode, 4 splits merged %s, round %d, case %zu: max|err| %.2e, LSE %.2e\n",
+                       separate ? "by the combine step" : "in place", round, c, r.max_abs_err, r.max_lse_err);
+                ck_assert_str_eq(r.kernel, "decode-tensor-core");
+            }
+        /* What the plan says: in place unless told otherwise, and only where its limits hold. */
+        struct flashcl_attention a = {0};
+        a.batch = 2;
+        a.seq_q = 1;
+        a.seq_kv = 300;
+        a.heads_q = 8;
+        a.heads_kv = 2;
+        a.head_dim = 64;
+        a.q = a.o = flashcl_tensor_bnhd(NULL, F16, 1, 8, 64);
+        a.k = a.v = flashcl_tensor_bnhd(NULL, F16, 300, 2, 64);
+        struct problem prob;
+        fcl_forward_problem(&a, &prob);
+        struct plan plan;
+        ck_assert_flashcl_ok(fcl_plan(ctx, &prob, 1.0f, &plan));
+        ck_assert_int_eq(plan.splits, 4);
+        ck_assert(plan.merge_in_place == !separate);
+        prob.batch = FCL_SPLIT_COUNTERS / 2 + 1;  /* more (sequence, KV head) pairs than counters */
+        ck_assert_flashcl_ok(fcl_plan(ctx, &prob, 1.0f, &plan));
+        ck_assert(plan.splits == 4 && !plan.merge_in_place);
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode");
@@ -505,6 +560,7 @@ int main(void)
     tcase_add_test(tc, split_calls_in_flight);
     tcase_add_test(tc, split_workspace_kept);
     tcase_add_test(tc, emulated_tensor_core_decode_stages);
+    tcase_add_test(tc, emulated_split_merge_in_place);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

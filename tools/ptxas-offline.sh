@@ -52,6 +52,8 @@ float OVL tanh(float x) { return 1.0f - 2.0f / (__nvvm_ex2_approx_f(x * 2.885390
 uint OVL abs(int x) { return (uint)(x < 0 ? -x : x); }
 float OVL fabs(float x) { return __builtin_fabsf(x); }
 float OVL native_recip(float x) { float r; __asm__("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+int OVL atomic_inc(volatile __global int *p) { int r; __asm__ volatile("atom.global.add.u32 %0, [%1], 1;" : "=r"(r) : "l"(p) : "memory"); return r; }
+int OVL atomic_xchg(volatile __global int *p, int v) { int r; __asm__ volatile("atom.global.exch.b32 %0, [%1], %2;" : "=r"(r) : "l"(p), "r"(v) : "memory"); return r; }
 float2 OVL vload2(size_t i, const __local float *p) { return (float2)(p[2 * i], p[2 * i + 1]); }
 float2 OVL vload2(size_t i, const __global float *p) { return (float2)(p[2 * i], p[2 * i + 1]); }
 void OVL vstore2(float2 v, size_t i, __global float *p) { p[2 * i] = v.x; p[2 * i + 1] = v.y; }
