@@ -18,6 +18,8 @@
 #                    dense table on each layout of DT_LAYOUTS ("bnhd bhnd"), flashcl and PyTorch on the same one)
 #   bench/gpu-run.sh decode-sweep ["W,N W,N ..."]   (decode-tensor-core's tiles forced, warps x keys a block, on
 #                    SWEEP_SHAPES at SWEEP_D (128), SWEEP_SPLITS split counts (the plan's); K+V GB/s)
+#   bench/gpu-run.sh decode-merge-ab ["B:Hq:Hkv:Nq:Nk,..."]   (split-KV decode merged in place against the
+#                    combine step, AB_ROUNDS (2) rounds interleaved, SWEEP_D head dims (64 128 256))
 #   bench/gpu-run.sh varlen ["L1,L2,..."]   (varlen prefill: flashcl-bench --varlen on a realistic mix,
 #                    VARLEN_COUNT (64) lengths log-uniform in VARLEN_MIN..VARLEN_MAX (100..8000) from
 #                    VARLEN_SEED (1), or the list given; GQA 32:8, d 128 and 64, f16 and bf16, causal 0 and 1;
@@ -247,6 +249,20 @@ if [ "$MODE" = decode-sweep ]; then
       done
     done
   done | tee "$OUT/decode-sweep.log"
+fi
+if [ "$MODE" = decode-merge-ab ]; then
+  # Split-KV decode merged in place (the default) against the combine step (merge=separate), AB_ROUNDS rounds
+  # interleaved on SHAPES (split shapes: few sequences, long caches) at each SWEEP_D, f16, dense.
+  SHAPES=${1:-1:32:8:1:4096,1:32:8:1:32768,1:32:8:1:131072,4:32:8:1:16384,8:32:8:1:32768,1:28:4:1:131072,1:8:1:1:131072}
+  for r in $(seq "${AB_ROUNDS:-2}"); do
+    for d in ${SWEEP_D:-64 128 256}; do
+      for merge in in-place separate; do
+        echo "== round $r d=$d merge=$merge"
+        FLASHCL_KERNELS="decode-tensor-core:merge=$merge" "$BUILD/bench/flashcl-bench" --decode "$SHAPES" --d "$d" \
+          --dtype f16 --csv "$OUT/merge-ab-$merge-d$d-r$r.csv" 2>&1 | grep -E "^ +[0-9]|error|ERROR" || status=1
+      done
+    done
+  done | tee "$OUT/decode-merge-ab.log"
 fi
 if [ "$MODE" = varlen ]; then
   # Varlen prefill of a realistic length mix, flashcl and PyTorch on the identical list in the same call.
