@@ -9,6 +9,7 @@
 #define FLASHCL_BACKWARD_ARGS_H
 
 #include "nv_async.h"   /* exp2_ftz, for score_mod.h's softcap */
+#include "exp2_poly.h"  /* its FMA-unit forms (CAP_FMA) */
 #define SCORE_CAP_MUFU 1     /* tensor-core kernels: score_mod.h's softcap on MUFU (natively) */
 #include "score_mod.h"  /* the softcap and ALiBi in P (SCORE_P_EXP, SCORE_LSE2, HEAD_ALIBI2) */
 

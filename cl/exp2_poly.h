@@ -1,5 +1,5 @@
 /*
- * exp2_poly.h: 2^x on the FMA and integer units instead of the exponent unit (MUFU). Relative error below
+ * exp2_poly.h: 2^x (and, below, 1/x) on the FMA and integer units instead of the MUFU. Relative error below
  * 2e-7 where the result is at least 2^-126 (1.72e-7 at worst: under 2 ulps, the class of ex2.approx.ftz's
  * own approximation), 2^0 = 1 exactly, and exactly 0 where x <= -126.5 (-inf included); between -126.5
  * and -126 a subnormal. Meant for the softmax's x <= 0; right up to x <= 127.5. Outside that: NaN gives 0
@@ -41,6 +41,17 @@ static inline float exp2_poly(float x)
     /* 2^j: j + 127 (0 to 254) shifted into the exponent field; 0 is 0.0f. */
     const float two_j = as_float(as_uint(shifted) << 23);
     return p * two_j;
+}
+
+/* 1 / x on the FMA units, for x in [1, 2^64 + 1] (score_mod.h's softcap, CAP_FMA): the integer guess
+ * (relative error at most 1/8), then three Newton steps, each squaring the error (1/8, 2^-6, 2^-12, 2^-24:
+ * within an ulp or two, as rcp.approx). NaN stays NaN. tests/test_exp2_poly.c checks it too. */
+static inline float recip_fma(float x)
+{
+    float y = as_float(0x7EF311C3u - as_uint(x));
+    for (int i = 0; i < 3; i++)
+        y = fma(y, fma(-x, y, 1.0f), y);
+    return y;
 }
 
 #endif /* FLASHCL_EXP2_POLY_H */

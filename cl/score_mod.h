@@ -29,12 +29,31 @@
  * kept below 2^126, so r is never the reciprocal of an infinity; the ends are exact (r = 1: -cap2, r = 0: cap2).
  * Elsewhere OpenCL's tanh: on PoCL this form miscomputed the FMA decode kernel (docs/precision.md). */
 #define CAP_K (2.0f * M_LOG2E_F / (float)(SOFTCAP2))
-#define CAP_R(s2) native_recip(exp2_ftz(cap_exponent((s2) * CAP_K)) + 1.0f)
-/* At most 126, a NaN kept (fmin would give 126 for it: a capped NaN score, where tanh's form keeps the NaN). */
+/* Where the cap's two MUFU operations run, when the softmax's own exponent already keeps the MUFU busy:
+ * CAP_FMA bit 0, the reciprocal by Newton's iteration on the FMA units (recip_fma); bit 1, the exponent by
+ * exp2_poly (FMA and integer units). 0: both on the MUFU. */
+#ifndef CAP_FMA
+#define CAP_FMA 0
+#endif
+#if CAP_FMA & 1
+#define CAP_RECIP(x) recip_fma(x)
+#else
+#define CAP_RECIP(x) native_recip(x)
+#endif
+#if CAP_FMA & 2
+#define CAP_EXP2(x) (exp2_poly(x) + ((x) - (x)))  /* + NaN where x is: exp2_poly alone gives 0 for it */
+#else
+#define CAP_EXP2(x) exp2_ftz(x)
+#endif
+#define CAP_R(s2) CAP_RECIP(CAP_EXP2(cap_exponent((s2) * CAP_K)) + 1.0f)
+/* At most 64, a NaN kept (fmin would give 64 for it: a capped NaN score, where tanh's form keeps the NaN).
+ * Past 2^64 the cap is reached to far below f32's precision (r < 2^-64), and 2^64 + 1 keeps recip_fma's
+ * first guess a normal float. */
 static inline float cap_exponent(float x)
 {
-    return x > 126.0f ? 126.0f : x;
+    return x > 64.0f ? 64.0f : x;
 }
+
 #define CAP_SLOPE_FROM_R(r) (4.0f * (r) * (1.0f - (r)))  /* 1 - tanh² */
 #define SCORE_CAP(s2) fma(-2.0f * (float)(SOFTCAP2), CAP_R(s2), (float)(SOFTCAP2))
 static inline float capped_score2(float s2, float *slope)

@@ -104,6 +104,26 @@ START_TEST(exact_points)
 }
 END_TEST
 
+/* recip_fma over the softcap's range, [1, 2^64 + 1] (every 97th float), against double division; NaN kept. */
+START_TEST(recip_over_the_cap_range)
+{
+    double worst = 0.0;
+    float worst_x = 1.0f;
+    for (uint bits = as_uint(1.0f); bits <= as_uint(18446744073709551616.0f); bits += 97) {
+        const float x = as_float(bits);
+        const double err = fabs((double)recip_fma(x) * (double)x - 1.0);
+        if (err > worst) {
+            worst = err;
+            worst_x = x;
+        }
+    }
+    printf("recip_fma: largest relative error %.3e at x = %.9g\n", worst, (double)worst_x);
+    ck_assert_msg(worst <= REL_BOUND, "relative error %.3e at x = %.9g", worst, (double)worst_x);
+    ck_assert_msg(recip_fma(1.0f) == 1.0f || fabs((double)recip_fma(1.0f) - 1.0) <= REL_BOUND, "1 / 1");
+    ck_assert(isnan(recip_fma(NAN)));
+}
+END_TEST
+
 int main(void)
 {
     if (FLT_EVAL_METHOD != 0) {
@@ -117,6 +137,7 @@ int main(void)
     tcase_add_test(tc, relative_error_over_the_normal_range);
     tcase_add_test(tc, rounding_edges);
     tcase_add_test(tc, exact_points);
+    tcase_add_test(tc, recip_over_the_cap_range);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
