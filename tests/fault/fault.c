@@ -293,6 +293,24 @@ cl_int __wrap_clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel k, cl_uint di
     return err;
 }
 
+cl_int __real_clEnqueueFillBuffer(cl_command_queue q, cl_mem buffer, const void *pattern, size_t pattern_size,
+                                  size_t offset, size_t size, cl_uint n, const cl_event *wait, cl_event *event);
+cl_int __wrap_clEnqueueFillBuffer(cl_command_queue q, cl_mem buffer, const void *pattern, size_t pattern_size,
+                                  size_t offset, size_t size, cl_uint n, const cl_event *wait, cl_event *event);
+cl_int __wrap_clEnqueueFillBuffer(cl_command_queue q, cl_mem buffer, const void *pattern, size_t pattern_size,
+                                  size_t offset, size_t size, cl_uint n, const cl_event *wait, cl_event *event)
+{
+    if (fail_here("clEnqueueFillBuffer"))
+        return CL_OUT_OF_RESOURCES;
+    const cl_int err = __real_clEnqueueFillBuffer(q, buffer, pattern, pattern_size, offset, size, n, wait, event);
+    if (err == CL_SUCCESS) {
+        enqueued += armed;
+        if (event)
+            track(*event, "cl_event", 1);
+    }
+    return err;
+}
+
 CLBlastStatusCode __real_CLBlastSgemmStridedBatched(
     const CLBlastLayout layout, const CLBlastTranspose ta, const CLBlastTranspose tb, const size_t m, const size_t n,
     const size_t k, const float alpha, const cl_mem a, const size_t a_off, const size_t a_ld, const size_t a_stride,
