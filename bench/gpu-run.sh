@@ -251,7 +251,7 @@ if [ "$MODE" = decode-sweep ]; then
   done | tee "$OUT/decode-sweep.log"
 fi
 if [ "$MODE" = decode-merge-ab ]; then
-  # Split-KV decode merged in place (the default) against the combine step (merge=separate), AB_ROUNDS rounds
+  # Split-KV decode merged in place (merge=in-place) against the combine step (the default), AB_ROUNDS rounds
   # interleaved on SHAPES (split shapes: few sequences, long caches) at each SWEEP_D, f16, dense.
   SHAPES=${1:-1:32:8:1:4096,1:32:8:1:32768,1:32:8:1:131072,4:32:8:1:16384,8:32:8:1:32768,1:28:4:1:131072,1:8:1:1:131072}
   for r in $(seq "${AB_ROUNDS:-2}"); do

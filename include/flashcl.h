@@ -183,9 +183,10 @@ struct flashcl_context_params {
      * more comma-separated settings — `axis=value` fixes an axis of its
      * shape (block_m, block_n, warps, m_tiles, as the kernel has them; the
      * others stay automatic), `splits=N` forces split-KV where the kernel
-     * takes it, `merge=separate` has a second kernel merge the splits where
-     * the kernel would merge them itself (decode-tensor-core; `merge=in-place`
-     * is the default), `off` keeps every call off that kernel, `on` only names it
+     * takes it, `merge=in-place` has the kernel's last work-group merge the
+     * splits instead of a second kernel (decode-tensor-core; opt-in, not yet
+     * measured on a GPU; `merge=separate`, the default, keeps the second
+     * kernel), `off` keeps every call off that kernel, `on` only names it
      * (an opt-in kernel, backward-tensor-core-fused, is planned only where a
      * clause names it). E.g.
      * "tensor-core:warps=4,m_tiles=2,block_n=64;register-tiled:off".

@@ -180,7 +180,7 @@ struct kernel_override {
     bool off;                  /* never plan this kernel */
     bool named;                /* a clause names it (not off): an opt_in kernel may be planned */
     int splits;                /* split-KV forced (kernels that take it); 0 automatic */
-    bool merge_separate;       /* split-KV merged by the combine step, never in place ("merge=separate") */
+    bool merge_in_place;       /* split-KV merged by the kernel's last work-group ("merge=in-place"), not the combine step */
     unsigned fixed;            /* a bit per axis fixed in `shape` */
     struct kernel_shape shape;
 };

@@ -91,7 +91,7 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
                              (int)(s_end - eq - 1), eq + 1);
                     return why;
                 }
-                ov->merge_separate = separate;
+                ov->merge_in_place = in_place;
             } else if (eq) {
                 const int a = fcl_axis_by_name(s, (size_t)(eq - s));
                 char *num_end;

@@ -235,10 +235,11 @@ static bool plan_kernel(const flashcl_context *ctx, const struct kernel_info *k,
                                              out->block_m, out->block_n, out->local_bytes) : 1;
     const int n = snprintf(out->options, sizeof(out->options), "-cl-std=CL1.2 ");
     k->options(&ctx->dev, p, &out->shape, scale_log2, out->options + n, sizeof(out->options) - (size_t)n);
-    /* The last work-group merges where the kernel can, its weights fit, and a counter is left for each
-     * (sequence, KV head); else the combine step. */
+    /* The last work-group merges where the kernel options ask for it ("merge=in-place": opt-in until it is
+     * measured on a GPU), the kernel can, its weights fit, and a counter is left for each (sequence, KV head);
+     * else the combine step. */
     const struct kernel_override *ov = &ctx->overrides[index];
-    out->merge_in_place = out->splits > 1 && k->packs_group && k->merge_floats && !ov->merge_separate &&
+    out->merge_in_place = out->splits > 1 && k->packs_group && k->merge_floats && ov->merge_in_place &&
                           (long long)p->batch * p->heads_kv <= FCL_SPLIT_COUNTERS &&
                           (size_t)(p->heads_q / p->heads_kv) * (size_t)p->seq_q * (size_t)(out->splits + 2) <=
                               k->merge_floats(&ctx->dev, &out->shape, p);

@@ -509,8 +509,8 @@ START_TEST(emulated_split_merge_in_place)
         struct flashcl_context_params p = {0};
         p.context = e->cl;
         p.device = e->device;
-        p.kernel_options = separate ? "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4,merge=separate"
-                                    : "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4";
+        p.kernel_options = separate ? "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4"
+                                    : "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4,merge=in-place";
         const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
                                              .assume_compute_capability = 80};
         flashcl_context *ctx = NULL;
@@ -524,7 +524,8 @@ START_TEST(emulated_split_merge_in_place)
                        separate ? "by the combine step" : "in place", round, c, r.max_abs_err, r.max_lse_err);
                 ck_assert_str_eq(r.kernel, "decode-tensor-core");
             }
-        /* What the plan says: in place unless told otherwise, and only where its limits hold. */
+        /* What the plan says: in place only where asked (the default is the combine step), and only where its
+         * limits hold. */
         struct flashcl_attention a = {0};
         a.batch = 2;
         a.seq_q = 1;

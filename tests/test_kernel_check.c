@@ -161,8 +161,8 @@ static const struct forward_check forward_checks[] = {
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, 1, 0, FLASHCL_PRECISION_TF32X3}},
     {{"decode-tensor-core", "warps=1,block_n=16,splits=2", 80, "decode-tensor-core"},
      {1, 2, 45, 4, 2, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
-    /* Its splits merged by the combine step instead of in place (the last work-group's merge, above). */
-    {{"decode-tensor-core", "warps=1,block_n=16,splits=3,merge=separate", 80, "decode-tensor-core"},
+    /* Its splits merged in place by the last work-group (split_combine.h's split_merge_last) instead. */
+    {{"decode-tensor-core", "warps=1,block_n=16,splits=3,merge=in-place", 80, "decode-tensor-core"},
      {2, 1, 60, 4, 2, 16, F16, 0, 0, LAYOUT_BNHD, 1}},
     {{"tensor-core-wgmma", "warps=4,block_n=64", 90, "tensor-core-wgmma", WGMMA_FORWARD_SMALLEST},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, 1}},
