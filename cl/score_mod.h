@@ -41,7 +41,7 @@
 #define CAP_RECIP(x) native_recip(x)
 #endif
 #if CAP_FMA & 2
-#define CAP_EXP2(x) (exp2_poly(x) + ((x) - (x)))  /* + NaN where x is: exp2_poly alone gives 0 for it */
+#define CAP_EXP2(x) ((x) != (x) ? (x) : exp2_poly(x))  /* NaN kept: exp2_poly alone gives 0 for it */
 #else
 #define CAP_EXP2(x) exp2_ftz(x)
 #endif

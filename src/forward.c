@@ -198,11 +198,6 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
                 last_use = clRetainEvent(last_use) == CL_SUCCESS ? last_use : NULL;
             }
             used = split && err == CL_SUCCESS;
-            if (split && err != CL_SUCCESS && ws.zeroed) {  /* the zeroing was enqueued: the buffer's last use */
-                used = true;
-                last_use = ws.zeroed;
-                ws.zeroed = NULL;
-            }
             if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err,
                               "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, %zu bytes local) failed (%d)",

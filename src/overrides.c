@@ -82,8 +82,9 @@ static const char *parse(const char *text, struct kernel_override *overrides, ch
             } else if (eq && eq - s == 5 && strncmp(s, "merge", 5) == 0) {
                 const bool separate = s_end - eq - 1 == 8 && strncmp(eq + 1, "separate", 8) == 0;
                 const bool in_place = s_end - eq - 1 == 8 && strncmp(eq + 1, "in-place", 8) == 0;
-                if (!k->merge_floats) {
-                    snprintf(why, why_size, "%s does not merge split-KV in place (merge)", k->name);
+                if (!k->combine || (in_place && !k->merge_floats)) {
+                    snprintf(why, why_size, "%s does not %s", k->name,
+                             k->combine ? "merge split-KV in place (merge=in-place)" : "take split-KV (merge)");
                     return why;
                 }
                 if (!separate && !in_place) {

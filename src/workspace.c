@@ -163,9 +163,13 @@ void fcl_workspace_release(flashcl_context *ctx, struct fcl_workspace *ws, cl_co
                            cl_event last_use)
 {
     /* The slot keeps last_use (and a reference to the queue) only where it tracks a use. */
-    if (ws->zeroed) {  /* the caller's reference, where it did not hand it over as last_use */
-        if (ws->zeroed != last_use)
+    if (ws->zeroed) {  /* a new buffer's zeroing, enqueued: its last use where the call enqueued nothing after it */
+        if (!last_use) {
+            last_use = ws->zeroed;
+            used = true;
+        } else {
             clReleaseEvent(ws->zeroed);
+        }
         ws->zeroed = NULL;
     }
     const bool keep = ws->mem && ws->slot >= 0 && used && last_use && clRetainCommandQueue(queue) == CL_SUCCESS;
