@@ -19,6 +19,8 @@ struct fcl_test_hooks {
                            with -DNV_EMULATE=1, not through the route) */
     int assume_compute_capability;  /* with assume_tensor_cores: e.g. 90 for sm_90 (architecture-specific shapes) */
     size_t gemm_limit;         /* elements one CLBlast GEMM may index (0: 2^31), to run the chunked path small */
+    bool poison_workspace;     /* fill each new split-KV workspace with NaN bytes before its counters are zeroed, so
+                                  a missing or unordered zeroing, or a partial read before it is written, shows */
 };
 
 /* flashcl_context_create with hooks (NULL: none). */

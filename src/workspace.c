@@ -148,9 +148,20 @@ flashcl_status fcl_workspace_acquire(flashcl_context *ctx, size_t bytes, cl_comm
     if (slot < 0 || fresh_bytes) {  /* a new buffer: its counters zeroed before the call's commands */
         const cl_int zero = 0;
         const size_t counter_bytes = FCL_SPLIT_COUNTERS * sizeof(cl_int);
-        err = bytes >= counter_bytes ? clEnqueueFillBuffer(queue, out->mem, &zero, sizeof(zero), 0, counter_bytes, 0,
-                                                           NULL, &out->zeroed)
-                                     : CL_SUCCESS;
+        cl_event poisoned = NULL;  /* tests: the zeroing after it, on an out-of-order queue too */
+        if (ctx->hooks.poison_workspace) {
+            const cl_uint nan_bytes = 0xFFFFFFFFu;
+            size_t size = 0;
+            err = clGetMemObjectInfo(out->mem, CL_MEM_SIZE, sizeof(size), &size, NULL);
+            if (err == CL_SUCCESS)
+                err = clEnqueueFillBuffer(queue, out->mem, &nan_bytes, sizeof(nan_bytes), 0, size & ~(size_t)3, 0,
+                                          NULL, &poisoned);
+        }
+        if (err == CL_SUCCESS && bytes >= counter_bytes)
+            err = clEnqueueFillBuffer(queue, out->mem, &zero, sizeof(zero), 0, counter_bytes, poisoned ? 1 : 0,
+                                      poisoned ? &poisoned : NULL, &out->zeroed);
+        if (poisoned)
+            clReleaseEvent(poisoned);
         if (err != CL_SUCCESS) {
             fcl_workspace_release(ctx, out, queue, true, NULL);  /* not handed out again */
             return fcl_fail(ctx, (flashcl_status)err, "zeroing the split-KV workspace's counters failed (%d)", err);

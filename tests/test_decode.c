@@ -516,8 +516,9 @@ START_TEST(emulated_split_merge_in_place)
         p.device = e->device;
         p.kernel_options = separate ? "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4"
                                     : "decode:off;decode-tensor-core:warps=2,block_n=32,splits=4,merge=in-place";
+        /* New workspaces start as NaN bytes, not the zeros a CPU runtime's fresh buffer usually holds. */
         const struct fcl_test_hooks hooks = {.assume_tensor_cores = true, .emulate_tensor_cores = true,
-                                             .assume_compute_capability = 80};
+                                             .assume_compute_capability = 80, .poison_workspace = true};
         flashcl_context *ctx = NULL;
         ck_assert_flashcl_ok(fcl_context_create(&p, &hooks, &ctx));
         for (int round = 0; round < 2; round++)
