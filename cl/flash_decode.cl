@@ -50,18 +50,23 @@
 #define NV_ASYNC 0          /* 1: NVIDIA sm_80+ (inline PTX): cp.async, K and V double-buffered */
 #endif
 
-#define D4 (HEAD_DIM / 4)                              /* 4-element chunks of a row */
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM /* V's and O's columns (split.h's OUT_DIM), a multiple of 4, at most 256 */
+#endif
+#define D4 (HEAD_DIM / 4)                              /* 4-element chunks of a Q or K row */
+#define DV4 (HEAD_DIM_V / 4)                           /* ... of a V or O row */
 #define SPK 2                                          /* work-items a key in S (the host's workgroup: 2 x BLOCK_N) */
 #define WG (SPK * BLOCK_N)
-#define TEAM (D4 >= 32 ? 32 : D4 > 8 ? 16 : D4 > 4 ? 8 : D4 > 2 ? 4 : D4 > 1 ? 2 : 1)
+#define TEAM (DV4 >= 32 ? 32 : DV4 > 8 ? 16 : DV4 > 4 ? 8 : DV4 > 2 ? 4 : DV4 > 1 ? 2 : 1)
 #define NTEAMS (WG / TEAM)
-#define CPL ((D4 + TEAM - 1) / TEAM)                   /* chunks a work-item owns in P·V */
+#define CPL ((DV4 + TEAM - 1) / TEAM)                  /* chunks a work-item owns in P·V */
 #define PITCH (HEAD_DIM + 4)                           /* staged rows: consecutive rows on other banks */
+#define PITCH_V (HEAD_DIM_V + 4)
 #define MAX_PARTS 8                                    /* the row max's first step: 8 partials a row */
 #define STAGES (NV_ASYNC ? 2 : 1)                      /* K/V buffers */
 
-#if HEAD_DIM % 4 != 0 || HEAD_DIM > 256
-#error "HEAD_DIM must be a multiple of 4, at most 256"
+#if HEAD_DIM % 4 != 0 || HEAD_DIM > 256 || HEAD_DIM_V % 4 != 0 || HEAD_DIM_V > 256
+#error "HEAD_DIM and HEAD_DIM_V must be multiples of 4, at most 256"
 #endif
 #if ROWS != 1 && ROWS != 2 && ROWS != 4 && ROWS != 8 && ROWS != 16
 #error "ROWS must be 1, 2, 4, 8 or 16"
@@ -139,24 +144,26 @@ static inline void page_rows(__local ulong *k_rows, __local ulong *v_rows, int k
 }
 #endif
 
-/* Copies rows [key0, key0 + BLOCK_N) of K or V as stored into `tile`;
- * zeros past the sequence's end. */
+/* Copies rows [key0, key0 + BLOCK_N) of K or V as stored into `tile`, `dim`
+ * elements a row (HEAD_DIM or HEAD_DIM_V) at pitch dim + 4; zeros past the
+ * sequence's end. */
 static inline void stage_rows(__local raw_t *tile, __global const storage_t *src, ulong base,
-                              __local const ulong *rows, ulong ss, int key0, int seq_kv, int lid)
+                              __local const ulong *rows, ulong ss, int key0, int seq_kv, int lid, int dim)
 {
     __global const raw_t *raw = (__global const raw_t *)src;
+    const int pitch = dim + 4;
 #if VEC_ROWS
-    for (int idx = lid; idx < BLOCK_N * D4; idx += WG) {
-        const int r = idx / D4, c4 = idx % D4, key = key0 + r;
+    for (int idx = lid; idx < BLOCK_N * (dim / 4); idx += WG) {
+        const int r = idx / (dim / 4), c4 = idx % (dim / 4), key = key0 + r;
         raw4_t chunk = (raw4_t)(0);
         if (key < seq_kv)
             chunk = *(__global const raw4_t *)(raw + base + ROW_AT(rows, r, key, ss) + 4 * c4);
-        *(__local raw4_t *)(tile + r * PITCH + 4 * c4) = chunk;
+        *(__local raw4_t *)(tile + r * pitch + 4 * c4) = chunk;
     }
 #else
-    for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
-        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM, key = key0 + r;
-        tile[r * PITCH + c] = key < seq_kv ? raw[base + ROW_AT(rows, r, key, ss) + c] : (raw_t)0;
+    for (int idx = lid; idx < BLOCK_N * dim; idx += WG) {
+        const int r = idx / dim, c = idx % dim, key = key0 + r;
+        tile[r * pitch + c] = key < seq_kv ? raw[base + ROW_AT(rows, r, key, ss) + c] : (raw_t)0;
     }
 #endif
 }
@@ -181,14 +188,14 @@ static inline float block_score(__local const float *p_tile, int j, int r, int k
 #if NV_ASYNC
 /* stage_rows by cp.async: starts the copies (zeros past the end), the caller commits and waits. */
 static inline void stage_rows_async(__local raw_t *tile, __global const storage_t *src, ulong base,
-                                    __local const ulong *rows, ulong ss, int key0, int seq_kv, int lid)
+                                    __local const ulong *rows, ulong ss, int key0, int seq_kv, int lid, int dim)
 {
     __global const raw_t *raw = (__global const raw_t *)src;
-    for (int idx = lid; idx < BLOCK_N * D4; idx += WG) {
-        const int r = idx / D4, c4 = idx % D4, key = key0 + r;
+    for (int idx = lid; idx < BLOCK_N * (dim / 4); idx += WG) {
+        const int r = idx / (dim / 4), c4 = idx % (dim / 4), key = key0 + r;
         const bool inside = key < seq_kv;
         __global const raw_t *from = inside ? raw + base + ROW_AT(rows, r, key, ss) + 4 * c4 : raw;
-        const uint address = local_address(tile + r * PITCH + 4 * c4);
+        const uint address = local_address(tile + r * (dim + 4) + 4 * c4);
 #if DTYPE == 0
         copy_async_zfill_16(address, from, inside ? 16u : 0u);
 #else
@@ -204,7 +211,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_decode(FORWARD_ARGS(storage_t))
 {
     __local raw_t k_tiles[STAGES * BLOCK_N * PITCH] __attribute__((aligned(16)));
-    __local raw_t v_tiles[STAGES * BLOCK_N * PITCH] __attribute__((aligned(16)));
+    __local raw_t v_tiles[STAGES * BLOCK_N * PITCH_V] __attribute__((aligned(16)));
     __local float q_tile[ROWS * HEAD_DIM] __attribute__((aligned(16)));
     __local float p_tile[SPK * BLOCK_N * ROWS] __attribute__((aligned(16))); /* [part][key][row]: partial
                                                                                   scores, then P, then l */
@@ -215,9 +222,9 @@ void flash_decode(FORWARD_ARGS(storage_t))
 #else
 #define ROW_SLOPE2(r) 0.0f
 #endif
-    /* After the last block, k_tile holds the teams' accumulators, added (BLOCK_N * PITCH raw
-     * elements are at least ROWS * HEAD_DIM floats for BLOCK_N >= 32). */
-    __local float *acc_sum = (__local float *)k_tiles;
+    /* After the last block, the V buffer holds the teams' accumulators, added (BLOCK_N * PITCH_V raw
+     * elements are at least ROWS * HEAD_DIM_V floats for BLOCK_N >= 32). */
+    __local float *acc_sum = (__local float *)v_tiles;
 #if PAGED
     __local ulong k_rows[BLOCK_N], v_rows[BLOCK_N];  /* the block's row offsets */
 #else
@@ -275,8 +282,8 @@ void flash_decode(FORWARD_ARGS(storage_t))
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
     if (kv_begin < kv_end) {  /* the first block into buffer 0 */
-        stage_rows_async(k_tiles, k, k_base, k_rows, k_ss, kv_begin, seq_kv, lid);
-        stage_rows_async(v_tiles, v, v_base, v_rows, v_ss, kv_begin, seq_kv, lid);
+        stage_rows_async(k_tiles, k, k_base, k_rows, k_ss, kv_begin, seq_kv, lid, HEAD_DIM);
+        stage_rows_async(v_tiles, v, v_base, v_rows, v_ss, kv_begin, seq_kv, lid, HEAD_DIM_V);
     }
     copy_async_commit();
 #endif
@@ -284,7 +291,7 @@ void flash_decode(FORWARD_ARGS(storage_t))
     for (int kb = kv_begin; kb < kv_end; kb += BLOCK_N, stage = STAGES - 1 - stage) {
         barrier(CLK_LOCAL_MEM_FENCE);  /* the previous block's tiles are no longer read */
         __local const raw_t *k_tile = k_tiles + stage * BLOCK_N * PITCH;
-        __local const raw_t *v_tile = v_tiles + stage * BLOCK_N * PITCH;
+        __local const raw_t *v_tile = v_tiles + stage * BLOCK_N * PITCH_V;
 #if NV_ASYNC
         /* The next block into the other buffer (read by the previous block, done with now). */
         if (kb + BLOCK_N < kv_end) {
@@ -297,9 +304,9 @@ void flash_decode(FORWARD_ARGS(storage_t))
 #endif
         if (kb + BLOCK_N < kv_end) {
             __local raw_t *next = k_tiles + (1 - stage) * BLOCK_N * PITCH;
-            stage_rows_async(next, k, k_base, k_rows, k_ss, kb + BLOCK_N, seq_kv, lid);
-            next = v_tiles + (1 - stage) * BLOCK_N * PITCH;
-            stage_rows_async(next, v, v_base, v_rows, v_ss, kb + BLOCK_N, seq_kv, lid);
+            stage_rows_async(next, k, k_base, k_rows, k_ss, kb + BLOCK_N, seq_kv, lid, HEAD_DIM);
+            next = v_tiles + (1 - stage) * BLOCK_N * PITCH_V;
+            stage_rows_async(next, v, v_base, v_rows, v_ss, kb + BLOCK_N, seq_kv, lid, HEAD_DIM_V);
         }
         copy_async_commit();  /* a group every block, empty or not, so the count below holds */
         COPY_ASYNC_WAIT(1);   /* this work-item's copies of this block are done */
@@ -308,8 +315,8 @@ void flash_decode(FORWARD_ARGS(storage_t))
         page_rows(k_rows, v_rows, kb, seq_kv, k_sb, k_ss, v_sb, v_ss, b VARLEN_PAGES, lid);
         barrier(CLK_LOCAL_MEM_FENCE);  /* the row offsets */
 #endif
-        stage_rows(k_tiles, k, k_base, k_rows, k_ss, kb, seq_kv, lid);
-        stage_rows(v_tiles, v, v_base, v_rows, v_ss, kb, seq_kv, lid);
+        stage_rows(k_tiles, k, k_base, k_rows, k_ss, kb, seq_kv, lid, HEAD_DIM);
+        stage_rows(v_tiles, v, v_base, v_rows, v_ss, kb, seq_kv, lid, HEAD_DIM_V);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);  /* everyone's */
 
@@ -378,8 +385,8 @@ void flash_decode(FORWARD_ARGS(storage_t))
 #pragma unroll
             for (int c = 0; c < CPL; c++) {
                 const int c4 = lane + TEAM * c;
-                if (D4 % TEAM == 0 || c4 < D4) {
-                    const float4 vv = staged4(v_tile + kj * PITCH + 4 * c4);
+                if (DV4 % TEAM == 0 || c4 < DV4) {
+                    const float4 vv = staged4(v_tile + kj * PITCH_V + 4 * c4);
 #pragma unroll
                     for (int r = 0; r < ROWS; r++)
                         acc[r][c] = fma((float4)(p[r]), vv, acc[r][c]);
@@ -397,11 +404,11 @@ void flash_decode(FORWARD_ARGS(storage_t))
 #pragma unroll
                 for (int c = 0; c < CPL; c++) {
                     const int c4 = lane + TEAM * c;
-                    if (D4 % TEAM == 0 || c4 < D4) {
+                    if (DV4 % TEAM == 0 || c4 < DV4) {
                         float4 sum = acc[r][c];
                         if (t > 0)
-                            sum += vload4(0, acc_sum + r * HEAD_DIM + 4 * c4);
-                        vstore4(sum, 0, acc_sum + r * HEAD_DIM + 4 * c4);
+                            sum += vload4(0, acc_sum + r * HEAD_DIM_V + 4 * c4);
+                        vstore4(sum, 0, acc_sum + r * HEAD_DIM_V + 4 * c4);
                     }
                 }
         }
@@ -419,8 +426,8 @@ void flash_decode(FORWARD_ARGS(storage_t))
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    for (int idx = lid; idx < rows_used * HEAD_DIM; idx += WG) {
-        const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
+    for (int idx = lid; idx < rows_used * HEAD_DIM_V; idx += WG) {
+        const int r = idx / HEAD_DIM_V, c = idx % HEAD_DIM_V;
         const int h = hk * group + r % group, pos = r / group;
         float lse_row;
         const float factor = row_finish(m[r], row_part[r * MAX_PARTS], HEAD_SINK(h), &lse_row);
@@ -441,7 +448,7 @@ void flash_decode(FORWARD_ARGS(storage_t))
             float lse_row;
             row_finish(m[r], row_part[r * MAX_PARTS], HEAD_SINK(h), &lse_row);
 #if SPLIT
-            part[split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group) + HEAD_DIM] = lse_row;
+            part[split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group) + HEAD_DIM_V] = lse_row;
 #else
             if (has_lse)
                 lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + pos) * l_ss] = lse_row;

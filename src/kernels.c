@@ -667,17 +667,18 @@ static bool decode_async(const struct device_desc *dev, const struct problem *p)
 
 #define DECODE_ITEMS_PER_KEY 2  /* cl/flash_decode.cl's SPK: the work-group is 2 x block_n */
 
-/* K and V staged as stored, pitch d + 4 elements (twice with cp.async); Q,
- * the partial scores / P and the row max's partials in floats (and each
- * row's ALiBi slope); a paged cache's row offsets (K's and V's, 8 bytes each
- * a key). */
+/* K and V staged as stored, pitch d + 4 and dv + 4 elements (twice with
+ * cp.async); Q, the partial scores / P and the row max's partials in floats
+ * (and each row's ALiBi slope); a paged cache's row offsets (K's and V's, 8
+ * bytes each a key). */
 static size_t decode_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                  const struct problem *p)
 {
-    const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, rows = (size_t)fcl_group_rows(p);
+    const size_t n = (size_t)s->axis[N], d = (size_t)p->head_dim, dv = (size_t)fcl_value_dim(p);
+    const size_t rows = (size_t)fcl_group_rows(p);
     const size_t esize = p->dtype == FLASHCL_F32 ? 4 : 2, stages = decode_async(dev, p) ? 2 : 1;
     const size_t floats = rows * d + DECODE_ITEMS_PER_KEY * n * rows + rows * 8 + (p->alibi ? rows : 0);
-    return 2 * stages * n * (d + 4) * esize + floats * sizeof(float) + (p->varlen == 3 ? 2 * n * 8 : 0);
+    return stages * n * (d + 4 + dv + 4) * esize + floats * sizeof(float) + (p->varlen == 3 ? 2 * n * 8 : 0);
 }
 
 /* 64 keys a block (four warps): small enough that several work-groups share
@@ -712,8 +713,9 @@ static void decode_options(const struct device_desc *dev, const struct problem *
                            float scale_log2, char *buf, size_t size)
 {
     snprintf(buf, size,
-             "-DHEAD_DIM=%d -DROWS=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DVARLEN=%d -DVEC_ROWS=%d -DNV_ASYNC=%d",
-             p->head_dim, fcl_group_rows(p), s->axis[N], fcl_dtype_define(p->dtype), p->window_left,
+             "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DROWS=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS
+             " -DVARLEN=%d -DVEC_ROWS=%d -DNV_ASYNC=%d",
+             p->head_dim, fcl_value_dim(p), fcl_group_rows(p), s->axis[N], fcl_dtype_define(p->dtype), p->window_left,
              p->window_right, p->varlen, p->rows_16b, decode_async(dev, p));
 }
 
@@ -956,7 +958,7 @@ const struct kernel_info fcl_kernels[] = {
         .name = "decode", .file = "cl/flash_decode.cl",
         .summary = "Decode on the FMA units of any OpenCL 1.2 device: one work-group per KV head holds its group's query rows (group x seq_q <= 16), keys split across work-groups.",
         .op = OP_FORWARD,
-        .softcap = true, .sinks = true, .alibi = true,
+        .softcap = true, .sinks = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_decode, .entry = "flash_decode",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,

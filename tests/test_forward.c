@@ -530,15 +530,15 @@ static void dv_free(struct dv_problem *p)
 /* A value head dim other than head_dim (attn.head_dim_v; MLA prefill's 192/128 among them), on the portable
  * kernel whole, split-KV and with small odd tiles, against the double reference: every element of O (dv
  * columns, poisoned first, a guard row after) and the LSE; causal and not, GQA, Nq != Nk, dv above and below
- * d; a ALiBi case too. The contexts that name the portable kernel turn the tensor-core ones off (which take the
+ * d; a ALiBi case too. The contexts that name the portable kernel turn the tensor-core and decode ones off (which take the
  * f16/bf16 cases with multiples of 16 where tensor cores are); the backward and the standard path refuse the call
  * with a message. */
 static const struct dv_case dv_cases[] = {
     {1, 70, 90, 4, 2, 32, 16, F32, 1, 0}, {2, 33, 47, 2, 2, 24, 40, F16, 0, 0}, {1, 3, 300, 8, 2, 64, 48, BF16, 0, 0},
     {1, 40, 40, 2, 1, 192, 128, F16, 1, 0}, {1, 50, 20, 2, 2, 8, 12, F32, 1, 1},
 };
-static const char *const dv_contexts[] = {"", "tensor-core:off;portable:splits=3",
-                                          "tensor-core:off;portable:block_m=3,block_n=5"};
+static const char *const dv_contexts[] = {"", "decode:off;decode-tensor-core:off;tensor-core:off;portable:splits=3",
+                                          "decode:off;decode-tensor-core:off;tensor-core:off;portable:block_m=3,block_n=5"};
 
 START_TEST(value_head_dim)
 {
@@ -584,6 +584,25 @@ START_TEST(value_head_dim_tensor_cores)
     if (test_local_mem_holds(ctx, dv_tensor_core_cases[_i].kb, label))
         dv_check(&p, ctx, label, dv_tensor_core_cases[_i].expect);
     flashcl_context_destroy(&ctx);
+    dv_free(&p);
+}
+END_TEST
+
+/* The FMA decode kernel (cl/flash_decode.cl) with dv != d: V's tiles, the teams' P·V columns and O over dv;
+ * absorbed-MLA-like dv < d and dv > d, GQA groups of 4 and 3 (a chunk of 2 positions, causal), f32/f16/bf16,
+ * whole and split (the merge step over dv + 1 floats a row), a paged-free dense cache. */
+static const struct dv_case dv_decode_cases[] = {
+    {2, 1, 260, 8, 2, 64, 128, F16, 0, 0}, {1, 2, 300, 6, 2, 36, 20, F32, 1, 0}, {3, 1, 150, 4, 1, 96, 64, BF16, 0, 1},
+};
+static const char *const dv_decode_contexts[] = {"decode-tensor-core:off", "decode-tensor-core:off;decode:splits=3",
+                                                 "decode-tensor-core:off;decode:block_n=32,splits=2"};
+
+START_TEST(value_head_dim_decode)
+{
+    struct dv_problem p;
+    dv_create(&p, &dv_decode_cases[_i], 990 + (uint64_t)_i);
+    for (int ci = 0; ci < 3; ci++)
+        dv_check(&p, test_context_with_options(dv_decode_contexts[ci]), dv_decode_contexts[ci], "decode");
     dv_free(&p);
 }
 END_TEST
@@ -1002,6 +1021,7 @@ int main(void)
     tcase_set_timeout(dvc, 600);
     tcase_add_loop_test(dvc, value_head_dim, 0, COUNT(dv_cases));
     tcase_add_loop_test(dvc, value_head_dim_tensor_cores, 0, COUNT(dv_tensor_core_cases));
+    tcase_add_loop_test(dvc, value_head_dim_decode, 0, COUNT(dv_decode_cases));
     suite_add_tcase(s, dvc);
     TCase *al = tcase_create("alibi");
     tcase_set_timeout(al, 600);

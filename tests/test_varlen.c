@@ -246,23 +246,30 @@ static const struct kv_case alibi_kv_cases[] = {
 };
 
 /* A value head dim other than head_dim (attn.head_dim_v) against caches, contiguous and paged (V's pages
- * of dv columns), on the portable kernel, whole and split: decode with GQA, chunked prefill (causal), a cap
- * and ALiBi. The tensor-core kernels, which take the f16/bf16 cases where tensor cores are, are turned off. */
+ * of dv columns), on the FMA decode kernel and on the portable one, each whole and split: decode with GQA,
+ * chunked prefill (causal), a cap and ALiBi. The tensor-core kernels, which take the f16/bf16 cases where
+ * tensor cores are, are turned off. */
 static const struct kv_case dv_kv_cases[] = {
     {3, 1, 64, {0, 17, 64}, 8, 2, 32, F16, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 16},
     {2, 5, 40, {13, 40}, 4, 2, 24, F32, FLASHCL_MASK_CAUSAL, 0, 0, 1, .alibi = 1, .head_dim_v = 40},
     {2, 3, 48, {3, 33}, 2, 2, 48, BF16, FLASHCL_MASK_CAUSAL, 0, 0, 0, 16, 0, 0, 0.4f, .head_dim_v = 32},
     {2, 2, 32, {20, 32}, 4, 2, 16, F32, FLASHCL_MASK_NONE, 0, 0, 0, 16, 1, .head_dim_v = 40},  /* paged, dv > d */
 };
-static const char *const dv_contexts[] = {"tensor-core:off;decode-tensor-core:off",
-                                          "tensor-core:off;decode-tensor-core:off;portable:splits=3"};
+static const struct {
+    const char *options, *expect;
+} dv_contexts[] = {
+    {"tensor-core:off;decode-tensor-core:off", "decode"},
+    {"tensor-core:off;decode-tensor-core:off;decode:splits=3", "decode"},
+    {"tensor-core:off;decode-tensor-core:off;decode:off", "portable"},
+    {"tensor-core:off;decode-tensor-core:off;decode:off;portable:splits=3", "portable"},
+};
 
 START_TEST(value_head_dim_kv_cache)
 {
-    for (int i = 0; i < 2; i++) {
-        const char *kernel =
-            kv_cache_run(test_context_with_options(dv_contexts[i]), &dv_kv_cases[_i], 680 + (uint64_t)_i, false);
-        ck_assert_str_eq(kernel, "portable");
+    for (int i = 0; i < 4; i++) {
+        const char *kernel = kv_cache_run(test_context_with_options(dv_contexts[i].options), &dv_kv_cases[_i],
+                                          680 + (uint64_t)_i, false);
+        ck_assert_str_eq(kernel, dv_contexts[i].expect);
     }
 }
 END_TEST
