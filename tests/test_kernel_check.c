@@ -46,7 +46,7 @@ static void only_options(char *out, size_t size, const char *kernel, const char 
 }
 
 /* The contexts of this suite, made once per options string (and emulation). */
-#define MAX_CONTEXTS 24
+#define MAX_CONTEXTS 32
 static struct {
     char options[512];
     int emulated_cc;  /* 0: the device as it is; 80 or 90: tensor cores emulated as that compute capability */
