@@ -430,6 +430,23 @@ START_TEST(split_workspace_kept)
 }
 END_TEST
 
+/* The planner's view of an f16 decode of 2 sequences, GQA 8:2, 300 keys at head dim d (views on mem). */
+static struct problem gqa_decode_problem(int d, cl_mem mem)
+{
+    struct flashcl_attention a = {0};
+    a.batch = 2;
+    a.seq_q = 1;
+    a.seq_kv = 300;
+    a.heads_q = 8;
+    a.heads_kv = 2;
+    a.head_dim = d;
+    a.q = a.o = flashcl_tensor_bnhd(mem, F16, 1, 8, (size_t)d);
+    a.k = a.v = flashcl_tensor_bnhd(mem, F16, 300, 2, (size_t)d);
+    struct problem prob;
+    fcl_forward_problem(&a, &prob);
+    return prob;
+}
+
 /* The tensor-core decode kernel (cl/flash_decode_mma.cl) on its plain-OpenCL emulation, so its K/V
  * buffers run in CI: 2, 3 and 4 of them, as the planner picks by the local memory a context is given
  * (the most K/V in flight a compute unit, docs/perf.md v0.12), over key counts that leave a split fewer
@@ -475,17 +492,7 @@ START_TEST(emulated_tensor_core_decode_stages)
             /* The buffers the plan built with: the count this context was meant to exercise. */
             cl_mem mem = clCreateBuffer(e->cl, CL_MEM_READ_WRITE, 1 << 20, NULL, NULL);
             ck_assert_ptr_nonnull(mem);
-            struct flashcl_attention a = {0};
-            a.batch = 2;
-            a.seq_q = 1;
-            a.seq_kv = 300;
-            a.heads_q = 8;
-            a.heads_kv = 2;
-            a.head_dim = d;
-            a.q = a.o = flashcl_tensor_bnhd(mem, F16, 1, 8, (size_t)d);
-            a.k = a.v = flashcl_tensor_bnhd(mem, F16, 300, 2, (size_t)d);
-            struct problem prob;
-            fcl_forward_problem(&a, &prob);
+            struct problem prob = gqa_decode_problem(d, mem);
             struct plan plan;
             ck_assert_flashcl_ok(fcl_plan(ctx, &prob, 1.0f, &plan));
             char want[16];
@@ -501,7 +508,7 @@ END_TEST
 /* Split-KV merged in place (cl/split_combine.h's split_merge_last: the last work-group of a KV head merges
  * the splits, counting the others in through the workspace's counters) against the combine step: emulated
  * decode-tensor-core, several calls on one context (each must leave the counters zero for the next), an odd
- * group, sinks, a bottom-right chunk; then the planner's limits (the merge's weights and the counters). */
+ * group, sinks, a bottom-right chunk; then the planner: in place only where asked, and not past the counters. */
 START_TEST(emulated_split_merge_in_place)
 {
     struct test_env *e = test_env_get();
@@ -532,17 +539,7 @@ START_TEST(emulated_split_merge_in_place)
             }
         /* What the plan says: in place only where asked (the default is the combine step), and only where its
          * limits hold. */
-        struct flashcl_attention a = {0};
-        a.batch = 2;
-        a.seq_q = 1;
-        a.seq_kv = 300;
-        a.heads_q = 8;
-        a.heads_kv = 2;
-        a.head_dim = 64;
-        a.q = a.o = flashcl_tensor_bnhd(NULL, F16, 1, 8, 64);
-        a.k = a.v = flashcl_tensor_bnhd(NULL, F16, 300, 2, 64);
-        struct problem prob;
-        fcl_forward_problem(&a, &prob);
+        struct problem prob = gqa_decode_problem(64, NULL);
         struct plan plan;
         ck_assert_flashcl_ok(fcl_plan(ctx, &prob, 1.0f, &plan));
         ck_assert_int_eq(plan.splits, 4);
