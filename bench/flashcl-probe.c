@@ -1055,8 +1055,8 @@ int main(int argc, char **argv)
         printf("  \"probed\": {\"name\": \"%s\", \"vendor\": \"%s\", \"driver\": \"%s\", \"compute_units\": %u, "
                "\"clock_mhz\": %u, \"global_mem\": %llu, \"max_alloc\": %llu, \"reported_local_mem\": %llu, "
                "\"usable_local_mem\": %zu, \"max_work_group\": %zu, \"fp16\": %s, \"bf16_storage\": true, "
-               "\"tensor_cores\": %s, \"tensor_core_note\": \"%s\", \"wgmma\": %s, \"wgmma_note\": \"%s\", \"copy_gb_s\": %.1f, \"fma_tflops\": %.2f, "
-               "\"mma_tflops\": %.1f, \"ridge_fma\": %.2f, \"ridge_mma\": %.2f},\n",
+               "\"tensor_cores\": %s, \"tensor_core_note\": \"%s\", \"wgmma\": %s, \"wgmma_note\": \"%s\", \"copy_gb_s\": %.4g, \"fma_tflops\": %.4g, "
+               "\"mma_tflops\": %.4g, \"ridge_fma\": %.4g, \"ridge_mma\": %.4g},\n",
                p.name, p.vendor, p.driver, p.compute_units, p.clock_mhz, (unsigned long long)p.global_mem,
                (unsigned long long)p.max_alloc, (unsigned long long)p.reported_local, p.usable_local, p.max_wg,
                p.fp16 ? "true" : "false", tensor ? "true" : "false", p.tensor_note, wgmma ? "true" : "false",

@@ -61,9 +61,12 @@ static void load_rows_of(__local float *tile, int width, int pitch, __global con
         tile[r * pitch + c] = row < limit ? LOAD(src, base + (ulong)row * row_stride + c) : 0.0f;
     }
 }
-/* Q's and K's rows (HEAD_DIM), dO's and V's (HEAD_DIM_V). */
-#define load_rows(tile, ...) load_rows_of(tile, HEAD_DIM, LD, __VA_ARGS__)
-#define load_rows_v(tile, ...) load_rows_of(tile, HEAD_DIM_V, LDV, __VA_ARGS__)
+/* Q's and K's rows (HEAD_DIM), dO's and V's (HEAD_DIM_V). Every argument named: OpenCL C 1.2 has no variadic
+ * macros (s6.9), and NVIDIA's compiler refuses them. */
+#define load_rows(tile, src, base, stride, first, n, limit, lid) \
+    load_rows_of(tile, HEAD_DIM, LD, src, base, stride, first, n, limit, lid)
+#define load_rows_v(tile, src, base, stride, first, n, limit, lid) \
+    load_rows_of(tile, HEAD_DIM_V, LDV, src, base, stride, first, n, limit, lid)
 
 /* The query block's LSE (base 2; -inf past seq_q, which hides the row) and D. */
 static void load_row_terms(__local float *row_lse2, __local float *row_delta, __global const float *lse,

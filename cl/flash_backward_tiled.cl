@@ -103,9 +103,12 @@ static inline void load_tile_of(__local float *tile, int width, int pitch, int r
         tile[r * pitch + c] = row < seq ? LOAD(src, base + (ulong)row * row_stride + c) : 0.0f;
     }
 }
-/* Q's and K's tiles (HEAD_DIM), dO's and V's (HEAD_DIM_V). */
-#define load_tile(tile, ...) load_tile_of(tile, HEAD_DIM, PITCH, __VA_ARGS__)
-#define load_tile_v(tile, ...) load_tile_of(tile, HEAD_DIM_V, PITCH_V, __VA_ARGS__)
+/* Q's and K's tiles (HEAD_DIM), dO's and V's (HEAD_DIM_V). Every argument named: OpenCL C 1.2 has no variadic
+ * macros (s6.9), and NVIDIA's compiler refuses them. */
+#define load_tile(tile, rows, src, base, stride, first, seq, lid, wg) \
+    load_tile_of(tile, HEAD_DIM, PITCH, rows, src, base, stride, first, seq, lid, wg)
+#define load_tile_v(tile, rows, src, base, stride, first, seq, lid, wg) \
+    load_tile_of(tile, HEAD_DIM_V, PITCH_V, rows, src, base, stride, first, seq, lid, wg)
 
 /* The query block's LSE in base 2 and D; +inf for a row past seq_q or that sees no key (LSE -inf), so that
  * exp2(s - lse2) = 0 for it without a test per element. */

@@ -376,6 +376,12 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     const size_t used = strlen(buf);
     snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d",
              q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s));
+    /* The cap's reciprocal on the FMA units (cl/score_mod.h's CAP_FMA): H100, f16, N = 8k, d = 64/128, causal
+     * both, +3.2..+8.7% against both on the MUFU; the exponent there too lost 29-38% (docs/perf.md). */
+    if (p->softcap > 0.0f) {
+        const size_t at = strlen(buf);
+        snprintf(buf + at, size - at, " -DCAP_FMA=1");
+    }
     append_register_cap(dev, s, wgmma_resident(dev, s, p), buf, size);
 }
 
