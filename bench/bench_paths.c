@@ -121,32 +121,33 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
                                     const void *k, const void *v, struct bench_buffers *b)
 {
     memset(b, 0, sizeof(*b));
-    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d, dv = (size_t)bench_dv(c);
     const size_t hk = c->heads_kv > 0 ? (size_t)c->heads_kv : h;
-    const size_t q_bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
-    const size_t kv_bytes = (size_t)c->batch * n * hk * d * flashcl_dtype_size(c->dtype);
+    const size_t row = (size_t)c->batch * n * flashcl_dtype_size(c->dtype);  /* bytes a column of a head */
+    const size_t q_bytes = row * h * d, o_bytes = row * h * dv, k_bytes = row * hk * d, v_bytes = row * hk * dv;
     const size_t lse_bytes = (size_t)c->batch * h * n * sizeof(float);
     cl_int err = CL_SUCCESS;
     b->q = buffer(env, q_bytes, q, &err);
-    b->k = buffer(env, kv_bytes, k, &err);
-    b->v = buffer(env, kv_bytes, v, &err);
-    b->o = buffer(env, q_bytes, NULL, &err);
+    b->k = buffer(env, k_bytes, k, &err);
+    b->v = buffer(env, v_bytes, v, &err);
+    b->o = buffer(env, o_bytes, NULL, &err);
     b->lse = buffer(env, lse_bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         bench_buffers_release(b);
         return (flashcl_status)err;
     }
-    b->io_bytes = 2 * q_bytes + 2 * kv_bytes + lse_bytes;
+    b->io_bytes = q_bytes + o_bytes + k_bytes + v_bytes + lse_bytes;
     struct flashcl_attention *a = &b->attn;
     a->batch = c->batch;
     a->seq_q = a->seq_kv = c->n;
     a->heads_q = c->heads;
     a->heads_kv = (int)hk;
     a->head_dim = c->d;
+    a->head_dim_v = dv != d ? (int)dv : 0;
     a->q = flashcl_tensor_bnhd(b->q, c->dtype, n, h, d);
     a->k = flashcl_tensor_bnhd(b->k, c->dtype, n, hk, d);
-    a->v = flashcl_tensor_bnhd(b->v, c->dtype, n, hk, d);
-    a->o = flashcl_tensor_bnhd(b->o, c->dtype, n, h, d);
+    a->v = flashcl_tensor_bnhd(b->v, c->dtype, n, hk, dv);
+    a->o = flashcl_tensor_bnhd(b->o, c->dtype, n, h, dv);
     a->lse = flashcl_tensor_lse(b->lse, n, h);
     a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     a->precision = c->precision;
@@ -187,22 +188,22 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
 flashcl_status bench_buffers_add_grads(struct bench_env *env, const struct bench_case *c, const void *d_o,
                                        struct bench_buffers *b)
 {
-    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d, dv = (size_t)bench_dv(c);
     const size_t hk = c->heads_kv > 0 ? (size_t)c->heads_kv : h;
-    const size_t q_bytes = (size_t)c->batch * n * h * d * flashcl_dtype_size(c->dtype);
-    const size_t kv_bytes = (size_t)c->batch * n * hk * d * flashcl_dtype_size(c->dtype);
+    const size_t row = (size_t)c->batch * n * flashcl_dtype_size(c->dtype);  /* bytes a column of a head */
+    const size_t q_bytes = row * h * d, o_bytes = row * h * dv, k_bytes = row * hk * d, v_bytes = row * hk * dv;
     cl_int err = CL_SUCCESS;
-    b->d_o = buffer(env, q_bytes, d_o, &err);
+    b->d_o = buffer(env, o_bytes, d_o, &err);
     b->d_q = buffer(env, q_bytes, NULL, &err);
-    b->d_k = buffer(env, kv_bytes, NULL, &err);
-    b->d_v = buffer(env, kv_bytes, NULL, &err);
+    b->d_k = buffer(env, k_bytes, NULL, &err);
+    b->d_v = buffer(env, v_bytes, NULL, &err);
     if (err != CL_SUCCESS)
         return (flashcl_status)err;
-    b->io_bytes += 2 * q_bytes + 2 * kv_bytes;
-    b->grad.d_o = flashcl_tensor_bnhd(b->d_o, c->dtype, n, h, d);
+    b->io_bytes += o_bytes + q_bytes + k_bytes + v_bytes;
+    b->grad.d_o = flashcl_tensor_bnhd(b->d_o, c->dtype, n, h, dv);
     b->grad.d_q = flashcl_tensor_bnhd(b->d_q, c->dtype, n, h, d);
     b->grad.d_k = flashcl_tensor_bnhd(b->d_k, c->dtype, n, hk, d);
-    b->grad.d_v = flashcl_tensor_bnhd(b->d_v, c->dtype, n, hk, d);
+    b->grad.d_v = flashcl_tensor_bnhd(b->d_v, c->dtype, n, hk, dv);
     return FLASHCL_SUCCESS;
 }
 
@@ -447,12 +448,13 @@ void bench_fill_repeated(void *buf, flashcl_dtype dtype, size_t count)
 }
 
 /* Largest |O - reference| over SAMPLED_ROWS rows spread over batches and
- * heads ([B, N, H, d] layout; causal aligned bottom-right, N_q = N_kv). */
+ * heads ([B, N, H, d] layout, V and O of dv columns; causal aligned bottom-right, N_q = N_kv). */
 double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v,
                             const void *o)
 {
-    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
-    double *kd = malloc(n * d * sizeof(double)), *vd = malloc(n * d * sizeof(double));
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d, dv = (size_t)bench_dv(c);
+    const struct hostref_mods plain = {0.0, -INFINITY, 0.0};
+    double *kd = malloc(n * d * sizeof(double)), *vd = malloc(n * dv * sizeof(double));
     double *scratch = malloc(n * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
     if (!kd || !vd || !scratch) {
         free(kd);
@@ -464,19 +466,19 @@ double bench_sampled_error(const struct bench_case *c, const void *q, const void
     for (int s = 0; s < SAMPLED_ROWS; s++) {
         const size_t b = (size_t)s % (size_t)c->batch, head = ((size_t)s * 5) % h;
         const size_t row = s == 0 ? n - 1 : ((size_t)s * 2654435761u) % n;
-        for (size_t j = 0; j < n; j++)
-            for (size_t e = 0; e < d; e++) {
-                const size_t idx = ((b * n + j) * h + head) * d + e;
-                kd[j * d + e] = hostref_load(k, c->dtype, idx);
-                vd[j * d + e] = hostref_load(v, c->dtype, idx);
-            }
+        for (size_t j = 0; j < n; j++) {
+            for (size_t e = 0; e < d; e++)
+                kd[j * d + e] = hostref_load(k, c->dtype, ((b * n + j) * h + head) * d + e);
+            for (size_t e = 0; e < dv; e++)
+                vd[j * dv + e] = hostref_load(v, c->dtype, ((b * n + j) * h + head) * dv + e);
+        }
         for (size_t e = 0; e < d; e++)
             qd[e] = hostref_load(q, c->dtype, ((b * n + row) * h + head) * d + e);
         double lse;
-        hostref_attention_row(qd, kd, vd, n, d, 1.0 / sqrt((double)d),
-                              c->causal ? (long long)row : (long long)n - 1, ref, &lse, scratch);
-        for (size_t e = 0; e < d; e++) {
-            const double err = fabs(hostref_load(o, c->dtype, ((b * n + row) * h + head) * d + e) - ref[e]);
+        hostref_attention_row_dv(qd, kd, vd, 0, c->causal ? row + 1 : n, d, dv, 1.0 / sqrt((double)d), &plain,
+                                 (long long)row, ref, &lse, scratch);
+        for (size_t e = 0; e < dv; e++) {
+            const double err = fabs(hostref_load(o, c->dtype, ((b * n + row) * h + head) * dv + e) - ref[e]);
             max_err = err > max_err || err != err ? err : max_err;
         }
     }
@@ -488,13 +490,14 @@ double bench_sampled_error(const struct bench_case *c, const void *q, const void
 
 
 /* dQ of SAMPLED_ROWS rows from their reference row of P: p_j = exp(s·q·k_j −
- * lse), ds_j = p_j (dO·v_j − dO·o), dQ = s Σ ds_j k_j. */
+ * lse), ds_j = p_j (dO·v_j − dO·o), dQ = s Σ ds_j k_j (dO, v_j and o of dv columns). */
 double bench_sampled_dq_error(const struct bench_case *c, const void *q, const void *k, const void *v,
                               const void *d_o, const void *dq)
 {
-    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d;
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d, dv = (size_t)bench_dv(c);
     const double scale = 1.0 / sqrt((double)d);
-    double *kd = malloc(n * d * sizeof(double)), *vd = malloc(n * d * sizeof(double));
+    const struct hostref_mods plain = {0.0, -INFINITY, 0.0};
+    double *kd = malloc(n * d * sizeof(double)), *vd = malloc(n * dv * sizeof(double));
     double *scratch = malloc(n * sizeof(double));
     double qd[FLASHCL_MAX_HEAD_DIM], dod[FLASHCL_MAX_HEAD_DIM], o[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
     if (!kd || !vd || !scratch) {
@@ -507,31 +510,31 @@ double bench_sampled_dq_error(const struct bench_case *c, const void *q, const v
     for (int s = 0; s < SAMPLED_ROWS; s++) {
         const size_t b = (size_t)s % (size_t)c->batch, head = ((size_t)s * 5) % h;
         const size_t row = s == 0 ? n - 1 : ((size_t)s * 2654435761u) % n;
-        for (size_t j = 0; j < n; j++)
-            for (size_t e = 0; e < d; e++) {
-                const size_t idx = ((b * n + j) * h + head) * d + e;
-                kd[j * d + e] = hostref_load(k, c->dtype, idx);
-                vd[j * d + e] = hostref_load(v, c->dtype, idx);
-            }
-        const size_t base = ((b * n + row) * h + head) * d;
-        for (size_t e = 0; e < d; e++) {
-            qd[e] = hostref_load(q, c->dtype, base + e);
-            dod[e] = hostref_load(d_o, c->dtype, base + e);
+        for (size_t j = 0; j < n; j++) {
+            for (size_t e = 0; e < d; e++)
+                kd[j * d + e] = hostref_load(k, c->dtype, ((b * n + j) * h + head) * d + e);
+            for (size_t e = 0; e < dv; e++)
+                vd[j * dv + e] = hostref_load(v, c->dtype, ((b * n + j) * h + head) * dv + e);
         }
+        const size_t base = ((b * n + row) * h + head) * d, base_v = ((b * n + row) * h + head) * dv;
+        for (size_t e = 0; e < d; e++)
+            qd[e] = hostref_load(q, c->dtype, base + e);
+        for (size_t e = 0; e < dv; e++)
+            dod[e] = hostref_load(d_o, c->dtype, base_v + e);
         double lse;
         const size_t last = c->causal ? row : n - 1;
-        hostref_attention_row(qd, kd, vd, n, d, scale, (long long)last, o, &lse, scratch);
+        hostref_attention_row_dv(qd, kd, vd, 0, last + 1, d, dv, scale, &plain, (long long)row, o, &lse, scratch);
         double delta = 0;
-        for (size_t e = 0; e < d; e++)
+        for (size_t e = 0; e < dv; e++)
             delta += dod[e] * o[e];
         for (size_t e = 0; e < d; e++)
             ref[e] = 0;
         for (size_t j = 0; j <= last; j++) {
             double score = 0, dp = 0;
-            for (size_t e = 0; e < d; e++) {
+            for (size_t e = 0; e < d; e++)
                 score += qd[e] * kd[j * d + e];
-                dp += dod[e] * vd[j * d + e];
-            }
+            for (size_t e = 0; e < dv; e++)
+                dp += dod[e] * vd[j * dv + e];
             const double ds = exp(scale * score - lse) * (dp - delta);
             for (size_t e = 0; e < d; e++)
                 ref[e] += scale * ds * kd[j * d + e];

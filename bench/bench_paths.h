@@ -45,7 +45,14 @@ struct bench_case {
     bool sinks;    /* attn.sinks of -30000 a head: computed, weight 0 (the plain results) */
     bool alibi;    /* attn.alibi_slopes of 0 a head: the bias computed, 0 (the plain results) */
     float softcap; /* attn.softcap (0: none) */
+    int dv;        /* attn.head_dim_v: V's, O's, dO's and dV's head dim (0: d) */
 };
+
+/* V's and O's head dim. */
+static inline int bench_dv(const struct bench_case *c)
+{
+    return c->dv > 0 ? c->dv : c->d;
+}
 
 struct bench_buffers {
     cl_mem q, k, v, o, lse, sinks, slopes;

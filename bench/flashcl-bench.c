@@ -50,6 +50,7 @@ struct options {
     bool sinks;
     bool alibi;
     float softcap;
+    int head_dim_v;  /* --head-dim-v: V's and O's head dim in the sweep (0: each d) */
 };
 
 static void usage(FILE *f)
@@ -90,6 +91,8 @@ static void usage(FILE *f)
             "  --alibi         the sweep's flash calls with ALiBi slopes (attn.alibi_slopes) of 0 a head:\n"
             "                  the bias is computed and adds 0, so outputs and checks are the plain ones\n"
             "                  (what ALiBi costs)\n"
+            "  --head-dim-v DV the sweep's flash calls with V, O, dO and dV of DV columns (attn.head_dim_v,\n"
+            "                  DeepSeek's MLA: --d 192 --head-dim-v 128); FLOPs 2·B·H·N²·(d + DV)\n"
             "  --softcap C     the sweep's flash calls with attn.softcap = C; a C far above the scores\n"
             "                  (1e4) bends none of them past f16's precision, so the checks are the plain\n"
             "                  ones: what the cap's tanh costs\n"
@@ -187,6 +190,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"sinks", no_argument, 0, 's'},
         {"alibi", no_argument, 0, 'A'},
         {"softcap", required_argument, 0, 'X'},
+        {"head-dim-v", required_argument, 0, 'W'},
         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -231,6 +235,10 @@ static void parse_options(int argc, char **argv, struct options *o)
             }
             break;
         }
+        case 'W':
+            bad = (o->head_dim_v = atoi(optarg)) < 1 || o->head_dim_v > FLASHCL_MAX_HEAD_DIM;
+            why = "1..256";
+            break;
         case 'J': o->json = optarg; break;
         case 'q':
             o->n_count = parse_int_list("256,512", o->n, MAX_LIST);
@@ -257,9 +265,10 @@ static void parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, "flashcl-bench: --varlen and --decode are separate modes; give one\n");
         exit(EXIT_FAILURE);
     }
-    const bool variant = o->sinks || o->alibi || o->softcap > 0.0f;
+    const bool variant = o->sinks || o->alibi || o->softcap > 0.0f || o->head_dim_v > 0;
     if (variant && (o->varlen.count > 0 || o->decode_count > 0)) {
-        fprintf(stderr, "flashcl-bench: --sinks, --alibi and --softcap are for the sweep (not --varlen or --decode)\n");
+        fprintf(stderr, "flashcl-bench: --sinks, --alibi, --softcap and --head-dim-v are for the sweep (not --varlen or "
+                        "--decode)\n");
         exit(EXIT_FAILURE);
     }
     if (variant)  /* the standard path refuses them: the flash path only */
@@ -300,9 +309,12 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
 {
     const size_t esize = flashcl_dtype_size(c->dtype);
     const size_t elems = (size_t)c->batch * (size_t)c->n * (size_t)c->heads * (size_t)c->d;
-    void *q = malloc(elems * esize), *k = malloc(elems * esize), *v = malloc(elems * esize);
-    void *o = malloc(elems * esize), *o_flash = malloc(elems * esize);
-    void *d_o = c->pass != BENCH_PASS_FORWARD ? malloc(elems * esize) : NULL;
+    const size_t elems_v = elems / (size_t)c->d * (size_t)bench_dv(c);  /* V's, O's and dO's */
+    /* What is read back: O (dv columns) or, after a backward, dQ (d). */
+    const size_t out_elems = c->pass == BENCH_PASS_FORWARD ? elems_v : elems;
+    void *q = malloc(elems * esize), *k = malloc(elems * esize), *v = malloc(elems_v * esize);
+    void *o = malloc(out_elems * esize), *o_flash = malloc(out_elems * esize);
+    void *d_o = c->pass != BENCH_PASS_FORWARD ? malloc(elems_v * esize) : NULL;
     if (!q || !k || !v || !o || !o_flash || (c->pass != BENCH_PASS_FORWARD && !d_o)) {
         fprintf(stderr, "flashcl-bench: out of host memory\n");
         exit(EXIT_FAILURE);
@@ -310,11 +322,12 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
     rng_seed((uint64_t)c->n * 131 + (uint64_t)c->d);
     bench_fill_random(q, c->dtype, elems);
     bench_fill_random(k, c->dtype, elems);
-    bench_fill_random(v, c->dtype, elems);
+    bench_fill_random(v, c->dtype, elems_v);
     if (d_o)
-        bench_fill_random(d_o, c->dtype, elems);
-    const double flops = 4.0 * c->batch * c->heads * (double)c->n * c->n * c->d * (c->causal ? 0.5 : 1.0) *
-                         bench_pass_flops(c->pass);
+        bench_fill_random(d_o, c->dtype, elems_v);
+    /* QKᵀ over d and PV over dv: 4 B H N² d where they are equal. */
+    const double flops = 2.0 * c->batch * c->heads * (double)c->n * c->n * (c->d + bench_dv(c)) *
+                         (c->causal ? 0.5 : 1.0) * bench_pass_flops(c->pass);
 
     struct bench_buffers bufs;
     flashcl_status st = bench_buffers_create(env, c, q, k, v, &bufs);
@@ -337,16 +350,16 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
         if (r->status == FLASHCL_SUCCESS)
             r->status = bench_time(env, r->path, &bufs, c, opt->warmup, opt->reps, &r->median_ms, &r->min_ms, NULL);
         if (r->status == FLASHCL_SUCCESS)
-            r->status = bench_read_output(env, c, &bufs, o, elems * esize);
+            r->status = bench_read_output(env, c, &bufs, o, out_elems * esize);
         if (r->status == FLASHCL_SUCCESS) {
             r->tflops = flops / (r->median_ms * 1e-3) / 1e12;
             r->err_ref = d_o ? bench_sampled_dq_error(c, q, k, v, d_o, o) : bench_sampled_error(c, q, k, v, o);
             if (r->path == BENCH_FLASH) {
-                memcpy(o_flash, o, elems * esize);
+                memcpy(o_flash, o, out_elems * esize);
                 have_flash = true;
             } else if (have_flash) {
                 double m = 0;
-                for (size_t i = 0; i < elems; i++) {
+                for (size_t i = 0; i < out_elems; i++) {
                     const double e = fabs(hostref_load(o, c->dtype, i) - hostref_load(o_flash, c->dtype, i));
                     m = e > m || e != e ? e : m;
                 }
@@ -398,17 +411,17 @@ static void print_table(FILE *f, const struct result *r, int n, const char *devi
 static void csv_header(FILE *f)
 {
     fprintf(f, "device,path,pass,N,d,dtype,causal,batch,heads,status,median_ms,min_ms,tflops,device_bytes,"
-               "err_ref,err_vs_flash,kernel\n");
+               "err_ref,err_vs_flash,kernel,dv\n");
 }
 
 /* One row per result, written as soon as it exists so a cut-short sweep
  * still leaves its finished rows. */
 static void csv_row(FILE *f, const struct result *r, const char *device)
 {
-    fprintf(f, "\"%s\",%s,%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e,%s\n", device,
+    fprintf(f, "\"%s\",%s,%s,%d,%d,%s,%d,%d,%d,%s,%.6f,%.6f,%.4f,%zu,%.3e,%.3e,%s,%d\n", device,
             bench_path_name(r->path), bench_pass_name(r->c.pass), r->c.n, r->c.d, dtype_name(r->c.dtype, r->c.precision), r->c.causal, r->c.batch,
             r->c.heads, flashcl_status_name(r->status), r->median_ms, r->min_ms, r->tflops,
-            r->device_bytes, r->err_ref, r->err_vs_flash, r->kernel ? r->kernel : "");
+            r->device_bytes, r->err_ref, r->err_vs_flash, r->kernel ? r->kernel : "", bench_dv(&r->c));
     fflush(f);
 }
 
@@ -477,7 +490,7 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f};
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f, 0};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));
                 if (r.status != FLASHCL_SUCCESS) {
@@ -638,6 +651,7 @@ int main(int argc, char **argv)
                     c.sinks = opt.sinks;
                     c.alibi = opt.alibi;
                     c.softcap = opt.softcap;
+                    c.dv = opt.head_dim_v;
                     fprintf(stderr, "\r[%d/%d] %s N=%d d=%d %s %s          ", ++done, total, bench_pass_name(c.pass),
                             c.n, c.d, dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
                     const int first = n_results;

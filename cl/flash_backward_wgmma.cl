@@ -6,13 +6,17 @@
  * enqueues them in order): flash_backward_dot (backward_dot.h), then
  * flash_backward_wgmma_dkdv, then flash_backward_wgmma_dq. HEAD_DIM a
  * multiple of 16 up to 256, WARPS 4 or 8 (one or two warpgroups of 4 warps).
+ * HEAD_DIM_V (V's, dO's and dV's columns; HEAD_DIM where not given), a
+ * multiple of 16 up to 256 too: dP's products run over it, dV's over its
+ * columns (DeepSeek's MLA: 192 and 128).
  *
  * A work-group owns OWN = 16 WARPS rows: its keys in dkdv, its query rows
  * in dq; each warpgroup owns 64 of them and issues its products alone.
  * dK and dV stay in registers, d / 2 of each a thread up to d = 128. Past
- * 128 (SPLIT_D: 8 warps) that is more than a thread has, so in dkdv the two
- * warpgroups own the same 64 keys and split dK's and dV's columns: the
- * first keeps columns 0..127, the second the rest (DKV_COL1 below). Both
+ * 128 (SPLIT_D: 8 warps, where d or dv passes 128) that is more than a thread
+ * has, so in dkdv the two warpgroups own the same 64 keys and split dK's and
+ * dV's columns: the first keeps columns 0..127, the second the rest (DK_COL1
+ * and DV_COL1 below). Both
  * compute the block's whole Sᵀ and dPᵀ, which costs up to 1.5x dkdv's
  * products (the alternative, P and dS through local memory to the other
  * warpgroup, leaves no room for the tiles at d = 256); dq keeps one
@@ -67,6 +71,9 @@
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
 #endif
+#ifndef HEAD_DIM_V
+#define HEAD_DIM_V HEAD_DIM
+#endif
 #ifndef DTYPE
 #define DTYPE 1              /* 1 f16, 2 bf16 */
 #endif
@@ -97,8 +104,9 @@
 #define WGMMA 1              /* nv_mma16.h's tiles in wgmma's 64-column panels */
 #define OWN (16 * WARPS)     /* keys (dkdv) or query rows (dq) a work-group owns: 64 a warpgroup */
 
-#if HEAD_DIM % 16 != 0 || HEAD_DIM < 16 || HEAD_DIM > 256
-#error "HEAD_DIM must be a multiple of 16, at most 256"
+#if HEAD_DIM % 16 != 0 || HEAD_DIM < 16 || HEAD_DIM > 256 || HEAD_DIM_V % 16 != 0 || HEAD_DIM_V < 16 || \
+    HEAD_DIM_V > 256
+#error "HEAD_DIM and HEAD_DIM_V must be multiples of 16, at most 256"
 #endif
 #if (WARPS != 4 && WARPS != 8) || WG != 32 * WARPS
 #error "WARPS must be 4 or 8 and WG 32 * WARPS"
@@ -107,34 +115,66 @@
 #error "BLOCK_M must be 64 or 128, BLOCK_N 32, 64 or 128"
 #endif
 
-/* dkdv past d = 128 (above): both warpgroups' dK and dV products are DKV_COLS = 128 columns wide, the first's
- * from column 0, the second's from DKV_COL1 (the panel that ends them at or past d), so 256 - d columns are
- * computed and not stored: up to d = 192 the second's first 64 repeat the first's and 192 - d lie past d;
- * beyond, 256 - d lie past d. Products of one N in both
- * warpgroups: a branch between two Ns made ptxas serialise every wgmma of the kernel (C7520). */
-#if HEAD_DIM > 128
+/* dkdv past 128 columns (above): both warpgroups' products of dK (dV) are DK_COLS (DV_COLS) columns wide, the
+ * first's from column 0, the second's from DK_COL1 (DV_COL1); the second stores those from DK_FROM1 (DV_FROM1)
+ * on. A dim past 128: 128 wide, the second's from the panel that ends them at or past it, so 256 - dim columns
+ * are computed and not stored (up to 192 the second's first 64 repeat the first's and 192 - dim lie past it;
+ * beyond, 256 - dim lie past it). A dim of 128 beside one past it: 64 columns each. A narrower one: the whole
+ * dim in both, stored by the first (the second's product repeats it: the same N in both warpgroups). Products
+ * of one N in both warpgroups: a branch between two Ns made ptxas serialise every wgmma of the kernel (C7520).
+ * The widths are tokens (they name the products). */
+#if HEAD_DIM > 128 || HEAD_DIM_V > 128
 #define SPLIT_D 1
 #define OWN_KEYS 64          /* dkdv: keys a work-group owns, both warpgroups' */
-#define DKV_COLS 128
-#define DKV_COL1 (HEAD_DIM <= 192 ? 64 : 128)
 #if WARPS != 8
-#error "HEAD_DIM past 128 needs WARPS 8 (two warpgroups split dK's and dV's columns)"
+#error "HEAD_DIM or HEAD_DIM_V past 128 needs WARPS 8 (two warpgroups split dK's and dV's columns)"
+#endif
+#if HEAD_DIM > 128
+#define DK_COLS 128
+#define DK_COL1 (HEAD_DIM <= 192 ? 64 : 128)
+#define DK_FROM1 128
+#elif HEAD_DIM == 128
+#define DK_COLS 64
+#define DK_COL1 64
+#define DK_FROM1 64
+#else
+#define DK_COLS HEAD_DIM
+#define DK_COL1 0
+#define DK_FROM1 HEAD_DIM
+#endif
+#if HEAD_DIM_V > 128
+#define DV_COLS 128
+#define DV_COL1 (HEAD_DIM_V <= 192 ? 64 : 128)
+#define DV_FROM1 128
+#elif HEAD_DIM_V == 128
+#define DV_COLS 64
+#define DV_COL1 64
+#define DV_FROM1 64
+#else
+#define DV_COLS HEAD_DIM_V
+#define DV_COL1 0
+#define DV_FROM1 HEAD_DIM_V
 #endif
 #else
 #define SPLIT_D 0
 #define OWN_KEYS OWN
-#define DKV_COLS HEAD_DIM
-#define DKV_COL1 0
+#define DK_COLS HEAD_DIM
+#define DK_COL1 0
+#define DK_FROM1 0
+#define DV_COLS HEAD_DIM_V
+#define DV_COL1 0
+#define DV_FROM1 0
 #endif
-#define DKV_REGS (DKV_COLS / 2)  /* a thread's accumulators of its warpgroup's 64 x DKV_COLS dK (and dV) */
+#define DK_REGS (DK_COLS / 2)  /* a thread's accumulators of its warpgroup's 64 x DK_COLS dK */
+#define DV_REGS (DV_COLS / 2)  /* and of its 64 x DV_COLS dV */
 
 /* FUSED_DQ: each warpgroup's dQ is the block's 64 queries x DQ_COLS = d / 2 columns from dq_col0, summed over
  * the work-group's 128 keys, in products DQ_PART columns wide: none crosses a 64-column panel (a transposed
  * operand must not; at d = 96 the second warpgroup's columns 48..95 do), and none has the N of S's products
  * (M_PART below; the driver bug S_PART avoids). DQ_PART a token: it names the product. */
 #if FUSED_DQ
-#if WARPS != 8 || BLOCK_M != 64 || HEAD_DIM % 32 != 0 || HEAD_DIM > 128
-#error "FUSED_DQ needs WARPS 8, BLOCK_M 64 and HEAD_DIM 32, 64, 96 or 128"
+#if WARPS != 8 || BLOCK_M != 64 || HEAD_DIM % 32 != 0 || HEAD_DIM > 128 || HEAD_DIM_V != HEAD_DIM
+#error "FUSED_DQ needs WARPS 8, BLOCK_M 64 and HEAD_DIM 32, 64, 96 or 128 (HEAD_DIM_V the same)"
 #endif
 #define DQ_COLS (HEAD_DIM / 2)
 #if HEAD_DIM == 128
@@ -151,16 +191,17 @@
 #include "nv_mma16.h"      /* pack_pair, the panel tiles and their loader */
 #include "nv_wgmma.h"
 
-/* The S and dP products' widths: a block in halves where it equals a transposed product's N (above): dkdv's
- * DKV_COLS, dq's HEAD_DIM. One token each: it names the product (wgmma_n32_kmajor_ss). */
-#if BLOCK_M == DKV_COLS && BLOCK_M == 64
-#define M_PART 32
-#elif FUSED_DQ && HEAD_DIM == 128
+/* The S and dP products' widths: a block in parts where it equals a transposed product's N (above): dkdv's
+ * DK_COLS or DV_COLS, dq's HEAD_DIM. One token each: it names the product (wgmma_n32_kmajor_ss). */
+#define M_CLASHES(n) ((n) == DK_COLS || (n) == DV_COLS)
+#if FUSED_DQ && HEAD_DIM == 128
 #define M_PART 32            /* not dQ's 64 (DQ_PART): fewer registers than dQ in halves */
-#elif BLOCK_M == DKV_COLS
+#elif !M_CLASHES(BLOCK_M)
+#define M_PART BLOCK_M
+#elif BLOCK_M == 128 && !M_CLASHES(64)
 #define M_PART 64
 #else
-#define M_PART BLOCK_M
+#define M_PART 32
 #endif
 #if BLOCK_N == HEAD_DIM && BLOCK_N <= 64
 #if BLOCK_N == 64
@@ -175,18 +216,19 @@
 #endif
 
 #define KSTEPS (HEAD_DIM / 16)
+#define KSTEPS_V (HEAD_DIM_V / 16)  /* dP's products' k-steps */
 #define EXP2 exp2_ftz        /* one MUFU.EX2, subnormals flushed (nv_async.h) */
 #define OUT_REGS (HEAD_DIM / 2)  /* a thread's accumulators of a 64 x HEAD_DIM product */
 
-/* D[64 x BLOCK] = A Bᵀ, issued (the caller fences before, commits and waits after): A 64 rows of an [a_rows][d]
- * tile, B a [BLOCK][d] tile, both K-major in local memory (k-step kk in panel kk / 4, 32 bytes a k-step), in
- * PART-wide products (PART a token: it names the product); the first k-step overwrites. */
-#define ISSUE_SCORES(d, a_desc, a_rows, b_desc, block, part_n)                                                       \
+/* D[64 x BLOCK] = A Bᵀ, issued (the caller fences before, commits and waits after): A 64 rows of an [a_rows][c]
+ * tile, B a [BLOCK][c] tile, both K-major in local memory (k-step kk in panel kk / 4, 32 bytes a k-step), c =
+ * 16 ksteps columns, in PART-wide products (PART a token: it names the product); the first k-step overwrites. */
+#define ISSUE_SCORES(d, a_desc, a_rows, b_desc, block, part_n, ksteps)                                               \
     do {                                                                                                             \
         NV_UNROLL                                                                                                    \
         for (int part = 0; part < (block) / (part_n); part++)                                                        \
             NV_UNROLL                                                                                                \
-            for (int kk = 0; kk < KSTEPS; kk++)                                                                      \
+            for (int kk = 0; kk < (ksteps); kk++)                                                                    \
                 wgmma_ss_kmajor(part_n, &(d)[part * (part_n) / 2],                                                   \
                                 wgmma_desc_plus(a_desc, (kk >> 2) * (a_rows) * 128 + (kk & 3) * 32),                 \
                                 wgmma_desc_plus(b_desc, (kk >> 2) * (block) * 128 + part * (part_n) * 128 +          \
@@ -204,12 +246,15 @@
             wgmma_rs_trans(cols, d, (a)[kc], wgmma_desc_plus(b_trans, kc * 2048), 1);                               \
     } while (0)
 
-/* dkdv's dK or dV product, DKV_COLS columns from this warpgroup's col0 (its b_trans starts there). Emulated,
- * only the columns that exist (n at run time): the tile's columns past d were never written. */
+/* dkdv's dK (dV) product, DK_COLS (DV_COLS) columns from this warpgroup's col0_k (col0_v; its b_trans starts
+ * there). Emulated, only the columns that exist (n at run time): the tile's columns past the dim were never
+ * written. */
 #if NV_EMULATE
-#define ISSUE_DKV(d, a, b_trans) ISSUE_TRANS(min(DKV_COLS, HEAD_DIM - col0), d, a, b_trans, BLOCK_M)
+#define ISSUE_DK(d, a, b_trans) ISSUE_TRANS(min(DK_COLS, HEAD_DIM - col0_k), d, a, b_trans, BLOCK_M)
+#define ISSUE_DV(d, a, b_trans) ISSUE_TRANS(min(DV_COLS, HEAD_DIM_V - col0_v), d, a, b_trans, BLOCK_M)
 #else
-#define ISSUE_DKV(d, a, b_trans) ISSUE_TRANS(DKV_COLS, d, a, b_trans, BLOCK_M)
+#define ISSUE_DK(d, a, b_trans) ISSUE_TRANS(DK_COLS, d, a, b_trans, BLOCK_M)
+#define ISSUE_DV(d, a, b_trans) ISSUE_TRANS(DV_COLS, d, a, b_trans, BLOCK_M)
 #endif
 
 /* A warpgroup's skip of a block its keys (rows) cannot see: natively its own; emulated none (masked instead). */
@@ -243,10 +288,10 @@ NV_UNROLL
 }
 
 /* A 64-row result (d, regs floats a thread: columns col0 ..), scaled, into rows row0 + 16 (warp % 4) + g (+8) of
- * a [seq, d] slice (rows < seq), its columns from `from` on (the columns before it are another's). */
+ * a [seq, width] slice (rows < seq), its columns from `from` on (the columns before it are another's). */
 static inline __attribute__((always_inline)) void store_rows(__global ushort *base, ulong row_stride, const float *d,
-                                                             const int regs, int row0, int seq, int col0, int from,
-                                                             float scale, int warp, int lane)
+                                                             const int regs, const int width, int row0, int seq,
+                                                             int col0, int from, float scale, int warp, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
 NV_UNROLL
@@ -257,7 +302,7 @@ NV_UNROLL
         __global ushort *dst = base + (ulong)row * row_stride + col0 + 2 * t;
 NV_UNROLL
         for (int j = 0; j < regs / 4; j++)  /* regs: d's length, a constant */
-            if (col0 + 8 * j >= from && col0 + 8 * j < HEAD_DIM)
+            if (col0 + 8 * j >= from && col0 + 8 * j < width)
                 *(__global uint *)(dst + 8 * j) = pack_pair(d[4 * j + 2 * r] * scale, d[4 * j + 2 * r + 1] * scale);
     }
 }
@@ -268,9 +313,9 @@ void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(us
                                BACKWARD_TENSOR(ushort, d_v, dv), BACKWARD_SIZES)
 {
     __local uint4 k_tile[OWN_KEYS * ROW_CHUNKS] __attribute__((aligned(1024)));
-    __local uint4 v_tile[OWN_KEYS * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 v_tile[OWN_KEYS * ROW_CHUNKS_V] __attribute__((aligned(1024)));
     __local uint4 q_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(1024)));  /* two buffers */
-    __local uint4 do_tiles[2 * BLOCK_M * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 do_tiles[2 * BLOCK_M * ROW_CHUNKS_V] __attribute__((aligned(1024)));
     __local float lse_rows[2 * BLOCK_M];  /* base 2, +inf: hidden row */
     __local float delta_rows[2 * BLOCK_M];
 #if FUSED_DQ
@@ -286,9 +331,11 @@ void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(us
     const int heads_q = (int)get_num_groups(1) * group;
     const int k0 = kb * OWN_KEYS;
     const int group_key0 = k0 + (SPLIT_D ? 0 : (warp >> 2) * 64);  /* the warpgroup's first key */
-    /* The warpgroup's dK and dV products' columns, col0 .. col0 + DKV_COLS - 1 (64-column panels col0 / 64 on),
-     * of which it stores those from `from` on. */
-    const int col0 = SPLIT_D && warp >= 4 ? DKV_COL1 : 0, from = SPLIT_D && warp >= 4 ? DKV_COLS : 0;
+    /* The warpgroup's dK products' columns, col0_k .. col0_k + DK_COLS - 1 (64-column panels col0_k / 64 on), of
+     * which it stores those from from_k on; dV's likewise. */
+    const bool second = SPLIT_D && warp >= 4;
+    const int col0_k = second ? DK_COL1 : 0, from_k = second ? DK_FROM1 : 0;
+    const int col0_v = second ? DV_COL1 : 0, from_v = second ? DV_FROM1 : 0;
     const int diag = seq_kv - seq_q;
 
     __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
@@ -302,12 +349,15 @@ void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(us
     const int total = group * q_blocks;  /* (query head, query block) pairs, head-major: a fixed order */
 
     load_block(k_tile, OWN_KEYS, k_base, k_ss, k0, seq_kv, tid);
-    load_block(v_tile, OWN_KEYS, v_base, v_ss, k0, seq_kv, tid);
+    load_block_of(CHUNKS_V, v_tile, OWN_KEYS, v_base, v_ss, k0, seq_kv, tid);
 
-    float dk[DKV_REGS], dv[DKV_REGS];
+    float dk[DK_REGS], dv[DV_REGS];
 NV_UNROLL
-    for (int i = 0; i < DKV_REGS; i++)
-        dk[i] = dv[i] = 0.0f;
+    for (int i = 0; i < DK_REGS; i++)
+        dk[i] = 0.0f;
+NV_UNROLL
+    for (int i = 0; i < DV_REGS; i++)
+        dv[i] = 0.0f;
 
     /* A operands: the warpgroup's 64 keys of K and V (k-step kk: panel kk / 4, 32 bytes a k-step). */
     const wgmma_desc_t k_desc = wgmma_desc(k_tile, (group_key0 - k0) * 128, 16, 1024);
@@ -341,8 +391,8 @@ NV_UNROLL
             const int h = hk * group + nh;
             load_block(q_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS, BLOCK_M,
                        q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, nq0, seq_q, tid);
-            load_block(do_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS, BLOCK_M,
-                       d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
+            load_block_of(CHUNKS_V, do_tiles + (stage ^ 1) * BLOCK_M * ROW_CHUNKS_V, BLOCK_M,
+                          d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
             const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
             const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
             for (int i = tid; i < BLOCK_M; i += WG) {
@@ -365,7 +415,7 @@ NV_UNROLL
         const bool edge = group_key0 + 63 > q0 + diag;
 #endif
         __local const uint4 *q_tile = q_tiles + stage * BLOCK_M * ROW_CHUNKS;
-        __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * ROW_CHUNKS;
+        __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * ROW_CHUNKS_V;
         __local const float *lse2 = lse_rows + stage * BLOCK_M;
         __local const float *drow = delta_rows + stage * BLOCK_M;
         const float alibi2 = HEAD_ALIBI2(hk * group + it / q_blocks);  /* 0 without ALiBi */
@@ -375,12 +425,12 @@ NV_UNROLL
         float s[BLOCK_M / 2], dp[BLOCK_M / 2];
         uint pa[BLOCK_M / 16][4], dsa[BLOCK_M / 16][4];
         const wgmma_desc_t q_desc = wgmma_desc(q_tile, 0, 16, 1024), do_desc = wgmma_desc(do_tile, 0, 16, 1024);
-        const wgmma_desc_t do_trans = wgmma_desc(do_tile, col0 / 64 * BLOCK_M * 128, BLOCK_M * 128, 1024);
-        const wgmma_desc_t q_trans = wgmma_desc(q_tile, col0 / 64 * BLOCK_M * 128, BLOCK_M * 128, 1024);
+        const wgmma_desc_t do_trans = wgmma_desc(do_tile, col0_v / 64 * BLOCK_M * 128, BLOCK_M * 128, 1024);
+        const wgmma_desc_t q_trans = wgmma_desc(q_tile, col0_k / 64 * BLOCK_M * 128, BLOCK_M * 128, 1024);
         wgmma_fence();
-        ISSUE_SCORES(s, k_desc, OWN_KEYS, q_desc, BLOCK_M, M_PART);
+        ISSUE_SCORES(s, k_desc, OWN_KEYS, q_desc, BLOCK_M, M_PART, KSTEPS);
         wgmma_commit();
-        ISSUE_SCORES(dp, v_desc, OWN_KEYS, do_desc, BLOCK_M, M_PART);
+        ISSUE_SCORES(dp, v_desc, OWN_KEYS, do_desc, BLOCK_M, M_PART, KSTEPS_V);
         wgmma_commit();
 #if BWD_OVERLAP
         wgmma_wait_one();  /* Sᵀ's; dPᵀ's still run */
@@ -425,10 +475,10 @@ NV_UNROLL
         accumulators_as_a(pa, s, BLOCK_M);
 #if BWD_OVERLAP
         /* dV += Pᵀ dO while dSᵀ is computed. */
-        WGMMA_HOLD(dv, DKV_REGS);
+        WGMMA_HOLD(dv, DV_REGS);
         WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);
         wgmma_fence();
-        ISSUE_DKV(dv, pa, do_trans);
+        ISSUE_DV(dv, pa, do_trans);
         wgmma_commit();
         wgmma_wait_one();  /* dPᵀ's; dV's may still run */
 #endif
@@ -455,17 +505,17 @@ NV_UNROLL
 #endif
 
         /* dK += dSᵀ Q (and dV += Pᵀ dO): 16 queries a product. */
-        WGMMA_HOLD(dk, DKV_REGS);
+        WGMMA_HOLD(dk, DK_REGS);
         WGMMA_HOLD_A(&dsa[0][0], BLOCK_M / 4);
 #if !BWD_OVERLAP
-        WGMMA_HOLD(dv, DKV_REGS);
+        WGMMA_HOLD(dv, DV_REGS);
         WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);
 #endif
         wgmma_fence();
 #if !BWD_OVERLAP
-        ISSUE_DKV(dv, pa, do_trans);
+        ISSUE_DV(dv, pa, do_trans);
 #endif
-        ISSUE_DKV(dk, dsa, q_trans);
+        ISSUE_DK(dk, dsa, q_trans);
         wgmma_commit();
 #if FUSED_DQ
         /* dQ's block += dS K over the work-group's 128 keys (both warpgroups' dS rows: the barrier), this
@@ -482,8 +532,8 @@ NV_UNROLL
         wgmma_commit();
 #endif
         wgmma_wait_all();
-        WGMMA_HOLD(dv, DKV_REGS);
-        WGMMA_HOLD(dk, DKV_REGS);
+        WGMMA_HOLD(dv, DV_REGS);
+        WGMMA_HOLD(dk, DK_REGS);
         WGMMA_HOLD_A(&pa[0][0], BLOCK_M / 4);  /* A's registers stay A's until the wait */
         WGMMA_HOLD_A(&dsa[0][0], BLOCK_M / 4);
 #if FUSED_DQ
@@ -504,10 +554,10 @@ NV_UNROLL
     }
     COPY_ASYNC_WAIT(0);
 
-    store_rows(d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh, dk_ss, dk, DKV_REGS, group_key0, seq_kv, col0,
-               from, scale, warp, lane);
-    store_rows(d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh, dv_ss, dv, DKV_REGS, group_key0, seq_kv, col0,
-               from, 1.0f, warp, lane);
+    store_rows(d_k + dk_off + (ulong)b * dk_sb + (ulong)hk * dk_sh, dk_ss, dk, DK_REGS, HEAD_DIM, group_key0, seq_kv,
+               col0_k, from_k, scale, warp, lane);
+    store_rows(d_v + dv_off + (ulong)b * dv_sb + (ulong)hk * dv_sh, dv_ss, dv, DV_REGS, HEAD_DIM_V, group_key0, seq_kv,
+               col0_v, from_v, 1.0f, warp, lane);
 }
 
 #if !FUSED_DQ
@@ -516,9 +566,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_backward_wgmma_dq(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_q, dq), BACKWARD_SIZES)
 {
     __local uint4 q_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
-    __local uint4 do_tile[OWN * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 do_tile[OWN * ROW_CHUNKS_V] __attribute__((aligned(1024)));
     __local uint4 k_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(1024)));  /* two buffers */
-    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(1024)));
+    __local uint4 v_tiles[2 * BLOCK_N * ROW_CHUNKS_V] __attribute__((aligned(1024)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -537,10 +587,10 @@ void flash_backward_wgmma_dq(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_q, dq), 
     const int kv_end = block_key_end(CAUSAL, q0, OWN, seq_q, seq_kv);
 
     load_block(q_tile, OWN, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, tid);
-    load_block(do_tile, OWN, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
+    load_block_of(CHUNKS_V, do_tile, OWN, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
     if (kv_end > 0) {
         load_block(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
-        load_block(v_tiles, BLOCK_N, v_base, v_ss, 0, seq_kv, tid);
+        load_v_block(v_tiles, v_base, v_ss, 0, seq_kv, tid);
     }
     copy_async_commit();
 
@@ -573,7 +623,7 @@ NV_UNROLL
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
             load_block(k_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, k_base, k_ss, kb + BLOCK_N, seq_kv, tid);
-            load_block(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS, BLOCK_N, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
+            load_v_block(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS_V, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
         }
         copy_async_commit();
 #if CAUSAL
@@ -585,7 +635,7 @@ NV_UNROLL
         const bool edge = kb + BLOCK_N > seq_kv;
 #endif
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS_V;
 
         /* S = Q Kᵀ, dP = dO Vᵀ: this thread's columns are keys kb + 8 j + 2 t (+1). */
         float s[BLOCK_N / 2], dp[BLOCK_N / 2];
@@ -593,9 +643,9 @@ NV_UNROLL
         const wgmma_desc_t k_desc = wgmma_desc(k_tile, 0, 16, 1024), v_desc = wgmma_desc(v_tile, 0, 16, 1024);
         const wgmma_desc_t k_trans = wgmma_desc(k_tile, 0, BLOCK_N * 128, 1024);
         wgmma_fence();
-        ISSUE_SCORES(s, q_desc, OWN, k_desc, BLOCK_N, N_PART);
+        ISSUE_SCORES(s, q_desc, OWN, k_desc, BLOCK_N, N_PART, KSTEPS);
         wgmma_commit();
-        ISSUE_SCORES(dp, do_desc, OWN, v_desc, BLOCK_N, N_PART);
+        ISSUE_SCORES(dp, do_desc, OWN, v_desc, BLOCK_N, N_PART, KSTEPS_V);
         wgmma_commit();
 #if BWD_OVERLAP
         wgmma_wait_one();  /* S's; dP's still run */
@@ -659,7 +709,7 @@ NV_UNROLL
     }
     COPY_ASYNC_WAIT(0);
 
-    store_rows(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh, dq_ss, dq, OUT_REGS, group_row0, seq_q, 0, 0,
-               scale, warp, lane);
+    store_rows(d_q + dq_off + (ulong)b * dq_sb + (ulong)h * dq_sh, dq_ss, dq, OUT_REGS, HEAD_DIM, group_row0, seq_q, 0,
+               0, scale, warp, lane);
 }
 #endif /* !FUSED_DQ */

@@ -570,24 +570,25 @@ static void backward_mma_fused_options(const struct device_desc *dev, const stru
 
 /* ---- backward on Hopper's wgmma: cl/flash_backward_wgmma.cl (f16/bf16, the sm_90a route) ---- */
 
-/* A work-group owns 16 W keys (dK/dV) or query rows (dQ), 64 a warpgroup; past d = 128 both warpgroups of a
- * dK/dV work-group own the same 64 keys and split their columns, which takes 8 warps (cl/flash_backward_wgmma.cl's
- * SPLIT_D). Its shape's block_m and block_n are the blocks of queries and keys it streams, and block_m is what the
- * plan reports. */
+/* A work-group owns 16 W keys (dK/dV) or query rows (dQ), 64 a warpgroup; where d or dv passes 128 both
+ * warpgroups of a dK/dV work-group own the same 64 keys and split their columns, which takes 8 warps
+ * (cl/flash_backward_wgmma.cl's SPLIT_D). Its shape's block_m and block_n are the blocks of queries and keys it
+ * streams, and block_m is what the plan reports. */
 static int backward_wgmma_owned_rows(const struct kernel_shape *s, const struct problem *p, int step)
 {
-    return step == 1 && p->head_dim > 128 ? 64 : 16 * s->axis[W];
+    return step == 1 && fcl_wide_dim(p) > 128 ? 64 : 16 * s->axis[W];
 }
 
 static bool backward_wgmma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
                                       const struct problem *p)
 {
     /* block_n 96 is on the axis's grid of 32s, not among the kernel's blocks (32, 64, 128). */
-    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && (p->head_dim <= 128 || s->axis[W] == 8) &&
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && (fcl_wide_dim(p) <= 128 || s->axis[W] == 8) &&
            s->axis[N] != 96;
 }
 
-/* The larger of the two kernels' arrays, in tiles of whole 64-column panels (128 bytes a row a panel):
+/* The larger of the two kernels' arrays, in tiles of whole 64-column panels (128 bytes a row a panel; V's and
+ * dO's rows of dv columns):
  * dK/dV: K and V of its keys once, Q and dO twice (double-buffered), the rows' LSE and D twice;
  * dQ: Q and dO of its 16 W rows once, K and V twice. */
 static size_t backward_wgmma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
@@ -595,9 +596,9 @@ static size_t backward_wgmma_local_bytes(const struct device_desc *dev, const st
 {
     const size_t keys = (size_t)backward_wgmma_owned_rows(s, p, 1), rows = (size_t)backward_wgmma_owned_rows(s, p, 2);
     const size_t m = (size_t)s->axis[M], n = (size_t)s->axis[N];
-    const size_t row = 128 * (((size_t)p->head_dim + 63) / 64);
-    const size_t dkdv = (2 * keys + 4 * m) * row + 4 * m * sizeof(float);
-    const size_t dq = (2 * rows + 4 * n) * row;
+    const size_t row = 128 * (((size_t)p->head_dim + 63) / 64) + 128 * (((size_t)fcl_value_dim(p) + 63) / 64);
+    const size_t dkdv = (keys + 2 * m) * row + 4 * m * sizeof(float);
+    const size_t dq = (rows + 2 * n) * row;
     return (dkdv > dq ? dkdv : dq) + (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -606,6 +607,17 @@ static void backward_wgmma_geometry(const struct device_desc *dev, const struct 
 {
     *block_m = s->axis[M];
     *workgroup = 32 * s->axis[W];
+}
+
+/* backward_mma_options, and V's head dim where it differs (-DHEAD_DIM_V: dP's k-steps, dV's columns). */
+static void backward_wgmma_options(const struct device_desc *dev, const struct problem *p,
+                                   const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
+{
+    backward_mma_options(dev, p, s, scale_log2, buf, size);
+    if (fcl_value_dim(p) != p->head_dim) {
+        const size_t used = strlen(buf);
+        snprintf(buf + used, size - used, " -DHEAD_DIM_V=%d", fcl_value_dim(p));
+    }
 }
 
 /* The atomic variant (cl/flash_backward_wgmma.cl's FUSED_DQ): 8 warps, 64-query blocks (the table's head dims:
@@ -1083,7 +1095,7 @@ const struct kernel_info fcl_kernels[] = {
     {
         .name = "backward-wgmma", .file = "cl/flash_backward_wgmma.cl",
         .summary = "The backward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right: a dK/dV pass per 64-key warpgroup, a dQ pass per 64-row warpgroup; deterministic.",
-        .op = OP_BACKWARD, .softcap = true, .alibi = true,
+        .op = OP_BACKWARD, .softcap = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_backward_wgmma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq"},
         .owned_rows = backward_wgmma_owned_rows,
@@ -1096,7 +1108,7 @@ const struct kernel_info fcl_kernels[] = {
         .builtin = backward_wgmma_builtin,
         .n_builtin = sizeof(backward_wgmma_builtin) / sizeof(backward_wgmma_builtin[0]),
         .launchable = backward_wgmma_launchable, .local_bytes = backward_wgmma_local_bytes,
-        .geometry = backward_wgmma_geometry, .options = backward_mma_options,
+        .geometry = backward_wgmma_geometry, .options = backward_wgmma_options,
     },
     {
         .name = "backward-tensor-core-fused", .file = "cl/flash_backward_mma.cl",

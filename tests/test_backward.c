@@ -601,9 +601,11 @@ static const struct bwd_case dv_cases[] = {
     {1, 30, 50, 4, 2, 48, F32, 0, 0, LAYOUT_BNHD, 0, 0, 1, 7, 3, .softcap = 3.0f, .sinks = 1, .alibi = 1,
      .head_dim_v = 33},
     {1, 70, 90, 2, 2, 20, BF16, 1, 0, LAYOUT_BHND, .head_dim_v = 72},           /* dv past 64: 2 column groups */
+    {1, 45, 60, 2, 1, 192, BF16, 1, 0, LAYOUT_BNHD, .head_dim_v = 128},         /* MLA in bf16: wgmma's on Hopper */
 };
 
-/* The default plan, then each FMA kernel forced with a small tile. */
+/* The default plan (on Hopper, backward-wgmma where both head dims are multiples of 16 in f16/bf16: the native run
+ * of what "wgmma kernels, emulated" checks), then each FMA kernel forced with a small tile. */
 START_TEST(value_head_dim)
 {
     const struct bwd_case *c = &dv_cases[_i];
@@ -615,7 +617,9 @@ START_TEST(value_head_dim)
             continue;
         struct bwd_result r;
         run_case(test_context_with_options(options[i]), "head_dim_v", c, 1300 + (uint64_t)_i, &r);
-        const char *expect = i == 2 || !tiled ? "backward" : "backward-tiled";
+        const bool wgmma_ran = i == 0 && c->dtype != F32 && c->head_dim % 16 == 0 && c->head_dim_v % 16 == 0 &&
+                               kernel_is(r.kernel, "backward-wgmma");
+        const char *expect = wgmma_ran ? "backward-wgmma" : i == 2 || !tiled ? "backward" : "backward-tiled";
         ck_assert_msg(kernel_is(r.kernel, expect), "head_dim_v (%s) ran %s, not %s", options[i], r.kernel, expect);
     }
 }
@@ -689,6 +693,16 @@ static const struct {
      "atomic dQ, d = 64", "backward-wgmma-atomic", 87},
     {{1, 70, 50, 2, 1, 96, F16, 0, 0, LAYOUT_BHND}, "backward-wgmma-atomic:on", "atomic dQ, d = 96",
      "backward-wgmma-atomic", 151},
+    /* A value head dim of its own: MLA's 192 and 128 (split: dK 128 + 128 overlapping, dV 64 + 64); dv = 2d
+     * (not split; S's products in 32-query parts, dV's N being the block's 64); d = 128 with dv = 256 (split: dK
+     * 64 + 64, dV 128 + 128, 32-key dQ blocks); dv = d / 2 with a cap and ALiBi (dV 48 wide). */
+    {{1, 45, 60, 2, 1, 192, BF16, 1, 0, LAYOUT_BNHD, .head_dim_v = 128}, "", "d = 192, dv = 128", "backward-wgmma",
+     166},
+    {{2, 40, 33, 4, 2, 64, F16, 0, 0, LAYOUT_BHND, .head_dim_v = 128}, "", "d = 64, dv = 128", "backward-wgmma", 104},
+    {{1, 33, 47, 2, 2, 128, F16, 1, 0, LAYOUT_BNHD, .head_dim_v = 256}, "", "d = 128, dv = 256", "backward-wgmma",
+     152},
+    {{1, 50, 70, 2, 1, 96, BF16, 1, 0, LAYOUT_BHND, .softcap = 2.0f, .alibi = 1, .head_dim_v = 48}, "",
+     "d = 96, dv = 48", "backward-wgmma", 104},
 };
 
 START_TEST(head_dims_on_wgmma)
