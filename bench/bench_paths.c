@@ -23,11 +23,6 @@ const char *bench_pass_name(enum bench_pass pass)
     return pass_names[pass];
 }
 
-double bench_pass_flops(enum bench_pass pass)
-{
-    return pass == BENCH_PASS_FORWARD ? 1.0 : pass == BENCH_PASS_BACKWARD ? 2.5 : 3.5;
-}
-
 /* A comma-separated list of names into a bit set; -1 for an unknown name or none. */
 static int parse_names(const char *list, const char *const *names, int count)
 {

@@ -77,8 +77,6 @@ int bench_parse_paths(const char *list);  /* bit set, or -1 */
 const char *bench_path_name(enum bench_path path);
 int bench_parse_passes(const char *list);  /* bit set, or -1 */
 const char *bench_pass_name(enum bench_pass pass);
-/* FLOPs of a pass over the forward's (FlashAttention's convention: the backward is 2.5 forwards). */
-double bench_pass_flops(enum bench_pass pass);
 /* Largest sampled error against the double reference that counts as right. */
 double bench_tolerance(const struct bench_case *c);
 

@@ -92,7 +92,8 @@ static void usage(FILE *f)
             "                  the bias is computed and adds 0, so outputs and checks are the plain ones\n"
             "                  (what ALiBi costs)\n"
             "  --head-dim-v DV the sweep's flash calls with V, O, dO and dV of DV columns (attn.head_dim_v,\n"
-            "                  DeepSeek's MLA: --d 192 --head-dim-v 128); FLOPs 2·B·H·N²·(d + DV)\n"
+            "                  DeepSeek's MLA: --d 192 --head-dim-v 128); FLOPs 2·B·H·N²·(d + DV) forward,\n"
+            "                  2·B·H·N²·(3d + 2DV) backward\n"
             "  --softcap C     the sweep's flash calls with attn.softcap = C; a C far above the scores\n"
             "                  (1e4) bends none of them past f16's precision, so the checks are the plain\n"
             "                  ones: what the cap's tanh costs\n"
@@ -325,9 +326,12 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
     bench_fill_random(v, c->dtype, elems_v);
     if (d_o)
         bench_fill_random(d_o, c->dtype, elems_v);
-    /* QKᵀ over d and PV over dv: 4 B H N² d where they are equal. */
-    const double flops = 2.0 * c->batch * c->heads * (double)c->n * c->n * (c->d + bench_dv(c)) *
-                         (c->causal ? 0.5 : 1.0) * bench_pass_flops(c->pass);
+    /* The products' FLOPs, 2 B H N² a column of their inner or outer dim: the forward's QKᵀ over d and PV over dv,
+     * the backward's S, dQ and dK over d, dP and dV over dv (4 B H N² d and 2.5 times that where d = dv). */
+    const double per_column = 2.0 * c->batch * c->heads * (double)c->n * c->n * (c->causal ? 0.5 : 1.0);
+    const double forward_flops = per_column * (c->d + bench_dv(c)), backward_flops = per_column * (3 * c->d + 2 * bench_dv(c));
+    const double flops = c->pass == BENCH_PASS_FORWARD ? forward_flops
+                         : c->pass == BENCH_PASS_BACKWARD ? backward_flops : forward_flops + backward_flops;
 
     struct bench_buffers bufs;
     flashcl_status st = bench_buffers_create(env, c, q, k, v, &bufs);
@@ -443,9 +447,11 @@ static void write_json(const char *path, const struct result *r, int n, const ch
     fprintf(f, "{\n  \"device\": \"%s\",\n  \"flashcl_version\": \"%s\",\n  \"results\": [\n", device,
             FLASHCL_VERSION_STRING);
     for (int i = 0; i < n; i++) {
-        fprintf(f, "    {\"path\": \"%s\", \"pass\": \"%s\", \"N\": %d, \"d\": %d, \"dtype\": \"%s\", \"causal\": %s, "
-                   "\"batch\": %d, \"heads\": %d, \"status\": \"%s\", \"kernel\": \"%s\", \"device_bytes\": %zu, ",
-                bench_path_name(r[i].path), bench_pass_name(r[i].c.pass), r[i].c.n, r[i].c.d, dtype_name(r[i].c.dtype, r[i].c.precision),
+        fprintf(f, "    {\"path\": \"%s\", \"pass\": \"%s\", \"N\": %d, \"d\": %d, \"dv\": %d, \"dtype\": \"%s\", "
+                   "\"causal\": %s, \"batch\": %d, \"heads\": %d, \"status\": \"%s\", \"kernel\": \"%s\", "
+                   "\"device_bytes\": %zu, ",
+                bench_path_name(r[i].path), bench_pass_name(r[i].c.pass), r[i].c.n, r[i].c.d, bench_dv(&r[i].c),
+                dtype_name(r[i].c.dtype, r[i].c.precision),
                 r[i].c.causal ? "true" : "false", r[i].c.batch, r[i].c.heads,
                 flashcl_status_name(r[i].status), r[i].kernel ? r[i].kernel : "", r[i].device_bytes);
         json_number(f, "median_ms", r[i].status ? NAN : r[i].median_ms, ", ");

@@ -200,8 +200,13 @@
 #define M_PART BLOCK_M
 #elif BLOCK_M == 128 && !M_CLASHES(64)
 #define M_PART 64
-#else
+#elif !M_CLASHES(32)
 #define M_PART 32
+#else
+#define M_PART 16            /* d and dv 32 and 64 */
+#endif
+#if M_CLASHES(M_PART)
+#error "S's products must not have a transposed product's width"
 #endif
 #if BLOCK_N == HEAD_DIM && BLOCK_N <= 64
 #if BLOCK_N == 64

@@ -694,15 +694,17 @@ static const struct {
     {{1, 70, 50, 2, 1, 96, F16, 0, 0, LAYOUT_BHND}, "backward-wgmma-atomic:on", "atomic dQ, d = 96",
      "backward-wgmma-atomic", 151},
     /* A value head dim of its own: MLA's 192 and 128 (split: dK 128 + 128 overlapping, dV 64 + 64); dv = 2d
-     * (not split; S's products in 32-query parts, dV's N being the block's 64); d = 128 with dv = 256 (split: dK
-     * 64 + 64, dV 128 + 128, 32-key dQ blocks); dv = d / 2 with a cap and ALiBi (dV 48 wide). */
+     * (not split; S's products in 32-query parts, dK's N being the block's 64); d = 128 with dv = 256 (split: dK
+     * 64 + 64, dV 128 + 128, 32-key dQ blocks); dv = d / 2 with a cap and ALiBi (dV 48 wide); d = 32 with dv =
+     * 64 (S's products 16 wide: 64 and 32 are dV's and dK's). */
     {{1, 45, 60, 2, 1, 192, BF16, 1, 0, LAYOUT_BNHD, .head_dim_v = 128}, "", "d = 192, dv = 128", "backward-wgmma",
-     166},
+     167},
     {{2, 40, 33, 4, 2, 64, F16, 0, 0, LAYOUT_BHND, .head_dim_v = 128}, "", "d = 64, dv = 128", "backward-wgmma", 104},
     {{1, 33, 47, 2, 2, 128, F16, 1, 0, LAYOUT_BNHD, .head_dim_v = 256}, "", "d = 128, dv = 256", "backward-wgmma",
      152},
     {{1, 50, 70, 2, 1, 96, BF16, 1, 0, LAYOUT_BHND, .softcap = 2.0f, .alibi = 1, .head_dim_v = 48}, "",
      "d = 96, dv = 48", "backward-wgmma", 104},
+    {{1, 37, 52, 2, 1, 32, F16, 1, 0, LAYOUT_BNHD, .head_dim_v = 64}, "", "d = 32, dv = 64", "backward-wgmma", 103},
 };
 
 START_TEST(head_dims_on_wgmma)
