@@ -108,7 +108,6 @@ struct kernel_under_check {
 #define WGMMA_BACKWARD_8x64x128_D64 104448  /* dQ: (256 + 512) rows x 128 + 6,144 scratch */
 #define WGMMA_BACKWARD_4x64x64_D128 102400  /* dK/dV: (128 + 256) rows x 256 + 1,024 + 3,072 scratch */
 #define WGMMA_BACKWARD_ATOMIC_D32 89088     /* dK/dV: (256 + 256) rows x 128 + 1,024 + dS 16,384 + 6,144 scratch */
-#define WGMMA_BACKWARD_8x64x32_D16_DV144 105472  /* dK/dV: (64 + 128) rows x (128 + 384) + 1,024 + 6,144 scratch */
 
 /* The context case `index` runs on; NULL where it is not selected or the device's local memory cannot hold
  * its forced shape (said on stdout). */
@@ -246,10 +245,6 @@ static const struct backward_check backward_checks[] = {
      {1, 19, 37, 2, 1, 12, F32, 1, 0, LAYOUT_BNHD, .head_dim_v = 7}},
     {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
      {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, .head_dim_v = 8}},
-    /* dv past 128: the two warpgroups share 64 keys, split dV's columns (64..191 the second's, 144.. past dv) and
-     * both compute all 16 of dK's (the first stores them). */
-    {{"backward-wgmma", "warps=8,block_m=64,block_n=32", 90, "backward-wgmma", WGMMA_BACKWARD_8x64x32_D16_DV144},
-     {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, .head_dim_v = 144}},
     /* The logit cap (dS times 1 - tanh^2) and ALiBi through the backward kernels that compute them. */
     {{"backward-tiled", "block_m=16,block_n=16", 0, "backward-tiled"},
      {1, 19, 37, 2, 1, 16, F32, 1, 0, LAYOUT_BNHD, .softcap = 2.5f, .alibi = 1}},
