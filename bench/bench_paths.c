@@ -442,6 +442,19 @@ void bench_fill_repeated(void *buf, flashcl_dtype dtype, size_t count)
     }
 }
 
+/* K's (d columns) and V's (dv columns) rows of batch b's head `head` as doubles ([B, N, H, d] layout). */
+static void load_head_kv(const struct bench_case *c, const void *k, const void *v, size_t b, size_t head, double *kd,
+                         double *vd)
+{
+    const size_t n = (size_t)c->n, h = (size_t)c->heads, d = (size_t)c->d, dv = (size_t)bench_dv(c);
+    for (size_t j = 0; j < n; j++) {
+        for (size_t e = 0; e < d; e++)
+            kd[j * d + e] = hostref_load(k, c->dtype, ((b * n + j) * h + head) * d + e);
+        for (size_t e = 0; e < dv; e++)
+            vd[j * dv + e] = hostref_load(v, c->dtype, ((b * n + j) * h + head) * dv + e);
+    }
+}
+
 /* Largest |O - reference| over SAMPLED_ROWS rows spread over batches and
  * heads ([B, N, H, d] layout, V and O of dv columns; causal aligned bottom-right, N_q = N_kv). */
 double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v,
@@ -461,12 +474,7 @@ double bench_sampled_error(const struct bench_case *c, const void *q, const void
     for (int s = 0; s < SAMPLED_ROWS; s++) {
         const size_t b = (size_t)s % (size_t)c->batch, head = ((size_t)s * 5) % h;
         const size_t row = s == 0 ? n - 1 : ((size_t)s * 2654435761u) % n;
-        for (size_t j = 0; j < n; j++) {
-            for (size_t e = 0; e < d; e++)
-                kd[j * d + e] = hostref_load(k, c->dtype, ((b * n + j) * h + head) * d + e);
-            for (size_t e = 0; e < dv; e++)
-                vd[j * dv + e] = hostref_load(v, c->dtype, ((b * n + j) * h + head) * dv + e);
-        }
+        load_head_kv(c, k, v, b, head, kd, vd);
         for (size_t e = 0; e < d; e++)
             qd[e] = hostref_load(q, c->dtype, ((b * n + row) * h + head) * d + e);
         double lse;
@@ -505,12 +513,7 @@ double bench_sampled_dq_error(const struct bench_case *c, const void *q, const v
     for (int s = 0; s < SAMPLED_ROWS; s++) {
         const size_t b = (size_t)s % (size_t)c->batch, head = ((size_t)s * 5) % h;
         const size_t row = s == 0 ? n - 1 : ((size_t)s * 2654435761u) % n;
-        for (size_t j = 0; j < n; j++) {
-            for (size_t e = 0; e < d; e++)
-                kd[j * d + e] = hostref_load(k, c->dtype, ((b * n + j) * h + head) * d + e);
-            for (size_t e = 0; e < dv; e++)
-                vd[j * dv + e] = hostref_load(v, c->dtype, ((b * n + j) * h + head) * dv + e);
-        }
+        load_head_kv(c, k, v, b, head, kd, vd);
         const size_t base = ((b * n + row) * h + head) * d, base_v = ((b * n + row) * h + head) * dv;
         for (size_t e = 0; e < d; e++)
             qd[e] = hostref_load(q, c->dtype, base + e);
