@@ -47,7 +47,7 @@ static bool same_kernel(const char *a, const char *b)
 /* The kernel table, one row a kernel in the planner's order, then each kernel's summary. */
 static int print_kernels(void)
 {
-    static const char *const dtype_names[] = {[FLASHCL_F32] = "f32", [FLASHCL_F16] = "f16", [FLASHCL_BF16] = "bf16"};
+
     printf("| kernel | pass | source | dtypes | head dims | needs | takes | axes and built-in shapes |\n"
            "|---|---|---|---|---|---|---|---|\n");
     const int n = flashcl_kernel_count();
@@ -60,10 +60,10 @@ static int print_kernels(void)
             return 1;
         }
         char dtypes[32] = "";
-        for (int t = FLASHCL_F32; t <= FLASHCL_BF16; t++)
+        for (int t = FLASHCL_F32; t <= FLASHCL_E4M3; t++)
             if (k.dtypes & (1u << t))
                 snprintf(dtypes + strlen(dtypes), sizeof(dtypes) - strlen(dtypes), "%s%s", dtypes[0] ? ", " : "",
-                         dtype_names[t]);
+                         flashcl_dtype_name((flashcl_dtype)t));
         char dims[32];
         if (k.head_dim_step == 1)
             snprintf(dims, sizeof(dims), "1..%d", k.head_dim_max);

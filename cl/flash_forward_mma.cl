@@ -43,6 +43,13 @@
  * HEAD_DIM (PV is one product of N = HEAD_DIM_V). S's wgmma is split where it
  * would have PV's shape (S_PART below).
  *
+ * -DDTYPE=3 (E4M3 inputs, wgmma only, 128-key blocks; O_DTYPE O's storage: 0 f32, 1 f16, 2 bf16): both
+ * products on FP8 tensor cores, 32 values a k-step. PTX has no transposed 8-bit B, so PV reads Vᵀ, which
+ * fp8_transpose_v (below) writes once a call into the workspace: V's columns as rows of keys, in an order
+ * that lets P pack from S's accumulators without exchanges. P (in [0, 1] against the row's running max) goes
+ * to E4M3 times P_SCALE, which keeps the small probabilities out of E4M3's subnormals; l sums the unrounded P.
+ * The descales: Q's and K's are in scale_log2 (the host's), V's (v_descale) and 1 / P_SCALE multiply O at the end.
+ *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
  * work-item must reach every ldmatrix, mma and quad_xor together, as they
@@ -76,7 +83,10 @@
 #define WARP_ROWS (16 * M_TILES)
 #define BLOCK_M (WARP_ROWS * WARPS)
 #define WG (32 * WARPS)
-#define KSTEPS (HEAD_DIM / 16)         /* k-steps of S = QKᵀ */
+#define FP8 (DTYPE == 3)
+#define OPERAND_K (FP8 ? 32 : 16)      /* values a k-step of a product: 32 bytes either way */
+#define KSTEPS (HEAD_DIM / OPERAND_K)  /* k-steps of S = QKᵀ */
+#define P_STEPS (BLOCK_N / OPERAND_K)  /* k-steps of PV, P's registers 4 each */
 #define S_TILES (BLOCK_N / 8)          /* n-tiles of S per warp */
 #define O_TILES (HEAD_DIM_V / 8)       /* n-tiles of O per warp */
 
@@ -110,6 +120,10 @@
 #if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (BLOCK_N != 64 && BLOCK_N != 128 && BLOCK_N != 192))
 #error "WGMMA needs M_TILES 1, WARPS a multiple of 4, BLOCK_N 64, 128 or 192"
 #endif
+#if FP8 && (!WGMMA || BLOCK_N != 128 || HEAD_DIM % 32 != 0 || VARLEN != 0)
+#error "E4M3 (DTYPE 3) runs on wgmma, dense, with 128-key blocks (one 128-byte panel of Vᵀ a row) and HEAD_DIM % 32 == 0"
+#endif
+#define P_SCALE 256.0f  /* FP8: P's factor before rounding (a power of two: exact either way) */
 /* -DWGMMA_OVERLAP=1 (wgmma only): a block's softmax runs while the tensor cores still add the previous
  * block's PV into O, as FlashAttention-3's intra-warpgroup pipelining does. Per block kb: issue S = QKᵀ of kb;
  * rescale O to the previous block's max and issue O += P V of the previous block; wait for S alone; softmax of
@@ -165,6 +179,9 @@
 #if OVERLAP && VARLEN == 3
 #error "WGMMA_OVERLAP loads K and V of different blocks: not on a paged cache (one lookup serves both there)"
 #endif
+#if OVERLAP && FP8
+#error "WGMMA_OVERLAP is not written for E4M3's P"
+#endif
 #if KV_STAGES == 3
 #define WAIT_BLOCK_LANDED() COPY_ASYNC_WAIT(1)  /* all but the newest group: the block after stays in flight */
 #define LOAD_STAGE(st) ((st) == 0 ? 2 : (st) - 1)  /* the buffer the previous block used */
@@ -176,6 +193,8 @@
 #endif
 /* wgmma's local tiles start on 1024 bytes (its swizzle's atoms); mma.sync's on 16. */
 #define TILE_ALIGN (WGMMA ? 1024 : 16)
+/* A stage's V tile: BLOCK_N rows of V; FP8, HEAD_DIM_V rows of Vᵀ, BLOCK_N bytes (one panel) each. */
+#define V_STAGE_CHUNKS (FP8 ? HEAD_DIM_V * 8 : BLOCK_N * ROW_CHUNKS_V)
 
 #include "storage.h"  /* the split-KV merge's stores */
 #include "mask.h"     /* before nv_mma.h: its softmax masks by mask_visible */
@@ -184,6 +203,12 @@
 #include "nv_mma.h"
 #include "block_order.h"
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
+#if FP8
+/* Vᵀ's block of keys `first` ..: its HEAD_DIM_V rows (V's columns, v_ss apart), 128 bytes of keys each, every row
+ * whole (fp8_transpose_v pads the keys with zeros to the blocks' end). LOAD_KV reads this LOAD_V. */
+#undef LOAD_V
+#define LOAD_V(v_dst, first) load_block_of(8, v_dst, HEAD_DIM_V, v_base + (first) / 2, v_ss, 0, HEAD_DIM_V, tid)
+#endif
 #if WGMMA
 #include "nv_wgmma.h"
 /* S's wgmma never has PV's shape: with both m64n64k16 (d = 64, 64 keys) or both m64n128k16 (d = 128, 128
@@ -210,15 +235,48 @@
  * 16 keys a wgmma, 2048 bytes of V (two 8-row atoms, 1024 bytes apart); O's columns past 64 in the next
  * panel, BLOCK_N rows of 128 bytes further. Inlined always: called twice, it may otherwise stay a function,
  * and ptxas serializes every wgmma around a call. */
-static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[BLOCK_N / 16][4],
+static inline __attribute__((always_inline)) void wgmma_pv(float *acc, uint p[P_STEPS][4],
                                                            __local const uint4 *v_tile NV_SCRATCH_PARAM)
 {
+#if FP8
+    /* Vᵀ's HEAD_DIM_V rows of 128 keys, K-major as K's tile is: k-step kc 32 bytes along each row. */
+    const wgmma_desc_t v_desc = wgmma_desc(v_tile, 0, 16, 1024);
+NV_UNROLL
+    for (int kc = 0; kc < P_STEPS; kc++)
+        wgmma_rs_kmajor(HEAD_DIM_V, acc, p[kc], wgmma_desc_plus(v_desc, kc * 32), 1);
+#else
     const wgmma_desc_t v_desc = wgmma_desc(v_tile, 0, BLOCK_N * 128, 1024);
 NV_UNROLL
-    for (int kc = 0; kc < BLOCK_N / 16; kc++)
+    for (int kc = 0; kc < P_STEPS; kc++)
         wgmma_rs_trans(HEAD_DIM_V, acc, p[kc], wgmma_desc_plus(v_desc, kc * 2048), 1);
+#endif
 }
 #endif
+
+/* P of a 16-row tile from its S accumulators (the softmax's exponentials), as PV's A fragments. f16/bf16: k-step kc
+ * is S's n-tiles 2 kc and 2 kc + 1, as mma.sync's C and A layouts line up. E4M3 (k-steps of 32 keys, four values a
+ * register): register i of k-step kc takes the thread's two values of row g (i even) or g + 8 from n-tiles 4 kc +
+ * (i / 2) * 2 and the one after; the keys of a register are then 2t, 2t + 1, 8 + 2t, 8 + 2t + 1 (+ 16 for i >= 2),
+ * where A's layout has k = 4t..4t + 3: fp8_transpose_v stores Vᵀ's keys in that order. */
+static inline __attribute__((always_inline)) void pack_p(float s[S_TILES][4], uint p[P_STEPS][4])
+{
+NV_UNROLL
+    for (int kc = 0; kc < P_STEPS; kc++) {
+#if FP8
+NV_UNROLL
+        for (int i = 0; i < 4; i++) {
+            const int n = 4 * kc + 2 * (i >> 1), e = 2 * (i & 1);
+            p[kc][i] = pack_e4m3x4(P_SCALE * s[n][e], P_SCALE * s[n][e + 1], P_SCALE * s[n + 1][e],
+                                   P_SCALE * s[n + 1][e + 1]);
+        }
+#else
+        p[kc][0] = pack_pair(s[2 * kc][0], s[2 * kc][1]);
+        p[kc][1] = pack_pair(s[2 * kc][2], s[2 * kc][3]);
+        p[kc][2] = pack_pair(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        p[kc][3] = pack_pair(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+#endif
+    }
+}
 
 #if BLOCK_SKIP && NV_EMULATE
 /* A thread's online-softmax state, copied: kept before a skipped block, put back after it (emulated only). */
@@ -256,14 +314,14 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
     BLOCK_LANDED_FOR_ALL();                                                                                          \
     if ((kb) + BLOCK_N < kv_end)                                                                                     \
         LOAD_K(k_tiles + ((stage) ^ 1) * BLOCK_N * ROW_CHUNKS, (kb) + BLOCK_N);                                      \
-    LOAD_V(v_tiles + (stage) * BLOCK_N * ROW_CHUNKS_V, (kb));                                                          \
+    LOAD_V(v_tiles + (stage) * V_STAGE_CHUNKS, (kb));                                                          \
     copy_async_commit()
 #else
 #define STREAM_BLOCK(kb, stage)                                                                                      \
     BLOCK_LANDED_FOR_ALL();                                                                                          \
     if ((kb) + (KV_STAGES - 1) * BLOCK_N < kv_end)                                                                   \
         LOAD_KV(k_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS,                                                  \
-                v_tiles + LOAD_STAGE(stage) * BLOCK_N * ROW_CHUNKS_V, (kb) + (KV_STAGES - 1) * BLOCK_N);            \
+                v_tiles + LOAD_STAGE(stage) * V_STAGE_CHUNKS, (kb) + (KV_STAGES - 1) * BLOCK_N);            \
     copy_async_commit()
 #endif
 
@@ -274,7 +332,7 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
 {
     __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     __local uint4 k_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
-    __local uint4 v_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS_V] __attribute__((aligned(TILE_ALIGN)));
+    __local uint4 v_tiles[KV_STAGES * V_STAGE_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -319,13 +377,13 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
     /* The first block's loop issues a PV of "the block before" too (one branch-free loop: with the PV under a
      * branch, the compiler merged it with the last block's after the loop, and ptxas then serialized every
      * wgmma): zeros in, with P's registers zero, add exactly nothing. */
-    for (int c = tid; c < BLOCK_N * ROW_CHUNKS_V; c += WG)
-        v_tiles[BLOCK_N * ROW_CHUNKS_V + c] = (uint4)(0u);
+    for (int c = tid; c < V_STAGE_CHUNKS; c += WG)
+        v_tiles[V_STAGE_CHUNKS + c] = (uint4)(0u);
 #endif
     copy_async_commit();
 #if KV_STAGES == 3
     if (kv_begin + BLOCK_N < kv_end)
-        LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + BLOCK_N * ROW_CHUNKS_V, kv_begin + BLOCK_N);
+        LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + V_STAGE_CHUNKS, kv_begin + BLOCK_N);
     copy_async_commit();
 #endif
     WAIT_BLOCK_LANDED();
@@ -379,10 +437,10 @@ NV_UNROLL
     const wgmma_desc_t q_desc = wgmma_desc(q_tile, (warp >> 2) * 64 * 128, 16, 1024);
 #endif
 #if OVERLAP
-    uint p_prev[BLOCK_N / 16][4];  /* the previous block's P, read by its PV while this block's softmax runs */
+    uint p_prev[P_STEPS][4];  /* the previous block's P, read by its PV while this block's softmax runs */
     float alpha[2] = {1.0f, 1.0f}; /* and its rescale of O, applied before that PV */
 NV_UNROLL
-    for (int kc = 0; kc < BLOCK_N / 16; kc++)
+    for (int kc = 0; kc < P_STEPS; kc++)
         p_prev[kc][0] = p_prev[kc][1] = p_prev[kc][2] = p_prev[kc][3] = 0u;
 #endif
 #if PINGPONG
@@ -421,7 +479,7 @@ NV_UNROLL
         STREAM_BLOCK(kb, stage);
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
 #if !OVERLAP
-        __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS_V;
+        __local const uint4 *v_tile = v_tiles + stage * V_STAGE_CHUNKS;
 #endif
 
 #if BLOCK_SKIP
@@ -457,7 +515,7 @@ NV_UNROLL
 #if OVERLAP
         rescale_rows(acc[0], alpha);  /* to the previous block's max, before its PV (issued below) */
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], P_STEPS * 4);
 #endif
 #if PINGPONG
         wgmma_turn_wait(warpgroup);
@@ -474,7 +532,7 @@ NV_UNROLL
 #if OVERLAP
         /* The previous block's PV behind S, as a second group (zeros at the first block): waiting for all but
          * the newest group waits for S alone. */
-        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS_V NV_SCRATCH_ARG);
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + (stage ^ 1) * V_STAGE_CHUNKS NV_SCRATCH_ARG);
         wgmma_commit();
 #endif
 #if PINGPONG
@@ -545,41 +603,29 @@ NV_UNROLL
         WGMMA_HOLD(&s[0][0][0], S_TILES * 4);
         WGMMA_HOLD(alpha, 2);
         WGMMA_HOLD(l_row[0], 2);
-        wgmma_keep_a(&p_prev[0][0], BLOCK_N / 16 * 4, (uint)rows_grid >> 31, q_tile);  /* rows_grid >= 0 */
+        wgmma_keep_a(&p_prev[0][0], P_STEPS * 4, (uint)rows_grid >> 31, q_tile);  /* rows_grid >= 0 */
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-NV_UNROLL
-        for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-            p_prev[kc][0] = pack_pair(s[0][2 * kc][0], s[0][2 * kc][1]);
-            p_prev[kc][1] = pack_pair(s[0][2 * kc][2], s[0][2 * kc][3]);
-            p_prev[kc][2] = pack_pair(s[0][2 * kc + 1][0], s[0][2 * kc + 1][1]);
-            p_prev[kc][3] = pack_pair(s[0][2 * kc + 1][2], s[0][2 * kc + 1][3]);
-        }
+        pack_p(s[0], p_prev);
 #else
-        uint pf[M_TILES][BLOCK_N / 16][4];
+        uint pf[M_TILES][P_STEPS][4];
 NV_UNROLL
         for (int mt = 0; mt < M_TILES; mt++) {
             online_softmax(s[mt], acc[mt], m_row[mt], l_row[mt], edge, kb, warp_row0 + 16 * mt + g,
                            warp_row0 + 16 * mt + g + 8, t, seq_kv, diag,
                            scale_log2 ALIBI_ARG(slope2, slope2) NV_SCRATCH_ARG);
-NV_UNROLL
-            for (int kc = 0; kc < BLOCK_N / 16; kc++) {
-                pf[mt][kc][0] = pack_pair(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-                pf[mt][kc][1] = pack_pair(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-                pf[mt][kc][2] = pack_pair(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-                pf[mt][kc][3] = pack_pair(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
-            }
+            pack_p(s[mt], pf[mt]);
         }
 
 #if WGMMA
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);  /* the softmax's rescaling done */
-        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);
+        WGMMA_HOLD_A(&pf[0][0][0], P_STEPS * 4);
         wgmma_fence();
         wgmma_pv(&acc[0][0][0], pf[0], v_tile NV_SCRATCH_ARG);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-        WGMMA_HOLD_A(&pf[0][0][0], BLOCK_N / 16 * 4);  /* P's registers stay P's until the wait */
+        WGMMA_HOLD_A(&pf[0][0][0], P_STEPS * 4);  /* P's registers stay P's until the wait */
 #else
         {
             const local_address_t v_at = local_address(v_tile);
@@ -612,17 +658,23 @@ NV_UNROLL
         barrier(CLK_LOCAL_MEM_FENCE);
         rescale_rows(acc[0], alpha);
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], P_STEPS * 4);
         wgmma_fence();
-        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + last_stage * BLOCK_N * ROW_CHUNKS_V NV_SCRATCH_ARG);
+        wgmma_pv(&acc[0][0][0], p_prev, v_tiles + last_stage * V_STAGE_CHUNKS NV_SCRATCH_ARG);
         wgmma_commit();
         wgmma_wait_all();
         WGMMA_HOLD(&acc[0][0][0], O_TILES * 4);
-        WGMMA_HOLD_A(&p_prev[0][0], BLOCK_N / 16 * 4);
+        WGMMA_HOLD_A(&p_prev[0][0], P_STEPS * 4);
     }
 #endif
 
+#if FP8
+    /* O in its own storage (O_DTYPE: storage.h's storage_t), the view in its elements. */
+    __global storage_t *o_base = (__global storage_t *)o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
+    const float o_factor = v_descale / P_SCALE;
+#else
     __global ushort *o_base = o + o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
+#endif
 NV_UNROLL
     for (int mt = 0; mt < M_TILES; mt++) {
 NV_UNROLL
@@ -641,16 +693,54 @@ NV_UNROLL
                 vstore2((float2)(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l), 0, dst + 8 * n + 2 * t);
             if (t == 0)
                 dst[HEAD_DIM_V] = lse_row;
+#elif FP8
+            __global storage_t *dst = o_base + (ulong)row * o_ss + 2 * t;
+            const float f = inv_l * o_factor;
+NV_UNROLL
+            for (int n = 0; n < O_TILES; n++) {
+                STORE(dst, 8 * n, acc[mt][n][2 * r] * f);
+                STORE(dst, 8 * n + 1, acc[mt][n][2 * r + 1] * f);
+            }
 #else
             __global uint *dst = (__global uint *)(o_base + (ulong)row * o_ss + 2 * t);
 NV_UNROLL
             for (int n = 0; n < O_TILES; n++)
                 dst[n * 4] = pack_pair(acc[mt][n][2 * r] * inv_l, acc[mt][n][2 * r + 1] * inv_l);
+#endif
+#if !SPLIT
             if (has_lse && t == 0)
                 lse[l_off + (ulong)b * l_sb + (ulong)h * l_sh + (ulong)(start_q + row) * l_ss] = lse_row;
 #endif
         }
     }
 }
+
+#if FP8
+/* Vᵀ for the E4M3 products (wgmma reads an 8-bit B K-major only): V [keys][HEAD_DIM_V] of KV head hk, sequence b
+ * (bytes; strides in bytes) to vt[(b heads_kv + hk) HEAD_DIM_V + c][nk_pad], nk_pad the keys rounded up to BLOCK_N,
+ * zeros past seq_kv. Within each 32 keys, place p holds key 16 (p / 16) + 8 ((p % 4) / 2) + 2 ((p % 16) / 4) + p % 2:
+ * the keys pack_p puts at k = p of P's fragments. A work-group of 256 takes 32 keys through local memory, read
+ * along V's rows and written along Vᵀ's. Grid: (nk_pad / 32 x 256, heads_kv, batch). */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void fp8_transpose_v(__global const uchar *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh, __global uchar *vt,
+                     ulong vt_off, int seq_kv, int nk_pad)
+{
+    __local uchar keys[32 * HEAD_DIM_V];
+    const int tid = (int)get_local_id(0), key0 = 32 * (int)get_group_id(0);
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2), heads_kv = (int)get_num_groups(1);
+    __global const uchar *src = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    for (int i = tid; i < 32 * HEAD_DIM_V; i += 256) {
+        const int key = key0 + i / HEAD_DIM_V;
+        keys[i] = key < seq_kv ? src[(ulong)key * v_ss + i % HEAD_DIM_V] : (uchar)0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global uchar *dst = vt + vt_off + ((ulong)b * heads_kv + hk) * HEAD_DIM_V * (ulong)nk_pad + key0;
+    for (int i = tid; i < 32 * HEAD_DIM_V; i += 256) {
+        const int c = i / 32, p = i % 32;
+        const int key = 16 * (p >> 4) + 8 * ((p & 3) >> 1) + 2 * ((p & 15) >> 2) + (p & 1);
+        dst[(ulong)c * nk_pad + p] = keys[key * HEAD_DIM_V + c];
+    }
+}
+#endif
 
 #include "split_combine.h"

@@ -182,7 +182,65 @@ NV_EMU_INLINE void nv_emu_mma(__local uint *scratch, float *c, const uint *a, ui
     c[3] = d[3];
 }
 #define mma_16x8x16(c, a, b0, b1) nv_emu_mma(nv_scratch, (c), (a), (b0), (b1))
+
+/* A tensor-core operand's elements (nv_wgmma.h's emulated wgmma): NV_EMU_OPERAND_BYTES a value, element i of a
+ * 32-bit register, and the element at byte `at` of a tile. */
+#define NV_EMU_OPERAND_BYTES 2
+NV_EMU_INLINE float nv_emu_operand(uint word, int i)
+{
+    return nv_emu_half(word, i);
+}
+
+NV_EMU_INLINE float nv_emu_operand_at(__local const uchar *tile, uint at)
+{
+    return nv_emu_to_float(((__local const ushort *)tile)[at >> 1]);
+}
 #endif /* DTYPE 1 or 2 */
+
+#if DTYPE == 3
+/* ---- E4M3 (FP8: 4 exponent bits of bias 7, 3 mantissa bits, no infinities, NaN S.1111.111) ---- */
+
+NV_EMU_INLINE float nv_emu_e4m3(uint byte)
+{
+    const uint e = (byte >> 3) & 15u, m = byte & 7u;
+    const float magnitude = e == 15u && m == 7u ? NAN : e == 0u ? (float)m * 0x1p-9f : ldexp(1.0f + (float)m * 0.125f, (int)e - 7);
+    return byte & 0x80u ? -magnitude : magnitude;
+}
+
+/* cvt.rn.satfinite.e4m3x2.f32's rounding: to nearest even, magnitudes past 448 (the largest finite) to 448,
+ * NaN to 0x7f. A lane-local operation. */
+NV_EMU_INLINE uint nv_emu_to_e4m3(float x)
+{
+    if (isnan(x))
+        return 0x7fu;
+    const uint sign = (as_uint(x) >> 24) & 0x80u;
+    const float a = fabs(x);
+    if (a >= 448.0f)
+        return sign | 0x7eu;
+    if (a < 0x1p-6f)  /* subnormal (or rounding up to the smallest normal, 8 in these bits too) */
+        return sign | (uint)rint(a * 0x1p9f);
+    uint u = as_uint(a);
+    u += 0x7ffffu + ((u >> 20) & 1u);  /* round the 23 mantissa bits to 3, ties to even */
+    return sign | (((u >> 23) - 120u) << 3) | ((u >> 20) & 7u);  /* exponent bias 127 -> 7 */
+}
+
+/* Four floats as E4M3 in one register, a0 in the low byte (A's order in a wgmma fragment). */
+NV_EMU_INLINE uint pack_e4m3x4(float a0, float a1, float a2, float a3)
+{
+    return nv_emu_to_e4m3(a0) | nv_emu_to_e4m3(a1) << 8 | nv_emu_to_e4m3(a2) << 16 | nv_emu_to_e4m3(a3) << 24;
+}
+
+#define NV_EMU_OPERAND_BYTES 1
+NV_EMU_INLINE float nv_emu_operand(uint word, int i)
+{
+    return nv_emu_e4m3((word >> (8 * i)) & 0xffu);
+}
+
+NV_EMU_INLINE float nv_emu_operand_at(__local const uchar *tile, uint at)
+{
+    return nv_emu_e4m3(tile[at]);
+}
+#endif /* DTYPE 3 */
 
 /* ---- TF32 (nv_tf32.h): cvt.rna.tf32.f32 and mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 ---- */
 

@@ -9,15 +9,20 @@
  * work-group) and BLOCK_N (keys a streamed block), and includes varlen.h
  * and nv_async.h first; HEAD_DIM_V (V's columns) where it differs from
  * HEAD_DIM: V's tiles then have their own row length (the _V names below).
+ * DTYPE 3 (E4M3, the wgmma forward only) has one-byte values: a row's chunks
+ * are HEAD_DIM / 16, and its views come as 2-byte units (src/forward.c
+ * halves their offsets and strides), so the loaders copy the same 16-byte
+ * chunks.
  */
 #ifndef FLASHCL_NV_MMA16_H
 #define FLASHCL_NV_MMA16_H
 
-#define CHUNKS (HEAD_DIM / 8)  /* 16-byte chunks of a row's data */
+#define ELEM_BYTES (DTYPE == 3 ? 1 : 2)
+#define CHUNKS (HEAD_DIM * ELEM_BYTES / 16)  /* 16-byte chunks of a row's data */
 #ifndef HEAD_DIM_V
 #define HEAD_DIM_V HEAD_DIM
 #endif
-#define CHUNKS_V (HEAD_DIM_V / 8)  /* of a V row's */
+#define CHUNKS_V (HEAD_DIM_V * ELEM_BYTES / 16)  /* of a V row's */
 #ifndef WGMMA
 #define WGMMA 0
 #endif
@@ -49,16 +54,18 @@
 #elif DTYPE == 2
 #define MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
 #define CVT_PACK "cvt.rn.bf16x2.f32 "
-#else
-#error "DTYPE must be 1 (f16) or 2 (bf16)"
+#elif DTYPE != 3
+#error "DTYPE must be 1 (f16), 2 (bf16) or 3 (e4m3)"
 #endif
 
+#if DTYPE != 3
 static inline void mma_16x8x16(float *c, const uint *a, uint b0, uint b1)
 {
     __asm__ volatile(MMA "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif
 
 static inline void ldmatrix_x4(uint address, uint *r)
 {
@@ -76,12 +83,26 @@ static inline void ldmatrix_x4_trans(uint address, uint *r)
                      : "memory");
 }
 
+#if DTYPE == 3
+/* Four floats as E4M3 in one register, a0 in the low byte (A's order in a wgmma fragment): cvt's first source
+ * goes to the upper byte of its pair, the first pair ({lo, hi}) to the low half. */
+static inline uint pack_e4m3x4(float a0, float a1, float a2, float a3)
+{
+    uint r;
+    __asm__("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1; cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3; "
+            "mov.b32 %0, {lo, hi}; }"
+            : "=r"(r)
+            : "f"(a0), "f"(a1), "f"(a2), "f"(a3));
+    return r;
+}
+#else
 static inline uint pack_pair(float lo, float hi)
 {
     uint r;
     __asm__(CVT_PACK "%0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  /* first source: upper half */
     return r;
 }
+#endif
 
 /* Whether c holds in any lane of the warp: for a c the same in every lane, c, as a value ptxas knows is the
  * warp's (a uniform predicate): a branch on it is not divergent, and the loop around it keeps its counters in

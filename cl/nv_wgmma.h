@@ -18,6 +18,11 @@
  * descriptor: tiles of rows of 64 two-byte elements (128 bytes), 8-row atoms
  * of 1024 bytes, 16-byte chunk c of row r at c ^ (r % 8) (the 128-byte
  * swizzle; a tile starts 1024-byte aligned).
+ *
+ * DTYPE 3 (E4M3): k-steps of 32 one-byte values (the same 32 bytes a k-step
+ * as f16's 16), A's registers four values each in mma.sync's m16n8k32 8-bit
+ * layout, and B K-major only (PTX has no transposed 8-bit B): the _kmajor
+ * forms, with N any multiple of 16 up to 256.
  */
 #ifndef FLASHCL_NV_WGMMA_H
 #define FLASHCL_NV_WGMMA_H
@@ -31,9 +36,12 @@
 #define WGMMA_OP(n) "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.f16.f16"
 #elif DTYPE == 2
 #define WGMMA_OP(n) "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.bf16.bf16"
+#elif DTYPE == 3
+#define WGMMA_OP(n) "wgmma.mma_async.sync.aligned.m64n" #n "k32.f32.e4m3.e4m3"
 #else
-#error "DTYPE must be 1 (f16) or 2 (bf16)"
+#error "DTYPE must be 1 (f16), 2 (bf16) or 3 (e4m3)"
 #endif
+#define WGMMA_K (DTYPE == 3 ? 32 : 16)  /* a k-step's values: 32 bytes either way */
 
 #if NV_EMULATE
 /* -DNV_EMULATE=1 (nv_emulate.h's plain OpenCL C): the descriptor is the tile and the offsets themselves, as a
@@ -109,9 +117,14 @@ NV_EMU_INLINE uint nv_emu_swizzled(wgmma_desc_t desc, uint at)
     return at ^ (((at >> 7) & 7) << 4);
 }
 
+NV_EMU_INLINE uint nv_emu_kmajor_at(wgmma_desc_t desc, int row, int byte)
+{
+    return nv_emu_swizzled(desc, (uint)((row >> 3) * nv_emu_desc_stride(desc) + (row & 7) * 128 + byte));
+}
+
 NV_EMU_INLINE uint nv_emu_kmajor_byte(wgmma_desc_t desc, int row, int k)
 {
-    return nv_emu_swizzled(desc, (uint)((row >> 3) * nv_emu_desc_stride(desc) + (row & 7) * 128 + k * 2));
+    return nv_emu_kmajor_at(desc, row, k * NV_EMU_OPERAND_BYTES);
 }
 
 /* MN-major (transposed): element (k, mn) of a [k][mn] tile, k's 8-row atoms stride_bytes apart, mn's 64-column
@@ -122,8 +135,8 @@ NV_EMU_INLINE uint nv_emu_trans_byte(wgmma_desc_t desc, int k, int mn)
                                         (mn >> 6) * nv_emu_desc_leading(desc) + (mn & 63) * 2));
 }
 
-/* wgmma.mma_async m64nNk16 with A from registers: the warpgroup's 4 warps put their A fragments (mma.sync's
- * A layout, warp w % 4 holding rows 16 (w % 4) + 0..15) in their scratch; each thread then forms its
+/* wgmma.mma_async m64nNk16 (E4M3: k32) with A from registers: the warpgroup's 4 warps put their A fragments
+ * (mma.sync's A layout, warp w % 4 holding rows 16 (w % 4) + 0..15; a register's values along k) in their scratch; each thread then forms its
  * accumulators (mma.sync's m16n8 C fragments of its warp's rows, N / 8 of them) from A and from B in local
  * memory as the descriptor lays it out: 8-row atoms `stride_bytes` apart, 128-byte rows, 16-byte chunk c
  * of row r at c ^ (r % 8) within its atom, and (transposed B) 64-column panels `leading_bytes` apart. */
@@ -141,11 +154,13 @@ NV_EMU_INLINE void nv_emu_wgmma(__local uint *scratch, float *d, const uint *a, 
             const int row = 16 * (warp & 3) + g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
             const int rw = row >> 4, rg = row & 7, upper = (row >> 3) & 1;
             float sum = 0.0f;
-            for (int k = 0; k < 16; k++) {
-                const uint word = group[rw * NV_SCRATCH_WORDS + (rg * 4 + ((k & 7) >> 1)) * 4 + upper + 2 * (k >> 3)];
-                const float av = nv_emu_half(word, k & 1);
+            const int per_word = 4 / NV_EMU_OPERAND_BYTES, per_lanes = 4 * per_word;  /* k of a register, of a quad */
+            for (int k = 0; k < WGMMA_K; k++) {
+                const uint word = group[rw * NV_SCRATCH_WORDS + (rg * 4 + (k % per_lanes) / per_word) * 4 + upper +
+                                        2 * (k / per_lanes)];
+                const float av = nv_emu_operand(word, k % per_word);
                 const uint at = trans ? nv_emu_trans_byte(b, k, col) : nv_emu_kmajor_byte(b, col, k);
-                const float bv = nv_emu_to_float(((__local const ushort *)nv_emu_desc_tile(b))[at >> 1]);
+                const float bv = nv_emu_operand_at(nv_emu_desc_tile(b), at);
                 sum = fma(av, bv, sum);  /* the product is exact: fma or not, the same sum */
             }
             d[4 * j + e] = (accumulate ? d[4 * j + e] : 0.0f) + sum;
@@ -167,8 +182,8 @@ NV_EMU_INLINE void nv_emu_wgmma_ss(__local uint *scratch, float *d, wgmma_desc_t
         if (trans)  /* c and c + 1 in two rows of the tile */
             a[i] = (uint)tile[nv_emu_trans_byte(a_desc, c, r) >> 1] |
                    (uint)tile[nv_emu_trans_byte(a_desc, c + 1, r) >> 1] << 16;
-        else  /* c and c + 1 in one 16-byte chunk: one word */
-            a[i] = ((__local const uint *)tile)[nv_emu_kmajor_byte(a_desc, r, c) >> 2];
+        else  /* c and c + 1 in one 16-byte chunk: one word (E4M3: bytes 2c..2c + 3) */
+            a[i] = ((__local const uint *)tile)[nv_emu_kmajor_at(a_desc, r, 2 * c) >> 2];
     }
     nv_emu_wgmma(scratch, d, a, b, accumulate, n, trans);
 }
@@ -334,6 +349,47 @@ static inline void wgmma_turn_pass(int group)
                          : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
     }
 #define WGMMA_SS(n, c) WGMMA_SS_FORM(n, c, kmajor_ss, WGMMA_SS_OPERANDS, 0)
+#if DTYPE == 3
+/* E4M3 has no transpose immediates: the operands end at the scales. */
+#define WGMMA_RS8_OPERANDS(acc, desc_b, a0, a1, a2, a3) "{%" a0 ",%" a1 ",%" a2 ",%" a3 "}, %" desc_b ", p, 1, 1"
+#define WGMMA_SS8_OPERANDS(acc, desc_a, desc_b, x3, x4, x5) "%" desc_a ", %" desc_b ", p, 1, 1"
+#define WGMMA_RS8(n, c)                                                                                              \
+    static inline void wgmma_n##n##_kmajor(float *d, const uint *a, ulong desc_b, int accumulate)                  \
+    {                                                                                                               \
+        __asm__ volatile(SM90A "{ .reg .pred p; " WGMMA_NEXT##c(WGMMA_PREDICATE) WGMMA_OP(n) " {" WGMMA_REGS##c    \
+                         "}, " WGMMA_NEXT##c(WGMMA_RS8_OPERANDS) "; }"                                              \
+                         : WGMMA_OUTS##c                                                                            \
+                         : "r"(accumulate), "l"(desc_b), "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));                \
+    }
+#define WGMMA_SS8(n, c)                                                                                              \
+    static inline void wgmma_n##n##_kmajor_ss(float *d, ulong desc_a, ulong desc_b, int accumulate)                \
+    {                                                                                                               \
+        __asm__ volatile(SM90A "{ .reg .pred p; " WGMMA_NEXT##c(WGMMA_PREDICATE) WGMMA_OP(n) " {" WGMMA_REGS##c    \
+                         "}, " WGMMA_NEXT##c(WGMMA_SS8_OPERANDS) "; }"                                              \
+                         : WGMMA_OUTS##c                                                                            \
+                         : "r"(accumulate), "l"(desc_a), "l"(desc_b));                                              \
+    }
+/* S = QKᵀ (S_PART keys) and O += PV (N = HEAD_DIM_V, from Vᵀ's rows), A from registers; S with Q from local memory. */
+WGMMA_RS8(16, 8)
+WGMMA_RS8(32, 16)
+WGMMA_RS8(48, 24)
+WGMMA_RS8(64, 32)
+WGMMA_RS8(80, 40)
+WGMMA_RS8(96, 48)
+WGMMA_RS8(112, 56)
+WGMMA_RS8(128, 64)
+WGMMA_RS8(144, 72)
+WGMMA_RS8(160, 80)
+WGMMA_RS8(176, 88)
+WGMMA_RS8(192, 96)
+WGMMA_RS8(208, 104)
+WGMMA_RS8(224, 112)
+WGMMA_RS8(240, 120)
+WGMMA_RS8(256, 128)
+WGMMA_SS8(32, 16)
+WGMMA_SS8(64, 32)
+WGMMA_SS8(128, 64)
+#else
 #define WGMMA_SS_TRANS(n, c) WGMMA_SS_FORM(n, c, trans_ss, WGMMA_SS_TRANS_OPERANDS, 1)
 /* S = QKᵀ: 32, 64, 128 or 192 keys a product (S_PART in flash_forward_mma.cl); 16 the backward's half of a
  * 32-key block where d = 32 (flash_backward_wgmma.cl's N_PART). */
@@ -366,6 +422,7 @@ WGMMA_RS(208, 104, trans, 1)
 WGMMA_RS(224, 112, trans, 1)
 WGMMA_RS(240, 120, trans, 1)
 WGMMA_RS(256, 128, trans, 1)
+#endif /* DTYPE 3 */
 
 #define wgmma_rs_kmajor(n, d, a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _kmajor)(d, a, desc_b, accumulate)
 #define wgmma_ss_kmajor(n, d, desc_a, desc_b, accumulate) WGMMA_CAT3(wgmma_n, n, _kmajor_ss)(d, desc_a, desc_b, accumulate)

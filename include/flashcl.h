@@ -231,12 +231,19 @@ FLASHCL_API const char *flashcl_context_device_name(const flashcl_context *ctx);
 typedef enum flashcl_dtype {
     FLASHCL_F32  = 1,  /* IEEE binary32 */
     FLASHCL_F16  = 2,  /* IEEE binary16, read/written with vload_half (no cl_khr_fp16 needed) */
-    FLASHCL_BF16 = 3   /* bfloat16 */
+    FLASHCL_BF16 = 3,  /* bfloat16 */
+    /* FP8 E4M3 (OCP's "FN" form: 4 exponent bits of bias 7, 3 mantissa bits,
+     * no infinities, NaN 0x7f/0xff, largest finite 448), a value being the
+     * stored one times its view's descale. Inputs of flashcl_forward only (Q, K
+     * and V together; O f16, bf16 or f32), on Hopper's wgmma (compute
+     * capability 9.0: the kernel "tensor-core-wgmma-fp8"); elsewhere, and in
+     * every other call, refused. */
+    FLASHCL_E4M3 = 4
 } flashcl_dtype;
 
 /* Bytes per element of a dtype; 0 for an unknown value. */
 FLASHCL_API size_t flashcl_dtype_size(flashcl_dtype dtype);
-/* "f32", "f16" or "bf16"; NULL for an unknown value. */
+/* "f32", "f16", "bf16" or "e4m3"; NULL for an unknown value. */
 FLASHCL_API const char *flashcl_dtype_name(flashcl_dtype dtype);
 
 /* A view of a 4-D tensor [batch, seq, head, dim] in a cl_mem. The last
@@ -252,10 +259,14 @@ typedef struct flashcl_tensor {
     size_t stride_batch;  /* elements */
     size_t stride_seq;    /* elements */
     size_t stride_head;   /* elements */
+    /* FLASHCL_E4M3 only (else 0): the per-tensor factor each stored value
+     * is multiplied by (the scale it was quantised with, inverted). 0: 1;
+     * else finite and > 0. */
+    float descale;
     /* Zero (the view helpers below and `= {0}` leave it so). Room for
-     * fields of later versions, such as a per-tensor scale for 8-bit
-     * storage; a nonzero byte is refused (FLASHCL_INVALID_VALUE). */
-    unsigned char reserved[16];
+     * fields of later versions; a nonzero byte is refused
+     * (FLASHCL_INVALID_VALUE). */
+    unsigned char reserved[12];
 } flashcl_tensor;
 
 /* A vector of f32 in a cl_mem: element i at byte offset + 4 i. mem == NULL:
@@ -316,7 +327,7 @@ struct flashcl_attention {
     int head_dim;   /* 1..FLASHCL_MAX_HEAD_DIM */
 
     flashcl_tensor q, k, v;  /* same dtype */
-    flashcl_tensor o;        /* written; same dtype as q */
+    flashcl_tensor o;        /* written; same dtype as q (f16, bf16 or f32 for E4M3 inputs) */
     /* Optional output, f32 [batch, heads_q, seq_q]: the natural log of the
      * row's sum of exp(scaled score), -INFINITY for a row that sees no key.
      * lse.mem == NULL: not written. */

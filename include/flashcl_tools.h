@@ -36,7 +36,7 @@ struct flashcl_kernel_info {
     const char *source;      /* its OpenCL C file, e.g. "cl/flash_forward_mma.cl" */
     const char *summary;     /* one sentence: what it is for */
     int backward;            /* 1: computes dQ, dK, dV; 0: the forward */
-    unsigned dtypes;         /* bit 1 << FLASHCL_F32 / F16 / BF16 per storage type it takes */
+    unsigned dtypes;         /* bit 1 << FLASHCL_F32 / F16 / BF16 / E4M3 per storage type it takes */
     int head_dim_step;       /* head dims it takes: multiples of this ... */
     int head_dim_max;        /* ... up to this */
     int tensor_cores;        /* 1: NVIDIA sm_80+ tensor cores (mma.sync); 2: Hopper's wgmma */

@@ -17,6 +17,11 @@ float fcl_scale_log2(const struct flashcl_attention *attn)
     return (float)(fcl_effective_scale(attn) * LOG2E);
 }
 
+float fcl_descale(const flashcl_tensor *t)
+{
+    return t->descale != 0.0f ? t->descale : 1.0f;
+}
+
 int fcl_head_dim_v(const struct flashcl_attention *attn)
 {
     return attn->head_dim_v != 0 ? attn->head_dim_v : attn->head_dim;

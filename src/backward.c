@@ -61,6 +61,9 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
     const flashcl_status reserved = FCL_CHECK_RESERVED(ctx, "grad.reserved", g->reserved);
     if (reserved != FLASHCL_SUCCESS)
         return reserved;
+    const flashcl_status fp8 = fcl_refuse_fp8(ctx, a, "flashcl_backward");
+    if (fp8 != FLASHCL_SUCCESS)
+        return fp8;
     const struct { const char *name; const flashcl_tensor *t; } grads[] = {
         {"grad.d_o", &g->d_o}, {"grad.d_q", &g->d_q}, {"grad.d_k", &g->d_k}, {"grad.d_v", &g->d_v}};
     for (size_t i = 0; i < 4; i++) {
@@ -72,6 +75,9 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
         if (grads[i].t->dtype != a->q.dtype)
             return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s.dtype = %d differs from attn.q.dtype = %d",
                         grads[i].name, (int)grads[i].t->dtype, (int)a->q.dtype);
+        const flashcl_status descale = fcl_check_descale(ctx, grads[i].name + 5, grads[i].t);  /* after "grad." */
+        if (descale != FLASHCL_SUCCESS)
+            return descale;
     }
 
     if (g->d_sinks.mem && !a->sinks.mem)

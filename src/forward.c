@@ -97,8 +97,57 @@ static cl_int set_combine_args(cl_kernel kernel, const struct flashcl_attention 
     return err;
 }
 
+/* An E4M3 view as the FP8 kernel addresses it: in 2-byte units (its rows start on 16 bytes, so offset and strides
+ * are even), so cl/nv_mma16.h's loaders copy its 16-byte chunks as they do f16's. */
+static flashcl_tensor fp8_as_pairs(const flashcl_tensor *t)
+{
+    flashcl_tensor pairs = *t;
+    pairs.stride_batch /= 2;
+    pairs.stride_seq /= 2;
+    pairs.stride_head /= 2;
+    return pairs;
+}
+
+/* Bytes before Vᵀ in the FP8 call's workspace: the split-KV counters, which every call leaves zero. */
+#define FP8_VT_OFFSET ((size_t)FCL_SPLIT_COUNTERS * sizeof(cl_int))
+
+/* cl/flash_forward_mma.cl's Vᵀ of an E4M3 call: keys rounded up to 128-key blocks. */
+static size_t fp8_vt_keys(const struct flashcl_attention *attn)
+{
+    return ((size_t)attn->seq_kv + 127) / 128 * 128;
+}
+
+/* Enqueues fp8_transpose_v, V to Vᵀ in the workspace (after the wait list), its event in *done. */
+static flashcl_status enqueue_fp8_transpose(flashcl_context *ctx, const struct flashcl_attention *attn,
+                                            const struct plan *plan, cl_mem workspace, cl_command_queue queue,
+                                            cl_uint n_waits, const cl_event *waits, cl_event *done)
+{
+    cl_kernel kernel;
+    const bool sm90a = !ctx->dev.tensor_cores_emulated;
+    flashcl_status st = fcl_program_get_kernel(ctx, plan->kernel->source, "fp8_transpose_v", plan->options, sm90a,
+                                               &kernel);
+    if (st != FLASHCL_SUCCESS)
+        return st;
+    const cl_ulong vt_off = FP8_VT_OFFSET;
+    const cl_int seq_kv = attn->seq_kv, nk_pad = (cl_int)fp8_vt_keys(attn);
+    cl_uint arg = 0;
+    cl_int err = fcl_set_view_args(kernel, &arg, &attn->v, 1);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &workspace);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_ulong), &vt_off);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
+    err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &nk_pad);
+    if (err != CL_SUCCESS)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of fp8_transpose_v failed");
+    const size_t local[3] = {256, 1, 1};
+    const size_t global[3] = {(size_t)nk_pad / 32 * 256, (size_t)attn->heads_kv, (size_t)attn->batch};
+    err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, n_waits, waits, done);
+    if (err != CL_SUCCESS)
+        return fcl_fail(ctx, (flashcl_status)err, "enqueueing fp8_transpose_v failed (%d)", err);
+    return FLASHCL_SUCCESS;
+}
+
 /* Builds (once) and enqueues the planned kernel (and, split-KV, the step
- * that merges its partials). Every forward kernel takes the same arguments;
+ * that merges its partials; E4M3, first the step that writes Vᵀ). Every forward kernel takes the same arguments;
  * they differ in source and shape. Caller has validated the call. */
 static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl_attention *attn,
                                       const struct plan *plan, const struct fcl_varlen_args *varlen,
@@ -106,7 +155,11 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
                                       cl_event *event)
 {
     const struct kernel_info *k = plan->kernel;
-    const float scale_log2 = fcl_scale_log2(attn);
+    const bool fp8 = attn->q.dtype == FLASHCL_E4M3;
+    /* E4M3: Q's and K's descales join the scale; V's multiplies O. */
+    const float scale_log2 = fp8 ? fcl_scale_log2(attn) * fcl_descale(&attn->q) * fcl_descale(&attn->k)
+                                 : fcl_scale_log2(attn);
+    const cl_float v_descale = fp8 ? fcl_descale(&attn->v) : 1.0f;
     const cl_int has_lse = attn->lse.mem != NULL;
     const cl_int seq_q = attn->seq_q, seq_kv = attn->seq_kv;
     const cl_int group = attn->heads_q / attn->heads_kv;
@@ -125,20 +178,23 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const size_t combine_items = (size_t)attn->seq_q * dv;  /* one a (row, column of O) */
     const size_t combine_global[3] = {(combine_items + 63) / 64 * 64, (size_t)attn->heads_q, (size_t)attn->batch};
 
-    /* The partials: dv + 1 floats per (split, sequence, head, row); a buffer the context keeps where one
-     * is free (workspace.c), else the call's own. */
+    /* The partials: dv + 1 floats per (split, sequence, head, row); E4M3, Vᵀ (dv rows of the keys rounded up to
+     * 128 bytes a (sequence, KV head)); a buffer the context keeps where one is free (workspace.c), else the call's
+     * own. */
     struct fcl_workspace ws = {NULL, -1, NULL};
     const cl_int merge_here = plan->merge_in_place;
-    if (split) {
-        const size_t floats = FCL_SPLIT_COUNTERS + (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q *
-                                                       (size_t)attn->seq_q * (dv + 1);
-        const flashcl_status wst = fcl_workspace_acquire(ctx, floats * sizeof(float), queue, &ws);
+    if (split || fp8) {
+        const size_t bytes = split ? (FCL_SPLIT_COUNTERS + (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q *
+                                                               (size_t)attn->seq_q * (dv + 1)) * sizeof(float)
+                                   : FP8_VT_OFFSET + (size_t)attn->batch * (size_t)attn->heads_kv * dv * fp8_vt_keys(attn);
+        const flashcl_status wst = fcl_workspace_acquire(ctx, bytes, queue, &ws);
         if (wst != FLASHCL_SUCCESS)
             return wst;
     }
     cl_mem part = ws.mem;
-    cl_event last_use = NULL;  /* split: the last command enqueued that uses the workspace (our reference) */
-    bool used = false;         /* split: a command that uses it was enqueued */
+    cl_event last_use = NULL;  /* split, E4M3: the last command enqueued that uses the workspace (our reference) */
+    bool used = false;         /* split, E4M3: a command that uses it was enqueued */
+    const bool uses_workspace = split || fp8;
 
     /* Arguments live in the cl_kernel, shared by all threads of this context. */
     pthread_mutex_lock(&ctx->lock);
@@ -149,16 +205,29 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         st = fcl_program_get_kernel(ctx, k->source, k->combine, plan->options, sm90a, &combine);
     if (st == FLASHCL_SUCCESS) {
         cl_uint arg = 0;
-        cl_int err = fcl_set_view_args(kernel, &arg, &attn->q, esize);
-        err |= fcl_set_view_args(kernel, &arg, &attn->k, esize);
-        err |= fcl_set_view_args(kernel, &arg, &attn->v, esize);
-        err |= fcl_set_view_args(kernel, &arg, &attn->o, esize);
+        cl_int err;
+        if (fp8) {  /* Q and K in 2-byte units; V as its Vᵀ in the workspace (cl/flash_forward_mma.cl) */
+            const size_t vt_keys = fp8_vt_keys(attn);
+            const flashcl_tensor q = fp8_as_pairs(&attn->q), k_view = fp8_as_pairs(&attn->k);
+            const flashcl_tensor vt = {.mem = ws.mem, .offset = FP8_VT_OFFSET, .dtype = FLASHCL_E4M3,
+                                       .stride_batch = (size_t)attn->heads_kv * dv * vt_keys / 2,
+                                       .stride_seq = vt_keys / 2, .stride_head = dv * vt_keys / 2};
+            err = fcl_set_view_args(kernel, &arg, &q, 2);
+            err |= fcl_set_view_args(kernel, &arg, &k_view, 2);
+            err |= fcl_set_view_args(kernel, &arg, &vt, 2);
+        } else {
+            err = fcl_set_view_args(kernel, &arg, &attn->q, esize);
+            err |= fcl_set_view_args(kernel, &arg, &attn->k, esize);
+            err |= fcl_set_view_args(kernel, &arg, &attn->v, esize);
+        }
+        err |= fcl_set_view_args(kernel, &arg, &attn->o, flashcl_dtype_size(attn->o.dtype));
         err |= fcl_set_view_args(kernel, &arg, &attn->lse, sizeof(float));
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &has_lse);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_q);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &group);
         err |= clSetKernelArg(kernel, arg++, sizeof(cl_float), &scale_log2);
+        err |= clSetKernelArg(kernel, arg++, sizeof(cl_float), &v_descale);
         err |= fcl_set_vector_args(kernel, &arg, &attn->sinks);
         err |= fcl_set_vector_args(kernel, &arg, &attn->alibi_slopes);
         if (varlen)
@@ -189,15 +258,25 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
                     err = CL_OUT_OF_HOST_MEMORY;
                 }
             }
-            if (err == CL_SUCCESS)
-                err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, n_waits, waits,
-                                             split ? &last_use : event);
+            cl_event vt_written = NULL;  /* E4M3: Vᵀ's step, which the kernel waits for instead */
+            if (err == CL_SUCCESS && fp8) {
+                st = enqueue_fp8_transpose(ctx, attn, plan, ws.mem, queue, n_waits, waits, &vt_written);
+                if (st != FLASHCL_SUCCESS)
+                    err = CL_SUCCESS;  /* the failure is st's */
+                else
+                    used = true;
+            }
+            if (err == CL_SUCCESS && st == FLASHCL_SUCCESS)
+                err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, fp8 ? 1 : n_waits,
+                                             fp8 ? &vt_written : waits, uses_workspace ? &last_use : event);
             free(waits_heap);
-            if (split && merge_here && err == CL_SUCCESS && event) {  /* the caller's reference, and the workspace's */
-                *event = last_use;
+            if (vt_written)
+                clReleaseEvent(vt_written);
+            if (uses_workspace && (!split || merge_here) && err == CL_SUCCESS && st == FLASHCL_SUCCESS && event) {
+                *event = last_use;  /* the caller's reference, and the workspace's */
                 last_use = clRetainEvent(last_use) == CL_SUCCESS ? last_use : NULL;
             }
-            used = split && err == CL_SUCCESS;
+            used = used || (split && err == CL_SUCCESS);
             if (err != CL_SUCCESS)
                 st = fcl_fail(ctx, (flashcl_status)err,
                               "enqueueing %s (%zu x %zu x %zu work-items, tile %dx%d, %zu bytes local) failed (%d)",

@@ -236,6 +236,8 @@ int fcl_dtype_define(flashcl_dtype dtype);
 float fcl_effective_scale(const struct flashcl_attention *attn);
 float fcl_scale_log2(const struct flashcl_attention *attn);
 /* V's and O's last dimension: attn.head_dim_v, or head_dim where that is 0. */
+/* An E4M3 view's factor: its descale, 1 where 0. */
+float fcl_descale(const flashcl_tensor *t);
 int fcl_head_dim_v(const struct flashcl_attention *attn);
 /* The keys row i sees as a window around its diagonal (-1: unlimited on
  * that side): causal is (-1, 0), no mask (-1, -1). */
@@ -259,6 +261,10 @@ flashcl_status fcl_validate_attention(const flashcl_context *ctx, const struct f
  * scale, mask and window, reserved bytes), not of its views: for calls
  * whose views are laid out otherwise (a paged KV cache). */
 flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct flashcl_attention *a);
+/* A view's descale ("attn.<name>.descale" in the message): 0 except on E4M3 storage, there 0 or finite > 0. */
+flashcl_status fcl_check_descale(const flashcl_context *ctx, const char *name, const flashcl_tensor *t);
+/* FLASHCL_ERROR_INVALID_DTYPE, naming `call`, where any of Q, K, V, O is E4M3: every call but flashcl_forward. */
+flashcl_status fcl_refuse_fp8(const flashcl_context *ctx, const struct flashcl_attention *a, const char *call);
 
 /* A view's rows in bytes of its root buffer: row (i, j, k) is the row_bytes
  * from begin + i * stride[0] + j * stride[1] + k * stride[2], i < count[0],

@@ -54,6 +54,7 @@ struct device_desc {
 struct problem {
     enum kernel_op op;
     flashcl_dtype dtype;
+    flashcl_dtype o_dtype;             /* O's: dtype's but with E4M3 inputs (f16, bf16 or f32) */
     enum flashcl_precision precision;  /* f32 only */
     int head_dim;
     enum flashcl_mask mask;

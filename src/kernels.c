@@ -385,6 +385,49 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     append_register_cap(dev, s, wgmma_resident(dev, s, p), buf, size);
 }
 
+/* ---- E4M3 on Hopper's wgmma: cl/flash_forward_mma.cl with -DDTYPE=3 ---- */
+
+/* Q, K's stages in 128-byte panels of 128 one-byte values, and V's as Vᵀ: dv rows of the block's 128 keys. */
+static size_t wgmma_fp8_bytes(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p,
+                              int stages)
+{
+    const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 127) / 128;
+    return ((m + (size_t)stages * n) * panels + (size_t)stages * (size_t)fcl_value_dim(p)) * 128 +
+           (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
+}
+
+/* Three K/V buffers where they fit (half the bytes of f16's), else two. */
+static int wgmma_fp8_stages(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
+{
+    return wgmma_fp8_bytes(dev, s, p, 3) + FCL_LOCAL_SLACK <= dev->usable_local ? 3 : 2;
+}
+
+static size_t wgmma_fp8_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
+                                    const struct problem *p)
+{
+    return wgmma_fp8_bytes(dev, s, p, wgmma_fp8_stages(dev, s, p));
+}
+
+/* As wgmma_options, with O's storage. Q's fragments (d / 8 registers) stay in registers up to d = 128 (S 64, O
+ * dv / 2 and P 16 beside them); the turns and the block skips by f16's rules; no overlap (64-key blocks only). Not
+ * measured on a GPU yet. */
+static void wgmma_fp8_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
+                              float scale_log2, char *buf, size_t size)
+{
+    const bool q_smem = p->head_dim > 128 || fcl_value_dim(p) > 128;
+    const bool skips = wgmma_skips(p, s);
+    forward_mma_options(p, s, scale_log2, skips, 0, buf, size);
+    const size_t used = strlen(buf);
+    const flashcl_dtype o = p->o_dtype ? p->o_dtype : FLASHCL_F16;  /* tuning candidates leave it unset */
+    snprintf(buf + used, size - used,
+             " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=0 -DKV_STAGES=%d -DWGMMA_PINGPONG=%d -DO_DTYPE=%d", q_smem,
+             wgmma_fp8_stages(dev, s, p), wgmma_pingpong(p, s), fcl_dtype_define(o));
+    if (p->softcap > 0.0f) {
+        const size_t at = strlen(buf);
+        snprintf(buf + at, size - at, " -DCAP_FMA=1");
+    }
+}
+
 static size_t tf32_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                const struct problem *p)
 {
@@ -931,6 +974,13 @@ static const struct builtin_shape wgmma_builtin[] = {
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 64), ANY_BATCH},
 };
 
+/* E4M3 on wgmma: 128-key blocks (a row of Vᵀ one 128-byte panel); 8 warps (255 registers a thread: S, O, P and Q's
+ * fragments at d = 128 take about 200), 4 where 8 do not fit. Not measured on a GPU yet. */
+static const struct builtin_shape wgmma_fp8_builtin[] = {
+    {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 128), DENSE_OR_PACKED},
+    {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 128), DENSE_OR_PACKED},
+};
+
 /* TF32 (H200 sweep, docs/perf-history.md, 2026-11-29): 8 x 2 x 32 past d = 64, 4 x 2 x 64 up to it. */
 static const struct builtin_shape tf32_builtin[] = {
     {ARCH_ANY, 65, 256, -1, SHAPE(8, 2, 32), ANY_BATCH},
@@ -1006,6 +1056,20 @@ const struct kernel_info fcl_kernels[] = {
         .builtin = wgmma_builtin, .n_builtin = sizeof(wgmma_builtin) / sizeof(wgmma_builtin[0]),
         .launchable = mma_launchable, .local_bytes = wgmma_local_bytes, .geometry = mma_geometry,
         .resident = wgmma_resident, .options = wgmma_options,
+    },
+    {
+        .name = "tensor-core-wgmma-fp8", .file = "cl/flash_forward_mma.cl",
+        .summary = "The forward of E4M3 (FP8) Q, K and V on Hopper's wgmma (compute capability 9.0, the sm_90a route), O in f16, bf16 or f32; dense batches, head dims multiples of 32. V is transposed into the workspace first (fp8_transpose_v).",
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
+        .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
+        .dtypes = DTYPE_BIT(FLASHCL_E4M3),
+        .masks = ALL_MASKS,
+        .head_dim_step = 32, .head_dim_max = 256,
+        .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
+        .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {128, 128, 128, {128}}},
+        .builtin = wgmma_fp8_builtin, .n_builtin = sizeof(wgmma_fp8_builtin) / sizeof(wgmma_fp8_builtin[0]),
+        .launchable = mma_launchable, .local_bytes = wgmma_fp8_local_bytes, .geometry = mma_geometry,
+        .options = wgmma_fp8_options,
     },
     {
         .name = "tensor-core", .file = "cl/flash_forward_mma.cl",

@@ -291,6 +291,9 @@ flashcl_status fcl_plan(const flashcl_context *ctx, const struct problem *p, flo
             used += n > 0 ? (size_t)n : 0;
         }
     }
+    if (p->dtype == FLASHCL_E4M3)  /* one kernel takes it, on one kind of device */
+        return fcl_fail(ctx, FLASHCL_ERROR_UNSUPPORTED_DEVICE, "e4m3 inputs run on Hopper's wgmma (compute capability "
+                        "9.0) only; no kernel runs this call on \"%s\" (%s)", ctx->dev.name, reasons);
     return fcl_fail(ctx, FLASHCL_ERROR_INVALID_CONFIG, "no kernel runs this call on \"%s\" (%s)", ctx->dev.name,
                     reasons);
 }
@@ -308,6 +311,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     memset(out, 0, sizeof(*out));
     out->op = OP_FORWARD;
     out->dtype = a->q.dtype;
+    out->o_dtype = a->o.dtype;
     out->precision = a->precision;
     out->head_dim = a->head_dim;
     out->mask = a->mask;

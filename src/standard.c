@@ -102,6 +102,8 @@ flashcl_status flashcl_standard_workspace_size(flashcl_context *ctx, const struc
     if (entry != FLASHCL_SUCCESS)
         return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_fp8(ctx, attn, "the standard path");
     struct workspace_plan plan = {0};
     if (st == FLASHCL_SUCCESS)
         st = plan_workspace(ctx, attn, &plan);
@@ -351,6 +353,8 @@ flashcl_status flashcl_standard_forward(flashcl_context *ctx, const struct flash
                                         cl_event *event)
 {
     flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_fp8(ctx, attn, "the standard path");
     if (st == FLASHCL_SUCCESS)
         st = fcl_check_in_order(ctx, queue);
     struct workspace_plan plan = {0};

@@ -69,6 +69,8 @@ flashcl_status flashcl_standard_backward_workspace_size(flashcl_context *ctx, co
     if (entry != FLASHCL_SUCCESS)
         return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_fp8(ctx, attn, "the standard path");
     struct backward_plan plan;
     if (st == FLASHCL_SUCCESS)
         st = fcl_backward_validate(ctx, attn, grad, false, NULL, 0);
@@ -259,6 +261,8 @@ flashcl_status flashcl_standard_backward(flashcl_context *ctx, const struct flas
                                          cl_event *event)
 {
     flashcl_status st = fcl_check_call(ctx, attn, queue, num_wait_events, wait_list);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_fp8(ctx, attn, "the standard path");
     struct backward_plan plan;
     if (st == FLASHCL_SUCCESS)
         st = plan_backward(ctx, attn, &plan);

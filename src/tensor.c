@@ -9,6 +9,8 @@ size_t flashcl_dtype_size(flashcl_dtype dtype)
     case FLASHCL_F16:
     case FLASHCL_BF16:
         return 2;
+    case FLASHCL_E4M3:
+        return 1;
     }
     return 0;
 }
@@ -44,7 +46,8 @@ flashcl_tensor flashcl_tensor_lse(cl_mem mem, size_t seq, size_t heads)
 
 const char *flashcl_dtype_name(flashcl_dtype dtype)
 {
-    return dtype == FLASHCL_F32 ? "f32" : dtype == FLASHCL_F16 ? "f16" : dtype == FLASHCL_BF16 ? "bf16" : NULL;
+    return dtype == FLASHCL_F32 ? "f32" : dtype == FLASHCL_F16 ? "f16" : dtype == FLASHCL_BF16 ? "bf16"
+           : dtype == FLASHCL_E4M3 ? "e4m3" : NULL;
 }
 
 const char *flashcl_version(void)
@@ -71,5 +74,5 @@ _Static_assert(sizeof(struct flashcl_kernel_info) == 88, "flashcl_kernel_info ch
 
 int fcl_dtype_define(flashcl_dtype dtype)
 {
-    return dtype == FLASHCL_F32 ? 0 : dtype == FLASHCL_F16 ? 1 : 2;
+    return dtype == FLASHCL_F32 ? 0 : dtype == FLASHCL_F16 ? 1 : dtype == FLASHCL_BF16 ? 2 : 3;  /* cl/storage.h's */
 }

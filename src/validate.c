@@ -55,14 +55,36 @@ static flashcl_status check_shape(const flashcl_context *ctx, const struct flash
     return FLASHCL_SUCCESS;
 }
 
+/* A view's descale: 0 (none) except on E4M3 storage, where it is 0 (1) or finite and > 0. */
+flashcl_status fcl_check_descale(const flashcl_context *ctx, const char *name, const flashcl_tensor *t)
+{
+    if (t->dtype != FLASHCL_E4M3 && t->descale != 0.0f)
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.%s.descale = %g; only E4M3 storage has one (else 0)", name,
+                        (double)t->descale);
+    if (!(t->descale >= 0.0f) || !isfinite(t->descale))
+        return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "attn.%s.descale = %g; must be 0 (1) or finite and > 0", name,
+                        (double)t->descale);
+    return FLASHCL_SUCCESS;
+}
+
 static flashcl_status check_dtypes(const flashcl_context *ctx, const struct flashcl_attention *a)
 {
     const struct { const char *name; const flashcl_tensor *t; } in[] = {
         {"q", &a->q}, {"k", &a->k}, {"v", &a->v}, {"o", &a->o}};
+    const bool fp8 = a->q.dtype == FLASHCL_E4M3;
     for (size_t i = 0; i < 4; i++) {
         if (flashcl_dtype_size(in[i].t->dtype) == 0)
             return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.%s.dtype = %d is not a flashcl_dtype",
                         in[i].name, (int)in[i].t->dtype);
+        const flashcl_status descale = fcl_check_descale(ctx, in[i].name, in[i].t);
+        if (descale != FLASHCL_SUCCESS)
+            return descale;
+        if (fp8 && i == 3) {  /* E4M3 inputs write a wider O */
+            if (in[i].t->dtype == FLASHCL_E4M3)
+                return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.o.dtype = e4m3; with E4M3 inputs O is f16, "
+                                "bf16 or f32");
+            continue;
+        }
         if (in[i].t->dtype != a->q.dtype)
             return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE,
                         "attn.%s.dtype = %d differs from attn.q.dtype = %d", in[i].name,
@@ -71,6 +93,18 @@ static flashcl_status check_dtypes(const flashcl_context *ctx, const struct flas
     if (a->lse.mem && a->lse.dtype != FLASHCL_F32)
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.lse.dtype = %d; LSE is FLASHCL_F32 (%d)",
                     (int)a->lse.dtype, (int)FLASHCL_F32);
+    if (fp8 && (a->head_dim % 32 != 0 || fcl_head_dim_v(a) % 32 != 0))  /* the FP8 products' k-steps of 32 */
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.head_dim = %d, head_dim_v = %d; E4M3 inputs need "
+                        "multiples of 32", a->head_dim, fcl_head_dim_v(a));
+    return a->lse.mem ? fcl_check_descale(ctx, "lse", &a->lse) : FLASHCL_SUCCESS;
+}
+
+flashcl_status fcl_refuse_fp8(const flashcl_context *ctx, const struct flashcl_attention *a, const char *call)
+{
+    if (a->q.dtype == FLASHCL_E4M3 || a->k.dtype == FLASHCL_E4M3 || a->v.dtype == FLASHCL_E4M3 ||
+        a->o.dtype == FLASHCL_E4M3)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s does not take E4M3 tensors (flashcl_forward does, "
+                        "dense, on compute capability 9.0)", call);
     return FLASHCL_SUCCESS;
 }
 

@@ -135,7 +135,9 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
             return st;
     }
     *packed = packed_view(attn, vl);
-    const flashcl_status st = fcl_validate_attention(ctx, packed);
+    flashcl_status st = fcl_validate_attention(ctx, packed);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_fp8(ctx, packed, "flashcl_forward_varlen");
     if (st != FLASHCL_SUCCESS)
         return st;
     const struct index_buffer indices[2] = {
@@ -251,6 +253,8 @@ static flashcl_status validate_pages(const flashcl_context *ctx, const struct fl
     /* The dense call's limits on the real dims (attn.seq_kv at most 2^30, a window's seq_q + seq_kv below
      * 2^30: the kernels' int row arithmetic), and its dtypes: the pool is read as Q's storage type. */
     flashcl_status st = fcl_validate_problem(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_fp8(ctx, attn, "flashcl_forward_kv_cache");
     if (st != FLASHCL_SUCCESS)
         return st;
     if ((long long)pg->page_size * pg->pages_per_seq != attn->seq_kv)
@@ -311,6 +315,8 @@ static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const stru
     if (lengths_reserved != FLASHCL_SUCCESS)
         return lengths_reserved;
     flashcl_status st = pages ? validate_pages(ctx, attn, pages) : fcl_validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_fp8(ctx, attn, "flashcl_forward_kv_cache");
     if (st != FLASHCL_SUCCESS)
         return st;
     if (!kv->cache_seqlens == !kv->cache_seqlens_mem)

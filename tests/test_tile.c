@@ -68,7 +68,7 @@ START_TEST(kernels_are_listed)
         ck_assert_ptr_nonnull(k.name);
         ck_assert_ptr_nonnull(k.summary);
         ck_assert_ptr_nonnull(strstr(k.source, "cl/"));
-        ck_assert_int_ne(k.dtypes & (1u << FLASHCL_F32 | 1u << FLASHCL_F16 | 1u << FLASHCL_BF16), 0);
+        ck_assert_int_ne(k.dtypes & (1u << FLASHCL_F32 | 1u << FLASHCL_F16 | 1u << FLASHCL_BF16 | 1u << FLASHCL_E4M3), 0);
         ck_assert_int_ge(k.head_dim_step, 1);
         ck_assert_int_le(k.head_dim_max, FLASHCL_MAX_HEAD_DIM);
         for (size_t b = 0; b < sizeof(k.reserved); b++)

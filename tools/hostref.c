@@ -61,9 +61,40 @@ float bf16_to_f32(uint16_t b)
     return bits_f32((uint32_t)b << 16);
 }
 
+uint8_t f32_to_e4m3(float f)
+{
+    if (isnan(f))
+        return 0x7f;
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    const double a = fabs((double)f);
+    if (a >= 448.0)
+        return sign | 0x7e;
+    int e;
+    frexp(a, &e);  /* a = m 2^e, m in [0.5, 1) */
+    const int exponent = e - 1 < -6 ? -6 : e - 1;  /* subnormals share 2^-6's spacing */
+    const double step = ldexp(1.0, exponent - 3);
+    const double q = nearbyint(a / step) * step;  /* to nearest even (the default mode); exact in double */
+    if (q == 0.0)
+        return sign;
+    int qe;
+    const double qm = frexp(q, &qe);
+    if (qe - 1 < -6)  /* subnormal: q = m 2^-9 */
+        return sign | (uint8_t)(q / ldexp(1.0, -9));
+    return sign | (uint8_t)((qe - 1 + 7) << 3) | (uint8_t)((qm * 2.0 - 1.0) * 8.0);
+}
+
+float e4m3_to_f32(uint8_t b)
+{
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float magnitude = e == 15 && m == 7 ? NAN : e == 0 ? ldexpf((float)m, -9) : ldexpf(1.0f + m / 8.0f, e - 7);
+    return b & 0x80 ? -magnitude : magnitude;
+}
+
 double hostref_load(const void *buf, flashcl_dtype dtype, size_t idx)
 {
     switch (dtype) {
+    case FLASHCL_E4M3:
+        return e4m3_to_f32(((const uint8_t *)buf)[idx]);
     case FLASHCL_F32:
         return ((const float *)buf)[idx];
     case FLASHCL_F16:
@@ -76,6 +107,9 @@ double hostref_load(const void *buf, flashcl_dtype dtype, size_t idx)
 double hostref_store(void *buf, flashcl_dtype dtype, size_t idx, float x)
 {
     switch (dtype) {
+    case FLASHCL_E4M3:
+        ((uint8_t *)buf)[idx] = f32_to_e4m3(x);
+        break;
     case FLASHCL_F32:
         ((float *)buf)[idx] = x;
         break;

@@ -13,6 +13,8 @@ uint16_t f32_to_f16(float f);    /* round to nearest even, with subnormals and i
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);   /* round to nearest even */
 float bf16_to_f32(uint16_t b);
+uint8_t f32_to_e4m3(float f);    /* round to nearest even, past 448 to 448 (satfinite), NaN to 0x7f */
+float e4m3_to_f32(uint8_t b);
 
 /* Stores x in buf[idx] as dtype; returns the value actually stored. */
 double hostref_store(void *buf, flashcl_dtype dtype, size_t idx, float x);
