@@ -54,6 +54,12 @@ static inline int bench_dv(const struct bench_case *c)
     return c->dv > 0 ? c->dv : c->d;
 }
 
+/* O's storage: the inputs' but f16 for E4M3 inputs. */
+static inline flashcl_dtype bench_o_dtype(const struct bench_case *c)
+{
+    return c->dtype == FLASHCL_E4M3 ? FLASHCL_F16 : c->dtype;
+}
+
 struct bench_buffers {
     cl_mem q, k, v, o, lse, sinks, slopes;
     cl_mem d_o, d_q, d_k, d_v;   /* backward passes only */

@@ -59,7 +59,8 @@ static void usage(FILE *f)
             "usage: flashcl-bench [options]\n"
             "  --n LIST        sequence lengths (default 512,1024,2048,4096,8192,16384,32768)\n"
             "  --d LIST        head dims (default 64,128)\n"
-            "  --dtype LIST    f32,f16,bf16,tf32,tf32x3 (default f32,f16); tf32 and tf32x3:\n"
+            "  --dtype LIST    f32,f16,bf16,tf32,tf32x3,e4m3 (default f32,f16); e4m3: the forward\n"
+            "                  of E4M3 inputs into f16 O (compute capability 9.0); tf32 and tf32x3:\n"
             "                  f32 data with that precision allowed (attn.precision)\n"
             "  --causal LIST   0,1 (default 0,1)\n"
             "  --paths LIST    %s (default %s)\n"
@@ -126,19 +127,19 @@ static int parse_int_list(const char *arg, int *out, int max)
     return count;
 }
 
-/* f32, f16, bf16, and tf32 / tf32x3: f32 storage with that precision allowed. */
+/* f32, f16, bf16, e4m3 (O f16; the forward only), and tf32 / tf32x3: f32 storage with that precision allowed. */
 static int parse_dtypes(const char *arg, flashcl_dtype *out, enum flashcl_precision *precision)
 {
     static const struct { const char *name; flashcl_dtype dtype; enum flashcl_precision precision; } known[] = {
         {"f32", FLASHCL_F32, FLASHCL_PRECISION_EXACT},   {"f16", FLASHCL_F16, FLASHCL_PRECISION_EXACT},
         {"bf16", FLASHCL_BF16, FLASHCL_PRECISION_EXACT}, {"tf32", FLASHCL_F32, FLASHCL_PRECISION_TF32},
-        {"tf32x3", FLASHCL_F32, FLASHCL_PRECISION_TF32X3},
+        {"tf32x3", FLASHCL_F32, FLASHCL_PRECISION_TF32X3}, {"e4m3", FLASHCL_E4M3, FLASHCL_PRECISION_EXACT},
     };
     int count = 0;
     char *copy = strdup(arg), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int found = -1;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < (int)(sizeof(known) / sizeof(known[0])); i++)
             if (strcmp(tok, known[i].name) == 0)
                 found = i;
         if (found < 0 || count == MAX_DTYPES) {
@@ -156,7 +157,7 @@ static const char *dtype_name(flashcl_dtype t, enum flashcl_precision p)
 {
     if (t == FLASHCL_F32 && p != FLASHCL_PRECISION_EXACT)
         return p == FLASHCL_PRECISION_TF32 ? "tf32" : "tf32x3";
-    return t == FLASHCL_F32 ? "f32" : t == FLASHCL_F16 ? "f16" : "bf16";
+    return flashcl_dtype_name(t);
 }
 
 static void parse_options(int argc, char **argv, struct options *o)
@@ -313,8 +314,10 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
     const size_t elems_v = elems / (size_t)c->d * (size_t)bench_dv(c);  /* V's, O's and dO's */
     /* What is read back: O (dv columns) or, after a backward, dQ (d). */
     const size_t out_elems = c->pass == BENCH_PASS_FORWARD ? elems_v : elems;
+    const flashcl_dtype out_dtype = c->pass == BENCH_PASS_FORWARD ? bench_o_dtype(c) : c->dtype;
+    const size_t out_bytes = out_elems * flashcl_dtype_size(out_dtype);
     void *q = malloc(elems * esize), *k = malloc(elems * esize), *v = malloc(elems_v * esize);
-    void *o = malloc(out_elems * esize), *o_flash = malloc(out_elems * esize);
+    void *o = malloc(out_bytes), *o_flash = malloc(out_bytes);
     void *d_o = c->pass != BENCH_PASS_FORWARD ? malloc(elems_v * esize) : NULL;
     if (!q || !k || !v || !o || !o_flash || (c->pass != BENCH_PASS_FORWARD && !d_o)) {
         fprintf(stderr, "flashcl-bench: out of host memory\n");
@@ -354,17 +357,17 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
         if (r->status == FLASHCL_SUCCESS)
             r->status = bench_time(env, r->path, &bufs, c, opt->warmup, opt->reps, &r->median_ms, &r->min_ms, NULL);
         if (r->status == FLASHCL_SUCCESS)
-            r->status = bench_read_output(env, c, &bufs, o, out_elems * esize);
+            r->status = bench_read_output(env, c, &bufs, o, out_bytes);
         if (r->status == FLASHCL_SUCCESS) {
             r->tflops = flops / (r->median_ms * 1e-3) / 1e12;
             r->err_ref = d_o ? bench_sampled_dq_error(c, q, k, v, d_o, o) : bench_sampled_error(c, q, k, v, o);
             if (r->path == BENCH_FLASH) {
-                memcpy(o_flash, o, out_elems * esize);
+                memcpy(o_flash, o, out_bytes);
                 have_flash = true;
             } else if (have_flash) {
                 double m = 0;
                 for (size_t i = 0; i < out_elems; i++) {
-                    const double e = fabs(hostref_load(o, c->dtype, i) - hostref_load(o_flash, c->dtype, i));
+                    const double e = fabs(hostref_load(o, out_dtype, i) - hostref_load(o_flash, out_dtype, i));
                     m = e > m || e != e ? e : m;
                 }
                 r->err_vs_flash = m;
