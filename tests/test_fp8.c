@@ -37,6 +37,10 @@ static const struct fp8_case cases[] = {
     {1, 150, 140, 2, 2, 192, 128, FLASHCL_F16, 1, 0.0f, {0.125f, 1.0f, 1.0f}},
 };
 
+/* The kernel checker's (tools/oclgrind-check.sh, CK_RUN_CASE="e4m3 forward, smallest"): Oclgrind simulates every
+ * work-item, so one head, one 128-key block and a partial one, a causal edge. */
+static const struct fp8_case smallest = {1, 24, 140, 1, 1, 32, 32, FLASHCL_F16, 1, 0.0f, {0.5f, 2.0f, 0.25f}};
+
 static flashcl_context *fp8_ctx;  /* the device's own where it has wgmma, else emulated as compute capability 9.0 */
 static bool emulated;
 
@@ -224,6 +228,12 @@ START_TEST(fp8_forward)
 }
 END_TEST
 
+START_TEST(fp8_smallest)
+{
+    run_fp8_case(&smallest, 799);
+}
+END_TEST
+
 /* A valid E4M3 call's tensors (contents unused: every call below is refused before it runs). */
 static struct flashcl_attention refusal_call(cl_mem *mems)
 {
@@ -318,6 +328,10 @@ int main(void)
     tcase_set_timeout(tc, 1200);
     tcase_add_loop_test(tc, fp8_forward, 0, (int)COUNT(cases));
     suite_add_tcase(s, tc);
+    TCase *small = tcase_create("e4m3 forward, smallest");
+    tcase_set_timeout(small, 1200);
+    tcase_add_test(small, fp8_smallest);
+    suite_add_tcase(s, small);
     TCase *refused = tcase_create("refusals");
     tcase_add_test(refused, refusals);
     suite_add_tcase(s, refused);
