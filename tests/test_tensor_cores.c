@@ -99,7 +99,7 @@ static const char *const decode_contexts[] = {
 
 /* Emulated tensor cores (no real ones here): contexts of these kernel options with the test hook, cached. */
 static bool emulated;
-#define MAX_EMULATED 16
+#define MAX_EMULATED 32
 static struct {
     const char *options;
     bool sm90;
