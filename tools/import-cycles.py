@@ -12,7 +12,8 @@ import sys
 
 DEFINITION = re.compile(r"^[A-Za-z][^\n;=]*?\b((?:fcl|flashcl)_\w+)\s*\(([^;{]|\n)*?\)\s*\{", re.M)
 VARIABLE = re.compile(r"^(?:const\s+)?[A-Za-z][\w\s\*]*?\b(fcl_\w+)\s*(?:\[\])?\s*=", re.M)
-COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+# Comments and string literals name functions without calling them.
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"", re.S)
 
 
 def main(src):
