@@ -606,13 +606,16 @@ static const struct bwd_case dv_cases[] = {
 
 /* The default plan (on Hopper, backward-wgmma where both head dims are multiples of 16 in f16/bf16: the native run
  * of what "wgmma kernels, emulated" checks; the case without dv says whether the device plans it), then each FMA
- * kernel forced with a small tile. */
+ * kernel forced with a small tile and the tensor-core kernels off (on Hopper wgmma would otherwise win the plan). */
 START_TEST(value_head_dim)
 {
     const struct bwd_case *c = &dv_cases[_i];
     const bool tiled = c->head_dim % 4 == 0 && c->head_dim_v % 4 == 0;
-    static const char *const options[] = {"", "backward-tiled:block_m=16,block_n=32",
-                                          "backward-tiled:off;backward:block_m=16,block_n=8"};
+#define NO_TENSOR_CORES "backward-wgmma:off;backward-wgmma-atomic:off;backward-tensor-core:off;" \
+                        "backward-tensor-core-fused:off;"
+    static const char *const options[] = {"", NO_TENSOR_CORES "backward-tiled:block_m=16,block_n=32",
+                                          NO_TENSOR_CORES "backward-tiled:off;backward:block_m=16,block_n=8"};
+#undef NO_TENSOR_CORES
     /* Where this device's plan takes backward-wgmma for the case without dv, it must take it with dv too. */
     bool wgmma_here = false;
     if (c->dtype != F32 && c->head_dim % 16 == 0 && c->head_dim_v % 16 == 0) {
