@@ -975,7 +975,8 @@ static const struct builtin_shape wgmma_builtin[] = {
 };
 
 /* E4M3 on wgmma: 128-key blocks (a row of Vᵀ one 128-byte panel); 8 warps (255 registers a thread: S, O, P and Q's
- * fragments at d = 128 take about 200), 4 where 8 do not fit. Not measured on a GPU yet. */
+ * fragments at d = 128 take about 200), 4 where 8 do not fit. 8 x 128 at d = 128 on an H100 (2026-12-07): 474-637
+ * TFLOP/s, N = 8k/16k; no other shape was swept. */
 static const struct builtin_shape wgmma_fp8_builtin[] = {
     {ARCH_ANY, 1, 256, -1, SHAPE(8, 1, 128), DENSE_OR_PACKED},
     {ARCH_ANY, 1, 256, -1, SHAPE(4, 1, 128), DENSE_OR_PACKED},
