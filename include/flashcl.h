@@ -397,10 +397,11 @@ struct flashcl_attention {
      * tensor-core kernels ("tensor-core", "tensor-core-wgmma") where dv too is
      * a multiple of 16 up to 256 (any relation to head_dim), decode on
      * "decode-tensor-core" likewise, else on the "portable" kernel (the FMA
-     * "decode" kernel does not take it). The backward
-     * computes it on the FMA kernels ("backward-tiled" where both head dims
-     * are multiples of 4, else "backward"; any device); the standard path
-     * refuses it. */
+     * "decode" kernel does not take it). The backward computes it on
+     * "backward-wgmma" (compute capability 9.0, f16/bf16, both head dims
+     * multiples of 16) and else on the FMA kernels ("backward-tiled" where
+     * both head dims are multiples of 4, else "backward"; any device); the
+     * standard path refuses it. */
     int head_dim_v;
 
     /* Zero. Room for fields of later versions (sequence offsets, page
