@@ -73,7 +73,7 @@ static int print_kernels(void)
                             : k.tensor_cores == 1 ? "tensor cores (sm_80+), 16-byte rows"
                                                   : "any OpenCL 1.2 device";
         char takes[160];
-        snprintf(takes, sizeof(takes), "%s%s%s%s%s%s%s%s%s", k.varlen ? "varlen, KV caches" : "dense",
+        snprintf(takes, sizeof(takes), "%s%s%s%s%s%s%s%s%s", k.kv_cache ? "varlen, KV caches" : k.varlen ? "varlen" : "dense",
                  k.split_kv ? ", split-KV" : "", k.softcap ? ", softcap" : "", k.sinks && !k.backward ? ", sinks" : "",
                  k.alibi ? ", ALiBi" : "", k.head_dim_v ? ", head_dim_v" : "", k.opt_in ? ", opt-in" : "",
                  k.nondeterministic ? ", not bitwise deterministic" : "",

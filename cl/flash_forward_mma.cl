@@ -120,8 +120,8 @@
 #if WGMMA && (M_TILES != 1 || WARPS % 4 != 0 || (BLOCK_N != 64 && BLOCK_N != 128 && BLOCK_N != 192))
 #error "WGMMA needs M_TILES 1, WARPS a multiple of 4, BLOCK_N 64, 128 or 192"
 #endif
-#if FP8 && (!WGMMA || BLOCK_N != 128 || HEAD_DIM % 32 != 0 || VARLEN != 0)
-#error "E4M3 (DTYPE 3) runs on wgmma, dense, with 128-key blocks (one 128-byte panel of Vᵀ a row) and HEAD_DIM % 32 == 0"
+#if FP8 && (!WGMMA || BLOCK_N != 128 || HEAD_DIM % 32 != 0 || VARLEN > 1)
+#error "E4M3 (DTYPE 3) runs on wgmma, dense or packed (no KV cache), with 128-key blocks (one 128-byte panel of Vᵀ a row) and HEAD_DIM % 32 == 0"
 #endif
 #define P_SCALE 256.0f  /* FP8: P's factor before rounding (a power of two: exact either way) */
 /* -DWGMMA_OVERLAP=1 (wgmma only): a block's softmax runs while the tensor cores still add the previous
@@ -204,6 +204,15 @@
 #include "block_order.h"
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
 #if FP8
+/* The first column of sequence b's keys in a packed batch's Vᵀ (whose rows are the packed keys rounded up to 128
+ * plus 256 a sequence): its first packed key row rounded up to a 128-key block, plus 256 b. Sequences in order
+ * (offsets that never decrease) then get columns of their own, each rounded up to whole blocks of zeros after
+ * its keys, and no sequence's columns reach past the row's end. src/forward.c sizes the rows to match. */
+static inline ulong fp8_vt_column(int b, int start_k)
+{
+    return ((ulong)start_k + 127) / 128 * 128 + 256 * (ulong)b;
+}
+
 /* Vᵀ's block of keys `first` ..: its HEAD_DIM_V rows (V's columns, v_ss apart), 128 bytes of keys each, every row
  * whole (fp8_transpose_v pads the keys with zeros to the blocks' end). LOAD_KV reads this LOAD_V. */
 #undef LOAD_V
@@ -354,12 +363,22 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
 
     __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
     __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+#if FP8 && VARLEN
+    /* Vᵀ of a packed batch: sequence b's keys are its columns from fp8_vt_column (bytes; 2-byte units here). */
+    __global const ushort *v_base = v + v_off + fp8_vt_column(b, start_k) / 2 + (ulong)hk * v_sh;
+#else
     __global const ushort *v_base = v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+#endif
 
     /* The keys this block's rows see; none for a block past its sequence's rows (varlen), which
      * still reaches every barrier, as the whole group must, and stores nothing. */
     int kv_end = q0 < seq_q ? mask_key_end(q0, BLOCK_M, seq_q, seq_kv) : 0;
     int kv_begin = mask_key_begin(q0, seq_q, seq_kv);
+#if FP8
+    /* Vᵀ's keys are in P's fragment order within each 32 from a 128-key block's start (fp8_transpose_v), so a
+     * window's first block starts there too; the keys before the window are masked like any other. */
+    kv_begin = kv_begin / BLOCK_N * BLOCK_N;
+#endif
 #if SPLIT
     split_keys(split, n_splits, &kv_begin, &kv_end);
 #endif
@@ -720,21 +739,34 @@ NV_UNROLL
  * (bytes; strides in bytes) to vt[(b heads_kv + hk) HEAD_DIM_V + c][nk_pad], nk_pad the keys rounded up to BLOCK_N,
  * zeros past seq_kv. Within each 32 keys, place p holds key 16 (p / 16) + 8 ((p % 4) / 2) + 2 ((p % 16) / 4) + p % 2:
  * the keys pack_p puts at k = p of P's fragments. A work-group of 256 takes 32 keys through local memory, read
- * along V's rows and written along Vᵀ's. Grid: (nk_pad / 32 x 256, heads_kv, batch). */
+ * along V's rows and written along Vᵀ's. Grid: (nk_pad / 32 x 256, heads_kv, batch); a packed batch (VARLEN) has
+ * no batch dimension in Vᵀ: rows [hk HEAD_DIM_V + c], its grid the longest sequence's keys rounded up. */
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void fp8_transpose_v(__global const uchar *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh, __global uchar *vt,
-                     ulong vt_off, int seq_kv, int nk_pad)
+                     ulong vt_off, int seq_kv, int nk_pad VARLEN_ARGS)
 {
     __local uchar keys[32 * HEAD_DIM_V];
     const int tid = (int)get_local_id(0), key0 = 32 * (int)get_group_id(0);
-    const int hk = (int)get_group_id(1), b = (int)get_group_id(2), heads_kv = (int)get_num_groups(1);
+    const int hk = (int)get_group_id(1), b = (int)get_group_id(2);
+#if VARLEN
+    /* A packed batch: the grid covers the longest sequence's blocks; sequence b writes its own (zeros past its
+     * keys) at fp8_vt_column in rows of nk_pad, one row a (KV head, column of V). */
+    int start_k;
+    varlen_sequence(cu_k, b, total_k, seq_kv, &start_k, &seq_kv);
+    if (key0 >= (seq_kv + 127) / 128 * 128)
+        return;  /* past this sequence's blocks: the whole work-group, before its barrier */
+    __global const uchar *src = v + v_off + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+    __global uchar *dst = vt + vt_off + (ulong)hk * HEAD_DIM_V * (ulong)nk_pad + fp8_vt_column(b, start_k) + key0;
+#else
+    const int heads_kv = (int)get_num_groups(1);
     __global const uchar *src = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
+    __global uchar *dst = vt + vt_off + ((ulong)b * heads_kv + hk) * HEAD_DIM_V * (ulong)nk_pad + key0;
+#endif
     for (int i = tid; i < 32 * HEAD_DIM_V; i += 256) {
         const int key = key0 + i / HEAD_DIM_V;
         keys[i] = key < seq_kv ? src[(ulong)key * v_ss + i % HEAD_DIM_V] : (uchar)0;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global uchar *dst = vt + vt_off + ((ulong)b * heads_kv + hk) * HEAD_DIM_V * (ulong)nk_pad + key0;
     for (int i = tid; i < 32 * HEAD_DIM_V; i += 256) {
         const int c = i / 32, p = i % 32;
         const int key = 16 * (p >> 4) + 8 * ((p & 3) >> 1) + 2 * ((p & 15) >> 2) + (p & 1);

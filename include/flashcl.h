@@ -234,10 +234,11 @@ typedef enum flashcl_dtype {
     FLASHCL_BF16 = 3,  /* bfloat16 */
     /* FP8 E4M3 (OCP's "FN" form: 4 exponent bits of bias 7, 3 mantissa bits,
      * no infinities, NaN 0x7f/0xff, largest finite 448), a value being the
-     * stored one times its view's descale. Inputs of flashcl_forward only (Q, K
-     * and V together; O f16, bf16 or f32), on Hopper's wgmma (compute
-     * capability 9.0: the kernel "tensor-core-wgmma-fp8"); elsewhere, and in
-     * every other call, refused. */
+     * stored one times its view's descale. Inputs of flashcl_forward and
+     * flashcl_forward_varlen only (Q, K and V together; O f16, bf16 or f32),
+     * on Hopper's wgmma (compute capability 9.0: the kernel
+     * "tensor-core-wgmma-fp8"); elsewhere, and in every other call (KV
+     * caches, the backward, the standard path), refused. */
     FLASHCL_E4M3 = 4
 } flashcl_dtype;
 
@@ -516,7 +517,10 @@ struct flashcl_varlen {
      * read or write outside the packed rows: an offset below 0 or past the
      * total counts as 0 or the total, a decreasing pair is an empty
      * sequence, a sequence longer than attn.seq_q (seq_kv) is cut to that
-     * length. Set the host array or the buffer of each, not both. */
+     * length (with E4M3 inputs, key offsets that decrease leave the O of
+     * sequences whose keys overlap unspecified; still nothing outside the
+     * call's buffers is touched). Set the host array or the buffer of each,
+     * not both. */
     cl_mem cu_seqlens_q_mem, cu_seqlens_k_mem;
     unsigned char reserved[32];  /* zero */
 };

@@ -40,7 +40,8 @@ struct flashcl_kernel_info {
     int head_dim_step;       /* head dims it takes: multiples of this ... */
     int head_dim_max;        /* ... up to this */
     int tensor_cores;        /* 1: NVIDIA sm_80+ tensor cores (mma.sync); 2: Hopper's wgmma */
-    int varlen;              /* takes packed batches and KV caches */
+    int varlen;              /* takes packed batches (flashcl_forward_varlen) */
+    int kv_cache;            /* takes KV caches (flashcl_forward_kv_cache) */
     int split_kv;            /* splits a query block's keys across work-groups */
     int opt_in;              /* planned only where kernel_options name it */
     int softcap;             /* computes logit softcapping (attn.softcap) */
@@ -48,7 +49,7 @@ struct flashcl_kernel_info {
     int alibi;               /* computes ALiBi biases (attn.alibi_slopes) */
     int head_dim_v;          /* takes a value head dim other than head_dim (attn.head_dim_v) */
     int nondeterministic;    /* 1: its results' bits may change from run to run (float atomics: opt-in only) */
-    unsigned char reserved[12];
+    unsigned char reserved[8];
 };
 
 /* Kernels in the table, in the planner's order of preference. */

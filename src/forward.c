@@ -111,16 +111,28 @@ static flashcl_tensor fp8_as_pairs(const flashcl_tensor *t)
 /* Bytes before Vᵀ in the FP8 call's workspace: the split-KV counters, which every call leaves zero. */
 #define FP8_VT_OFFSET ((size_t)FCL_SPLIT_COUNTERS * sizeof(cl_int))
 
-/* cl/flash_forward_mma.cl's Vᵀ of an E4M3 call: keys rounded up to 128-key blocks. */
-static size_t fp8_vt_keys(const struct flashcl_attention *attn)
+/* The length of a row of cl/flash_forward_mma.cl's Vᵀ of an E4M3 call: the keys rounded up to 128-key blocks, one
+ * row a (sequence, KV head, column of V); a packed batch's rows hold every sequence (fp8_vt_column: the packed keys
+ * rounded up, plus 256 a sequence), one a (KV head, column). */
+static size_t fp8_vt_keys(const struct flashcl_attention *attn, const struct fcl_varlen_args *varlen)
 {
+    if (varlen)
+        return ((size_t)varlen->total_k + 127) / 128 * 128 + 256 * (size_t)attn->batch;
     return ((size_t)attn->seq_kv + 127) / 128 * 128;
+}
+
+/* Bytes of Vᵀ in the workspace. */
+static size_t fp8_vt_bytes(const struct flashcl_attention *attn, const struct fcl_varlen_args *varlen)
+{
+    const size_t rows = (varlen ? 1 : (size_t)attn->batch) * (size_t)attn->heads_kv * (size_t)fcl_head_dim_v(attn);
+    return rows * fp8_vt_keys(attn, varlen);
 }
 
 /* Enqueues fp8_transpose_v, V to Vᵀ in the workspace (after the wait list), its event in *done. */
 static flashcl_status enqueue_fp8_transpose(flashcl_context *ctx, const struct flashcl_attention *attn,
-                                            const struct plan *plan, cl_mem workspace, cl_command_queue queue,
-                                            cl_uint n_waits, const cl_event *waits, cl_event *done)
+                                            const struct fcl_varlen_args *varlen, const struct plan *plan,
+                                            cl_mem workspace, cl_command_queue queue, cl_uint n_waits,
+                                            const cl_event *waits, cl_event *done)
 {
     cl_kernel kernel;
     const bool sm90a = !ctx->dev.tensor_cores_emulated;
@@ -129,17 +141,20 @@ static flashcl_status enqueue_fp8_transpose(flashcl_context *ctx, const struct f
     if (st != FLASHCL_SUCCESS)
         return st;
     const cl_ulong vt_off = FP8_VT_OFFSET;
-    const cl_int seq_kv = attn->seq_kv, nk_pad = (cl_int)fp8_vt_keys(attn);
+    const cl_int seq_kv = attn->seq_kv, nk_pad = (cl_int)fp8_vt_keys(attn, varlen);
     cl_uint arg = 0;
     cl_int err = fcl_set_view_args(kernel, &arg, &attn->v, 1);
     err |= clSetKernelArg(kernel, arg++, sizeof(cl_mem), &workspace);
     err |= clSetKernelArg(kernel, arg++, sizeof(cl_ulong), &vt_off);
     err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &seq_kv);
     err |= clSetKernelArg(kernel, arg++, sizeof(cl_int), &nk_pad);
+    if (varlen)
+        err |= set_varlen_args(kernel, &arg, varlen);
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, FLASHCL_INVALID_VALUE, "setting the arguments of fp8_transpose_v failed");
+    /* 32 keys a work-group over the (longest) sequence's blocks. */
     const size_t local[3] = {256, 1, 1};
-    const size_t global[3] = {(size_t)nk_pad / 32 * 256, (size_t)attn->heads_kv, (size_t)attn->batch};
+    const size_t global[3] = {((size_t)seq_kv + 127) / 128 * 4 * 256, (size_t)attn->heads_kv, (size_t)attn->batch};
     err = clEnqueueNDRangeKernel(queue, kernel, 3, NULL, global, local, n_waits, waits, done);
     if (err != CL_SUCCESS)
         return fcl_fail(ctx, (flashcl_status)err, "enqueueing fp8_transpose_v failed (%d)", err);
@@ -186,7 +201,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     if (split || fp8) {
         const size_t bytes = split ? (FCL_SPLIT_COUNTERS + (size_t)splits * (size_t)attn->batch * (size_t)attn->heads_q *
                                                                (size_t)attn->seq_q * (dv + 1)) * sizeof(float)
-                                   : FP8_VT_OFFSET + (size_t)attn->batch * (size_t)attn->heads_kv * dv * fp8_vt_keys(attn);
+                                   : FP8_VT_OFFSET + fp8_vt_bytes(attn, varlen);
         const flashcl_status wst = fcl_workspace_acquire(ctx, bytes, queue, &ws);
         if (wst != FLASHCL_SUCCESS)
             return wst;
@@ -207,10 +222,10 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
         cl_uint arg = 0;
         cl_int err;
         if (fp8) {  /* Q and K in 2-byte units; V as its Vᵀ in the workspace (cl/flash_forward_mma.cl) */
-            const size_t vt_keys = fp8_vt_keys(attn);
+            const size_t vt_keys = fp8_vt_keys(attn, varlen);
             const flashcl_tensor q = fp8_as_pairs(&attn->q), k_view = fp8_as_pairs(&attn->k);
             const flashcl_tensor vt = {.mem = ws.mem, .offset = FP8_VT_OFFSET, .dtype = FLASHCL_E4M3,
-                                       .stride_batch = (size_t)attn->heads_kv * dv * vt_keys / 2,
+                                       .stride_batch = varlen ? 0 : (size_t)attn->heads_kv * dv * vt_keys / 2,
                                        .stride_seq = vt_keys / 2, .stride_head = dv * vt_keys / 2};
             err = fcl_set_view_args(kernel, &arg, &q, 2);
             err |= fcl_set_view_args(kernel, &arg, &k_view, 2);
@@ -260,7 +275,7 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
             }
             cl_event vt_written = NULL;  /* E4M3: Vᵀ's step, which the kernel waits for instead */
             if (err == CL_SUCCESS && fp8) {
-                st = enqueue_fp8_transpose(ctx, attn, plan, ws.mem, queue, n_waits, waits, &vt_written);
+                st = enqueue_fp8_transpose(ctx, attn, varlen, plan, ws.mem, queue, n_waits, waits, &vt_written);
                 if (st != FLASHCL_SUCCESS)
                     err = CL_SUCCESS;  /* the failure is st's */
                 else

@@ -119,7 +119,8 @@ struct kernel_info {
     unsigned f32_precisions;         /* PRECISION_BIT(...) an f32 call may ask for and get here */
     int head_dim_step, head_dim_max;
     unsigned needs;                  /* NEEDS_... */
-    bool varlen;                     /* takes batches of different lengths (cl/varlen.h) */
+    bool varlen;                     /* takes batches of different lengths (cl/varlen.h) ... */
+    bool packed_only;                /* ... packed ones only, not KV caches (E4M3's Vᵀ is built per call) */
     bool softcap;                    /* computes logit softcapping (cl/score_mod.h, -DSOFTCAP2) */
     /* Forward: computes attention sinks (cl/score_mod.h's row_finish, -DSINKS=1; split_combine.h). The
      * backward's kernels all take them: they read P through the LSE, which holds the sink. */

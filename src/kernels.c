@@ -1060,11 +1060,12 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "tensor-core-wgmma-fp8", .file = "cl/flash_forward_mma.cl",
-        .summary = "The forward of E4M3 (FP8) Q, K and V on Hopper's wgmma (compute capability 9.0, the sm_90a route), O in f16, bf16 or f32; dense batches, head dims multiples of 32. V is transposed into the workspace first (fp8_transpose_v).",
+        .summary = "The forward of E4M3 (FP8) Q, K and V on Hopper's wgmma (compute capability 9.0, the sm_90a route), O in f16, bf16 or f32; dense and packed batches (not KV caches), head dims multiples of 32. V is transposed into the workspace first (fp8_transpose_v).",
         .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_E4M3),
         .masks = ALL_MASKS,
+        .varlen = true, .packed_only = true,
         .head_dim_step = 32, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
         .axes = {[W] = {4, 16, 4, {4, 8, 12}}, [T] = {1, 1, 1, {1}}, [N] = {128, 128, 128, {128}}},
@@ -1307,6 +1308,7 @@ flashcl_status flashcl_kernel_describe(int index, struct flashcl_kernel_info *ou
     out->head_dim_max = k->head_dim_max;
     out->tensor_cores = (k->needs & NEEDS_SM90A) ? 2 : (k->needs & NEEDS_TENSOR_CORES) ? 1 : 0;
     out->varlen = k->varlen;
+    out->kv_cache = k->varlen && !k->packed_only;
     out->split_kv = k->combine != NULL;
     out->opt_in = k->opt_in;
     out->softcap = k->softcap;
@@ -1398,6 +1400,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "mask";
     if (p->varlen && !k->varlen)
         return "packed varlen batch";
+    if (p->varlen >= 2 && k->packed_only)
+        return "KV cache";
     if (k->packs_group && (p->heads_kv < 1 || p->seq_q < 1))
         return "problem of unknown rows (it takes a KV head's query rows)";
     if (k->packs_group && (long long)(p->heads_q / p->heads_kv) * p->seq_q > FCL_DECODE_MAX_ROWS)

@@ -103,8 +103,8 @@ flashcl_status fcl_refuse_fp8(const flashcl_context *ctx, const struct flashcl_a
 {
     if (a->q.dtype == FLASHCL_E4M3 || a->k.dtype == FLASHCL_E4M3 || a->v.dtype == FLASHCL_E4M3 ||
         a->o.dtype == FLASHCL_E4M3)
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s does not take E4M3 tensors (flashcl_forward does, "
-                        "dense, on compute capability 9.0)", call);
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s does not take E4M3 tensors (flashcl_forward and "
+                        "flashcl_forward_varlen do, on compute capability 9.0)", call);
     return FLASHCL_SUCCESS;
 }
 

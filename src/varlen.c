@@ -3,6 +3,7 @@
  * KV cache filled to a length per sequence). Host offsets and lengths are
  * checked fully; device ones are clamped by the kernels (cl/varlen.h). Both
  * run the kernels of the table that take such batches. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -136,10 +137,12 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
     }
     *packed = packed_view(attn, vl);
     flashcl_status st = fcl_validate_attention(ctx, packed);
-    if (st == FLASHCL_SUCCESS)
-        st = fcl_refuse_fp8(ctx, packed, "flashcl_forward_varlen");
     if (st != FLASHCL_SUCCESS)
         return st;
+    /* E4M3: Vᵀ's rows in the workspace hold the packed keys rounded up plus 256 a sequence (src/forward.c). */
+    if (packed->q.dtype == FLASHCL_E4M3 && ((long long)vl->total_k + 127) / 128 * 128 + 256LL * attn->batch > INT_MAX)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "varlen.total_k = %d with %d sequences: E4M3 inputs need "
+                        "total_k + 256 batch below 2^31", vl->total_k, attn->batch);
     const struct index_buffer indices[2] = {
         {"varlen.cu_seqlens_q_mem", vl->cu_seqlens_q_mem, attn->batch + 1},
         {"varlen.cu_seqlens_k_mem", vl->cu_seqlens_k_mem, attn->batch + 1},
