@@ -234,7 +234,9 @@ typedef enum flashcl_dtype {
     FLASHCL_BF16 = 3,  /* bfloat16 */
     /* FP8 E4M3 (OCP's "FN" form: 4 exponent bits of bias 7, 3 mantissa bits,
      * no infinities, NaN 0x7f/0xff, largest finite 448), a value being the
-     * stored one times its view's descale. Inputs of flashcl_forward and
+     * stored one times its view's descale; the rows of Q, K, V and O start on
+     * 16 bytes (offsets and strides multiples of 16 bytes; else
+     * FLASHCL_ERROR_MISALIGNED). Inputs of flashcl_forward and
      * flashcl_forward_varlen only (Q, K and V together; O f16, bf16 or f32),
      * on Hopper's wgmma (compute capability 9.0: the kernel
      * "tensor-core-wgmma-fp8"); elsewhere, and in every other call (KV

@@ -96,6 +96,15 @@ static flashcl_status check_dtypes(const flashcl_context *ctx, const struct flas
     if (fp8 && (a->head_dim % 32 != 0 || fcl_head_dim_v(a) % 32 != 0))  /* the FP8 products' k-steps of 32 */
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "attn.head_dim = %d, head_dim_v = %d; E4M3 inputs need "
                         "multiples of 32", a->head_dim, fcl_head_dim_v(a));
+    for (size_t i = 0; fp8 && i < 4; i++) {  /* the one kernel that takes them copies 16-byte chunks */
+        const flashcl_tensor *t = in[i].t;
+        const size_t esize = flashcl_dtype_size(t->dtype);
+        if (t->offset % 16 || (t->stride_batch * esize) % 16 || (t->stride_seq * esize) % 16 ||
+            (t->stride_head * esize) % 16)
+            return fcl_fail(ctx, FLASHCL_ERROR_MISALIGNED, "attn.%s: with E4M3 inputs every view's rows start on 16 "
+                            "bytes (offset %zu, strides %zu, %zu, %zu bytes)", in[i].name, t->offset,
+                            t->stride_batch * esize, t->stride_seq * esize, t->stride_head * esize);
+    }
     return a->lse.mem ? fcl_check_descale(ctx, "lse", &a->lse) : FLASHCL_SUCCESS;
 }
 

@@ -390,6 +390,13 @@ START_TEST(refusals)
     bad.o.descale = 2.0f;  /* O is f16: no descale */
     ck_assert_status(flashcl_forward_config(fp8_ctx, &bad, &tile), FLASHCL_INVALID_VALUE);
     bad = a;
+    bad.k.offset = 8;  /* rows on 16 bytes: the kernel copies 16-byte chunks */
+    ck_assert_status(flashcl_forward_config(fp8_ctx, &bad, &tile), FLASHCL_ERROR_MISALIGNED);
+    bad = a;
+    bad.o.stride_head = 68;  /* f16 O: 136-byte heads */
+    bad.o.stride_seq = 68;
+    ck_assert_status(flashcl_forward_config(fp8_ctx, &bad, &tile), FLASHCL_ERROR_MISALIGNED);
+    bad = a;
     bad.head_dim = 48;  /* k-steps of 32 */
     bad.q = flashcl_tensor_bnhd(mems[0], FLASHCL_E4M3, 32, 1, 48);
     bad.k = flashcl_tensor_bnhd(mems[1], FLASHCL_E4M3, 32, 1, 48);
