@@ -200,7 +200,7 @@ flashcl_status bench_decode_create(struct bench_env *env, const struct decode_sh
     a->mask = s->seq_q > 1 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
     /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged) on b.attn. */
     const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, dtype, FLASHCL_PRECISION_EXACT,
-                                 BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f, 0};
+                                 BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f, 0, 0};
     p->c = c;
     return FLASHCL_SUCCESS;
 }

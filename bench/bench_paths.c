@@ -148,7 +148,8 @@ flashcl_status bench_buffers_create(struct bench_env *env, const struct bench_ca
     a->v = flashcl_tensor_bnhd(b->v, c->dtype, n, hk, dv);
     a->o = flashcl_tensor_bnhd(b->o, bench_o_dtype(c), n, h, dv);
     a->lse = flashcl_tensor_lse(b->lse, n, h);
-    a->mask = c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    a->mask = c->window > 0 ? FLASHCL_MASK_WINDOW : c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    a->window_left = c->window > 0 ? c->window : 0;
     a->precision = c->precision;
     a->softcap = c->softcap;
     if (c->sinks) {
@@ -460,7 +461,7 @@ static void load_head_kv(const struct bench_case *c, const void *k, const void *
 }
 
 /* Largest |O - reference| over SAMPLED_ROWS rows spread over batches and
- * heads ([B, N, H, d] layout, V and O of dv columns; causal aligned bottom-right, N_q = N_kv). */
+ * heads ([B, N, H, d] layout, V and O of dv columns; causal aligned bottom-right, N_q = N_kv; a window's keys). */
 double bench_sampled_error(const struct bench_case *c, const void *q, const void *k, const void *v,
                             const void *o)
 {
@@ -482,8 +483,8 @@ double bench_sampled_error(const struct bench_case *c, const void *q, const void
         for (size_t e = 0; e < d; e++)
             qd[e] = hostref_load(q, c->dtype, ((b * n + row) * h + head) * d + e);
         double lse;
-        hostref_attention_row_dv(qd, kd, vd, 0, c->causal ? row + 1 : n, d, dv, 1.0 / sqrt((double)d), &plain,
-                                 (long long)row, ref, &lse, scratch);
+        hostref_attention_row_dv(qd, kd, vd, bench_first_key(c, row), c->causal ? row + 1 : n, d, dv,
+                                 1.0 / sqrt((double)d), &plain, (long long)row, ref, &lse, scratch);
         for (size_t e = 0; e < dv; e++) {
             const double err = fabs(hostref_load(o, bench_o_dtype(c), ((b * n + row) * h + head) * dv + e) - ref[e]);
             max_err = err > max_err || err != err ? err : max_err;
@@ -524,14 +525,15 @@ double bench_sampled_dq_error(const struct bench_case *c, const void *q, const v
         for (size_t e = 0; e < dv; e++)
             dod[e] = hostref_load(d_o, c->dtype, base_v + e);
         double lse;
-        const size_t last = c->causal ? row : n - 1;
-        hostref_attention_row_dv(qd, kd, vd, 0, last + 1, d, dv, scale, &plain, (long long)row, o, &lse, scratch);
+        const size_t first = bench_first_key(c, row), last = c->causal ? row : n - 1;
+        hostref_attention_row_dv(qd, kd, vd, first, last + 1, d, dv, scale, &plain, (long long)row, o, &lse,
+                                 scratch);
         double delta = 0;
         for (size_t e = 0; e < dv; e++)
             delta += dod[e] * o[e];
         for (size_t e = 0; e < d; e++)
             ref[e] = 0;
-        for (size_t j = 0; j <= last; j++) {
+        for (size_t j = first; j <= last; j++) {
             double score = 0, dp = 0;
             for (size_t e = 0; e < d; e++)
                 score += qd[e] * kd[j * d + e];

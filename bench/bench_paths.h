@@ -46,7 +46,14 @@ struct bench_case {
     bool alibi;    /* attn.alibi_slopes of 0 a head: the bias computed, 0 (the plain results) */
     float softcap; /* attn.softcap (0: none) */
     int dv;        /* attn.head_dim_v: V's, O's, dO's and dV's head dim (0: d) */
+    int window;    /* > 0: a causal sliding window of this many keys before the diagonal (mask WINDOW, right 0) */
 };
+
+/* The first key row `row` sees (causal, or a window's left edge). */
+static inline size_t bench_first_key(const struct bench_case *c, size_t row)
+{
+    return c->window > 0 && row > (size_t)c->window ? row - (size_t)c->window : 0;
+}
 
 /* V's and O's head dim. */
 static inline int bench_dv(const struct bench_case *c)

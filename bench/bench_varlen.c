@@ -156,7 +156,7 @@ flashcl_status bench_varlen(struct bench_env *env, const struct varlen_batch *ba
         varlen.total_q = varlen.total_k = r->total_tokens;
         varlen.cu_seqlens_q = varlen.cu_seqlens_k = cu_seqlens;
         const struct bench_case packed = {r->total_tokens, d, 1, batch->heads_q, causal, dtype, precision,
-                                          BENCH_PASS_FORWARD, batch->heads_kv, false, false, 0.0f, 0};
+                                          BENCH_PASS_FORWARD, batch->heads_kv, false, false, 0.0f, 0, 0};
         r->status = time_case(env, &packed, q, k, v, &varlen, count, r->longest, warmup, reps, &r->kernel,
                               &r->median_ms, &r->min_ms);
         if (r->status != FLASHCL_SUCCESS)
@@ -166,7 +166,7 @@ flashcl_status bench_varlen(struct bench_env *env, const struct varlen_batch *ba
                         (r->median_ms * 1e-3) / 1e12;
 
         const struct bench_case dense = {r->dense_n, d, count, batch->heads_q, causal, dtype, precision,
-                                         BENCH_PASS_FORWARD, batch->heads_kv, false, false, 0.0f, 0};
+                                         BENCH_PASS_FORWARD, batch->heads_kv, false, false, 0.0f, 0, 0};
         r->dense_status = time_case(env, &dense, q, k, v, NULL, 0, 0, warmup, reps, &r->dense_kernel,
                                     &r->dense_ms, &r->dense_min_ms);
         if (r->dense_status != FLASHCL_SUCCESS && !r->error[0])

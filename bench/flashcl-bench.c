@@ -51,6 +51,7 @@ struct options {
     bool alibi;
     float softcap;
     int head_dim_v;  /* --head-dim-v: V's and O's head dim in the sweep (0: each d) */
+    int window;      /* --window: a causal sliding window of this many keys (0: none) */
 };
 
 static void usage(FILE *f)
@@ -95,6 +96,9 @@ static void usage(FILE *f)
             "  --head-dim-v DV the sweep's flash calls with V, O, dO and dV of DV columns (attn.head_dim_v,\n"
             "                  DeepSeek's MLA: --d 192 --head-dim-v 128); FLOPs 2·B·H·N²·(d + DV) forward,\n"
             "                  2·B·H·N²·(3d + 2DV) backward\n"
+            "  --window W      the sweep's calls causal with a sliding window of W keys before the\n"
+            "                  diagonal (mask WINDOW, window_left W, window_right 0; --causal is then\n"
+            "                  1): Mistral's and Gemma's local layers; FLOPs count the visible pairs\n"
             "  --softcap C     the sweep's flash calls with attn.softcap = C; a C far above the scores\n"
             "                  (1e4) bends none of them past f16's precision, so the checks are the plain\n"
             "                  ones: what the cap's tanh costs\n"
@@ -193,6 +197,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         {"alibi", no_argument, 0, 'A'},
         {"softcap", required_argument, 0, 'X'},
         {"head-dim-v", required_argument, 0, 'W'},
+        {"window", required_argument, 0, 'O'},
         {0, 0, 0, 0},
     };
     int opt, li = 0;
@@ -241,6 +246,10 @@ static void parse_options(int argc, char **argv, struct options *o)
             bad = (o->head_dim_v = atoi(optarg)) < 1 || o->head_dim_v > FLASHCL_MAX_HEAD_DIM;
             why = "1..256";
             break;
+        case 'O':
+            bad = (o->window = atoi(optarg)) < 1;
+            why = "a number of keys >= 1";
+            break;
         case 'J': o->json = optarg; break;
         case 'q':
             o->n_count = parse_int_list("256,512", o->n, MAX_LIST);
@@ -267,9 +276,13 @@ static void parse_options(int argc, char **argv, struct options *o)
         fprintf(stderr, "flashcl-bench: --varlen and --decode are separate modes; give one\n");
         exit(EXIT_FAILURE);
     }
-    const bool variant = o->sinks || o->alibi || o->softcap > 0.0f || o->head_dim_v > 0;
+    if (o->window > 0) {  /* a window here is causal */
+        o->causal[0] = 1;
+        o->causal_count = 1;
+    }
+    const bool variant = o->sinks || o->alibi || o->softcap > 0.0f || o->head_dim_v > 0 || o->window > 0;
     if (variant && (o->varlen.count > 0 || o->decode_count > 0)) {
-        fprintf(stderr, "flashcl-bench: --sinks, --alibi, --softcap and --head-dim-v are for the sweep (not --varlen or "
+        fprintf(stderr, "flashcl-bench: --sinks, --alibi, --softcap, --head-dim-v and --window are for the sweep (not --varlen or "
                         "--decode)\n");
         exit(EXIT_FAILURE);
     }
@@ -331,7 +344,12 @@ static void run_case(struct bench_env *env, const struct options *opt, const str
         bench_fill_random(d_o, c->dtype, elems_v);
     /* The products' FLOPs, 2 B H N² a column of their inner or outer dim: the forward's QKᵀ over d and PV over dv,
      * the backward's S, dQ and dK over d, dP and dV over dv (4 B H N² d and 2.5 times that where d = dv). */
-    const double per_column = 2.0 * c->batch * c->heads * (double)c->n * c->n * (c->causal ? 0.5 : 1.0);
+    double pairs = (double)c->n * c->n * (c->causal ? 0.5 : 1.0);  /* causal: the convention's half */
+    if (c->window > 0) {  /* the visible pairs: min(row, W) + 1 keys a row */
+        const double w = c->window < c->n ? c->window : c->n - 1;
+        pairs = (double)c->n * (w + 1) - w * (w + 1) / 2;
+    }
+    const double per_column = 2.0 * c->batch * c->heads * pairs;
     const double forward_flops = per_column * (c->d + bench_dv(c)), backward_flops = per_column * (3 * c->d + 2 * bench_dv(c));
     const double flops = c->pass == BENCH_PASS_FORWARD ? forward_flops
                          : c->pass == BENCH_PASS_BACKWARD ? backward_flops : forward_flops + backward_flops;
@@ -499,7 +517,7 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
                 const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
-                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f, 0};
+                                             FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f, 0, 0};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));
                 if (r.status != FLASHCL_SUCCESS) {
@@ -661,6 +679,9 @@ int main(int argc, char **argv)
                     c.alibi = opt.alibi;
                     c.softcap = opt.softcap;
                     c.dv = opt.head_dim_v;
+                    c.window = opt.window;
+                    if (c.window > 0)
+                        c.causal = 1;
                     fprintf(stderr, "\r[%d/%d] %s N=%d d=%d %s %s          ", ++done, total, bench_pass_name(c.pass),
                             c.n, c.d, dtype_name(c.dtype, c.precision), c.causal ? "causal" : "full");
                     const int first = n_results;

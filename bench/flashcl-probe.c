@@ -499,7 +499,7 @@ static bool problem_create(flashcl_context *ctx, cl_command_queue queue, const s
 /* The small problem every candidate is checked on. */
 static struct bench_case check_case(const struct tune_key *key)
 {
-    const struct bench_case c = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, key->precision, key->pass, 0, false, false, 0.0f, 0};
+    const struct bench_case c = {CHECK_N, key->d, 1, 2, key->causal, key->dtype, key->precision, key->pass, 0, false, false, 0.0f, 0, 0};
     return c;
 }
 
@@ -508,7 +508,7 @@ static struct bench_case timed_case(const struct tune_key *key, const struct opt
 {
     const struct bench_case c = {opt->n, key->d, opt->tokens / opt->n > 0 ? (int)(opt->tokens / opt->n) : 1,
                                  opt->hidden / key->d > 0 ? (int)(opt->hidden / key->d) : 1, key->causal,
-                                 key->dtype, key->precision, key->pass, 0, false, false, 0.0f, 0};
+                                 key->dtype, key->precision, key->pass, 0, false, false, 0.0f, 0, 0};
     return c;
 }
 

@@ -116,6 +116,10 @@
 
 #include "backward_dot.h"  /* step 0: flash_backward_dot */
 #include "block_order.h"
+#include "mask.h"           /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#if FUSED_DQ && (WINDOW_LEFT >= 0 || WINDOW_RIGHT > 0)
+#error "the fused dQ pass takes no window (its turns count the blocks from the last that reaches a row)"
+#endif
 #include "backward_args.h"  /* the kernels' arguments (BACKWARD_INPUTS, ...), row_lse2 */
 
 /* Causal skips: a warp's own, or (emulated) the work-group's, whose primitives must be reached by all. */
@@ -219,11 +223,11 @@ void BACKWARD_KERNEL(dkdv)(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(elem_t
     __global const elem_t *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const elem_t *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
 
-    /* The first query row that sees key k0 (causal: row >= k0 - diag); blocks before it see none of
-     * this block's keys and are skipped. Keys no row sees run no block and get exact zeros. */
-    const int first_row = CAUSAL ? max(0, k0 - diag) : 0;
+    /* The query rows that see keys k0 ..: [first_row, q_end) (cl/mask.h); blocks outside see none of this
+     * block's keys and are skipped. Keys no row sees run no block and get exact zeros. */
+    const int first_row = mask_row_begin(k0, seq_q, seq_kv), q_end = mask_row_end(k0, BLOCK_N, seq_q, seq_kv);
     const int q_begin = first_row / BLOCK_M * BLOCK_M;
-    const int q_blocks = q_begin < seq_q ? (seq_q - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
+    const int q_blocks = q_begin < q_end ? (q_end - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
     const int total = group * q_blocks;  /* (query head, query block) pairs, head-major: a fixed order */
 
     load_rows(k_tile, BLOCK_N, k_base, k_ss, k0, seq_kv, tid);
@@ -287,15 +291,16 @@ NV_UNROLL
 NV_UNROLL
             for (int kt = 0; kt < KEY_TILES; kt++) {
                 const int key0 = (warp * KEY_TILES + kt) * 16;  /* the tile's first key, in the block */
-#if CAUSAL
-                /* Every key of the tile (emulated: of the block) after every query of the chunk: nothing to add. */
-                if (WARP_SKIP(k0 + key0 > q0 + qc + Q_CHUNK - 1 + diag, k0 > q0 + qc + Q_CHUNK - 1 + diag)) {
+#if MASKED
+                /* No key of the tile (emulated: of the block) seen by a query of the chunk: nothing to add. */
+                if (WARP_SKIP(mask_tile_hidden(q0 + qc, Q_CHUNK, k0 + key0, 16, diag),
+                              mask_tile_hidden(q0 + qc, Q_CHUNK, k0, BLOCK_N, diag))) {
 #if FUSED_DQ
                     clear_ds(ds, key0, lane);  /* its dS rows are zeros */
 #endif
                     continue;
                 }
-                const bool edge = k0 + key0 + 15 > q0 + qc + diag;
+                const bool edge = mask_tile_edge(q0 + qc, Q_CHUNK, k0 + key0, 16, diag);
 #endif
 #if FUSED_DQ
                 /* Keys past seq_kv are zero rows of K and V, but their P (exp2(-lse2)) is not zero, and
@@ -339,9 +344,9 @@ NV_UNROLL
                         float slope = 1.0f;  /* the softcap's, where there is one (score_mod.h) */
                         float p = SCORE_P_EXP(EXP2, s[n][e], scale_log2,
                                               SCORE_LSE2_AT(lse2[qi], alibi2, dist[e] - (float)(8 * n)), slope);
-#if CAUSAL
+#if MASKED
                         if (edge)
-                            p = key <= q0 + qi + diag ? p : 0.0f;
+                            p = mask_visible(q0 + qi, key, diag) ? p : 0.0f;
 #endif
 #if FUSED_DQ
                         if (past_end)
@@ -483,7 +488,7 @@ void BACKWARD_KERNEL(dq)(BACKWARD_INPUTS, BACKWARD_TENSOR(elem_t, d_q, dq), BACK
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     int qb, h, b;
-    block_coordinates(CAUSAL, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    block_coordinates(WINDOW_RIGHT >= 0, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int heads_q = (int)get_num_groups(1);
     const int q0 = qb * BLOCK_M;
@@ -492,13 +497,15 @@ void BACKWARD_KERNEL(dq)(BACKWARD_INPUTS, BACKWARD_TENSOR(elem_t, d_q, dq), BACK
 
     __global const elem_t *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const elem_t *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
-    const int kv_end = block_key_end(CAUSAL, q0, BLOCK_M, seq_q, seq_kv);
+    /* The key blocks the block's rows see (cl/mask.h). */
+    const int kv_begin = mask_key_begin(q0, seq_q, seq_kv) / BLOCK_N * BLOCK_N;
+    const int kv_end = mask_key_end(q0, BLOCK_M, seq_q, seq_kv);
 
     load_rows(q_tile, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, tid);
     load_rows(do_tile, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
-    if (kv_end > 0) {
-        load_rows(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
-        load_rows(v_tiles, BLOCK_N, v_base, v_ss, 0, seq_kv, tid);
+    if (kv_begin < kv_end) {
+        load_rows(k_tiles, BLOCK_N, k_base, k_ss, kv_begin, seq_kv, tid);
+        load_rows(v_tiles, BLOCK_N, v_base, v_ss, kv_begin, seq_kv, tid);
     }
     copy_async_commit();
 
@@ -530,7 +537,7 @@ NV_UNROLL
     const struct lanes lanes = lane_offsets(lane);
     const int warp_local0 = warp * 16 * ROW_TILES;  /* this warp's first row in the tiles */
 
-    for (int kb = 0, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         COPY_ASYNC_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (kb + BLOCK_N < kv_end) {
@@ -545,11 +552,13 @@ NV_UNROLL
             const int key_first = kb + kc0;
             if (key_first >= seq_kv)
                 break;
-#if CAUSAL
-            /* Every key of the chunk after every row of the warp (emulated: of the block): nothing to add. */
-            if (WARP_SKIP(key_first > warp_row0 + 16 * ROW_TILES - 1 + diag, key_first > q0 + BLOCK_M - 1 + diag))
-                break;
-            const bool edge = key_first + K_CHUNK > seq_kv || key_first + K_CHUNK - 1 > warp_row0 + diag;
+#if MASKED
+            /* No key of the chunk seen by a row of the warp (emulated: of the block): nothing to add. */
+            if (WARP_SKIP(mask_tile_hidden(warp_row0, 16 * ROW_TILES, key_first, K_CHUNK, diag),
+                          mask_tile_hidden(q0, BLOCK_M, key_first, K_CHUNK, diag)))
+                continue;
+            const bool edge =
+                key_first + K_CHUNK > seq_kv || mask_tile_edge(warp_row0, 16 * ROW_TILES, key_first, K_CHUNK, diag);
 #else
             const bool edge = key_first + K_CHUNK > seq_kv;
 #endif
@@ -601,13 +610,8 @@ NV_UNROLL
                         float p = SCORE_P_EXP(EXP2, s[mt][n][e], scale_log2,
                                               SCORE_LSE2_AT(lse2[mt][e >> 1], alibi2,
                                                             dist[e] + (float)(8 * n - 16 * mt)), slope);
-                        if (edge) {
-                            bool visible = key < seq_kv;
-#if CAUSAL
-                            visible = visible && key <= row + diag;
-#endif
-                            p = visible ? p : 0.0f;
-                        }
+                        if (edge)
+                            p = key < seq_kv && mask_visible(row, key, diag) ? p : 0.0f;
                         dp[mt][n][e] = p * (dp[mt][n][e] - drow[mt][e >> 1]) * slope;
                     }
             /* dQ += dS K: K [key][d] as B (k = key). */

@@ -188,6 +188,10 @@
 #include "storage.h"
 #include "backward_dot.h"  /* step 0: flash_backward_dot */
 #include "block_order.h"
+#include "mask.h"         /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
+#if FUSED_DQ && (WINDOW_LEFT >= 0 || WINDOW_RIGHT > 0)
+#error "the atomic dQ pass takes no window"
+#endif
 #include "nv_mma16.h"      /* pack_pair, the panel tiles and their loader */
 #include "nv_wgmma.h"
 
@@ -346,11 +350,11 @@ void flash_backward_wgmma_dkdv(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(us
     __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
 
-    /* The first query row that sees key k0 (causal: row >= k0 - diag); blocks before it are skipped. Keys no
+    /* The query rows that see keys k0 ..: [first_row, q_end) (cl/mask.h); blocks outside are skipped. Keys no
      * row sees run no block and get exact zeros. */
-    const int first_row = CAUSAL ? max(0, k0 - diag) : 0;
+    const int first_row = mask_row_begin(k0, seq_q, seq_kv), q_end = mask_row_end(k0, OWN_KEYS, seq_q, seq_kv);
     const int q_begin = first_row / BLOCK_M * BLOCK_M;
-    const int q_blocks = q_begin < seq_q ? (seq_q - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
+    const int q_blocks = q_begin < q_end ? (q_end - q_begin + BLOCK_M - 1) / BLOCK_M : 0;
     const int total = group * q_blocks;  /* (query head, query block) pairs, head-major: a fixed order */
 
     load_block(k_tile, OWN_KEYS, k_base, k_ss, k0, seq_kv, tid);
@@ -411,13 +415,13 @@ NV_UNROLL
             continue;
 
         const int q0 = q_begin + it % q_blocks * BLOCK_M;
-#if CAUSAL
-        /* Every key of the warpgroup after every query of the block: nothing to add. FUSED_DQ: the work-group's
-         * (both warpgroups meet at the barrier before dQ's product; where one sees the block, the other's P is
-         * 0). */
-        if (FUSED_DQ ? k0 > q0 + BLOCK_M - 1 + diag : GROUP_SKIP(group_key0 > q0 + BLOCK_M - 1 + diag))
+#if MASKED
+        /* No key of the warpgroup seen by a query of the block: nothing to add. FUSED_DQ (causal only): the
+         * work-group's (both warpgroups meet at the barrier before dQ's product; where one sees the block, the
+         * other's P is 0). */
+        if (FUSED_DQ ? k0 > q0 + BLOCK_M - 1 + diag : GROUP_SKIP(mask_tile_hidden(q0, BLOCK_M, group_key0, 64, diag)))
             continue;
-        const bool edge = group_key0 + 63 > q0 + diag;
+        const bool edge = mask_tile_edge(q0, BLOCK_M, group_key0, 64, diag);
 #endif
         __local const uint4 *q_tile = q_tiles + stage * BLOCK_M * ROW_CHUNKS;
         __local const uint4 *do_tile = do_tiles + stage * BLOCK_M * ROW_CHUNKS_V;
@@ -466,9 +470,9 @@ NV_UNROLL
 #ifdef SOFTCAP2
                 cap_slope[4 * j + e] = slope;
 #endif
-#if CAUSAL
+#if MASKED
                 if (edge)
-                    p = key <= q0 + qi + diag ? p : 0.0f;
+                    p = mask_visible(q0 + qi, key, diag) ? p : 0.0f;
 #endif
 #if FUSED_DQ
                 /* A key past seq_kv (a zero row) adds 0 to dQ only if its P is 0: exp2(-lse2) may be inf in f16. */
@@ -580,7 +584,7 @@ void flash_backward_wgmma_dq(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_q, dq), 
     const int warp = tid >> 5, lane = tid & 31;
     const int t = lane & 3;
     int qb, h, b;
-    block_coordinates(CAUSAL, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
+    block_coordinates(WINDOW_RIGHT >= 0, 1, &qb, &h, &b);  /* heaviest query blocks first when causal */
     const int hk = h / group;
     const int heads_q = (int)get_num_groups(1);
     const int q0 = qb * OWN;
@@ -589,13 +593,15 @@ void flash_backward_wgmma_dq(BACKWARD_INPUTS, BACKWARD_TENSOR(ushort, d_q, dq), 
 
     __global const ushort *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const ushort *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
-    const int kv_end = block_key_end(CAUSAL, q0, OWN, seq_q, seq_kv);
+    /* The key blocks the block's rows see (cl/mask.h). */
+    const int kv_begin = mask_key_begin(q0, seq_q, seq_kv) / BLOCK_N * BLOCK_N;
+    const int kv_end = mask_key_end(q0, OWN, seq_q, seq_kv);
 
     load_block(q_tile, OWN, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, q0, seq_q, tid);
     load_block_of(CHUNKS_V, do_tile, OWN, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, q0, seq_q, tid);
-    if (kv_end > 0) {
-        load_block(k_tiles, BLOCK_N, k_base, k_ss, 0, seq_kv, tid);
-        load_v_block(v_tiles, v_base, v_ss, 0, seq_kv, tid);
+    if (kv_begin < kv_end) {
+        load_block(k_tiles, BLOCK_N, k_base, k_ss, kv_begin, seq_kv, tid);
+        load_v_block(v_tiles, v_base, v_ss, kv_begin, seq_kv, tid);
     }
     copy_async_commit();
 
@@ -622,7 +628,7 @@ NV_UNROLL
     const wgmma_desc_t q_desc = wgmma_desc(q_tile, (warp >> 2) * 64 * 128, 16, 1024);
     const wgmma_desc_t do_desc = wgmma_desc(do_tile, (warp >> 2) * 64 * 128, 16, 1024);
 
-    for (int kb = 0, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
+    for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         COPY_ASYNC_WAIT(0);
         fence_proxy_async();
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -631,11 +637,11 @@ NV_UNROLL
             load_v_block(v_tiles + (stage ^ 1) * BLOCK_N * ROW_CHUNKS_V, v_base, v_ss, kb + BLOCK_N, seq_kv, tid);
         }
         copy_async_commit();
-#if CAUSAL
-        /* Every key of the block after every row of the warpgroup: nothing to add (nor in the blocks after). */
-        if (GROUP_SKIP(kb > group_row0 + 63 + diag))
+#if MASKED
+        /* No key of the block seen by a row of the warpgroup: nothing to add. */
+        if (GROUP_SKIP(mask_tile_hidden(group_row0, 64, kb, BLOCK_N, diag)))
             continue;
-        const bool edge = kb + BLOCK_N > seq_kv || kb + BLOCK_N - 1 > group_row0 + diag;
+        const bool edge = kb + BLOCK_N > seq_kv || mask_tile_edge(group_row0, 64, kb, BLOCK_N, diag);
 #else
         const bool edge = kb + BLOCK_N > seq_kv;
 #endif
@@ -678,13 +684,8 @@ NV_UNROLL
 #ifdef SOFTCAP2
                 cap_slope[4 * j + e] = slope;
 #endif
-                if (edge) {
-                    bool visible = key < seq_kv;
-#if CAUSAL
-                    visible = visible && key <= row_first + 8 * (e >> 1) + diag;
-#endif
-                    p = visible ? p : 0.0f;
-                }
+                if (edge)
+                    p = key < seq_kv && mask_visible(row_first + 8 * (e >> 1), key, diag) ? p : 0.0f;
                 s[4 * j + e] = p;
             }
 #if BWD_OVERLAP

@@ -33,6 +33,29 @@ static inline bool mask_visible(int row, int key, int diag)
     return visible;
 }
 
+/* Rows row0 .. row0 + rows - 1 against keys key0 .. key0 + keys - 1 (the backward kernels' tiles): whether no
+ * pair is visible (the tile is skipped), and whether some pair is hidden (its elements are tested). A hidden
+ * tile is an edge too, so a kernel that computes a tile it could skip (emulated) masks all of it. */
+static inline bool mask_tile_hidden(int row0, int rows, int key0, int keys, int diag)
+{
+    bool hidden = false;
+    if (WINDOW_RIGHT >= 0)
+        hidden = hidden || key0 > row0 + rows - 1 + diag + WINDOW_RIGHT;
+    if (WINDOW_LEFT >= 0)
+        hidden = hidden || key0 + keys - 1 < row0 + diag - WINDOW_LEFT;
+    return hidden;
+}
+
+static inline bool mask_tile_edge(int row0, int rows, int key0, int keys, int diag)
+{
+    bool edge = false;
+    if (WINDOW_RIGHT >= 0)
+        edge = edge || key0 + keys - 1 > row0 + diag + WINDOW_RIGHT;
+    if (WINDOW_LEFT >= 0)
+        edge = edge || key0 < row0 + rows - 1 + diag - WINDOW_LEFT;
+    return edge;
+}
+
 /* The keys rows row0 .. row0 + rows - 1 see, together: [begin, end). Blocks
  * outside are skipped, not computed and masked. Empty when begin >= end. */
 static inline int mask_key_begin(int row0, int seq_q, int seq_kv)

@@ -355,7 +355,9 @@ struct flashcl_attention {
 
     /* FLASHCL_MASK_WINDOW only (else 0): keys seen left and right of the
      * row's diagonal, -1 for no limit on that side. Every forward kernel
-     * takes windows (key blocks wholly outside one are skipped). */
+     * takes windows (key blocks wholly outside one are skipped), and every
+     * backward kernel but the opt-in "backward-tensor-core-fused" and
+     * "backward-wgmma-atomic" (whose dQ turns count blocks from the last). */
     int window_left, window_right;
 
     /* Logit softcapping (Gemma 2, Grok): each scaled score s = scale·q·k

@@ -598,9 +598,10 @@ static void backward_mma_geometry(const struct device_desc *dev, const struct ke
 static void backward_mma_options(const struct device_desc *dev, const struct problem *p,
                                  const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DDTYPE=%d -DCAUSAL=%d",
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DDTYPE=%d -DCAUSAL=%d " WINDOW_OPTIONS,
              p->head_dim, s->axis[M], s->axis[N], s->axis[W], 32 * s->axis[W], fcl_dtype_define(p->dtype),
-             p->mask == FLASHCL_MASK_CAUSAL);
+             p->mask == FLASHCL_MASK_CAUSAL, p->window_left, p->window_right);
 }
 
 static void backward_mma_fused_options(const struct device_desc *dev, const struct problem *p,
@@ -700,9 +701,10 @@ static size_t backward_tf32_local_bytes(const struct device_desc *dev, const str
 static void backward_tf32_options(const struct device_desc *dev, const struct problem *p,
                                   const struct kernel_shape *s, float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DCAUSAL=%d -DPASSES=%d",
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DWARPS=%d -DWG=%d -DCAUSAL=%d " WINDOW_OPTIONS " -DPASSES=%d",
              p->head_dim, s->axis[M], s->axis[N], s->axis[W], 32 * s->axis[W], p->mask == FLASHCL_MASK_CAUSAL,
-             p->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1);
+             p->window_left, p->window_right, p->precision == FLASHCL_PRECISION_TF32X3 ? 3 : 1);
 }
 
 /* ---- decode: cl/flash_decode.cl, a KV head's query rows against its keys, split-KV ---- */
@@ -998,7 +1000,7 @@ static const struct builtin_shape tf32_builtin[] = {
  * dtypes, masks, head dims, shapes. */
 #define BACKWARD_MMA_COMMON                                                                                       \
     .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),                                                  \
-    .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL), .head_dim_step = 16,                 \
+    .head_dim_step = 16,                                                                                         \
     .head_dim_max = 128, .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,                            \
     .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},     \
     .builtin = backward_mma_builtin, .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]), \
@@ -1166,7 +1168,7 @@ const struct kernel_info fcl_kernels[] = {
         .steps = {"flash_backward_dot", "flash_backward_wgmma_dkdv", "flash_backward_wgmma_dq"},
         .owned_rows = backward_wgmma_owned_rows,
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
-        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .masks = ALL_MASKS,
         .head_dim_step = 16, .head_dim_max = 256,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NEEDS_SM90A | NV_EMULATES,
         .gives_way_to = "backward-tensor-core,backward-tensor-core-fused",
@@ -1184,6 +1186,7 @@ const struct kernel_info fcl_kernels[] = {
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq_convert"},
         .dq_accumulated = true, .opt_in = true,
         BACKWARD_MMA_COMMON, .local_bytes = backward_mma_fused_local_bytes, .options = backward_mma_fused_options,
+        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),  /* its turns: no window */
     },
     {
         .name = "backward-tensor-core", .file = "cl/flash_backward_mma.cl",
@@ -1192,6 +1195,7 @@ const struct kernel_info fcl_kernels[] = {
         .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq"},
         BACKWARD_MMA_COMMON, .local_bytes = backward_mma_local_bytes, .options = backward_mma_options,
+        .masks = ALL_MASKS,
     },
     {
         .name = "backward-tf32", .file = "cl/flash_backward_tf32.cl",
@@ -1200,7 +1204,7 @@ const struct kernel_info fcl_kernels[] = {
         .source = flashcl_source_flash_backward_tf32, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_tf32_dkdv", "flash_backward_tf32_dq"},
         .dtypes = DTYPE_BIT(FLASHCL_F32),
-        .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),
+        .masks = ALL_MASKS,
         .f32_precisions = PRECISION_BIT(FLASHCL_PRECISION_TF32) | PRECISION_BIT(FLASHCL_PRECISION_TF32X3),
         .head_dim_step = 16, .head_dim_max = 128,
         .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,

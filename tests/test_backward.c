@@ -182,6 +182,47 @@ START_TEST(windows)
 }
 END_TEST
 
+/* The same masks on the tensor-core programs (emulated here, as compute capability 8.0 and 9.0): mma.sync with
+ * 16-row and 16-key blocks (blocks skipped before and after the band, partly and wholly visible), wgmma's smallest
+ * tiles, and TF32 for f32 (emulation is slow: small shapes, one run a kernel). Causal-local (Mistral's), left only, both sides with rows that see
+ * no key, right only, GQA, and a cap, sinks and ALiBi in one. */
+static const struct bwd_case tc_window_cases[] = {
+    {1, 50, 160, 2, 1, 32, F16, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(40, 0)},
+    {1, 100, 100, 2, 1, 64, BF16, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(20, -1)},
+    {1, 120, 90, 2, 2, 16, F16, 0, 0.5f, LAYOUT_BHND, 0, 0, WINDOW(5, 3)},
+    {1, 60, 100, 2, 1, 48, F16, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(-1, 7)},
+    {1, 80, 80, 2, 2, 32, F16, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(30, 0), .softcap = 2.0f, .sinks = 1, .alibi = 1},
+    {1, 60, 90, 2, 1, 32, F32, 0, 0, LAYOUT_BNHD, 0, 0, WINDOW(12, 4), FLASHCL_PRECISION_TF32},
+};
+
+START_TEST(windows_on_tensor_cores)
+{
+    const struct bwd_case *c = &tc_window_cases[_i];
+    static const struct {
+        const char *options;
+        int cc;
+        bool wgmma;
+        const char *expect, *expect_f32;
+    } runs[] = {
+        {"backward-tensor-core:warps=1,block_m=16,block_n=16", 80, false, "backward-tensor-core", NULL},
+        {"", 80, false, NULL, "backward-tf32"},
+        {"backward-wgmma:warps=4,block_m=64,block_n=64", 90, true, "backward-wgmma", NULL},
+    };
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        const char *expect = c->dtype == F32 ? runs[i].expect_f32 : runs[i].expect;
+        if (!expect)
+            continue;
+        flashcl_context *ctx = test_emulated_context(runs[i].options, runs[i].cc, runs[i].wgmma);
+        char label[96];
+        snprintf(label, sizeof(label), "window, %s emulated", expect);
+        struct bwd_result r;
+        run_case(ctx, label, c, 760 + (uint64_t)_i, &r);
+        ck_assert_msg(kernel_is(r.kernel, expect), "%s ran %s", label, r.kernel);
+        flashcl_context_destroy(&ctx);
+    }
+}
+END_TEST
+
 static const struct bwd_case dtype_cases[] = {
     {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},
     {2, 50, 50, 2, 1, 33, F16, 0, 0, LAYOUT_BHND, 0},
@@ -606,16 +647,14 @@ static const struct bwd_case dv_cases[] = {
 
 /* The default plan (on Hopper, backward-wgmma where both head dims are multiples of 16 in f16/bf16: the native run
  * of what "wgmma kernels, emulated" checks; the case without dv says whether the device plans it), then each FMA
- * kernel forced with a small tile and the tensor-core kernels off (on Hopper wgmma would otherwise win the plan). */
+ * kernel forced with a small tile and the tensor-core kernels off ("backward-tensor-core:off" takes wgmma with it;
+ * on Hopper wgmma would otherwise win the plan). */
 START_TEST(value_head_dim)
 {
     const struct bwd_case *c = &dv_cases[_i];
     const bool tiled = c->head_dim % 4 == 0 && c->head_dim_v % 4 == 0;
-#define NO_TENSOR_CORES "backward-wgmma:off;backward-wgmma-atomic:off;backward-tensor-core:off;" \
-                        "backward-tensor-core-fused:off;"
-    static const char *const options[] = {"", NO_TENSOR_CORES "backward-tiled:block_m=16,block_n=32",
-                                          NO_TENSOR_CORES "backward-tiled:off;backward:block_m=16,block_n=8"};
-#undef NO_TENSOR_CORES
+    static const char *const options[] = {"", "backward-tensor-core:off;backward-tiled:block_m=16,block_n=32",
+                                          "backward-tensor-core:off;backward-tiled:off;backward:block_m=16,block_n=8"};
     /* Where this device's plan takes backward-wgmma for the case without dv, it must take it with dv too. */
     bool wgmma_here = false;
     if (c->dtype != F32 && c->head_dim % 16 == 0 && c->head_dim_v % 16 == 0) {
@@ -1118,6 +1157,10 @@ int main(void)
     tcase_add_loop_test(dvc, value_head_dim, 0, COUNT(dv_cases));
     tcase_add_test(dvc, value_head_dim_reference_finite_differences);
     suite_add_tcase(s, dvc);
+    TCase *wtc = tcase_create("windows on the tensor-core kernels, emulated");
+    tcase_set_timeout(wtc, 900);
+    tcase_add_loop_test(wtc, windows_on_tensor_cores, 0, COUNT(tc_window_cases));
+    suite_add_tcase(s, wtc);
     TCase *wide = tcase_create("wgmma kernels, emulated");
     tcase_set_timeout(wide, 600);
     tcase_add_loop_test(wide, head_dims_on_wgmma, 0, sizeof(wgmma_head_dim_cases) / sizeof(wgmma_head_dim_cases[0]));

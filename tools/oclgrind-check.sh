@@ -51,7 +51,10 @@ cases=$("$build/tests/test_kernel_check" --count)
 run_cases() {
   for ((i = 0; i < cases; i++)); do
     if [ -z "${FLASHCL_KERNEL_CHECK_CASE:-}" ] || [ "$FLASHCL_KERNEL_CHECK_CASE" = "$i" ]; then
+      local start=$SECONDS
       FLASHCL_KERNEL_CHECK_CASE=$i "$build/tests/test_kernel_check" | grep -v '^Running suite' || status=$?
+      # The stage's long pole: each case's time, for whoever trims it.
+      [ $((SECONDS - start)) -lt 5 ] || echo "oclgrind-check: case $i${FLASHCL_KERNEL_CHECK:+ ($FLASHCL_KERNEL_CHECK)} took $((SECONDS - start)) s"
     fi
   done
 }
