@@ -117,7 +117,7 @@
 #include "backward_dot.h"  /* step 0: flash_backward_dot */
 #include "block_order.h"
 #include "mask.h"           /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
-#if FUSED_DQ && (WINDOW_LEFT >= 0 || WINDOW_RIGHT > 0)
+#if FUSED_DQ && MASKED && !(CAUSAL && WINDOW_LEFT < 0 && WINDOW_RIGHT == 0)
 #error "the fused dQ pass takes no window (its turns count the blocks from the last that reaches a row)"
 #endif
 #include "backward_args.h"  /* the kernels' arguments (BACKWARD_INPUTS, ...), row_lse2 */

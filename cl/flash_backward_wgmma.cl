@@ -189,7 +189,7 @@
 #include "backward_dot.h"  /* step 0: flash_backward_dot */
 #include "block_order.h"
 #include "mask.h"         /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
-#if FUSED_DQ && (WINDOW_LEFT >= 0 || WINDOW_RIGHT > 0)
+#if FUSED_DQ && MASKED && !(CAUSAL && WINDOW_LEFT < 0 && WINDOW_RIGHT == 0)
 #error "the atomic dQ pass takes no window"
 #endif
 #include "nv_mma16.h"      /* pack_pair, the panel tiles and their loader */

@@ -521,9 +521,9 @@ struct flashcl_varlen {
      * read or write outside the packed rows: an offset below 0 or past the
      * total counts as 0 or the total, a decreasing pair is an empty
      * sequence, a sequence longer than attn.seq_q (seq_kv) is cut to that
-     * length (with E4M3 inputs, key offsets that decrease leave the O of
-     * sequences whose keys overlap unspecified; still nothing outside the
-     * call's buffers is touched). Set the host array or the buffer of each,
+     * length (with E4M3 inputs, key offsets that decrease leave every
+     * sequence's O unspecified, their transposed V's columns being placed
+     * by the offsets; still nothing outside the call's buffers is touched). Set the host array or the buffer of each,
      * not both. */
     cl_mem cu_seqlens_q_mem, cu_seqlens_k_mem;
     unsigned char reserved[32];  /* zero */
