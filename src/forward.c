@@ -194,8 +194,8 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
     const size_t combine_global[3] = {(combine_items + 63) / 64 * 64, (size_t)attn->heads_q, (size_t)attn->batch};
 
     /* The partials: dv + 1 floats per (split, sequence, head, row); E4M3, Vᵀ (fp8_vt_bytes: dv rows of the keys
-     * rounded up to 128 bytes a (sequence, KV head), a packed batch's rows holding every sequence); a buffer the context keeps where one is free (workspace.c), else the call's
-     * own. */
+     * rounded up to 128 bytes a (sequence, KV head), a packed batch's rows holding every sequence); a buffer the
+     * context keeps where one is free (workspace.c), else the call's own. */
     struct fcl_workspace ws = {NULL, -1, NULL};
     const cl_int merge_here = plan->merge_in_place;
     if (split || fp8) {
