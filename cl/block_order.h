@@ -33,12 +33,4 @@ static inline void block_coordinates(int causal, int across_pairs, int *qb, int 
     *b = (int)(pair / n_h);
 }
 
-/* One past the last key any row of the query block starting at q0 sees:
- * with the bottom-right causal mask (row i sees keys <= i + seq_kv - seq_q),
- * blocks past it are skipped, not computed and masked. */
-static inline int block_key_end(int causal, int q0, int block_m, int seq_q, int seq_kv)
-{
-    return causal ? min(seq_kv, q0 + block_m + seq_kv - seq_q) : seq_kv;
-}
-
 #endif

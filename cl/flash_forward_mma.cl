@@ -737,10 +737,11 @@ NV_UNROLL
 #if FP8
 /* Vᵀ for the E4M3 products (wgmma reads an 8-bit B K-major only): V [keys][HEAD_DIM_V] of KV head hk, sequence b
  * (bytes; strides in bytes) to vt[(b heads_kv + hk) HEAD_DIM_V + c][nk_pad], nk_pad the keys rounded up to BLOCK_N,
- * zeros past seq_kv (a packed batch: below). Within each 32 keys, place p holds key 16 (p / 16) + 8 ((p % 4) / 2) + 2 ((p % 16) / 4) + p % 2:
- * the keys pack_p puts at k = p of P's fragments. A work-group of 256 takes 32 keys through local memory, read
- * along V's rows and written along Vᵀ's. Grid: (the keys rounded up to 128 / 32 x 256, heads_kv, batch); a packed batch (VARLEN) has
- * no batch dimension in Vᵀ: rows [hk HEAD_DIM_V + c], its grid the longest sequence's keys rounded up. */
+ * zeros past seq_kv (a packed batch: below). Within each 32 keys, place p holds key
+ * 16 (p / 16) + 8 ((p % 4) / 2) + 2 ((p % 16) / 4) + p % 2: the keys pack_p puts at k = p of P's fragments. A work-group of 256 takes 32 keys through local memory, read
+ * along V's rows and written along Vᵀ's. Grid: (the keys rounded up to 128 / 32 x 256, heads_kv, batch); a packed
+ * batch (VARLEN) has no batch dimension in Vᵀ: rows [hk HEAD_DIM_V + c], its grid the longest sequence's keys
+ * rounded up. */
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void fp8_transpose_v(__global const uchar *v, ulong v_off, ulong v_sb, ulong v_ss, ulong v_sh, __global uchar *vt,
                      ulong vt_off, int seq_kv, int nk_pad VARLEN_ARGS)
