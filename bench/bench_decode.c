@@ -39,11 +39,18 @@ static size_t kv_index(const struct decode_shape *s, enum decode_kv_layout layou
     return (layout == DECODE_KV_BHND ? (b * hk + g) * nk + key : (b * nk + key) * hk + g) * d + e;
 }
 
+/* An E4M3 "dtype" is an E4M3 cache with f16 Q and O (no call takes E4M3 queries against a cache). */
+static flashcl_dtype q_dtype_of(flashcl_dtype dtype)
+{
+    return dtype == FLASHCL_E4M3 ? FLASHCL_F16 : dtype;
+}
+
 /* Largest |O - reference| over a few sampled (sequence, head, row) of a
  * problem whose Q and O are [B, N, H, d]; causal when more than one query (chunked prefill). */
-static double sampled_error(const struct decode_shape *s, enum decode_kv_layout layout, int d, flashcl_dtype dtype,
+static double sampled_error(const struct decode_shape *s, enum decode_kv_layout layout, int d, flashcl_dtype kv_dtype,
                             const void *q, const void *k, const void *v, const void *o)
 {
+    const flashcl_dtype dtype = q_dtype_of(kv_dtype);
     const size_t nk = (size_t)s->seq_kv, dd = (size_t)d;
     double *kd = malloc(nk * dd * sizeof(double)), *vd = malloc(nk * dd * sizeof(double));
     double *scratch = malloc(nk * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM], lse;
@@ -53,8 +60,8 @@ static double sampled_error(const struct decode_shape *s, enum decode_kv_layout 
         const size_t row = (size_t)(s->seq_q - 1 - sample % s->seq_q), g = h / (size_t)(s->heads_q / s->heads_kv);
         for (size_t j = 0; j < nk; j++)
             for (size_t e = 0; e < dd; e++) {
-                kd[j * dd + e] = hostref_load(k, dtype, kv_index(s, layout, dd, b, j, g, e));
-                vd[j * dd + e] = hostref_load(v, dtype, kv_index(s, layout, dd, b, j, g, e));
+                kd[j * dd + e] = hostref_load(k, kv_dtype, kv_index(s, layout, dd, b, j, g, e));
+                vd[j * dd + e] = hostref_load(v, kv_dtype, kv_index(s, layout, dd, b, j, g, e));
             }
         const size_t q_at = ((b * (size_t)s->seq_q + row) * (size_t)s->heads_q + h) * dd;
         for (size_t e = 0; e < dd; e++)
@@ -116,23 +123,28 @@ flashcl_status bench_decode_create(struct bench_env *env, const struct decode_sh
     p->dtype = dtype;
     p->page_size = page_size;
     p->layout = layout;
-    const size_t esize = flashcl_dtype_size(dtype);
+    const flashcl_dtype q_dtype = q_dtype_of(dtype);
+    const size_t esize = flashcl_dtype_size(q_dtype), kv_esize = flashcl_dtype_size(dtype);
+    /* An E4M3 cache is read through flashcl_forward_kv_cache (its lengths all Nk) where dense too. */
+    const bool lengths_call = page_size > 0 || dtype == FLASHCL_E4M3;
     const size_t q_elems = (size_t)s->batch * (size_t)s->seq_q * (size_t)s->heads_q * (size_t)d;
     const size_t kv_elems = (size_t)s->batch * (size_t)s->seq_kv * (size_t)s->heads_kv * (size_t)d;
     const int pps = page_size > 0 ? (s->seq_kv + page_size - 1) / page_size : 0, n_pages = s->batch * pps;
     const size_t pool_elems = (size_t)n_pages * (size_t)page_size * (size_t)s->heads_kv * (size_t)d;
     p->q = malloc(q_elems * esize);
-    p->k = malloc(kv_elems * esize);
-    p->v = malloc(kv_elems * esize);
+    p->k = malloc(kv_elems * kv_esize);
+    p->v = malloc(kv_elems * kv_esize);
     p->o = malloc(q_elems * esize);
     /* The paged layout's host copies live only until the buffers hold them. */
     void *k_pool = NULL, *v_pool = NULL;
     int *table = page_size > 0 ? malloc((size_t)n_pages * sizeof(int)) : NULL, *lengths = NULL;
+    if (lengths_call)
+        lengths = malloc((size_t)s->batch * sizeof(int));
     flashcl_status st = p->q && p->k && p->v && p->o && (!page_size || table) ? FLASHCL_SUCCESS
                                                                               : FLASHCL_OUT_OF_HOST_MEMORY;
     if (st == FLASHCL_SUCCESS) {
         rng_seed((uint64_t)s->seq_kv * 131 + (uint64_t)d);
-        bench_fill_random(p->q, dtype, q_elems);
+        bench_fill_random(p->q, q_dtype, q_elems);
         bench_fill_repeated(p->k, dtype, kv_elems);
         bench_fill_repeated(p->v, dtype, kv_elems);
     }
@@ -140,17 +152,18 @@ flashcl_status bench_decode_create(struct bench_env *env, const struct decode_sh
         shuffled_table(table, n_pages);
         k_pool = page_pool(p->k, dtype, s, d, page_size, table);
         v_pool = page_pool(p->v, dtype, s, d, page_size, table);
-        lengths = malloc((size_t)s->batch * sizeof(int));
-        if (!k_pool || !v_pool || !lengths)
+        if (!k_pool || !v_pool)
             st = FLASHCL_OUT_OF_HOST_MEMORY;
-        for (int b = 0; lengths && b < s->batch; b++)
-            lengths[b] = s->seq_kv;
     }
+    if (lengths_call && !lengths)
+        st = FLASHCL_OUT_OF_HOST_MEMORY;
+    for (int b = 0; lengths && b < s->batch; b++)
+        lengths[b] = s->seq_kv;
 
     cl_context cl = flashcl_context_cl_context(env->ctx);
     cl_int err = CL_SUCCESS;
     struct bench_buffers *b = &p->b;
-    const size_t k_bytes = (page_size ? pool_elems : kv_elems) * esize;
+    const size_t k_bytes = (page_size ? pool_elems : kv_elems) * kv_esize;
     if (st == FLASHCL_SUCCESS)
         b->q = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, q_elems * esize, p->q, &err);
     if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
@@ -159,18 +172,19 @@ flashcl_status bench_decode_create(struct bench_env *env, const struct decode_sh
         b->v = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, k_bytes, page_size ? v_pool : p->v, &err);
     if (st == FLASHCL_SUCCESS && err == CL_SUCCESS)
         b->o = clCreateBuffer(cl, CL_MEM_READ_WRITE, q_elems * esize, NULL, &err);
-    if (st == FLASHCL_SUCCESS && err == CL_SUCCESS && page_size) {
+    if (st == FLASHCL_SUCCESS && err == CL_SUCCESS && lengths_call) {
         p->lengths = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)s->batch * sizeof(int),
                                     lengths, &err);
-        if (err == CL_SUCCESS)
-            p->table = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n_pages * sizeof(int),
-                                      table, &err);
         p->kv.cache_seqlens_mem = p->lengths;
+        b->kv_lengths = &p->kv;
+    }
+    if (st == FLASHCL_SUCCESS && err == CL_SUCCESS && page_size) {
+        p->table = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n_pages * sizeof(int), table,
+                                  &err);
         p->pages.page_size = page_size;
         p->pages.pages_per_seq = pps;
         p->pages.num_pages = n_pages;
         p->pages.block_table_mem = p->table;
-        b->kv_lengths = &p->kv;
         b->kv_pages = &p->pages;
     }
     free(k_pool);
@@ -190,16 +204,17 @@ flashcl_status bench_decode_create(struct bench_env *env, const struct decode_sh
     a->heads_q = s->heads_q;
     a->heads_kv = s->heads_kv;
     a->head_dim = d;
-    a->q = flashcl_tensor_bnhd(b->q, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
+    a->q = flashcl_tensor_bnhd(b->q, q_dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
     const size_t rows = page_size ? (size_t)page_size : (size_t)s->seq_kv;  /* a page is a "batch" of the pool */
     flashcl_tensor (*kv_view)(cl_mem, flashcl_dtype, size_t, size_t, size_t) =
         layout == DECODE_KV_BHND ? flashcl_tensor_bhnd : flashcl_tensor_bnhd;
     a->k = kv_view(b->k, dtype, rows, (size_t)s->heads_kv, (size_t)d);
     a->v = kv_view(b->v, dtype, rows, (size_t)s->heads_kv, (size_t)d);
-    a->o = flashcl_tensor_bnhd(b->o, dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
+    a->o = flashcl_tensor_bnhd(b->o, q_dtype, (size_t)s->seq_q, (size_t)s->heads_q, (size_t)d);
     a->mask = s->seq_q > 1 ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
-    /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged) on b.attn. */
-    const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, dtype, FLASHCL_PRECISION_EXACT,
+    /* bench_time runs flashcl_forward (flashcl_forward_kv_cache when paged or E4M3) on b.attn; an E4M3 cache's
+     * results are bounded as f16's (its values are exact in f16). */
+    const struct bench_case c = {s->seq_kv, d, s->batch, s->heads_q, s->seq_q > 1, q_dtype, FLASHCL_PRECISION_EXACT,
                                  BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f, 0, 0};
     p->c = c;
     return FLASHCL_SUCCESS;
@@ -221,8 +236,8 @@ void bench_decode_release(struct decode_problem *p)
 
 flashcl_status bench_decode_config(struct bench_env *env, const struct decode_problem *p, struct flashcl_tile *t)
 {
-    return p->page_size ? flashcl_forward_kv_cache_config(env->ctx, &p->b.attn, &p->kv, &p->pages, t)
-                        : flashcl_forward_config(env->ctx, &p->b.attn, t);
+    return p->b.kv_lengths ? flashcl_forward_kv_cache_config(env->ctx, &p->b.attn, &p->kv, p->b.kv_pages, t)
+                           : flashcl_forward_config(env->ctx, &p->b.attn, t);
 }
 
 /* O of the last run, read back, against the reference; INFINITY if it cannot be read. */
@@ -230,7 +245,7 @@ static double read_error(struct bench_env *env, struct decode_problem *p)
 {
     const struct decode_shape *s = &p->shape;
     const size_t bytes = (size_t)s->batch * (size_t)s->seq_q * (size_t)s->heads_q * (size_t)p->d *
-                         flashcl_dtype_size(p->dtype);
+                         flashcl_dtype_size(q_dtype_of(p->dtype));
     if (clEnqueueReadBuffer(env->queue, p->b.o, CL_TRUE, 0, bytes, p->o, 0, NULL, NULL) != CL_SUCCESS)
         return INFINITY;
     return sampled_error(s, p->layout, p->d, p->dtype, p->q, p->k, p->v, p->o);

@@ -68,7 +68,8 @@ static void usage(FILE *f)
             "  --page-size P   with --decode: each shape also on a paged cache of P-key pages (P a\n"
             "                  multiple of 16; shuffled pages, device lengths and block table)\n"
             "  --decode LIST   B:Hq:Hkv:Nq:Nk,... decode / chunked-prefill shapes (causal when\n"
-            "                  Nq > 1) instead of the sweep, with --d and --dtype; reports K+V GB/s\n"
+            "                  Nq > 1) instead of the sweep, with --d and --dtype; reports K+V GB/s;\n"
+            "                  there e4m3 is an E4M3 cache with f16 Q and O\n"
             "  --kv-layout L   with --decode: the dense cache as bnhd ([B, Nk, Hkv, d], the default:\n"
             "                  flashcl's KV cache) or bhnd ([B, Hkv, Nk, d], PyTorch's usual)\n"
             "  --varlen LIST   L1,L2,... one packed batch of sequences of these lengths (queries =\n"
@@ -516,7 +517,9 @@ static int run_decode(struct bench_env *env, const struct options *opt)
                 char kernel[48];
                 snprintf(kernel, sizeof(kernel), "%s%s", r.kernel ? r.kernel : "", paged ? " paged" : "");
                 const struct decode_shape *s = &r.shape;
-                const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, dtype,
+                /* an E4M3 cache (f16 Q and O) is bounded as f16: its values are exact in f16 */
+                const flashcl_dtype bound_dtype = dtype == FLASHCL_E4M3 ? FLASHCL_F16 : dtype;
+                const struct bench_case c = {s->seq_kv, r.d, s->batch, s->heads_q, s->seq_q > 1, bound_dtype,
                                              FLASHCL_PRECISION_EXACT, BENCH_PASS_FORWARD, s->heads_kv, false, false, 0.0f, 0, 0};
                 printf("%5d %4d %4d %5d %7d %4d %5s ", s->batch, s->heads_q, s->heads_kv, s->seq_q, s->seq_kv, r.d,
                        flashcl_dtype_name(dtype));

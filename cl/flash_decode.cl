@@ -28,6 +28,10 @@
  * and the work-items' l partials add up at the end in a fixed order:
  * no atomics, the same bits every run.
  *
+ * KV_E4M3 1: K and V are an E4M3 cache (bytes, cl/e4m3.h), converted
+ * exactly to Q's storage type as they are staged (so not by cp.async); K's
+ * descale is in scale_log2 (the host's), V's (v_descale) multiplies O.
+ *
  * A paged cache's block table is read once per key row (into local
  * memory), not once per chunk. Rows that see no key give O = 0 and
  * LSE = -inf, as the other kernels.
@@ -48,6 +52,9 @@
 #endif
 #ifndef NV_ASYNC
 #define NV_ASYNC 0          /* 1: NVIDIA sm_80+ (inline PTX): cp.async, K and V double-buffered */
+#endif
+#ifndef KV_E4M3
+#define KV_E4M3 0           /* 1: K and V E4M3 bytes (an E4M3 KV cache), Q and O DTYPE */
 #endif
 
 #ifndef HEAD_DIM_V
@@ -82,8 +89,12 @@
 #if NV_ASYNC && !VEC_ROWS
 #error "NV_ASYNC copies 4-element chunks: it needs VEC_ROWS"
 #endif
+#if NV_ASYNC && KV_E4M3
+#error "an E4M3 cache is converted as it is staged, not copied by cp.async"
+#endif
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "e4m3.h"      /* KV_E4M3: the cache's bytes as DTYPE */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 #include "score_mod.h" /* SOFTCAP2: logit softcapping */
 #include "varlen.h"    /* VARLEN: packed sequences, KV caches, pages */
@@ -144,14 +155,47 @@ static inline void page_rows(__local ulong *k_rows, __local ulong *v_rows, int k
 }
 #endif
 
-/* Copies rows [key0, key0 + BLOCK_N) of K or V as stored into `tile`, `dim`
- * elements a row (HEAD_DIM or HEAD_DIM_V) at pitch dim + 4; zeros past the
- * sequence's end. */
+#if KV_E4M3
+/* An E4M3 byte as a staged element (Q's storage type). */
+static inline raw_t e4m3_raw(uint x)
+{
+#if DTYPE == 0
+    return e4m3_to_float(x);
+#elif DTYPE == 1
+    return (raw_t)e4m3_to_f16_bits(x);
+#else
+    return (raw_t)e4m3_to_bf16_bits(x);
+#endif
+}
+#endif
+
+/* Copies rows [key0, key0 + BLOCK_N) of K or V as stored (an E4M3 cache's
+ * converted to Q's storage type) into `tile`, `dim` elements a row
+ * (HEAD_DIM or HEAD_DIM_V) at pitch dim + 4; zeros past the sequence's end. */
 static inline void stage_rows(__local raw_t *tile, __global const storage_t *src, ulong base,
                               __local const ulong *rows, ulong ss, int key0, int seq_kv, int lid, int dim)
 {
-    __global const raw_t *raw = (__global const raw_t *)src;
     const int pitch = dim + 4;
+#if KV_E4M3
+    __global const uchar *bytes = (__global const uchar *)src;
+#if VEC_ROWS  /* rows on 16 bytes: 4 bytes at a time */
+    for (int idx = lid; idx < BLOCK_N * (dim / 4); idx += WG) {
+        const int r = idx / (dim / 4), c4 = idx % (dim / 4), key = key0 + r;
+        const uchar4 chunk = key < seq_kv ? vload4(0, bytes + base + ROW_AT(rows, r, key, ss) + 4 * c4) : (uchar4)(0);
+        __local raw_t *dst = tile + r * pitch + 4 * c4;
+        dst[0] = e4m3_raw(chunk.x);
+        dst[1] = e4m3_raw(chunk.y);
+        dst[2] = e4m3_raw(chunk.z);
+        dst[3] = e4m3_raw(chunk.w);
+    }
+#else
+    for (int idx = lid; idx < BLOCK_N * dim; idx += WG) {
+        const int r = idx / dim, c = idx % dim, key = key0 + r;
+        tile[r * pitch + c] = key < seq_kv ? e4m3_raw(bytes[base + ROW_AT(rows, r, key, ss) + c]) : (raw_t)0;
+    }
+#endif
+#else
+    __global const raw_t *raw = (__global const raw_t *)src;
 #if VEC_ROWS
     for (int idx = lid; idx < BLOCK_N * (dim / 4); idx += WG) {
         const int r = idx / (dim / 4), c4 = idx % (dim / 4), key = key0 + r;
@@ -165,6 +209,7 @@ static inline void stage_rows(__local raw_t *tile, __global const storage_t *src
         const int r = idx / dim, c = idx % dim, key = key0 + r;
         tile[r * pitch + c] = key < seq_kv ? raw[base + ROW_AT(rows, r, key, ss) + c] : (raw_t)0;
     }
+#endif
 #endif
 }
 
@@ -430,7 +475,10 @@ void flash_decode(FORWARD_ARGS(storage_t))
         const int r = idx / HEAD_DIM_V, c = idx % HEAD_DIM_V;
         const int h = hk * group + r % group, pos = r / group;
         float lse_row;
-        const float factor = row_finish(m[r], row_part[r * MAX_PARTS], HEAD_SINK(h), &lse_row);
+        float factor = row_finish(m[r], row_part[r * MAX_PARTS], HEAD_SINK(h), &lse_row);
+#if KV_E4M3
+        factor *= v_descale;  /* V's values are its bytes' times this (a split's partials too: the merge is linear) */
+#endif
         const float out = factor > 0.0f ? acc_sum[idx] * factor : 0.0f;
 #if SPLIT
         part[split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group) + c] = out;

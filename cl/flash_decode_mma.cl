@@ -26,6 +26,13 @@
  * same bits every run. Rows that see no key give O = 0 and LSE = -inf.
  * HEAD_DIM_V (default HEAD_DIM) is V's and O's: their tiles, the
  * accumulator and the merge are that wide.
+ *
+ * KV_E4M3 (1, or 2 where the device converts E4M3 itself: sm_89+): K and V
+ * are an E4M3 cache. Their bytes stream through the STAGES buffers as
+ * stored (half the bytes of f16), and after each block lands the
+ * work-group converts it, exactly (cl/e4m3.h), into one f16/bf16 K and V
+ * tile that the products read as above: a second barrier a block. K's
+ * descale is in scale_log2 (the host's), V's (v_descale) multiplies O.
  * Keep decode_mma_local_bytes in src/kernels.c in step with the arrays below.
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
@@ -52,6 +59,9 @@
 #endif
 #ifndef STAGES
 #define STAGES 2             /* K/V buffers: blocks in flight + 1 */
+#endif
+#ifndef KV_E4M3
+#define KV_E4M3 0            /* 1: K and V E4M3 bytes (converted in local memory); 2: by sm_89's cvt */
 #endif
 
 #define ROWS 16                        /* the mma tile's rows: every query row of the group */
@@ -91,6 +101,90 @@
 #include "split.h"
 #include "nv_mma.h"
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
+
+#if KV_E4M3
+#include "e4m3.h"
+#define CH8 (HEAD_DIM / 16)                      /* 16-byte chunks of an E4M3 K row as stored */
+#define CH8_V (HEAD_DIM_V / 16)                  /* ... of a V row */
+#define KV8_CHUNKS (CH8 > CH8_V ? CH8 : CH8_V)   /* the wider row's: one lookup a key serves both */
+#define STAGE8 (BLOCK_N * (CH8 + CH8_V))         /* a stage: a block's K then V rows as stored */
+#define TILES8 (BLOCK_N * (ROW_CHUNKS + ROW_CHUNKS_V))  /* the converted K then V tiles */
+/* The warps' accumulators merge in the same space after the last block: WARPS x 16 x HEAD_DIM_V floats. */
+#if WARPS * 16 * HEAD_DIM_V * 4 > 16 * (STAGES * STAGE8 + TILES8)
+#error "the warps' merge does not fit the K/V space"
+#endif
+
+/* Two E4M3 bytes (the low two of w) as a pair of Q's 16-bit type, the first in the low half. */
+static inline uint kv8_pair(uint w)
+{
+#if KV_E4M3 == 2 && !NV_EMULATE && DTYPE == 1
+    uint d;
+    __asm__("{ .reg .b16 a; cvt.u16.u32 a, %1; cvt.rn.f16x2.e4m3x2 %0, a; }" : "=r"(d) : "r"(w));
+    return d;
+#elif KV_E4M3 == 2 && !NV_EMULATE
+    uint d;  /* to f16 pairs, then each f16 (exact in f32) to bf16: exact, every E4M3 value is a bf16 */
+    __asm__("{ .reg .b16 a, lo, hi; .reg .b32 h; .reg .f32 flo, fhi; cvt.u16.u32 a, %1; "
+            "cvt.rn.f16x2.e4m3x2 h, a; mov.b32 {lo, hi}, h; cvt.f32.f16 flo, lo; cvt.f32.f16 fhi, hi; "
+            "cvt.rn.bf16x2.f32 %0, fhi, flo; }"
+            : "=r"(d) : "r"(w));
+    return d;
+#else
+    return e4m3x2_to_pair(w);
+#endif
+}
+
+/* Sixteen E4M3 values (a stored chunk) as the two 16-byte chunks of Q's type they become. */
+static inline void kv8_chunk(uint4 w, __local uint4 *lo, __local uint4 *hi)
+{
+    *lo = (uint4)(kv8_pair(w.x), kv8_pair(w.x >> 16), kv8_pair(w.y), kv8_pair(w.y >> 16));
+    *hi = (uint4)(kv8_pair(w.z), kv8_pair(w.z >> 16), kv8_pair(w.w), kv8_pair(w.w >> 16));
+}
+
+/* One stored 16-byte chunk by cp.async, or zeros past the end. */
+static inline void copy_chunk8(__local uint4 *dst, __global const uchar *src, bool valid)
+{
+    if (valid)
+        copy_async_16(local_address(dst), (__global const ushort *)src);
+    else
+        *dst = (uint4)(0u);
+}
+
+/* A block's K and V rows as stored into a stage (row r of K at r CH8, of V at BLOCK_N CH8 + r CH8_V), from
+ * their byte offsets (k_rows/v_rows: a paged cache's table, else key times the row stride); zeros past the
+ * end. */
+static inline void load_kv8(__local uint4 *stage8, __global const uchar *k_base, __global const uchar *v_base,
+                            __local const ulong *k_rows, __local const ulong *v_rows, ulong k_ss, ulong v_ss,
+                            int first_row, int seq, int tid)
+{
+    for (int c = tid; c < BLOCK_N * KV8_CHUNKS; c += WG) {
+        const int r = c / KV8_CHUNKS, ch = c % KV8_CHUNKS;
+        const bool valid = first_row + r < seq;
+#if VARLEN == 3
+        const ulong k_row = k_rows[r], v_row = v_rows[r];
+#else
+        const ulong k_row = (ulong)(first_row + r) * k_ss, v_row = (ulong)(first_row + r) * v_ss;
+#endif
+        if (ch < CH8)
+            copy_chunk8(&stage8[r * CH8 + ch], k_base + k_row + 16 * ch, valid);
+        if (ch < CH8_V)
+            copy_chunk8(&stage8[BLOCK_N * CH8 + r * CH8_V + ch], v_base + v_row + 16 * ch, valid);
+    }
+}
+
+/* A landed stage converted into the K and V tiles the products read (swizzled as the f16 loaders write them):
+ * stored chunk ch of a row is chunks 2 ch and 2 ch + 1 of the converted row. */
+static inline void convert_kv8(__local uint4 *k_tile, __local uint4 *v_tile, __local const uint4 *stage8, int tid)
+{
+    for (int c = tid; c < BLOCK_N * KV8_CHUNKS; c += WG) {
+        const int r = c / KV8_CHUNKS, ch = c % KV8_CHUNKS;
+        if (ch < CH8)
+            kv8_chunk(stage8[r * CH8 + ch], &k_tile[swizzle(r, 2 * ch)], &k_tile[swizzle(r, 2 * ch + 1)]);
+        if (ch < CH8_V)
+            kv8_chunk(stage8[BLOCK_N * CH8 + r * CH8_V + ch], &v_tile[swizzle_of(CHUNKS_V, r, 2 * ch)],
+                      &v_tile[swizzle_of(CHUNKS_V, r, 2 * ch + 1)]);
+    }
+}
+#endif
 
 #if VARLEN == 3
 /* A paged cache: the offsets of K's and V's rows key0 .. key0 + BLOCK_N - 1
@@ -146,6 +240,18 @@ static inline void load_kv_rows(__local uint4 *k_tile, __local uint4 *v_tile, __
 #define PAGE_ROWS(table, key0) ((void)0)
 #define LOAD_BLOCK(k_dst, v_dst, table, first) LOAD_KV(k_dst, v_dst, first)
 #endif
+#if KV_E4M3 && VARLEN == 3
+#define LOAD_BLOCK8(stage8, table, first)                                                                            \
+    load_kv8(stage8, k_base, v_base, k_rows + (table) * BLOCK_N, v_rows + (table) * BLOCK_N, k_ss, v_ss, first,      \
+             seq_kv, tid)
+#elif KV_E4M3
+#define LOAD_BLOCK8(stage8, table, first) load_kv8(stage8, k_base, v_base, 0, 0, k_ss, v_ss, first, seq_kv, tid)
+#endif
+#if KV_E4M3
+typedef uchar kv_elem_t;   /* a stored K or V element */
+#else
+typedef ushort kv_elem_t;
+#endif
 
 #include "forward_args.h"
 #include "split_combine.h"  /* flash_forward_combine, and split_merge_last for merge_here */
@@ -154,12 +260,21 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_decode_mma(FORWARD_ARGS(storage_t))
 {
     __local uint4 q_tile[ROWS * ROW_CHUNKS] __attribute__((aligned(16)));
+#if KV_E4M3
+    /* STAGES stages of stored bytes (block j in j % STAGES), then the one converted K and V tiles. */
+    __local uint4 kv_space[STAGES * STAGE8 + TILES8] __attribute__((aligned(16)));
+    __local uint4 *const k_converted = kv_space + STAGES * STAGE8;
+    __local uint4 *const v_converted = k_converted + BLOCK_N * ROW_CHUNKS;
+    __local float *merged = (__local float *)kv_space;  /* after the last block (checked above) */
+    __local uint4 *const k_tiles = kv_space;  /* the merge in place's weights, after the last block */
+#else
     __local uint4 k_tiles[STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(16)));  /* block j in j % STAGES */
     __local uint4 v_tiles[STAGES * BLOCK_N * ROW_CHUNKS_V] __attribute__((aligned(16)));
-    __local float warp_m[WARPS * ROWS], warp_l[WARPS * ROWS];  /* each warp's running max and sum a row */
     /* After the last block: each warp's rescaled accumulator, [warp][row][HEAD_DIM_V] floats, in the V
      * buffers (WARPS x 16 x HEAD_DIM_V x 4 bytes <= STAGES x BLOCK_N x HEAD_DIM_V x 2: KW >= 16). */
     __local float *merged = (__local float *)v_tiles;
+#endif
+    __local float warp_m[WARPS * ROWS], warp_l[WARPS * ROWS];  /* each warp's running max and sum a row */
 #if VARLEN == 3
     __local ulong k_rows[STAGES * BLOCK_N], v_rows[STAGES * BLOCK_N];  /* block j's row offsets: table j % STAGES */
 #endif
@@ -177,10 +292,10 @@ void flash_decode_mma(FORWARD_ARGS(storage_t))
     const int diag = seq_kv - seq_q;
     const int rows_used = group * seq_q;
 
-    __global const ushort *k_base = (__global const ushort *)k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss +
-                                    (ulong)hk * k_sh;
-    __global const ushort *v_base = (__global const ushort *)v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss +
-                                    (ulong)hk * v_sh;
+    __global const kv_elem_t *k_base = (__global const kv_elem_t *)k + k_off + KV_BATCH(k_sb) +
+                                       (ulong)start_k * k_ss + (ulong)hk * k_sh;
+    __global const kv_elem_t *v_base = (__global const kv_elem_t *)v + v_off + KV_BATCH(v_sb) +
+                                       (ulong)start_k * v_ss + (ulong)hk * v_sh;
 
     /* Q: the group's rows as one tile, zeros past rows_used. */
     for (int c = tid; c < ROWS * CHUNKS; c += WG) {
@@ -211,8 +326,12 @@ void flash_decode_mma(FORWARD_ARGS(storage_t))
      * committed where there is no block too, so the counting of wait_group stays the same). */
     for (int i = 0; i < STAGES - 1; i++) {
         if (kv_begin + i * BLOCK_N < kv_end)
+#if KV_E4M3
+            LOAD_BLOCK8(kv_space + i * STAGE8, i, kv_begin + i * BLOCK_N);
+#else
             LOAD_BLOCK(k_tiles + i * BLOCK_N * ROW_CHUNKS, v_tiles + i * BLOCK_N * ROW_CHUNKS_V, i,
                        kv_begin + i * BLOCK_N);
+#endif
         copy_async_commit();
     }
     WAIT_OLDEST_BLOCK();  /* Q and block 0 */
@@ -243,12 +362,22 @@ NV_UNROLL
         WAIT_OLDEST_BLOCK();
         barrier(CLK_LOCAL_MEM_FENCE);
         const int ahead = stage == 0 ? STAGES - 1 : stage - 1;  /* (block + STAGES - 1) % STAGES */
+#if KV_E4M3
+        if (kb + (STAGES - 1) * BLOCK_N < kv_end)
+            LOAD_BLOCK8(kv_space + ahead * STAGE8, ahead, kb + (STAGES - 1) * BLOCK_N);
+        copy_async_commit();
+        /* The converted tiles: every warp is done with the block before's (the barrier above). */
+        convert_kv8(k_converted, v_converted, kv_space + stage * STAGE8, tid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local const uint4 *k_tile = k_converted, *v_tile = v_converted;
+#else
         if (kb + (STAGES - 1) * BLOCK_N < kv_end)
             LOAD_BLOCK(k_tiles + ahead * BLOCK_N * ROW_CHUNKS, v_tiles + ahead * BLOCK_N * ROW_CHUNKS_V, ahead,
                        kb + (STAGES - 1) * BLOCK_N);
         copy_async_commit();
         __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
         __local const uint4 *v_tile = v_tiles + stage * BLOCK_N * ROW_CHUNKS_V;
+#endif
 
         float s[S_TILES][4];
 NV_UNROLL
@@ -359,7 +488,10 @@ NV_UNROLL
         }
         const int h = hk * group + r % group, pos = r / group;
         float lse_row;
-        const float factor = row_finish(m_all, l_all, HEAD_SINK(h), &lse_row);
+        float factor = row_finish(m_all, l_all, HEAD_SINK(h), &lse_row);
+#if KV_E4M3
+        factor *= v_descale;  /* V's values are its bytes' times this (a split's partials too: the merge is linear) */
+#endif
         const float out = factor > 0.0f ? sum * factor : 0.0f;
 #if SPLIT
         __global float *dst = part + split_part(split, b, h, pos, rows_grid, get_num_groups(1) * (ulong)group);

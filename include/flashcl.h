@@ -237,10 +237,12 @@ typedef enum flashcl_dtype {
      * stored one times its view's descale; the rows of Q, K, V and O start on
      * 16 bytes (offsets and strides multiples of 16 bytes; else
      * FLASHCL_ERROR_MISALIGNED). Inputs of flashcl_forward and
-     * flashcl_forward_varlen only (Q, K and V together; O f16, bf16 or f32),
+     * flashcl_forward_varlen (Q, K and V together; O f16, bf16 or f32),
      * on Hopper's wgmma (compute capability 9.0: the kernel
-     * "tensor-core-wgmma-fp8"); elsewhere, and in every other call (KV
-     * caches, the backward, the standard path), refused. */
+     * "tensor-core-wgmma-fp8"). Also an E4M3 KV cache: K and V of
+     * flashcl_forward_kv_cache with Q and O f32, f16 or bf16 (see there; any
+     * alignment, any device). Every other use (one of K and V alone, the
+     * backward, the standard path) is refused. */
     FLASHCL_E4M3 = 4
 } flashcl_dtype;
 
@@ -584,7 +586,16 @@ struct flashcl_kv_pages {
 
 /* Enqueues attention against a KV cache of per-sequence lengths, contiguous
  * (pages NULL) or paged; otherwise as flashcl_forward, on the same kernels
- * (flashcl_forward_kv_cache_config says which). */
+ * (flashcl_forward_kv_cache_config says which).
+ *
+ * An E4M3 cache: attn.k and attn.v both FLASHCL_E4M3 (each with its
+ * descale), attn.q and attn.o one of f32, f16 and bf16. A key's values are
+ * its bytes times k.descale, a value's times v.descale; every E4M3 value is
+ * exact in Q's dtype, so the call computes what one on those values in Q's
+ * dtype does. Read by the decode kernels ("decode-tensor-core" on NVIDIA
+ * compute capability 8.0+ for f16 and bf16 with rows on 16 bytes, "decode"
+ * anywhere), so a KV head's group x seq_q query rows are at most 16; more
+ * (chunked prefill) are refused with FLASHCL_ERROR_INVALID_CONFIG. */
 FLASHCL_API flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                     const struct flashcl_kv_lengths *lengths,
                                                     const struct flashcl_kv_pages *pages, cl_command_queue queue,

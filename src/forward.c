@@ -40,6 +40,8 @@ flashcl_status fcl_check_call(flashcl_context *ctx, const struct flashcl_attenti
     flashcl_status st = fcl_check_queue(ctx, queue, num_wait_events, wait_list);
     if (st == FLASHCL_SUCCESS)
         st = fcl_validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_e4m3_cache(ctx, attn, "this call");
     return st;
 }
 
@@ -171,10 +173,10 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
 {
     const struct kernel_info *k = plan->kernel;
     const bool fp8 = attn->q.dtype == FLASHCL_E4M3;
-    /* E4M3: Q's and K's descales join the scale; V's multiplies O. */
-    const float scale_log2 = fp8 ? fcl_scale_log2(attn) * fcl_descale(&attn->q) * fcl_descale(&attn->k)
-                                 : fcl_scale_log2(attn);
-    const cl_float v_descale = fp8 ? fcl_descale(&attn->v) : 1.0f;
+    /* E4M3 views (inputs, or a KV cache's K and V): Q's and K's descales join the scale; V's multiplies O (1 for
+     * the other dtypes). */
+    const float scale_log2 = fcl_scale_log2(attn) * fcl_descale(&attn->q) * fcl_descale(&attn->k);
+    const cl_float v_descale = fcl_descale(&attn->v);
     const cl_int has_lse = attn->lse.mem != NULL;
     const cl_int seq_q = attn->seq_q, seq_kv = attn->seq_kv;
     const cl_int group = attn->heads_q / attn->heads_kv;
@@ -231,9 +233,9 @@ static flashcl_status enqueue_forward(flashcl_context *ctx, const struct flashcl
             err |= fcl_set_view_args(kernel, &arg, &k_view, 2);
             err |= fcl_set_view_args(kernel, &arg, &vt, 2);
         } else {
-            err = fcl_set_view_args(kernel, &arg, &attn->q, esize);
-            err |= fcl_set_view_args(kernel, &arg, &attn->k, esize);
-            err |= fcl_set_view_args(kernel, &arg, &attn->v, esize);
+            err = fcl_set_view_args(kernel, &arg, &attn->q, esize);  /* K and V: an E4M3 cache's are in bytes */
+            err |= fcl_set_view_args(kernel, &arg, &attn->k, flashcl_dtype_size(attn->k.dtype));
+            err |= fcl_set_view_args(kernel, &arg, &attn->v, flashcl_dtype_size(attn->v.dtype));
         }
         err |= fcl_set_view_args(kernel, &arg, &attn->o, flashcl_dtype_size(attn->o.dtype));
         err |= fcl_set_view_args(kernel, &arg, &attn->lse, sizeof(float));

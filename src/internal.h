@@ -265,6 +265,11 @@ flashcl_status fcl_validate_problem(const flashcl_context *ctx, const struct fla
 flashcl_status fcl_check_descale(const flashcl_context *ctx, const char *name, const flashcl_tensor *t);
 /* FLASHCL_ERROR_INVALID_DTYPE, naming `call`, where any of Q, K, V, O is E4M3: every call but flashcl_forward. */
 flashcl_status fcl_refuse_fp8(const flashcl_context *ctx, const struct flashcl_attention *a, const char *call);
+/* FLASHCL_ERROR_INVALID_DTYPE, naming `call`, for E4M3 K and V with Q of another dtype (an E4M3 KV cache, which
+ * only flashcl_forward_kv_cache reads). */
+flashcl_status fcl_refuse_e4m3_cache(const flashcl_context *ctx, const struct flashcl_attention *a, const char *call);
+/* flashcl_forward_kv_cache's dtypes: E4M3 K and V (a cache) or none, never E4M3 Q or O. */
+flashcl_status fcl_check_e4m3_cache(const flashcl_context *ctx, const struct flashcl_attention *a);
 
 /* A view's rows in bytes of its root buffer: row (i, j, k) is the row_bytes
  * from begin + i * stride[0] + j * stride[1] + k * stride[2], i < count[0],

@@ -55,6 +55,7 @@ struct problem {
     enum kernel_op op;
     flashcl_dtype dtype;
     flashcl_dtype o_dtype;             /* O's: dtype's but with E4M3 inputs (f16, bf16 or f32) */
+    flashcl_dtype kv_dtype;            /* K's and V's: dtype's but on an E4M3 KV cache (E4M3, dtype Q's) */
     enum flashcl_precision precision;  /* f32 only */
     int head_dim;
     enum flashcl_mask mask;
@@ -121,6 +122,7 @@ struct kernel_info {
     unsigned needs;                  /* NEEDS_... */
     bool varlen;                     /* takes batches of different lengths (cl/varlen.h) ... */
     bool packed_only;                /* ... packed ones only, not KV caches (E4M3's Vᵀ is built per call) */
+    bool kv_e4m3;                    /* reads an E4M3 KV cache (-DKV_E4M3=1) with Q and O of its dtypes */
     bool softcap;                    /* computes logit softcapping (cl/score_mod.h, -DSOFTCAP2) */
     /* Forward: computes attention sinks (cl/score_mod.h's row_finish, -DSINKS=1; split_combine.h). The
      * backward's kernels all take them: they read P through the LSE, which holds the sink. */

@@ -721,11 +721,18 @@ int fcl_group_rows(const struct problem *p)
     return r;
 }
 
+/* K and V an E4M3 cache (the decode kernels' -DKV_E4M3=1), Q and O of the problem's dtype. */
+static bool kv_e4m3(const struct problem *p)
+{
+    return p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3;
+}
+
 /* cp.async (NVIDIA sm_80+, where the inline-PTX probe passed) needs rows on 16 bytes. Not where the
- * tensor cores are emulated: this kernel has no NV_EMULATE path (its addresses are uints). */
+ * tensor cores are emulated: this kernel has no NV_EMULATE path (its addresses are uints). Not for an E4M3
+ * cache, which is converted as it is staged. */
 static bool decode_async(const struct device_desc *dev, const struct problem *p)
 {
-    return dev->tensor_cores && !dev->tensor_cores_emulated && p->rows_16b;
+    return dev->tensor_cores && !dev->tensor_cores_emulated && p->rows_16b && !kv_e4m3(p);
 }
 
 #define DECODE_ITEMS_PER_KEY 2  /* cl/flash_decode.cl's SPK: the work-group is 2 x block_n */
@@ -777,28 +784,41 @@ static void decode_options(const struct device_desc *dev, const struct problem *
 {
     snprintf(buf, size,
              "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DROWS=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS
-             " -DVARLEN=%d -DVEC_ROWS=%d -DNV_ASYNC=%d",
+             " -DVARLEN=%d -DVEC_ROWS=%d -DNV_ASYNC=%d -DKV_E4M3=%d",
              p->head_dim, fcl_value_dim(p), fcl_group_rows(p), s->axis[N], fcl_dtype_define(p->dtype), p->window_left,
-             p->window_right, p->varlen, p->rows_16b, decode_async(dev, p));
+             p->window_right, p->varlen, p->rows_16b, decode_async(dev, p), kv_e4m3(p));
 }
 
 /* ---- decode on tensor cores: cl/flash_decode_mma.cl, the group's rows as one 16-row mma tile ---- */
 
-/* Q's 16 rows and each warp's row max and sum (fixed); K and V of a block in 2-byte elements (V's rows of
- * head_dim_v), and a paged cache's row offsets for it (a stage). The warps' accumulators are merged in the V
- * buffers after the last block. */
+/* A block's K and V as a stage holds them: 2-byte elements in the products' tiles (V's rows of head_dim_v), or an
+ * E4M3 cache's bytes as stored. */
+static size_t decode_mma_kv_block_bytes(const struct kernel_shape *s, const struct problem *p)
+{
+    const size_t n = (size_t)s->axis[N];
+    if (kv_e4m3(p))
+        return n * (size_t)(p->head_dim + fcl_value_dim(p));
+    return n * (nv_tile_row_bytes(p->head_dim) + nv_tile_row_bytes(fcl_value_dim(p)));
+}
+
+/* Q's 16 rows and each warp's row max and sum (fixed), and with an E4M3 cache the one block's K and V converted
+ * (in 2-byte elements); a stage's K and V (decode_mma_kv_block_bytes), and a paged cache's row offsets for it.
+ * The warps' accumulators are merged in the V buffers (E4M3: the stages and converted tiles) after the last
+ * block. */
 static size_t decode_mma_fixed_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                      const struct problem *p)
 {
-    return 16 * nv_tile_row_bytes(p->head_dim) + 2 * (size_t)s->axis[W] * 16 * sizeof(float) +
+    const size_t converted = kv_e4m3(p) ? (size_t)s->axis[N] * (nv_tile_row_bytes(p->head_dim) +
+                                                                 nv_tile_row_bytes(fcl_value_dim(p)))
+                                        : 0;
+    return 16 * nv_tile_row_bytes(p->head_dim) + 2 * (size_t)s->axis[W] * 16 * sizeof(float) + converted +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
 static size_t decode_mma_stage_bytes(const struct kernel_shape *s, const struct problem *p)
 {
     const size_t n = (size_t)s->axis[N];
-    return n * (nv_tile_row_bytes(p->head_dim) + nv_tile_row_bytes(fcl_value_dim(p))) +
-           (p->varlen == 3 ? 2 * n * sizeof(cl_ulong) : 0);
+    return decode_mma_kv_block_bytes(s, p) + (p->varlen == 3 ? 2 * n * sizeof(cl_ulong) : 0);
 }
 
 /* Decode streams K/V at the rate each work-group's bytes in flight allow (docs/perf-history.md, 2026-12-01): the
@@ -809,8 +829,7 @@ static size_t decode_mma_stage_bytes(const struct kernel_shape *s, const struct 
 static int decode_mma_stages(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p)
 {
     const size_t fixed = decode_mma_fixed_bytes(dev, s, p), stage = decode_mma_stage_bytes(s, p);
-    const size_t kv_block = (size_t)s->axis[N] * (nv_tile_row_bytes(p->head_dim) +
-                                                  nv_tile_row_bytes(fcl_value_dim(p)));  /* K and V of a block */
+    const size_t kv_block = decode_mma_kv_block_bytes(s, p);  /* K and V of a block */
     const long long two_buffer_groups = fcl_groups_per_unit(dev, fixed + 2 * stage);
     int best = 2;
     long long best_in_flight = two_buffer_groups * (long long)kv_block;
@@ -831,12 +850,17 @@ static size_t decode_mma_local_bytes(const struct device_desc *dev, const struct
     return decode_mma_fixed_bytes(dev, s, p) + (size_t)decode_mma_stages(dev, s, p) * decode_mma_stage_bytes(s, p);
 }
 
-/* The K buffers, idle once the last block is computed, hold the merge in place's weights. */
+/* The K buffers (an E4M3 cache's: the stages and converted tiles), idle once the last block is computed, hold the
+ * merge in place's weights. */
 static size_t decode_mma_merge_floats(const struct device_desc *dev, const struct kernel_shape *s,
                                       const struct problem *p)
 {
-    return (size_t)decode_mma_stages(dev, s, p) * (size_t)s->axis[N] * nv_tile_row_bytes(p->head_dim) /
-           sizeof(float);
+    const size_t stages = (size_t)decode_mma_stages(dev, s, p);
+    if (kv_e4m3(p))
+        return (stages * decode_mma_kv_block_bytes(s, p) + (size_t)s->axis[N] * (nv_tile_row_bytes(p->head_dim) +
+                                                                                 nv_tile_row_bytes(fcl_value_dim(p)))) /
+               sizeof(float);
+    return stages * (size_t)s->axis[N] * nv_tile_row_bytes(p->head_dim) / sizeof(float);
 }
 
 /* Each warp takes a multiple of 16 keys of a block. */
@@ -853,14 +877,21 @@ static void decode_mma_geometry(const struct device_desc *dev, const struct kern
     *workgroup = 32 * s->axis[W];
 }
 
+/* NVIDIA's own E4M3 conversion (cvt.rn.f16x2.e4m3x2: compute capability 8.9 and later), where not emulated. */
+static bool decode_mma_native_e4m3(const struct device_desc *dev)
+{
+    return !dev->tensor_cores_emulated && dev->nv_major * 10 + dev->nv_minor >= 89;
+}
+
 static void decode_mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                                float scale_log2, char *buf, size_t size)
 {
     snprintf(buf, size,
              "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DWARPS=%d -DBLOCK_N=%d -DSTAGES=%d -DDTYPE=%d " WINDOW_OPTIONS
-             " -DNEGATIVE_SCALE=%d -DVARLEN=%d",
+             " -DNEGATIVE_SCALE=%d -DVARLEN=%d -DKV_E4M3=%d",
              p->head_dim, fcl_value_dim(p), s->axis[W], s->axis[N], decode_mma_stages(dev, s, p),
-             fcl_dtype_define(p->dtype), p->window_left, p->window_right, scale_log2 < 0.0f, p->varlen);
+             fcl_dtype_define(p->dtype), p->window_left, p->window_right, scale_log2 < 0.0f, p->varlen,
+             !kv_e4m3(p) ? 0 : decode_mma_native_e4m3(dev) ? 2 : 1);
 }
 
 /* Four warps of 16 keys: at d = 128 on an H200 three buffers, about 100 KB, two work-groups an SM
@@ -1010,8 +1041,8 @@ static const struct builtin_shape tf32_builtin[] = {
 const struct kernel_info fcl_kernels[] = {
     {
         .name = "decode-tensor-core", .file = "cl/flash_decode_mma.cl",
-        .summary = "Decode (a KV head's group x seq_q query rows, at most 16, as one 16-row mma tile) against many keys on NVIDIA sm_80+ tensor cores, keys split across work-groups.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
+        .summary = "Decode (a KV head's group x seq_q query rows, at most 16, as one 16-row mma tile) against many keys on NVIDIA sm_80+ tensor cores, keys split across work-groups; reads E4M3 KV caches too.",
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true, .kv_e4m3 = true,
         .source = flashcl_source_flash_decode_mma, .entry = "flash_decode_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -1027,8 +1058,8 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "decode", .file = "cl/flash_decode.cl",
-        .summary = "Decode on the FMA units of any OpenCL 1.2 device: one work-group per KV head holds its group's query rows (group x seq_q <= 16), keys split across work-groups.",
-        .op = OP_FORWARD,
+        .summary = "Decode on the FMA units of any OpenCL 1.2 device: one work-group per KV head holds its group's query rows (group x seq_q <= 16), keys split across work-groups; reads E4M3 KV caches too.",
+        .op = OP_FORWARD, .kv_e4m3 = true,
         .softcap = true, .sinks = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_decode, .entry = "flash_decode",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -1406,6 +1437,8 @@ const char *fcl_kernel_supports(const struct kernel_info *k, const struct proble
         return "packed varlen batch";
     if (p->varlen >= 2 && k->packed_only)
         return "KV cache";
+    if (p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3 && !k->kv_e4m3)
+        return "E4M3 KV cache";
     if (k->packs_group && (p->heads_kv < 1 || p->seq_q < 1))
         return "problem of unknown rows (it takes a KV head's query rows)";
     if (k->packs_group && (long long)(p->heads_q / p->heads_kv) * p->seq_q > FCL_DECODE_MAX_ROWS)

@@ -291,6 +291,10 @@ flashcl_status fcl_plan(const flashcl_context *ctx, const struct problem *p, flo
             used += n > 0 ? (size_t)n : 0;
         }
     }
+    if (p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3)  /* the decode kernels read it */
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_CONFIG, "an E4M3 KV cache is read by the decode kernels only, "
+                        "which hold a KV head's group x seq_q query rows, at most %d; no kernel runs this call on "
+                        "\"%s\" (%s)", FCL_DECODE_MAX_ROWS, ctx->dev.name, reasons);
     if (p->dtype == FLASHCL_E4M3)  /* one kernel takes it, on one kind of device */
         return fcl_fail(ctx, FLASHCL_ERROR_UNSUPPORTED_DEVICE, "e4m3 inputs run on Hopper's wgmma (compute capability "
                         "9.0) only; no kernel runs this call on \"%s\" (%s)", ctx->dev.name, reasons);
@@ -312,6 +316,7 @@ void fcl_forward_problem(const struct flashcl_attention *a, struct problem *out)
     out->op = OP_FORWARD;
     out->dtype = a->q.dtype;
     out->o_dtype = a->o.dtype;
+    out->kv_dtype = a->k.dtype;
     out->precision = a->precision;
     out->head_dim = a->head_dim;
     out->mask = a->mask;
@@ -349,6 +354,8 @@ flashcl_status flashcl_forward_config(flashcl_context *ctx, const struct flashcl
     if (entry != FLASHCL_SUCCESS)
         return entry;
     flashcl_status st = fcl_validate_attention(ctx, attn);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_e4m3_cache(ctx, attn, "flashcl_forward_config");
     if (st != FLASHCL_SUCCESS)
         return st;
     struct problem p;

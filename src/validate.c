@@ -72,6 +72,11 @@ static flashcl_status check_dtypes(const flashcl_context *ctx, const struct flas
     const struct { const char *name; const flashcl_tensor *t; } in[] = {
         {"q", &a->q}, {"k", &a->k}, {"v", &a->v}, {"o", &a->o}};
     const bool fp8 = a->q.dtype == FLASHCL_E4M3;
+    /* E4M3 K and V with Q of another dtype: an E4M3 KV cache (flashcl_forward_kv_cache alone takes it). */
+    const bool e4m3_cache = !fp8 && a->k.dtype == FLASHCL_E4M3 && a->v.dtype == FLASHCL_E4M3;
+    if (!fp8 && (a->k.dtype == FLASHCL_E4M3) != (a->v.dtype == FLASHCL_E4M3))
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.k.dtype = %d, attn.v.dtype = %d; an E4M3 KV cache "
+                        "has both K and V E4M3", (int)a->k.dtype, (int)a->v.dtype);
     for (size_t i = 0; i < 4; i++) {
         if (flashcl_dtype_size(in[i].t->dtype) == 0)
             return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "attn.%s.dtype = %d is not a flashcl_dtype",
@@ -85,6 +90,8 @@ static flashcl_status check_dtypes(const flashcl_context *ctx, const struct flas
                                 "bf16 or f32");
             continue;
         }
+        if (e4m3_cache && (i == 1 || i == 2))
+            continue;
         if (in[i].t->dtype != a->q.dtype)
             return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE,
                         "attn.%s.dtype = %d differs from attn.q.dtype = %d", in[i].name,
@@ -114,6 +121,22 @@ flashcl_status fcl_refuse_fp8(const flashcl_context *ctx, const struct flashcl_a
         a->o.dtype == FLASHCL_E4M3)
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s does not take E4M3 tensors (flashcl_forward and "
                         "flashcl_forward_varlen do, on compute capability 9.0)", call);
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status fcl_refuse_e4m3_cache(const flashcl_context *ctx, const struct flashcl_attention *a, const char *call)
+{
+    if (a->q.dtype != FLASHCL_E4M3 && (a->k.dtype == FLASHCL_E4M3 || a->v.dtype == FLASHCL_E4M3))
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "%s does not take E4M3 K and V with %s Q (an E4M3 KV cache: "
+                        "flashcl_forward_kv_cache does)", call, flashcl_dtype_name(a->q.dtype) ? flashcl_dtype_name(a->q.dtype) : "?");
+    return FLASHCL_SUCCESS;
+}
+
+flashcl_status fcl_check_e4m3_cache(const flashcl_context *ctx, const struct flashcl_attention *a)
+{
+    if (a->q.dtype == FLASHCL_E4M3 || a->o.dtype == FLASHCL_E4M3)
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_DTYPE, "flashcl_forward_kv_cache takes E4M3 K and V (an E4M3 cache) "
+                        "with Q and O f32, f16 or bf16; attn.%s is E4M3", a->q.dtype == FLASHCL_E4M3 ? "q" : "o");
     return FLASHCL_SUCCESS;
 }
 

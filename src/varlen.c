@@ -137,6 +137,8 @@ static flashcl_status validate_varlen(const flashcl_context *ctx, const struct f
     }
     *packed = packed_view(attn, vl);
     flashcl_status st = fcl_validate_attention(ctx, packed);
+    if (st == FLASHCL_SUCCESS)
+        st = fcl_refuse_e4m3_cache(ctx, packed, "flashcl_forward_varlen");
     if (st != FLASHCL_SUCCESS)
         return st;
     /* E4M3: Vᵀ's rows in the workspace hold the packed keys rounded up plus 256 a sequence (src/forward.c). */
@@ -254,10 +256,10 @@ static flashcl_status validate_pages(const flashcl_context *ctx, const struct fl
     if (pg->num_pages < 1)
         return fcl_fail(ctx, FLASHCL_ERROR_INVALID_SHAPE, "pages.num_pages = %d; must be 1 or more", pg->num_pages);
     /* The dense call's limits on the real dims (attn.seq_kv at most 2^30, a window's seq_q + seq_kv below
-     * 2^30: the kernels' int row arithmetic), and its dtypes: the pool is read as Q's storage type. */
+     * 2^30: the kernels' int row arithmetic), and its dtypes (the pool's: Q's, or E4M3 K and V). */
     flashcl_status st = fcl_validate_problem(ctx, attn);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_refuse_fp8(ctx, attn, "flashcl_forward_kv_cache");
+        st = fcl_check_e4m3_cache(ctx, attn);
     if (st != FLASHCL_SUCCESS)
         return st;
     if ((long long)pg->page_size * pg->pages_per_seq != attn->seq_kv)
@@ -319,7 +321,7 @@ static flashcl_status validate_kv_lengths(const flashcl_context *ctx, const stru
         return lengths_reserved;
     flashcl_status st = pages ? validate_pages(ctx, attn, pages) : fcl_validate_attention(ctx, attn);
     if (st == FLASHCL_SUCCESS)
-        st = fcl_refuse_fp8(ctx, attn, "flashcl_forward_kv_cache");
+        st = fcl_check_e4m3_cache(ctx, attn);
     if (st != FLASHCL_SUCCESS)
         return st;
     if (!kv->cache_seqlens == !kv->cache_seqlens_mem)

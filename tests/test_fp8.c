@@ -6,12 +6,16 @@
  * rounded to E4M3 before P·V (3 mantissa bits: each p_j off by up to 2^-4 of itself, or 2^-18 where P_SCALE's
  * 256 p_j falls among E4M3's subnormals), f32 sums, and O's own rounding; so element c of a row is bounded by
  * 2^-4 Σ_j P_j |V_jc| + 2^-18 Σ_j |V_jc| + O's half ulp + 1e-4, where the first term is the reference's own
- * attention over |V|. */
+ * attention over |V|.
+ *
+ * Then E4M3 KV caches (flashcl_forward_kv_cache with E4M3 K and V, Q and O f32, f16 or bf16) on the decode kernels,
+ * FMA and emulated tensor-core, and what they refuse; their bounds are the ordinary ones (their section says why). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common.h"
+#include "varlen_common.h"  /* vl_upload, vl_random_rows, vl_read_all */
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -445,6 +449,480 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* ---- E4M3 KV caches: flashcl_forward_kv_cache with K and V E4M3, Q and O f32, f16 or bf16 ----
+ *
+ * The decode kernels take them ("decode" on the FMA units, "decode-tensor-core" where tensor cores are, here
+ * emulated): each K and V byte is decoded and times its view's descale, and the rest of the call is the
+ * ordinary one of Q's dtype. The reference reads exactly those values (the stored bytes times the descales, and
+ * Q as stored), so what is left is the kernel's own f32 arithmetic and O's rounding: the tolerance is
+ * test_tolerance's for Q's dtype and the kernel that ran, the one test_decode and test_varlen's caches use. */
+
+#define KV8_SEQS 4
+
+struct kv8_case {
+    flashcl_dtype dtype;  /* Q's and O's */
+    int batch, seq_q, capacity;
+    int lens[KV8_SEQS];   /* cache_seqlens */
+    int heads_q, heads_kv, head_dim, head_dim_v;  /* head_dim_v 0: head_dim */
+    float descale[2];     /* K's, V's (0: 1) */
+    int causal, windowed, window_left, window_right;
+    float softcap;
+    int sinks, alibi;
+    int device_lengths;   /* cache_seqlens_mem instead of the host array */
+    int page_size;        /* 0: contiguous; else a paged pool, its pages shuffled */
+    int device_table;     /* the block table in a device buffer (else the host's) */
+    const char *options;  /* the context's kernel options */
+};
+
+/* Contexts for the FMA decode kernel: the tensor-core one off, so the same cases run on "decode" on a device
+ * with tensor cores too (PoCL plans "decode" for them anyway); and the same with three splits forced, so the
+ * partials of an E4M3 cache go through the merge. */
+#define KV8_FMA "decode-tensor-core:off"
+#define KV8_FMA_SPLIT "decode-tensor-core:off;decode:splits=3"
+
+/* Lengths that are not multiples of the 64-key block, an empty sequence (O = 0, LSE = -inf), GQA groups 1, 4, 5
+ * and 7 (1 to 14 rows: ROWS 1 to 16), one and two queries, both descales set, one of them 0 (1). */
+static const struct kv8_case kv8_fma_cases[] = {
+    /* f16, GQA 4, one query, host lengths with an empty sequence */
+    {FLASHCL_F16, 4, 1, 200, {100, 0, 37, 200}, 8, 2, 64, 0, {0.05f, 0.02f}, .options = KV8_FMA},
+    /* bf16, d 128, GQA 1, two causal queries (the length-1 sequence's first query sees no key), device lengths,
+     * K's descale 0 */
+    {FLASHCL_BF16, 3, 2, 192, {130, 1, 64}, 2, 2, 128, 0, {0.0f, 0.02f}, 1, .device_lengths = 1,
+     .options = KV8_FMA},
+    /* f32, GQA 5, a paged cache of 16-row pages, host table, V's descale 0 */
+    {FLASHCL_F32, 3, 1, 160, {0, 150, 17}, 10, 2, 64, 0, {0.05f, 0.0f}, .page_size = 16, .options = KV8_FMA},
+    /* f16, d 64 with dv 32, GQA 4 and two queries (8 rows), a window, paged (32-row pages, device table) */
+    {FLASHCL_F16, 3, 2, 128, {77, 128, 5}, 8, 2, 64, 32, {0.05f, 0.02f}, 0, 1, 20, 0, .page_size = 32,
+     .device_table = 1, .options = KV8_FMA},
+    /* f32, d 128, GQA 7 and two queries (14 rows), softcap, sinks and ALiBi; the empty sequence's rows get O = 0
+     * and LSE = their head's sink (-inf for the last head, which has none) */
+    {FLASHCL_F32, 3, 2, 150, {150, 3, 0}, 7, 1, 128, 0, {0.05f, 0.02f}, .softcap = 0.4f, .sinks = 1, .alibi = 1,
+     .options = KV8_FMA},
+    /* bf16, GQA 4, three splits forced, paged (host table), an empty sequence */
+    {FLASHCL_BF16, 3, 1, 256, {200, 0, 65}, 8, 2, 64, 0, {0.05f, 0.02f}, .page_size = 64,
+     .options = KV8_FMA_SPLIT},
+    /* f16, d 128, MHA, three splits, causal with two queries, contiguous, device lengths */
+    {FLASHCL_F16, 2, 2, 300, {299, 66}, 2, 2, 128, 0, {0.02f, 0.05f}, 1, .device_lengths = 1,
+     .options = KV8_FMA_SPLIT},
+};
+
+/* The tensor-core decode kernel on its plain-OpenCL emulation (compute capability 8.0, as test_decode's
+ * emulated_tensor_core_decode_stages): f16 and bf16 Q, GQA 4, d 64 and 128, contiguous and paged, its default
+ * plan and three splits forced. Its views' rows are 16-byte multiples (E4M3 rows of d bytes). */
+static const struct kv8_case kv8_tc_cases[] = {
+    /* f16, d 64, one query, contiguous, an empty sequence */
+    {FLASHCL_F16, 3, 1, 200, {100, 0, 200}, 8, 2, 64, 0, {0.05f, 0.02f}, .options = ""},
+    /* bf16, d 128, two causal queries (8 rows), paged (32-row pages, host table), three splits */
+    {FLASHCL_BF16, 2, 2, 256, {150, 256}, 8, 2, 128, 0, {0.05f, 0.0f}, 1, .page_size = 32,
+     .options = "decode-tensor-core:splits=3"},
+    /* f16, d 128, one query, paged (64-row pages, device table), device lengths, ALiBi and a softcap */
+    {FLASHCL_F16, 2, 1, 192, {65, 191}, 8, 2, 128, 0, {0.0f, 0.02f}, .softcap = 0.4f, .alibi = 1,
+     .device_lengths = 1, .page_size = 64, .device_table = 1, .options = ""},
+};
+
+static int kv8_gcd(int a, int b)
+{
+    return b ? kv8_gcd(b, a % b) : a;
+}
+
+/* One E4M3 KV-cache call of case c on ctx against the double reference. K and V hold random values over their
+ * descales up to each sequence's length and E4M3 NaN (0x7f) past it and in the paged pool's spare page: the
+ * kernels read no row past a length (they stage zeros there), and an uninitialised FP8 cache may well hold NaN
+ * bytes. O (with a guard batch either side) and the LSE (with 16 guard floats either side) start as 0xff bytes,
+ * NaN in every dtype, so an element left unwritten fails. The kernel that ran in *tile. */
+static void run_kv8_case(flashcl_context *ctx, const struct kv8_case *c, uint64_t seed, struct flashcl_tile *tile)
+{
+    struct test_env *e = test_env_get();
+    rng_seed(seed);
+    ck_assert_int_le(c->batch, KV8_SEQS);
+    const size_t B = (size_t)c->batch, nq = (size_t)c->seq_q, cap = (size_t)c->capacity, hq = (size_t)c->heads_q,
+                 hk = (size_t)c->heads_kv, d = (size_t)c->head_dim,
+                 dv = c->head_dim_v ? (size_t)c->head_dim_v : (size_t)c->head_dim;
+    const size_t esize = flashcl_dtype_size(c->dtype);
+
+    /* Q as stored, and the logical cache [batch, capacity, heads_kv, d or dv] as bytes and as the values they
+     * mean; NaN bytes past each length. */
+    const size_t q_elems = B * nq * hq * d, k_elems = B * cap * hk * d, v_elems = B * cap * hk * dv;
+    unsigned char *q = vl_random_rows(c->dtype, q_elems);
+    uint8_t *k8 = malloc(k_elems), *v8 = malloc(v_elems);
+    double *k = malloc(k_elems * sizeof(double)), *v = malloc(v_elems * sizeof(double));
+    ck_assert(k8 && v8 && k && v);
+    fill_e4m3(k8, k, k_elems, c->descale[0]);
+    fill_e4m3(v8, v, v_elems, c->descale[1]);
+    for (size_t b = 0; b < B; b++)
+        for (size_t j = (size_t)c->lens[b]; j < cap; j++) {
+            memset(k8 + (b * cap + j) * hk * d, 0x7f, hk * d);
+            memset(v8 + (b * cap + j) * hk * dv, 0x7f, hk * dv);
+        }
+    cl_mem q_mem = vl_upload(q, q_elems * esize), k_mem, v_mem, table_mem = NULL;
+
+    /* Paged: the logical rows over a pool of pages in shuffled order (a step prime to the page count walks a
+     * permutation), one spare page no sequence uses. */
+    struct flashcl_kv_pages pages = {0};
+    int table[KV8_SEQS * 32];
+    const size_t k_row = hk * d, v_row = hk * dv;  /* bytes of one key's row */
+    if (c->page_size) {
+        const int pps = c->capacity / c->page_size, num_pages = c->batch * pps + 1;
+        ck_assert_int_eq(pps * c->page_size, c->capacity);
+        ck_assert_int_le(c->batch * pps, (int)COUNT(table));
+        int step = 7;
+        while (kv8_gcd(step, num_pages) != 1)
+            step++;
+        for (int entry = 0; entry < c->batch * pps; entry++)
+            table[entry] = (entry * step + 3) % num_pages;
+        const size_t ps = (size_t)c->page_size;
+        uint8_t *pk = malloc((size_t)num_pages * ps * k_row), *pv = malloc((size_t)num_pages * ps * v_row);
+        ck_assert(pk && pv);
+        memset(pk, 0x7f, (size_t)num_pages * ps * k_row);
+        memset(pv, 0x7f, (size_t)num_pages * ps * v_row);
+        for (size_t b = 0; b < B; b++)
+            for (size_t j = 0; j < cap; j++) {
+                const size_t page = (size_t)table[b * (size_t)pps + j / ps], in_page = j % ps;
+                memcpy(pk + (page * ps + in_page) * k_row, k8 + (b * cap + j) * k_row, k_row);
+                memcpy(pv + (page * ps + in_page) * v_row, v8 + (b * cap + j) * v_row, v_row);
+            }
+        k_mem = vl_upload(pk, (size_t)num_pages * ps * k_row);
+        v_mem = vl_upload(pv, (size_t)num_pages * ps * v_row);
+        free(pk);
+        free(pv);
+        pages.page_size = c->page_size;
+        pages.pages_per_seq = pps;
+        pages.num_pages = num_pages;
+        if (c->device_table) {
+            table_mem = vl_upload(table, (size_t)(c->batch * pps) * sizeof(int));
+            pages.block_table_mem = table_mem;
+        } else {
+            pages.block_table = table;
+        }
+    } else {
+        k_mem = vl_upload(k8, k_elems);
+        v_mem = vl_upload(v8, v_elems);
+    }
+
+    const size_t o_batch = nq * hq * dv * esize, o_total = o_batch * (B + 2);
+    const size_t lse_rows = B * hq * nq, lse_guard = 16, lse_total = (lse_rows + 2 * lse_guard) * sizeof(float);
+    unsigned char *poison = malloc(o_total > lse_total ? o_total : lse_total);
+    ck_assert_ptr_nonnull(poison);
+    memset(poison, 0xff, o_total > lse_total ? o_total : lse_total);
+    cl_mem o_mem = vl_upload(poison, o_total), lse_mem = vl_upload(poison, lse_total);
+    free(poison);
+
+    struct flashcl_attention a = {0};
+    a.batch = c->batch;
+    a.seq_q = c->seq_q;
+    a.seq_kv = c->capacity;
+    a.heads_q = c->heads_q;
+    a.heads_kv = c->heads_kv;
+    a.head_dim = c->head_dim;
+    a.head_dim_v = c->head_dim_v;
+    const size_t kv_rows = c->page_size ? (size_t)c->page_size : cap;  /* a page's rows, or a sequence's */
+    a.q = flashcl_tensor_bnhd(q_mem, c->dtype, nq, hq, d);
+    a.k = flashcl_tensor_bnhd(k_mem, FLASHCL_E4M3, kv_rows, hk, d);
+    a.v = flashcl_tensor_bnhd(v_mem, FLASHCL_E4M3, kv_rows, hk, dv);
+    a.k.descale = c->descale[0];
+    a.v.descale = c->descale[1];
+    a.o = flashcl_tensor_bnhd(o_mem, c->dtype, nq, hq, dv);
+    a.o.offset = o_batch;
+    a.lse = flashcl_tensor_lse(lse_mem, nq, hq);
+    a.lse.offset = lse_guard * sizeof(float);
+    a.mask = c->windowed ? FLASHCL_MASK_WINDOW : c->causal ? FLASHCL_MASK_CAUSAL : FLASHCL_MASK_NONE;
+    a.window_left = c->windowed ? c->window_left : 0;
+    a.window_right = c->windowed ? c->window_right : 0;
+    a.softcap = c->softcap;
+    double sinks[16], slopes[16];
+    cl_mem sink_mem = NULL, slope_mem = NULL;
+    ck_assert_int_le(c->heads_q, 16);
+    for (int h = 0; h < 16; h++) {
+        sinks[h] = -INFINITY;
+        slopes[h] = 0.0;
+    }
+    if (c->sinks) {
+        test_make_sinks(c->heads_q, c->capacity, sinks, &sink_mem);
+        a.sinks = (flashcl_vector){sink_mem, 4 * sizeof(float)};
+    }
+    if (c->alibi) {
+        test_make_alibi_slopes(c->heads_q, slopes, &slope_mem);
+        a.alibi_slopes = (flashcl_vector){slope_mem, 4 * sizeof(float)};
+    }
+    struct flashcl_kv_lengths lengths = {0};
+    cl_mem len_mem = NULL;
+    if (c->device_lengths) {
+        len_mem = vl_upload(c->lens, sizeof(c->lens));
+        lengths.cache_seqlens_mem = len_mem;
+    } else {
+        lengths.cache_seqlens = c->lens;
+    }
+    const struct flashcl_kv_pages *paged = c->page_size ? &pages : NULL;
+
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &a, &lengths, paged, tile));
+    cl_event done = NULL;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache(ctx, &a, &lengths, paged, e->queue, 0, NULL, &done));
+    ck_assert_cl(clWaitForEvents(1, &done));
+    clReleaseEvent(done);
+
+    size_t bytes;
+    unsigned char *o = vl_read_all(o_mem, &bytes), *lse_bytes = vl_read_all(lse_mem, &bytes);
+    for (size_t x = 0; x < o_batch; x++) {
+        ck_assert_msg(o[x] == 0xff, "the guard batch before O was written (byte %zu)", x);
+        ck_assert_msg(o[o_total - 1 - x] == 0xff, "the guard batch after O was written");
+    }
+    for (size_t x = 0; x < lse_guard * sizeof(float); x++) {
+        ck_assert_msg(lse_bytes[x] == 0xff, "the guard before the LSE was written (byte %zu)", x);
+        ck_assert_msg(lse_bytes[lse_total - 1 - x] == 0xff, "the guard after the LSE was written");
+    }
+    const unsigned char *o_rows = o + o_batch;
+    float *lse = malloc(lse_rows * sizeof(float));
+    memcpy(lse, lse_bytes + lse_guard * sizeof(float), lse_rows * sizeof(float));
+
+    double atol, rtol, lse_tol;
+    test_tolerance(c->dtype, tile->kernel, FLASHCL_PRECISION_EXACT, &atol, &rtol, &lse_tol);
+    int left, right;
+    test_case_window(c->causal, c->windowed, c->window_left, c->window_right, &left, &right);
+    const double scale = 1.0 / sqrt((double)d);
+    const size_t group = hq / hk;
+    double *kd = malloc(cap * d * sizeof(double)), *vd = malloc(cap * dv * sizeof(double));
+    double *scratch = malloc(cap * sizeof(double)), qd[FLASHCL_MAX_HEAD_DIM], ref[FLASHCL_MAX_HEAD_DIM];
+    ck_assert(kd && vd && scratch);
+    double max_err = 0, max_lse_err = 0;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < hq; h++) {
+            const size_t len = (size_t)c->lens[b], g = h / group;
+            for (size_t j = 0; j < len; j++) {
+                memcpy(kd + j * d, k + ((b * cap + j) * hk + g) * d, d * sizeof(double));
+                memcpy(vd + j * dv, v + ((b * cap + j) * hk + g) * dv, dv * sizeof(double));
+            }
+            const struct hostref_mods mods = {c->softcap, sinks[h], slopes[h]};
+            for (size_t i = 0; i < nq; i++) {
+                const size_t q_row = (b * nq + i) * hq + h;
+                for (size_t x = 0; x < d; x++)
+                    qd[x] = hostref_load(q, c->dtype, q_row * d + x);
+                size_t first, end;
+                double ref_lse;
+                hostref_visible_keys(i, nq, len, left, right, &first, &end);
+                hostref_attention_row_dv(qd, kd, vd, first, end, d, dv, scale, &mods,
+                                         (long long)i + (long long)len - (long long)nq, ref, &ref_lse, scratch);
+                for (size_t x = 0; x < dv; x++) {
+                    const double got = hostref_load(o_rows, c->dtype, q_row * dv + x);
+                    const double err = isnan(got) ? INFINITY : fabs(got - ref[x]);
+                    ck_assert_msg(err <= atol + rtol * fabs(ref[x]),
+                                  "%s: sequence %zu (length %zu) query %zu head %zu O[%zu] = %.9g, reference %.9g "
+                                  "(tolerance %.3g)", tile->kernel, b, len, i, h, x, got, ref[x],
+                                  atol + rtol * fabs(ref[x]));
+                    max_err = fmax(max_err, err);
+                }
+                const double got_lse = lse[(b * hq + h) * nq + i];  /* [batch, heads_q, seq_q] */
+                if (isinf(ref_lse)) {
+                    ck_assert_msg(isinf(got_lse) && got_lse < 0, "%s: sequence %zu query %zu head %zu sees no key: "
+                                  "LSE %g, expected -inf", tile->kernel, b, i, h, got_lse);
+                } else {
+                    const double err = fabs(got_lse - ref_lse) / fmax(1.0, fabs(ref_lse));
+                    ck_assert_msg(err <= lse_tol, "%s: sequence %zu query %zu head %zu: LSE %.9g, reference %.9g",
+                                  tile->kernel, b, i, h, got_lse, ref_lse);
+                    max_lse_err = fmax(max_lse_err, err);
+                }
+            }
+        }
+    printf("%s (%s), e4m3 kv cache%s, %s Q, B=%d Nq=%d capacity %d Hq=%d Hkv=%d d=%d dv=%zu descale %g/%g: "
+           "max|err| %.2e, LSE %.2e\n", tile->kernel, c->options[0] ? c->options : "default plan",
+           c->page_size ? (c->device_table ? ", paged (device table)" : ", paged") : "",
+           flashcl_dtype_name(c->dtype), c->batch, c->seq_q, c->capacity, c->heads_q, c->heads_kv, c->head_dim, dv,
+           (double)c->descale[0], (double)c->descale[1], max_err, max_lse_err);
+
+    free(kd), free(vd), free(scratch), free(o), free(lse_bytes), free(lse);
+    free(q), free(k8), free(v8), free(k), free(v);
+    cl_mem all[] = {q_mem, k_mem, v_mem, o_mem, lse_mem, table_mem, len_mem, sink_mem, slope_mem};
+    for (size_t i = 0; i < COUNT(all); i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+}
+
+/* The FMA decode kernel: every case runs there, split three ways where the case forces it. */
+START_TEST(kv8_fma)
+{
+    const struct kv8_case *c = &kv8_fma_cases[_i];
+    struct flashcl_tile tile;
+    run_kv8_case(test_context_with_options(c->options), c, 900 + (uint64_t)_i, &tile);
+    ck_assert_msg(kernel_is(tile.kernel, "decode"), "case %d ran %s, not decode", _i, tile.kernel);
+    if (strstr(c->options, "splits=3"))
+        ck_assert_int_eq(tile.splits, 3);
+}
+END_TEST
+
+/* The tensor-core decode kernel, emulated: a fresh context each case (the emulation hook's), destroyed after. */
+START_TEST(kv8_tensor_core)
+{
+    const struct kv8_case *c = &kv8_tc_cases[_i];
+    flashcl_context *ctx = test_emulated_context(c->options, 80, false);
+    struct flashcl_tile tile;
+    run_kv8_case(ctx, c, 950 + (uint64_t)_i, &tile);
+    ck_assert_msg(kernel_is(tile.kernel, "decode-tensor-core"), "case %d ran %s, not decode-tensor-core", _i,
+                  tile.kernel);
+    if (strstr(c->options, "splits=3"))
+        ck_assert_int_eq(tile.splits, 3);
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
+/* A valid E4M3 KV-cache call (f16 Q and O, 4 query heads on one KV head, one query: 4 rows) on buffers
+ * mems[0..4]; mems[5..8] for gradients (contents unused: the calls below are refused before anything runs, or only
+ * planned). */
+enum { KV8_MEMS = 9 };
+static struct flashcl_attention kv8_refusal_call(cl_mem *mems)
+{
+    for (int i = 0; i < KV8_MEMS; i++)
+        mems[i] = make_buffer(64 * 1024, NULL);
+    struct flashcl_attention a = {0};
+    a.batch = a.seq_q = a.heads_kv = 1;
+    a.heads_q = 4;
+    a.seq_kv = 64;
+    a.head_dim = 64;
+    a.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 1, 4, 64);
+    a.k = flashcl_tensor_bnhd(mems[1], FLASHCL_E4M3, 64, 1, 64);
+    a.v = flashcl_tensor_bnhd(mems[2], FLASHCL_E4M3, 64, 1, 64);
+    a.k.descale = 0.05f;
+    a.v.descale = 0.02f;
+    a.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 1, 4, 64);
+    a.lse = flashcl_tensor_lse(mems[4], 1, 4);
+    return a;
+}
+
+/* What E4M3 KV caches refuse, each with its status: K and V not both E4M3, E4M3 Q or O, Q and O of different
+ * dtypes, bad descales, more rows a KV head (group x seq_q) than the decode kernels hold; and E4M3 K and V with an
+ * ordinary Q in every other call (dense, packed, backward, standard). Where the rows fit, f32 Q and views off 16
+ * bytes stay on the FMA decode kernel instead of the tensor-core one. */
+START_TEST(kv8_refusals)
+{
+    struct test_env *e = test_env_get();
+    flashcl_context *ctx = test_context_with_options(KV8_FMA);
+    cl_mem mems[KV8_MEMS];
+    const struct flashcl_attention a = kv8_refusal_call(mems);
+    const int lens[1] = {64};
+    const struct flashcl_kv_lengths lengths = {lens, NULL, {0}};
+    struct flashcl_tile tile;
+
+    /* The call itself is valid, with Q and O in each ordinary dtype. */
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &a, &lengths, NULL, &tile));
+    ck_assert_str_eq(tile.kernel, "decode");
+    const flashcl_dtype ordinary[] = {FLASHCL_F32, FLASHCL_F16, FLASHCL_BF16};
+    for (size_t i = 0; i < COUNT(ordinary); i++) {
+        struct flashcl_attention ok = a;
+        ok.q.dtype = ok.o.dtype = ordinary[i];
+        ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &ok, &lengths, NULL, &tile));
+        ck_assert_str_eq(tile.kernel, "decode");
+    }
+
+#define KV8_REFUSED(call, status)                                                                                 \
+    do {                                                                                                          \
+        ck_assert_status(flashcl_forward_kv_cache_config(ctx, &(call), &lengths, NULL, &tile), status);           \
+        ck_assert_status(flashcl_forward_kv_cache(ctx, &(call), &lengths, NULL, e->queue, 0, NULL, NULL), status); \
+    } while (0)
+
+    /* Only one of K and V E4M3 (the other f16, as Q). */
+    struct flashcl_attention bad = a;
+    bad.k.dtype = FLASHCL_F16;
+    bad.k.descale = 0.0f;
+    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_DTYPE);
+    bad = a;
+    bad.v.dtype = FLASHCL_F16;
+    bad.v.descale = 0.0f;
+    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_DTYPE);
+    /* E4M3 Q (the dense E4M3 forward's inputs) or E4M3 O. */
+    bad = a;
+    bad.q.dtype = FLASHCL_E4M3;
+    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_DTYPE);
+    bad = a;
+    bad.o.dtype = FLASHCL_E4M3;
+    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_DTYPE);
+    /* Q and O of different dtypes. */
+    bad = a;
+    bad.o.dtype = FLASHCL_F32;
+    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_DTYPE);
+    /* Descales: K's and V's finite and > 0 (or 0), none on Q or O. */
+    const float descales[] = {-1.0f, NAN, INFINITY};
+    for (size_t i = 0; i < COUNT(descales); i++) {
+        bad = a;
+        bad.k.descale = descales[i];
+        KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
+        bad = a;
+        bad.v.descale = descales[i];
+        KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
+    }
+    bad = a;
+    bad.q.descale = 2.0f;
+    KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
+    bad = a;
+    bad.o.descale = 2.0f;
+    KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
+    /* More than 16 rows a KV head: 4 heads x 5 queries, and 17 heads x 1 query. */
+    bad = a;
+    bad.seq_q = 5;
+    bad.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 5, 4, 64);
+    bad.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 5, 4, 64);
+    bad.lse = flashcl_tensor_lse(mems[4], 5, 4);
+    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_CONFIG);
+    bad = a;
+    bad.heads_q = 17;
+    bad.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 1, 17, 64);
+    bad.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 1, 17, 64);
+    bad.lse = flashcl_tensor_lse(mems[4], 1, 17);
+    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_CONFIG);
+    /* A call that fits, on a context whose decode kernels are off: refused too, no other kernel taking E4M3 K
+     * and V (the status is the planner's; only that it is refused is asserted). */
+    flashcl_context *no_decode = test_context_with_options("decode:off;decode-tensor-core:off");
+    const flashcl_status off = flashcl_forward_kv_cache_config(no_decode, &a, &lengths, NULL, &tile);
+    ck_assert_msg(off != FLASHCL_SUCCESS, "with the decode kernels off, an E4M3 KV cache planned %s", tile.kernel);
+    printf("e4m3 kv cache, decode kernels off: %s (%s)\n", flashcl_status_name(off), flashcl_last_error());
+#undef KV8_REFUSED
+
+    /* E4M3 K and V with an ordinary Q anywhere but a KV cache. */
+    for (size_t i = 0; i < COUNT(ordinary); i++) {
+        struct flashcl_attention dense = a;
+        dense.q.dtype = dense.o.dtype = ordinary[i];
+        ck_assert_status(flashcl_forward_config(ctx, &dense, &tile), FLASHCL_ERROR_INVALID_DTYPE);
+        ck_assert_status(flashcl_forward(ctx, &dense, e->queue, 0, NULL, NULL), FLASHCL_ERROR_INVALID_DTYPE);
+        const int cu_q[2] = {0, 1}, cu_k[2] = {0, 64};
+        struct flashcl_varlen vl = {0};
+        vl.cu_seqlens_q = cu_q;
+        vl.cu_seqlens_k = cu_k;
+        vl.total_q = 1;
+        vl.total_k = 64;
+        ck_assert_status(flashcl_forward_varlen_config(ctx, &dense, &vl, &tile), FLASHCL_ERROR_INVALID_DTYPE);
+        ck_assert_status(flashcl_forward_varlen(ctx, &dense, &vl, e->queue, 0, NULL, NULL),
+                         FLASHCL_ERROR_INVALID_DTYPE);
+        struct flashcl_attention_grad grad = {0};
+        grad.d_o = flashcl_tensor_bnhd(mems[5], ordinary[i], 1, 4, 64);
+        grad.d_q = flashcl_tensor_bnhd(mems[6], ordinary[i], 1, 4, 64);
+        grad.d_k = flashcl_tensor_bnhd(mems[7], ordinary[i], 64, 1, 64);
+        grad.d_v = flashcl_tensor_bnhd(mems[8], ordinary[i], 64, 1, 64);
+        size_t bytes;
+        ck_assert_status(flashcl_backward_workspace_size(ctx, &dense, &grad, &bytes), FLASHCL_ERROR_INVALID_DTYPE);
+        ck_assert_status(flashcl_backward_config(ctx, &dense, &grad, &tile), FLASHCL_ERROR_INVALID_DTYPE);
+        ck_assert_status(flashcl_standard_workspace_size(ctx, &dense, &bytes), FLASHCL_ERROR_INVALID_DTYPE);
+    }
+
+    /* Where the tensor-core decode kernel is (emulated here), f16 Q runs there, while f32 Q, and K or V views
+     * whose offsets are not multiples of 16 bytes, stay on the FMA decode kernel. */
+    flashcl_context *tc = test_emulated_context("", 80, false);
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(tc, &a, &lengths, NULL, &tile));
+    ck_assert_str_eq(tile.kernel, "decode-tensor-core");
+    struct flashcl_attention fma = a;
+    fma.q.dtype = fma.o.dtype = FLASHCL_F32;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(tc, &fma, &lengths, NULL, &tile));
+    ck_assert_str_eq(tile.kernel, "decode");
+    fma = a;
+    fma.k.offset = 8;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(tc, &fma, &lengths, NULL, &tile));
+    ck_assert_str_eq(tile.kernel, "decode");
+    fma = a;
+    fma.v.offset = 8;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(tc, &fma, &lengths, NULL, &tile));
+    ck_assert_str_eq(tile.kernel, "decode");
+    flashcl_context_destroy(&tc);
+    for (int i = 0; i < KV8_MEMS; i++)
+        clReleaseMemObject(mems[i]);
+}
+END_TEST
+
 int main(void)
 {
     flashcl_context *probe = NULL;
@@ -469,6 +947,12 @@ int main(void)
     tcase_set_timeout(small, 1200);
     tcase_add_test(small, fp8_smallest);
     suite_add_tcase(s, small);
+    TCase *kv = tcase_create("e4m3 kv caches against the double reference");
+    tcase_set_timeout(kv, 1200);
+    tcase_add_loop_test(kv, kv8_fma, 0, (int)COUNT(kv8_fma_cases));
+    tcase_add_loop_test(kv, kv8_tensor_core, 0, (int)COUNT(kv8_tc_cases));
+    tcase_add_test(kv, kv8_refusals);
+    suite_add_tcase(s, kv);
     TCase *refused = tcase_create("refusals");
     tcase_add_test(refused, refusals);
     suite_add_tcase(s, refused);
