@@ -763,6 +763,24 @@ START_TEST(kv8_tensor_core)
 }
 END_TEST
 
+/* The same cases on the device's own tensor cores where it has them (NVIDIA: decode-tensor-core built natively, its
+ * conversion NVIDIA's cvt on compute capability 8.9+); elsewhere the plain context plans "decode", whose run is
+ * still checked, and the case says so. */
+START_TEST(kv8_tensor_core_native)
+{
+    const struct kv8_case *c = &kv8_tc_cases[_i];
+    flashcl_context *ctx = test_context_with_options(c->options);
+    struct flashcl_tile tile;
+    run_kv8_case(ctx, c, 970 + (uint64_t)_i, &tile);
+    if (!strstr(flashcl_context_device_name(ctx), "NVIDIA") && kernel_is(tile.kernel, "decode")) {
+        printf("native e4m3 kv cache case %d: no tensor cores here, ran decode\n", _i);
+        return;
+    }
+    ck_assert_msg(kernel_is(tile.kernel, "decode-tensor-core"), "case %d ran %s, not decode-tensor-core", _i,
+                  tile.kernel);
+}
+END_TEST
+
 /* A valid E4M3 KV-cache call (f16 Q and O, 4 query heads on one KV head, one query: 4 rows) on buffers
  * mems[0..4]; mems[5..8] for gradients (contents unused: the calls below are refused before anything runs, or only
  * planned). */
@@ -951,6 +969,7 @@ int main(void)
     tcase_set_timeout(kv, 1200);
     tcase_add_loop_test(kv, kv8_fma, 0, (int)COUNT(kv8_fma_cases));
     tcase_add_loop_test(kv, kv8_tensor_core, 0, (int)COUNT(kv8_tc_cases));
+    tcase_add_loop_test(kv, kv8_tensor_core_native, 0, (int)COUNT(kv8_tc_cases));
     tcase_add_test(kv, kv8_refusals);
     suite_add_tcase(s, kv);
     TCase *refused = tcase_create("refusals");
