@@ -449,6 +449,57 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* ---- cl/e4m3.h, the kernels' conversions of E4M3 bytes, compiled as C: every one of the 256 codes ---- */
+
+typedef uint32_t uint;
+static float as_float(uint i)
+{
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+static uint as_uint(float f)
+{
+    uint i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+static uint clz(uint x)
+{
+    return x ? (uint)__builtin_clz(x) : 32u;
+}
+#define DTYPE 1  /* e4m3x2_to_pair's f16 pairs */
+#include "../cl/e4m3.h"
+#undef DTYPE
+
+/* Against the host's decoding (tools/hostref.c) and its f16 and bf16 encodings: the same value (every E4M3 value is
+ * exact in each, so any difference is a wrong conversion, subnormals and signs included), NaN for 0x7f and 0xff, and
+ * pairs with the first byte in the low half. */
+START_TEST(e4m3_conversions_every_code)
+{
+    for (uint x = 0; x < 256; x++) {
+        const float want = e4m3_to_f32((uint8_t)x);
+        const float got = e4m3_to_float(x);
+        if (isnan(want)) {
+            ck_assert_msg(isnan(got), "0x%02x: %g, not NaN", x, (double)got);
+            ck_assert_msg((e4m3_to_f16_bits(x) & 0x7c00u) == 0x7c00u && (e4m3_to_f16_bits(x) & 0x3ffu),
+                          "0x%02x: f16 0x%04x, not NaN", x, e4m3_to_f16_bits(x));
+            ck_assert_msg((e4m3_to_bf16_bits(x) & 0x7f80u) == 0x7f80u && (e4m3_to_bf16_bits(x) & 0x7fu),
+                          "0x%02x: bf16 0x%04x, not NaN", x, e4m3_to_bf16_bits(x));
+            continue;
+        }
+        ck_assert_msg(as_uint(got) == as_uint(want), "0x%02x: %a, not %a", x, (double)got, (double)want);
+        ck_assert_msg(e4m3_to_f16_bits(x) == f32_to_f16(want), "0x%02x: f16 0x%04x, not 0x%04x", x,
+                      e4m3_to_f16_bits(x), f32_to_f16(want));
+        ck_assert_msg(e4m3_to_bf16_bits(x) == f32_to_bf16(want), "0x%02x: bf16 0x%04x, not 0x%04x", x,
+                      e4m3_to_bf16_bits(x), f32_to_bf16(want));
+        const uint pair = e4m3x2_to_pair(x | 0x38u << 8);  /* the second byte 0x38: 1.0 */
+        ck_assert_uint_eq(pair & 0xffffu, e4m3_to_f16_bits(x));
+        ck_assert_uint_eq(pair >> 16, 0x3c00u);
+    }
+}
+END_TEST
+
 /* ---- E4M3 KV caches: flashcl_forward_kv_cache with K and V E4M3, Q and O f32, f16 or bf16 ----
  *
  * The decode kernels take them ("decode" on the FMA units, "decode-tensor-core" where tensor cores are, here
@@ -471,6 +522,7 @@ struct kv8_case {
     int device_lengths;   /* cache_seqlens_mem instead of the host array */
     int page_size;        /* 0: contiguous; else a paged pool, its pages shuffled */
     int device_table;     /* the block table in a device buffer (else the host's) */
+    int kv_offset;        /* contiguous only: K's and V's views start this many bytes into their buffers */
     const char *options;  /* the context's kernel options */
 };
 
@@ -504,6 +556,8 @@ static const struct kv8_case kv8_fma_cases[] = {
     /* f16, d 128, MHA, three splits, causal with two queries, contiguous, device lengths */
     {FLASHCL_F16, 2, 2, 300, {299, 66}, 2, 2, 128, 0, {0.02f, 0.05f}, 1, .device_lengths = 1,
      .options = KV8_FMA_SPLIT},
+    /* bf16, GQA 4, K and V 3 bytes into their buffers: rows off 16 bytes, staged a byte at a time */
+    {FLASHCL_BF16, 2, 1, 100, {100, 41}, 8, 2, 64, 0, {0.05f, 0.02f}, .kv_offset = 3, .options = KV8_FMA},
 };
 
 /* The tensor-core decode kernel on its plain-OpenCL emulation (compute capability 8.0, as test_decode's
@@ -518,6 +572,9 @@ static const struct kv8_case kv8_tc_cases[] = {
     /* f16, d 128, one query, paged (64-row pages, device table), device lengths, ALiBi and a softcap */
     {FLASHCL_F16, 2, 1, 192, {65, 191}, 8, 2, 128, 0, {0.0f, 0.02f}, .softcap = 0.4f, .alibi = 1,
      .device_lengths = 1, .page_size = 64, .device_table = 1, .options = ""},
+    /* f16, d 64, GQA 4, four splits merged in place by the last work-group (its weights in the E4M3 buffers) */
+    {FLASHCL_F16, 2, 1, 256, {256, 130}, 8, 2, 64, 0, {0.05f, 0.02f},
+     .options = "decode-tensor-core:splits=4,merge=in-place"},
 };
 
 static int kv8_gcd(int a, int b)
@@ -595,8 +652,18 @@ static void run_kv8_case(flashcl_context *ctx, const struct kv8_case *c, uint64_
             pages.block_table = table;
         }
     } else {
-        k_mem = vl_upload(k8, k_elems);
-        v_mem = vl_upload(v8, v_elems);
+        /* kv_offset bytes of NaN before the cache: a view off 4 or 16 bytes takes the kernels' other loads */
+        const size_t off = (size_t)c->kv_offset;
+        uint8_t *pk = malloc(off + k_elems), *pv = malloc(off + v_elems);
+        ck_assert(pk && pv);
+        memset(pk, 0x7f, off);
+        memset(pv, 0x7f, off);
+        memcpy(pk + off, k8, k_elems);
+        memcpy(pv + off, v8, v_elems);
+        k_mem = vl_upload(pk, off + k_elems);
+        v_mem = vl_upload(pv, off + v_elems);
+        free(pk);
+        free(pv);
     }
 
     const size_t o_batch = nq * hq * dv * esize, o_total = o_batch * (B + 2);
@@ -621,6 +688,7 @@ static void run_kv8_case(flashcl_context *ctx, const struct kv8_case *c, uint64_
     a.v = flashcl_tensor_bnhd(v_mem, FLASHCL_E4M3, kv_rows, hk, dv);
     a.k.descale = c->descale[0];
     a.v.descale = c->descale[1];
+    a.k.offset = a.v.offset = c->page_size ? 0 : (size_t)c->kv_offset;
     a.o = flashcl_tensor_bnhd(o_mem, c->dtype, nq, hq, dv);
     a.o.offset = o_batch;
     a.lse = flashcl_tensor_lse(lse_mem, nq, hq);
@@ -659,6 +727,11 @@ static void run_kv8_case(flashcl_context *ctx, const struct kv8_case *c, uint64_
     ck_assert_flashcl_ok(flashcl_forward_kv_cache(ctx, &a, &lengths, paged, e->queue, 0, NULL, &done));
     ck_assert_cl(clWaitForEvents(1, &done));
     clReleaseEvent(done);
+    /* Planned again: a kernel that failed to build is not planned twice, so a fallback at run time shows here. */
+    struct flashcl_tile after;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &a, &lengths, paged, &after));
+    ck_assert_msg(strcmp(after.kernel, tile->kernel) == 0, "planned %s, then %s after the run (a build failed?)",
+                  tile->kernel, after.kernel);
 
     size_t bytes;
     unsigned char *o = vl_read_all(o_mem, &bytes), *lse_bytes = vl_read_all(lse_mem, &bytes);
@@ -736,6 +809,13 @@ static void run_kv8_case(flashcl_context *ctx, const struct kv8_case *c, uint64_
             clReleaseMemObject(all[i]);
 }
 
+/* The split count a case's options force ("splits=N"), 0 where they force none. */
+static int forced_splits(const char *options)
+{
+    const char *at = strstr(options, "splits=");
+    return at ? atoi(at + strlen("splits=")) : 0;
+}
+
 /* The FMA decode kernel: every case runs there, split three ways where the case forces it. */
 START_TEST(kv8_fma)
 {
@@ -743,8 +823,8 @@ START_TEST(kv8_fma)
     struct flashcl_tile tile;
     run_kv8_case(test_context_with_options(c->options), c, 900 + (uint64_t)_i, &tile);
     ck_assert_msg(kernel_is(tile.kernel, "decode"), "case %d ran %s, not decode", _i, tile.kernel);
-    if (strstr(c->options, "splits=3"))
-        ck_assert_int_eq(tile.splits, 3);
+    if (forced_splits(c->options))
+        ck_assert_int_eq(tile.splits, forced_splits(c->options));
 }
 END_TEST
 
@@ -757,11 +837,13 @@ START_TEST(kv8_tensor_core)
     run_kv8_case(ctx, c, 950 + (uint64_t)_i, &tile);
     ck_assert_msg(kernel_is(tile.kernel, "decode-tensor-core"), "case %d ran %s, not decode-tensor-core", _i,
                   tile.kernel);
-    if (strstr(c->options, "splits=3"))
-        ck_assert_int_eq(tile.splits, 3);
+    if (forced_splits(c->options))
+        ck_assert_int_eq(tile.splits, forced_splits(c->options));
     flashcl_context_destroy(&ctx);
 }
 END_TEST
+
+static bool f16_cache_on_tensor_cores(flashcl_context *ctx);
 
 /* The same cases on the device's own tensor cores where it has them (NVIDIA: decode-tensor-core built natively, its
  * conversion NVIDIA's cvt on compute capability 8.9+); elsewhere the plain context plans "decode", whose run is
@@ -770,14 +852,18 @@ START_TEST(kv8_tensor_core_native)
 {
     const struct kv8_case *c = &kv8_tc_cases[_i];
     flashcl_context *ctx = test_context_with_options(c->options);
+    const bool tensor_cores = f16_cache_on_tensor_cores(ctx);
     struct flashcl_tile tile;
     run_kv8_case(ctx, c, 970 + (uint64_t)_i, &tile);
-    if (!strstr(flashcl_context_device_name(ctx), "NVIDIA") && kernel_is(tile.kernel, "decode")) {
-        printf("native e4m3 kv cache case %d: no tensor cores here, ran decode\n", _i);
+    if (!tensor_cores) {
+        printf("native e4m3 kv cache case %d: an f16 cache does not plan decode-tensor-core here; ran %s\n", _i,
+               tile.kernel);
         return;
     }
     ck_assert_msg(kernel_is(tile.kernel, "decode-tensor-core"), "case %d ran %s, not decode-tensor-core", _i,
                   tile.kernel);
+    if (forced_splits(c->options))
+        ck_assert_int_eq(tile.splits, forced_splits(c->options));
 }
 END_TEST
 
@@ -802,6 +888,23 @@ static struct flashcl_attention kv8_refusal_call(cl_mem *mems)
     a.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 1, 4, 64);
     a.lse = flashcl_tensor_lse(mems[4], 1, 4);
     return a;
+}
+
+/* Whether ctx plans an f16 cache's decode on the tensor cores (the device has them and they built): then an E4M3
+ * cache of the same shape must plan there too. */
+static bool f16_cache_on_tensor_cores(flashcl_context *ctx)
+{
+    cl_mem mems[KV8_MEMS];
+    struct flashcl_attention a = kv8_refusal_call(mems);
+    a.k.dtype = a.v.dtype = FLASHCL_F16;
+    a.k.descale = a.v.descale = 0.0f;
+    const int lens[1] = {64};
+    const struct flashcl_kv_lengths lengths = {.cache_seqlens = lens};
+    struct flashcl_tile tile;
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &a, &lengths, NULL, &tile));
+    for (int i = 0; i < KV8_MEMS; i++)
+        clReleaseMemObject(mems[i]);
+    return kernel_is(tile.kernel, "decode-tensor-core");
 }
 
 /* What E4M3 KV caches refuse, each with its status: K and V not both E4M3, E4M3 Q or O, Q and O of different
@@ -970,6 +1073,7 @@ int main(void)
     tcase_add_loop_test(kv, kv8_fma, 0, (int)COUNT(kv8_fma_cases));
     tcase_add_loop_test(kv, kv8_tensor_core, 0, (int)COUNT(kv8_tc_cases));
     tcase_add_loop_test(kv, kv8_tensor_core_native, 0, (int)COUNT(kv8_tc_cases));
+    tcase_add_test(kv, e4m3_conversions_every_code);
     tcase_add_test(kv, kv8_refusals);
     suite_add_tcase(s, kv);
     TCase *refused = tcase_create("refusals");
