@@ -10,6 +10,10 @@
 #ifndef FLASHCL_E4M3_H
 #define FLASHCL_E4M3_H
 
+#ifndef KV_E4M3
+#define KV_E4M3 0  /* 1 (2: by NVIDIA's cvt, cl/flash_decode_mma.cl): K and V are an E4M3 cache's bytes */
+#endif
+
 static inline float e4m3_to_float(uint x)
 {
     const uint mag = x & 0x7fu, e = mag >> 3, m = x & 7u;
@@ -53,5 +57,12 @@ static inline uint e4m3x2_to_pair(uint w)
     return e4m3_to_f16_bits(w & 0xffu) | e4m3_to_f16_bits((w >> 8) & 0xffu) << 16;
 #endif
 }
+
+/* Element i of K or V as a float: storage.h's LOAD, or an E4M3 cache's byte (KV_E4M3). */
+#if KV_E4M3
+#define LOAD_KV(p, i) e4m3_to_float(((__global const uchar *)(p))[(i)])
+#else
+#define LOAD_KV(p, i) LOAD(p, i)
+#endif
 
 #endif /* FLASHCL_E4M3_H */

@@ -49,6 +49,7 @@
 #define LDQK (HEAD_DIM | 1)               /* odd row pitch: no bank conflicts across rows */
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "e4m3.h"      /* LOAD_KV: K and V as stored, or an E4M3 cache's bytes (KV_E4M3) */
 #include "block_order.h"
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 #include "score_mod.h" /* SOFTCAP2: logit softcapping */
@@ -115,12 +116,12 @@ void flash_forward(FORWARD_ARGS(storage_t))
         for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
             const int j = idx / HEAD_DIM, c = idx % HEAD_DIM;
             const int key = kb + j;
-            k_tile[j * LDQK + c] = key < seq_kv ? LOAD(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
+            k_tile[j * LDQK + c] = key < seq_kv ? LOAD_KV(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
         }
         for (int idx = lid; idx < BLOCK_N * HEAD_DIM_V; idx += WG) {
             const int j = idx / HEAD_DIM_V, c = idx % HEAD_DIM_V;
             const int key = kb + j;
-            v_tile[j * HEAD_DIM_V + c] = key < seq_kv ? LOAD(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
+            v_tile[j * HEAD_DIM_V + c] = key < seq_kv ? LOAD_KV(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -213,7 +214,10 @@ void flash_forward(FORWARD_ARGS(storage_t))
         for (int t = 0; t < TN; t++)
             l_row += row_part[i * TN + t];
         float lse_row;
-        const float inv_l = row_finish(m[r], l_row, HEAD_SINK(h), &lse_row);
+        float inv_l = row_finish(m[r], l_row, HEAD_SINK(h), &lse_row);
+#if KV_E4M3
+        inv_l *= v_descale;  /* an E4M3 cache's V is its bytes times this (split partials too: the merge is linear) */
+#endif
         for (int c = 0; c < CD; c++) {
             const int col = tn + TN * c;
             if (col < HEAD_DIM_V) {

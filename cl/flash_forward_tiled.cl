@@ -55,6 +55,7 @@
 #endif
 
 #include "storage.h"   /* DTYPE (default 0 = f32), storage_t, LOAD, STORE */
+#include "e4m3.h"      /* LOAD_KV: K and V as stored, or an E4M3 cache's bytes (KV_E4M3) */
 #include "mask.h"      /* CAUSAL, WINDOW_LEFT / WINDOW_RIGHT: which keys a row sees */
 #include "score_mod.h" /* SOFTCAP2: logit softcapping */
 #include "varlen.h"    /* VARLEN: packed sequences of different lengths */
@@ -64,12 +65,13 @@
 /* rows x HEAD_DIM of a [seq, d] slice into a tile of pitch PITCH (times
  * `mul`), zeros past the end of the sequence. */
 static inline void load_tile(__local float *tile, int rows, __global const storage_t *src, ulong base,
-                             ulong row_stride, int first_row, int seq, float mul, int lid)
+                             ulong row_stride, int first_row, int seq, float mul, int lid, bool kv)
 {
     for (int idx = lid; idx < rows * HEAD_DIM; idx += WG) {
         const int r = idx / HEAD_DIM, c = idx % HEAD_DIM;
         const int row = first_row + r;
-        tile[r * PITCH + c] = row < seq ? LOAD(src, base + (ulong)row * row_stride + c) * mul : 0.0f;
+        const ulong at = base + (ulong)row * row_stride + c;
+        tile[r * PITCH + c] = row < seq ? (kv ? LOAD_KV(src, at) : LOAD(src, at)) * mul : 0.0f;
     }
 }
 
@@ -108,7 +110,7 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
     const ulong v_base = v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
     const ulong o_base = o_off + (ulong)b * o_sb + (ulong)start_q * o_ss + (ulong)h * o_sh;
 
-    load_tile(q_tile, BLOCK_M, q, q_base, q_ss, q0, seq_q, scale_log2, lid);
+    load_tile(q_tile, BLOCK_M, q, q_base, q_ss, q0, seq_q, scale_log2, lid, false);
 
     float m[RM], l[RM];
     float4 acc[RM][CD4];
@@ -134,12 +136,12 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
 #if VARLEN == 3  /* rows scattered over pages */
         for (int idx = lid; idx < BLOCK_N * HEAD_DIM; idx += WG) {
             const int r = idx / HEAD_DIM, c = idx % HEAD_DIM, key = kb + r;
-            k_tile[r * PITCH + c] = key < seq_kv ? LOAD(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
-            v_tile[r * PITCH + c] = key < seq_kv ? LOAD(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
+            k_tile[r * PITCH + c] = key < seq_kv ? LOAD_KV(k, k_base + KV_ROW(key, k_sb, k_ss) + c) : 0.0f;
+            v_tile[r * PITCH + c] = key < seq_kv ? LOAD_KV(v, v_base + KV_ROW(key, v_sb, v_ss) + c) : 0.0f;
         }
 #else
-        load_tile(k_tile, BLOCK_N, k, k_base, k_ss, kb, seq_kv, 1.0f, lid);
-        load_tile(v_tile, BLOCK_N, v, v_base, v_ss, kb, seq_kv, 1.0f, lid);
+        load_tile(k_tile, BLOCK_N, k, k_base, k_ss, kb, seq_kv, 1.0f, lid, true);
+        load_tile(v_tile, BLOCK_N, v, v_base, v_ss, kb, seq_kv, 1.0f, lid, true);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -257,7 +259,10 @@ void flash_forward_tiled(FORWARD_ARGS(storage_t))
         for (int u = 0; u < 16; u++)
             l_row += row_part[u * BLOCK_M + row0 + i];
         float lse_row;
-        const float inv_l = row_finish(m[i], l_row, HEAD_SINK(h), &lse_row);
+        float inv_l = row_finish(m[i], l_row, HEAD_SINK(h), &lse_row);
+#if KV_E4M3
+        inv_l *= v_descale;  /* an E4M3 cache's V is its bytes times this (split partials too: the merge is linear) */
+#endif
         const ulong dst = o_base + (ulong)row * o_ss;
 #pragma unroll
         for (int c = 0; c < CD4; c++) {

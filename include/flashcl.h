@@ -592,10 +592,11 @@ struct flashcl_kv_pages {
  * descale), attn.q and attn.o one of f32, f16 and bf16. A key's values are
  * its bytes times k.descale, a value's times v.descale; every E4M3 value is
  * exact in Q's dtype, so the call computes what one on those values in Q's
- * dtype does. Read by the decode kernels ("decode-tensor-core" on NVIDIA
- * compute capability 8.0+ for f16 and bf16 with rows on 16 bytes, "decode"
- * anywhere), so a KV head's group x seq_q query rows are at most 16; more
- * (chunked prefill) are refused with FLASHCL_ERROR_INVALID_CONFIG. */
+ * dtype does. Up to 16 query rows a KV head (group x seq_q: decode) the
+ * decode kernels read it ("decode-tensor-core" on NVIDIA compute capability
+ * 8.0+ for f16 and bf16 with rows on 16 bytes, "decode" anywhere); past that
+ * (chunked prefill) the FMA forward kernels ("register-tiled", "portable"),
+ * not yet the tensor cores. */
 FLASHCL_API flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                     const struct flashcl_kv_lengths *lengths,
                                                     const struct flashcl_kv_pages *pages, cl_command_queue queue,

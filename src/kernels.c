@@ -21,6 +21,13 @@
 /* The mask as cl/mask.h reads it, for the kernels that take any window. */
 #define WINDOW_OPTIONS "-DWINDOW_LEFT=%d -DWINDOW_RIGHT=%d"
 
+/* K and V an E4M3 cache (-DKV_E4M3: the FMA forward kernels and the decode kernels read it), Q and O of the
+ * problem's dtype. */
+static bool kv_e4m3(const struct problem *p)
+{
+    return p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3;
+}
+
 /* ---- portable: cl/flash_forward.cl, any device, any head_dim and tile ---- */
 
 #define PORTABLE_MAX_AUTO_BLOCK 128  /* past this the per-work-item register arrays only grow */
@@ -91,9 +98,9 @@ static void portable_options(const struct device_desc *dev, const struct problem
     const int side = portable_side(dev);
     snprintf(buf, size,
              "-DHEAD_DIM=%d -DHEAD_DIM_V=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS
-             " -DTM=%d -DTN=%d -DVARLEN=%d",
+             " -DTM=%d -DTN=%d -DVARLEN=%d -DKV_E4M3=%d",
              p->head_dim, p->head_dim_v ? p->head_dim_v : p->head_dim, s->axis[M], s->axis[N],
-             fcl_dtype_define(p->dtype), p->window_left, p->window_right, side, side, p->varlen);
+             fcl_dtype_define(p->dtype), p->window_left, p->window_right, side, side, p->varlen, kv_e4m3(p));
 }
 
 /* ---- register-tiled: cl/flash_forward_tiled.cl, 4 query rows a work-item ---- */
@@ -150,9 +157,10 @@ static void tiled_geometry(const struct device_desc *dev, const struct kernel_sh
 static void tiled_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                           float scale_log2, char *buf, size_t size)
 {
-    snprintf(buf, size, "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DVARLEN=%d",
+    snprintf(buf, size,
+             "-DHEAD_DIM=%d -DBLOCK_M=%d -DBLOCK_N=%d -DDTYPE=%d " WINDOW_OPTIONS " -DVARLEN=%d -DKV_E4M3=%d",
              p->head_dim, s->axis[M], s->axis[N], fcl_dtype_define(p->dtype), p->window_left, p->window_right,
-             p->varlen);
+             p->varlen, kv_e4m3(p));
 }
 
 /* ---- tensor cores: cl/flash_forward_mma.cl (f16/bf16), cl/flash_forward_tf32.cl ---- */
@@ -721,12 +729,6 @@ int fcl_group_rows(const struct problem *p)
     return r;
 }
 
-/* K and V an E4M3 cache (the decode kernels' -DKV_E4M3=1), Q and O of the problem's dtype. */
-static bool kv_e4m3(const struct problem *p)
-{
-    return p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3;
-}
-
 /* cp.async (NVIDIA sm_80+, where the inline-PTX probe passed) needs rows on 16 bytes. Not where the
  * tensor cores are emulated: this kernel has no NV_EMULATE path (its addresses are uints). Not for an E4M3
  * cache, which is converted as it is staged. */
@@ -1141,8 +1143,8 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "register-tiled", .file = "cl/flash_forward_tiled.cl",
-        .summary = "The forward on the FMA units of any OpenCL 1.2 device, each work-item holding a register tile of scores.",
-        .op = OP_FORWARD,
+        .summary = "The forward on the FMA units of any OpenCL 1.2 device, each work-item holding a register tile of scores; reads E4M3 KV caches too.",
+        .op = OP_FORWARD, .kv_e4m3 = true,
         .softcap = true, .sinks = true, .alibi = true,
         .source = flashcl_source_flash_forward_tiled, .entry = "flash_forward_tiled",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
@@ -1159,8 +1161,8 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "portable", .file = "cl/flash_forward.cl",
-        .summary = "The forward on any OpenCL 1.2 device, any head dim and tile: the fallback every call can run.",
-        .op = OP_FORWARD,
+        .summary = "The forward on any OpenCL 1.2 device, any head dim and tile: the fallback every call can run; reads E4M3 KV caches too.",
+        .op = OP_FORWARD, .kv_e4m3 = true,
         .softcap = true, .sinks = true, .alibi = true, .head_dim_v = true,
         .source = flashcl_source_flash_forward, .entry = "flash_forward",
         .dtypes = DTYPE_BIT(FLASHCL_F32) | DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),

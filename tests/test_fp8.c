@@ -809,6 +809,33 @@ static void run_kv8_case(flashcl_context *ctx, const struct kv8_case *c, uint64_
             clReleaseMemObject(all[i]);
 }
 
+/* Past 16 rows a KV head (chunked prefill against an E4M3 cache): the FMA forward kernels, register-tiled (the
+ * default) and portable (register-tiled off). Causal with more queries than some sequences' keys (rows that see no
+ * key), a window, paged and contiguous, softcap + sinks + ALiBi. */
+static const struct kv8_case kv8_prefill_cases[] = {
+    /* f16, GQA 4 x 8 queries (32 rows), causal, a sequence of 5 keys, host lengths */
+    {FLASHCL_F16, 3, 8, 160, {160, 5, 77}, 8, 2, 64, 0, {0.05f, 0.02f}, 1, .options = ""},
+    /* bf16, GQA 2 x 16 queries, a window, paged (32-row pages, device table), device lengths */
+    {FLASHCL_BF16, 2, 16, 128, {128, 50}, 4, 2, 64, 0, {0.05f, 0.0f}, 0, 1, 24, 0, .device_lengths = 1,
+     .page_size = 32, .device_table = 1, .options = ""},
+    /* f32 on the portable kernel, d 128, MHA x 20 queries, causal, softcap, sinks and ALiBi */
+    {FLASHCL_F32, 2, 20, 100, {100, 33}, 2, 2, 128, 0, {0.05f, 0.02f}, 1, .softcap = 0.4f, .sinks = 1, .alibi = 1,
+     .options = "register-tiled:off"},
+    /* f16 on the portable kernel, GQA 4 x 6 queries, paged (16-row pages, host table), a window */
+    {FLASHCL_F16, 2, 6, 96, {96, 40}, 8, 2, 64, 0, {0.02f, 0.05f}, 0, 1, 10, 2, .page_size = 16,
+     .options = "register-tiled:off"},
+};
+
+START_TEST(kv8_prefill)
+{
+    const struct kv8_case *c = &kv8_prefill_cases[_i];
+    struct flashcl_tile tile;
+    run_kv8_case(test_context_with_options(c->options), c, 990 + (uint64_t)_i, &tile);
+    const char *want = strstr(c->options, "register-tiled:off") ? "portable" : "register-tiled";
+    ck_assert_msg(kernel_is(tile.kernel, want), "case %d ran %s, not %s", _i, tile.kernel, want);
+}
+END_TEST
+
 /* The split count a case's options force ("splits=N"), 0 where they force none. */
 static int forced_splits(const char *options)
 {
@@ -908,9 +935,10 @@ static bool f16_cache_on_tensor_cores(flashcl_context *ctx)
 }
 
 /* What E4M3 KV caches refuse, each with its status: K and V not both E4M3, E4M3 Q or O, Q and O of different
- * dtypes, bad descales, more rows a KV head (group x seq_q) than the decode kernels hold; and E4M3 K and V with an
- * ordinary Q in every other call (dense, packed, backward, standard). Where the rows fit, f32 Q and views off 16
- * bytes stay on the FMA decode kernel instead of the tensor-core one. */
+ * dtypes, bad descales, every kernel that reads them turned off; and E4M3 K and V with an ordinary Q in every other
+ * call (dense, packed, backward, standard). More rows a KV head (group x seq_q) than the decode kernels hold plan
+ * the FMA forward; where the rows fit, f32 Q and views off 16 bytes stay on the FMA decode kernel instead of the
+ * tensor-core one. */
 START_TEST(kv8_refusals)
 {
     struct test_env *e = test_env_get();
@@ -974,25 +1002,26 @@ START_TEST(kv8_refusals)
     bad = a;
     bad.o.descale = 2.0f;
     KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
-    /* More than 16 rows a KV head: 4 heads x 5 queries, and 17 heads x 1 query. */
-    bad = a;
-    bad.seq_q = 5;
-    bad.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 5, 4, 64);
-    bad.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 5, 4, 64);
-    bad.lse = flashcl_tensor_lse(mems[4], 5, 4);
-    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_CONFIG);
-    bad = a;
-    bad.heads_q = 17;
-    bad.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 1, 17, 64);
-    bad.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 1, 17, 64);
-    bad.lse = flashcl_tensor_lse(mems[4], 1, 17);
-    KV8_REFUSED(bad, FLASHCL_ERROR_INVALID_CONFIG);
-    /* A call that fits, on a context whose decode kernels are off: refused too, no other kernel taking E4M3 K
-     * and V (the status is the planner's; only that it is refused is asserted). */
-    flashcl_context *no_decode = test_context_with_options("decode:off;decode-tensor-core:off");
-    const flashcl_status off = flashcl_forward_kv_cache_config(no_decode, &a, &lengths, NULL, &tile);
-    ck_assert_msg(off != FLASHCL_SUCCESS, "with the decode kernels off, an E4M3 KV cache planned %s", tile.kernel);
-    printf("e4m3 kv cache, decode kernels off: %s (%s)\n", flashcl_status_name(off), flashcl_last_error());
+    /* More than 16 rows a KV head (4 heads x 5 queries, 17 heads x 1 query): past the decode kernels, on the FMA
+     * forward kernels. */
+    struct flashcl_attention many = a;
+    many.seq_q = 5;
+    many.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 5, 4, 64);
+    many.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 5, 4, 64);
+    many.lse = flashcl_tensor_lse(mems[4], 5, 4);
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &many, &lengths, NULL, &tile));
+    ck_assert_msg(kernel_is(tile.kernel, "register-tiled"), "20 rows planned %s", tile.kernel);
+    many = a;
+    many.heads_q = 17;
+    many.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 1, 17, 64);
+    many.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 1, 17, 64);
+    many.lse = flashcl_tensor_lse(mems[4], 1, 17);
+    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &many, &lengths, NULL, &tile));
+    ck_assert_msg(kernel_is(tile.kernel, "register-tiled"), "17 rows planned %s", tile.kernel);
+    /* Every kernel that reads an E4M3 cache off: refused, saying so. */
+    flashcl_context *none = test_context_with_options("decode:off;decode-tensor-core:off;register-tiled:off;portable:off");
+    ck_assert_status(flashcl_forward_kv_cache_config(none, &a, &lengths, NULL, &tile), FLASHCL_ERROR_INVALID_CONFIG);
+    ck_assert_msg(strstr(flashcl_last_error(), "E4M3 KV cache"), "the refusal says: %s", flashcl_last_error());
 #undef KV8_REFUSED
 
     /* E4M3 K and V with an ordinary Q anywhere but a KV cache. */
@@ -1073,6 +1102,7 @@ int main(void)
     tcase_add_loop_test(kv, kv8_fma, 0, (int)COUNT(kv8_fma_cases));
     tcase_add_loop_test(kv, kv8_tensor_core, 0, (int)COUNT(kv8_tc_cases));
     tcase_add_loop_test(kv, kv8_tensor_core_native, 0, (int)COUNT(kv8_tc_cases));
+    tcase_add_loop_test(kv, kv8_prefill, 0, (int)COUNT(kv8_prefill_cases));
     tcase_add_test(kv, e4m3_conversions_every_code);
     tcase_add_test(kv, kv8_refusals);
     suite_add_tcase(s, kv);
