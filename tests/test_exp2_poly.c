@@ -13,21 +13,7 @@
 
 #include "common.h"
 
-typedef uint32_t uint;
-
-static float as_float(uint i)
-{
-    float f;
-    memcpy(&f, &i, sizeof f);
-    return f;
-}
-
-static uint as_uint(float f)
-{
-    uint i;
-    memcpy(&i, &f, sizeof i);
-    return i;
-}
+#include "cl_as_c.h"
 
 #define fma fmaf
 #define fmax fmaxf

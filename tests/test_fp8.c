@@ -451,23 +451,7 @@ END_TEST
 
 /* ---- cl/e4m3.h, the kernels' conversions of E4M3 bytes, compiled as C: every one of the 256 codes ---- */
 
-typedef uint32_t uint;
-static float as_float(uint i)
-{
-    float f;
-    memcpy(&f, &i, sizeof f);
-    return f;
-}
-static uint as_uint(float f)
-{
-    uint i;
-    memcpy(&i, &f, sizeof i);
-    return i;
-}
-static uint clz(uint x)
-{
-    return x ? (uint)__builtin_clz(x) : 32u;
-}
+#include "cl_as_c.h"
 #define DTYPE 1  /* e4m3x2_to_pair's f16 pairs */
 #include "../cl/e4m3.h"
 #undef DTYPE
@@ -1004,20 +988,18 @@ START_TEST(kv8_refusals)
     KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
     /* More than 16 rows a KV head (4 heads x 5 queries, 17 heads x 1 query): past the decode kernels, on the FMA
      * forward kernels. */
-    struct flashcl_attention many = a;
-    many.seq_q = 5;
-    many.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 5, 4, 64);
-    many.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 5, 4, 64);
-    many.lse = flashcl_tensor_lse(mems[4], 5, 4);
-    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &many, &lengths, NULL, &tile));
-    ck_assert_msg(kernel_is(tile.kernel, "register-tiled"), "20 rows planned %s", tile.kernel);
-    many = a;
-    many.heads_q = 17;
-    many.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, 1, 17, 64);
-    many.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, 1, 17, 64);
-    many.lse = flashcl_tensor_lse(mems[4], 1, 17);
-    ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &many, &lengths, NULL, &tile));
-    ck_assert_msg(kernel_is(tile.kernel, "register-tiled"), "17 rows planned %s", tile.kernel);
+    const int many_rows[2][2] = {{5, 4}, {1, 17}};  /* queries, query heads */
+    for (int i = 0; i < 2; i++) {
+        const int nq = many_rows[i][0], hq = many_rows[i][1];
+        struct flashcl_attention many = a;
+        many.seq_q = nq;
+        many.heads_q = hq;
+        many.q = flashcl_tensor_bnhd(mems[0], FLASHCL_F16, (size_t)nq, (size_t)hq, 64);
+        many.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, (size_t)nq, (size_t)hq, 64);
+        many.lse = flashcl_tensor_lse(mems[4], (size_t)nq, (size_t)hq);
+        ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &many, &lengths, NULL, &tile));
+        ck_assert_msg(kernel_is(tile.kernel, "register-tiled"), "%d rows planned %s", nq * hq, tile.kernel);
+    }
     /* Every kernel that reads an E4M3 cache off: refused, saying so. */
     flashcl_context *none = test_context_with_options("decode:off;decode-tensor-core:off;register-tiled:off;portable:off");
     ck_assert_status(flashcl_forward_kv_cache_config(none, &a, &lengths, NULL, &tile), FLASHCL_ERROR_INVALID_CONFIG);
