@@ -803,6 +803,13 @@ static size_t decode_mma_kv_block_bytes(const struct kernel_shape *s, const stru
     return n * (nv_tile_row_bytes(p->head_dim) + nv_tile_row_bytes(fcl_value_dim(p)));
 }
 
+/* With an E4M3 cache, the one block's K and V converted to 2-byte elements (the products' tiles); else none. */
+static size_t decode_mma_converted_bytes(const struct kernel_shape *s, const struct problem *p)
+{
+    return kv_e4m3(p) ? (size_t)s->axis[N] * (nv_tile_row_bytes(p->head_dim) + nv_tile_row_bytes(fcl_value_dim(p)))
+                      : 0;
+}
+
 /* Q's 16 rows and each warp's row max and sum (fixed), and with an E4M3 cache the one block's K and V converted
  * (in 2-byte elements); a stage's K and V (decode_mma_kv_block_bytes), and a paged cache's row offsets for it.
  * The warps' accumulators are merged in the V buffers (E4M3: the stages and converted tiles) after the last
@@ -810,10 +817,8 @@ static size_t decode_mma_kv_block_bytes(const struct kernel_shape *s, const stru
 static size_t decode_mma_fixed_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                                      const struct problem *p)
 {
-    const size_t converted = kv_e4m3(p) ? (size_t)s->axis[N] * (nv_tile_row_bytes(p->head_dim) +
-                                                                 nv_tile_row_bytes(fcl_value_dim(p)))
-                                        : 0;
-    return 16 * nv_tile_row_bytes(p->head_dim) + 2 * (size_t)s->axis[W] * 16 * sizeof(float) + converted +
+    return 16 * nv_tile_row_bytes(p->head_dim) + 2 * (size_t)s->axis[W] * 16 * sizeof(float) +
+           decode_mma_converted_bytes(s, p) +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -859,9 +864,7 @@ static size_t decode_mma_merge_floats(const struct device_desc *dev, const struc
 {
     const size_t stages = (size_t)decode_mma_stages(dev, s, p);
     if (kv_e4m3(p))
-        return (stages * decode_mma_kv_block_bytes(s, p) + (size_t)s->axis[N] * (nv_tile_row_bytes(p->head_dim) +
-                                                                                 nv_tile_row_bytes(fcl_value_dim(p)))) /
-               sizeof(float);
+        return (stages * decode_mma_kv_block_bytes(s, p) + decode_mma_converted_bytes(s, p)) / sizeof(float);
     return stages * (size_t)s->axis[N] * nv_tile_row_bytes(p->head_dim) / sizeof(float);
 }
 
