@@ -50,6 +50,12 @@
  * to E4M3 times P_SCALE, which keeps the small probabilities out of E4M3's subnormals; l sums the unrounded P.
  * The descales: Q's and K's are in scale_log2 (the host's), V's (v_descale) and 1 / P_SCALE multiply O at the end.
  *
+ * -DKV_E4M3=1 (mma.sync only; 2 where the device converts E4M3 itself: compute capability 8.9+): K and V are an
+ * E4M3 KV cache's bytes (Q and O f16 or bf16), chunked prefill against an FP8 cache. The bytes stream through
+ * KV_STAGES stages of their own; after each block lands, the work-group converts it into one K and one V tile of
+ * Q's type (cl/kv8_tiles.h: exact, every E4M3 value is an f16 and a bf16) behind a second barrier, and the
+ * products run unchanged. K's descale is in scale_log2 (the host's), V's (v_descale) multiplies O.
+ *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
  * work-item must reach every ldmatrix, mma and quad_xor together, as they
@@ -122,6 +128,12 @@
 #endif
 #if FP8 && (!WGMMA || BLOCK_N != 128 || HEAD_DIM % 32 != 0 || VARLEN > 1)
 #error "E4M3 (DTYPE 3) runs on wgmma, dense or packed (no KV cache), with 128-key blocks (one 128-byte panel of Vᵀ a row) and HEAD_DIM % 32 == 0"
+#endif
+#ifndef KV_E4M3
+#define KV_E4M3 0
+#endif
+#if KV_E4M3 && (WGMMA || FP8)
+#error "an E4M3 KV cache (KV_E4M3) is read by the mma.sync build (WGMMA 0) of f16/bf16 Q"
 #endif
 #define P_SCALE 256.0f  /* FP8: P's factor before rounding (a power of two: exact either way) */
 /* -DWGMMA_OVERLAP=1 (wgmma only): a block's softmax runs while the tensor cores still add the previous
@@ -203,6 +215,39 @@
 #include "nv_mma.h"
 #include "block_order.h"
 #include "nv_mma16.h"  /* mma, ldmatrix, tiles and their loaders */
+#if KV_E4M3
+#include "kv8_tiles.h"  /* the stages and their conversion */
+/* A block's K and V rows as stored into a stage (row r of K at r CH8, of V at BLOCK_N CH8 + r CH8_V); zeros past
+ * the end. A paged cache's rows through its block table (clamped as varlen.h's KV_ROW does), one lookup a key. */
+static inline void load_kv8(__local uint4 *stage8, __global const uchar *k_base, __global const uchar *v_base,
+                            ulong k_sb, ulong k_ss, ulong v_sb, ulong v_ss, int first_row, int seq, int tid, int b,
+                            __global const int *pages, int page_size, int pages_per_seq, int num_pages)
+{
+    for (int c = tid; c < BLOCK_N * KV8_CHUNKS; c += WG) {
+        const int r = c / KV8_CHUNKS, ch = c % KV8_CHUNKS, key = first_row + r;
+        const bool valid = key < seq;
+#if VARLEN == 3
+        const int n = key / page_size;
+        const ulong page = valid ? (ulong)clamp(pages[b * pages_per_seq + n], 0, num_pages - 1) : 0;
+        const ulong k_row = page * k_sb + (ulong)(key - n * page_size) * k_ss;
+        const ulong v_row = page * v_sb + (ulong)(key - n * page_size) * v_ss;
+#else
+        const ulong k_row = (ulong)key * k_ss, v_row = (ulong)key * v_ss;
+#endif
+        if (ch < CH8)
+            copy_chunk8(&stage8[r * CH8 + ch], k_base + k_row + 16 * ch, valid);
+        if (ch < CH8_V)
+            copy_chunk8(&stage8[BLOCK_N * CH8 + r * CH8_V + ch], v_base + v_row + 16 * ch, valid);
+    }
+}
+#if VARLEN == 3
+#define LOAD_KV8(stage8, first)                                                                                      \
+    load_kv8(stage8, k_base, v_base, k_sb, k_ss, v_sb, v_ss, first, seq_kv, tid, b, pages, page_size, pages_per_seq, \
+             num_pages)
+#else
+#define LOAD_KV8(stage8, first) load_kv8(stage8, k_base, v_base, 0, k_ss, 0, v_ss, first, seq_kv, tid, 0, 0, 0, 0, 0)
+#endif
+#endif
 #if FP8
 /* The first column of sequence b's keys in a packed batch's Vᵀ (whose rows are the packed keys rounded up to 128
  * plus 256 a sequence): its first packed key row rounded up to a 128-key block, plus 256 b. Sequences in order
@@ -318,7 +363,19 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
     WAIT_BLOCK_LANDED();                                                                                             \
     barrier(CLK_LOCAL_MEM_FENCE)
 #endif
-#if OVERLAP
+#if KV_E4M3
+/* The stored bytes of the block KV_STAGES - 1 ahead stream into the stage the previous block used; this block's
+ * landed stage becomes the K and V tiles (every warp is done with the previous block's: the first barrier), and
+ * the second barrier publishes them. */
+#define STREAM_BLOCK(kb, stage)                                                                                      \
+    BLOCK_LANDED_FOR_ALL();                                                                                          \
+    if ((kb) + (KV_STAGES - 1) * BLOCK_N < kv_end)                                                                   \
+        LOAD_KV8(kv8_stages + LOAD_STAGE(stage) * STAGE8, (kb) + (KV_STAGES - 1) * BLOCK_N);                        \
+    copy_async_commit();                                                                                             \
+    convert_kv8(k_tiles, v_tiles, kv8_stages + (stage) * STAGE8, tid);                                               \
+    barrier(CLK_LOCAL_MEM_FENCE)
+#define TILE_STAGE(stage) 0  /* one converted K and V tile */
+#elif OVERLAP
 #define STREAM_BLOCK(kb, stage)                                                                                      \
     BLOCK_LANDED_FOR_ALL();                                                                                          \
     if ((kb) + BLOCK_N < kv_end)                                                                                     \
@@ -333,6 +390,9 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
                 v_tiles + LOAD_STAGE(stage) * V_STAGE_CHUNKS, (kb) + (KV_STAGES - 1) * BLOCK_N);            \
     copy_async_commit()
 #endif
+#ifndef TILE_STAGE
+#define TILE_STAGE(stage) (stage)  /* the K and V tiles block kb's products read: its buffer's */
+#endif
 
 #include "forward_args.h"
 
@@ -340,8 +400,14 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
 void flash_forward_mma(FORWARD_ARGS(ushort))
 {
     __local uint4 q_tile[BLOCK_M * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+#if KV_E4M3
+    __local uint4 kv8_stages[KV_STAGES * STAGE8] __attribute__((aligned(16)));  /* block j's bytes in j % KV_STAGES */
+    __local uint4 k_tiles[BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));  /* converted */
+    __local uint4 v_tiles[V_STAGE_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+#else
     __local uint4 k_tiles[KV_STAGES * BLOCK_N * ROW_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
     __local uint4 v_tiles[KV_STAGES * V_STAGE_CHUNKS] __attribute__((aligned(TILE_ALIGN)));
+#endif
     NV_SCRATCH_DECL;  /* -DNV_EMULATE: the lanes' exchanges (nv_emulate.h); else nothing */
 
     const int tid = (int)get_local_id(0);
@@ -362,8 +428,16 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
     const float slope2 = HEAD_ALIBI2(h);
 
     __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
+#if !KV_E4M3
     __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
-#if FP8 && VARLEN
+#endif
+#if KV_E4M3
+    /* An E4M3 cache: its bytes (the views' offsets and strides count bytes). */
+    __global const uchar *k_base = (__global const uchar *)k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss +
+                                   (ulong)hk * k_sh;
+    __global const uchar *v_base = (__global const uchar *)v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss +
+                                   (ulong)hk * v_sh;
+#elif FP8 && VARLEN
     /* Vᵀ of a packed batch: sequence b's keys are its columns from fp8_vt_column (bytes; 2-byte units here). */
     __global const ushort *v_base = v + v_off + fp8_vt_column(b, start_k) / 2 + (ulong)hk * v_sh;
 #else
@@ -386,7 +460,9 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
     /* Prologue: Q and the first K/V block into buffer 0 (and with three buffers the second into 1). */
     load_tile(q_tile, BLOCK_M, q_base, q_ss, q0, seq_q, tid);
     if (kv_begin < kv_end) {
-#if OVERLAP
+#if KV_E4M3
+        LOAD_KV8(kv8_stages, kv_begin);
+#elif OVERLAP
         LOAD_K(k_tiles, kv_begin);  /* its V comes with the next block's K */
 #else
         LOAD_KV(k_tiles, v_tiles, kv_begin);
@@ -402,7 +478,11 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
     copy_async_commit();
 #if KV_STAGES == 3
     if (kv_begin + BLOCK_N < kv_end)
+#if KV_E4M3
+        LOAD_KV8(kv8_stages + STAGE8, kv_begin + BLOCK_N);
+#else
         LOAD_KV(k_tiles + BLOCK_N * ROW_CHUNKS, v_tiles + V_STAGE_CHUNKS, kv_begin + BLOCK_N);
+#endif
     copy_async_commit();
 #endif
     WAIT_BLOCK_LANDED();
@@ -496,9 +576,9 @@ NV_UNROLL
 #endif
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage = NEXT_STAGE(stage)) {  /* kb's buffer */
         STREAM_BLOCK(kb, stage);
-        __local const uint4 *k_tile = k_tiles + stage * BLOCK_N * ROW_CHUNKS;
+        __local const uint4 *k_tile = k_tiles + TILE_STAGE(stage) * BLOCK_N * ROW_CHUNKS;
 #if !OVERLAP
-        __local const uint4 *v_tile = v_tiles + stage * V_STAGE_CHUNKS;
+        __local const uint4 *v_tile = v_tiles + TILE_STAGE(stage) * V_STAGE_CHUNKS;
 #endif
 
 #if BLOCK_SKIP
@@ -700,7 +780,13 @@ NV_UNROLL
         for (int r = 0; r < 2; r++) {
             /* Each thread summed l over its own keys: finish_row adds the quad's partials. */
             float lse_row;
+#if KV_E4M3
+            /* An E4M3 cache's V is its bytes times v_descale (split partials too: the merge is linear). */
+            const float inv_l =
+                finish_row(m_row[mt][r], l_row[mt][r], HEAD_SINK(h), &lse_row NV_SCRATCH_ARG) * v_descale;
+#else
             const float inv_l = finish_row(m_row[mt][r], l_row[mt][r], HEAD_SINK(h), &lse_row NV_SCRATCH_ARG);
+#endif
             const int row = warp_row0 + 16 * mt + g + 8 * r;
             if (row >= seq_q)
                 continue;

@@ -595,8 +595,9 @@ struct flashcl_kv_pages {
  * dtype does. Up to 16 query rows a KV head (group x seq_q: decode) the
  * decode kernels read it ("decode-tensor-core" on NVIDIA compute capability
  * 8.0+ for f16 and bf16 with rows on 16 bytes, "decode" anywhere); past that
- * (chunked prefill) the FMA forward kernels ("register-tiled", "portable"),
- * not yet the tensor cores. */
+ * (chunked prefill) "tensor-core" (mma.sync, NVIDIA compute capability 8.0+,
+ * the same conditions; not wgmma) and the FMA forward kernels
+ * ("register-tiled", "portable") elsewhere. */
 FLASHCL_API flashcl_status flashcl_forward_kv_cache(flashcl_context *ctx, const struct flashcl_attention *attn,
                                                     const struct flashcl_kv_lengths *lengths,
                                                     const struct flashcl_kv_pages *pages, cl_command_queue queue,

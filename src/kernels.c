@@ -21,11 +21,17 @@
 /* The mask as cl/mask.h reads it, for the kernels that take any window. */
 #define WINDOW_OPTIONS "-DWINDOW_LEFT=%d -DWINDOW_RIGHT=%d"
 
-/* K and V an E4M3 cache (-DKV_E4M3: the FMA forward kernels and the decode kernels read it), Q and O of the
+/* K and V an E4M3 cache (-DKV_E4M3: the FMA forward kernels, tensor-core and the decode kernels read it), Q and O of the
  * problem's dtype. */
 static bool kv_e4m3(const struct problem *p)
 {
     return p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3;
+}
+
+/* NVIDIA's own E4M3 conversion (cvt.rn.f16x2.e4m3x2: compute capability 8.9 and later), where not emulated. */
+static bool nv_native_e4m3(const struct device_desc *dev)
+{
+    return !dev->tensor_cores_emulated && dev->nv_major * 10 + dev->nv_minor >= 89;
 }
 
 /* ---- portable: cl/flash_forward.cl, any device, any head_dim and tile ---- */
@@ -186,12 +192,15 @@ static size_t nv_tile_row_bytes(int head_dim)
     return 16 * (chunks % 8 == 0 ? chunks : (chunks | 1));
 }
 
-/* Q, and K and V twice (double-buffered), in 2-byte-element tiles; V's rows of head_dim_v. */
+/* Q, and K and V twice (double-buffered), in 2-byte-element tiles; V's rows of head_dim_v. An E4M3 cache: its
+ * bytes twice (cl/kv8_tiles.h's stages, rows unpadded), and one K and V tile they are converted into. */
 static size_t mma_local_bytes(const struct device_desc *dev, const struct kernel_shape *s,
                               const struct problem *p)
 {
     const size_t m = 16 * (size_t)s->axis[T] * (size_t)s->axis[W], n = (size_t)s->axis[N];
-    return (m + 2 * n) * nv_tile_row_bytes(p->head_dim) + 2 * n * nv_tile_row_bytes(fcl_value_dim(p)) +
+    const size_t kv_tiles = n * (nv_tile_row_bytes(p->head_dim) + nv_tile_row_bytes(fcl_value_dim(p)));
+    const size_t kv = kv_e4m3(p) ? kv_tiles + 2 * n * (size_t)(p->head_dim + fcl_value_dim(p)) : 2 * kv_tiles;
+    return m * nv_tile_row_bytes(p->head_dim) + kv +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -230,7 +239,8 @@ static void mma_options(const struct device_desc *dev, const struct problem *p, 
 {
     forward_mma_options(p, s, scale_log2, true, 0, buf, size);
     const size_t used = strlen(buf);
-    snprintf(buf + used, size - used, " -DQ_REGS=%d", mma_q_registers(p, s));
+    snprintf(buf + used, size - used, " -DQ_REGS=%d -DKV_E4M3=%d", mma_q_registers(p, s),
+             !kv_e4m3(p) ? 0 : nv_native_e4m3(dev) ? 2 : 1);
 }
 
 /* Whether the softmax is overlapped with the previous block's PV (cl/flash_forward_mma.cl's WGMMA_OVERLAP) on 64-key
@@ -882,12 +892,6 @@ static void decode_mma_geometry(const struct device_desc *dev, const struct kern
     *workgroup = 32 * s->axis[W];
 }
 
-/* NVIDIA's own E4M3 conversion (cvt.rn.f16x2.e4m3x2: compute capability 8.9 and later), where not emulated. */
-static bool decode_mma_native_e4m3(const struct device_desc *dev)
-{
-    return !dev->tensor_cores_emulated && dev->nv_major * 10 + dev->nv_minor >= 89;
-}
-
 static void decode_mma_options(const struct device_desc *dev, const struct problem *p, const struct kernel_shape *s,
                                float scale_log2, char *buf, size_t size)
 {
@@ -896,7 +900,7 @@ static void decode_mma_options(const struct device_desc *dev, const struct probl
              " -DNEGATIVE_SCALE=%d -DVARLEN=%d -DKV_E4M3=%d",
              p->head_dim, fcl_value_dim(p), s->axis[W], s->axis[N], decode_mma_stages(dev, s, p),
              fcl_dtype_define(p->dtype), p->window_left, p->window_right, scale_log2 < 0.0f, p->varlen,
-             !kv_e4m3(p) ? 0 : decode_mma_native_e4m3(dev) ? 2 : 1);
+             !kv_e4m3(p) ? 0 : nv_native_e4m3(dev) ? 2 : 1);
 }
 
 /* Four warps of 16 keys: at d = 128 on an H200 three buffers, about 100 KB, two work-groups an SM
@@ -1113,8 +1117,8 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "tensor-core", .file = "cl/flash_forward_mma.cl",
-        .summary = "The forward on NVIDIA sm_80+ tensor cores with mma.sync m16n8k16.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
+        .summary = "The forward on NVIDIA sm_80+ tensor cores with mma.sync m16n8k16; reads E4M3 KV caches too (chunked prefill), converted in local memory.",
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true, .kv_e4m3 = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,

@@ -827,6 +827,54 @@ static int forced_splits(const char *options)
     return at ? atoi(at + strlen("splits=")) : 0;
 }
 
+/* Past 16 rows a KV head on the tensor cores: the mma.sync forward (tensor-core) converts each landed block of
+ * bytes into f16/bf16 tiles (cl/kv8_tiles.h). Causal with rows that see no key, GQA, a window, paged with both
+ * tables, device lengths, dv != d, softcap + sinks + ALiBi, and a forced split (V's descale on the partials). */
+static const struct kv8_case kv8_prefill_tc_cases[] = {
+    /* f16, GQA 4 x 8 queries (32 rows), causal, a sequence of 5 keys, host lengths */
+    {FLASHCL_F16, 3, 8, 160, {160, 5, 77}, 8, 2, 64, 0, {0.05f, 0.02f}, 1, .options = ""},
+    /* bf16, GQA 2 x 16 queries, a window, paged (32-row pages, device table), device lengths */
+    {FLASHCL_BF16, 2, 16, 128, {128, 50}, 4, 2, 64, 0, {0.05f, 0.0f}, 0, 1, 24, 0, .device_lengths = 1,
+     .page_size = 32, .device_table = 1, .options = ""},
+    /* f16, d 128 with dv 64, MHA x 20 queries, causal, softcap, sinks and ALiBi, paged (16-row pages, host table),
+     * two splits */
+    {FLASHCL_F16, 2, 20, 112, {112, 33}, 2, 2, 128, 64, {0.05f, 0.02f}, 1, .softcap = 0.4f, .sinks = 1,
+     .alibi = 1, .page_size = 16, .options = "tensor-core:splits=2"},
+};
+
+/* Emulated (compute capability 8.0: the integer conversion), a fresh context each case. */
+START_TEST(kv8_prefill_tensor_core)
+{
+    const struct kv8_case *c = &kv8_prefill_tc_cases[_i];
+    flashcl_context *ctx = test_emulated_context(c->options, 80, false);
+    struct flashcl_tile tile;
+    run_kv8_case(ctx, c, 1010 + (uint64_t)_i, &tile);
+    ck_assert_msg(kernel_is(tile.kernel, "tensor-core"), "case %d ran %s, not tensor-core", _i, tile.kernel);
+    if (forced_splits(c->options))
+        ck_assert_int_eq(tile.splits, forced_splits(c->options));
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
+static bool f16_cache_on_tensor_cores(flashcl_context *ctx);
+
+/* The same on the device's own tensor cores where it has them (NVIDIA's cvt on compute capability 8.9+); elsewhere
+ * the plain context plans an FMA kernel, whose run is still checked, and the case says so. */
+START_TEST(kv8_prefill_tensor_core_native)
+{
+    const struct kv8_case *c = &kv8_prefill_tc_cases[_i];
+    flashcl_context *ctx = test_context_with_options(c->options);
+    const bool tensor_cores = f16_cache_on_tensor_cores(test_env_get()->ctx);
+    struct flashcl_tile tile;
+    run_kv8_case(ctx, c, 1030 + (uint64_t)_i, &tile);
+    if (!tensor_cores) {
+        printf("native e4m3 kv cache prefill case %d: no tensor cores here; ran %s\n", _i, tile.kernel);
+        return;
+    }
+    ck_assert_msg(kernel_is(tile.kernel, "tensor-core"), "case %d ran %s, not tensor-core", _i, tile.kernel);
+}
+END_TEST
+
 /* The FMA decode kernel: every case runs there, split three ways where the case forces it. */
 START_TEST(kv8_fma)
 {
@@ -853,8 +901,6 @@ START_TEST(kv8_tensor_core)
     flashcl_context_destroy(&ctx);
 }
 END_TEST
-
-static bool f16_cache_on_tensor_cores(flashcl_context *ctx);
 
 /* The same cases on the device's own tensor cores where it has them (NVIDIA: decode-tensor-core built natively, its
  * conversion NVIDIA's cvt on compute capability 8.9+); elsewhere the plain context plans "decode", whose run is
@@ -986,8 +1032,9 @@ START_TEST(kv8_refusals)
     bad = a;
     bad.o.descale = 2.0f;
     KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
-    /* More than 16 rows a KV head (4 heads x 5 queries, 17 heads x 1 query): past the decode kernels, on the FMA
-     * forward kernels. */
+    /* More than 16 rows a KV head (4 heads x 5 queries, 17 heads x 1 query): past the decode kernels, on the mma.sync
+     * forward where the device has tensor cores, else the FMA forward kernels. */
+    const bool tensor_cores = f16_cache_on_tensor_cores(e->ctx);
     const int many_rows[2][2] = {{5, 4}, {1, 17}};  /* queries, query heads */
     for (int i = 0; i < 2; i++) {
         const int nq = many_rows[i][0], hq = many_rows[i][1];
@@ -998,10 +1045,11 @@ START_TEST(kv8_refusals)
         many.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, (size_t)nq, (size_t)hq, 64);
         many.lse = flashcl_tensor_lse(mems[4], (size_t)nq, (size_t)hq);
         ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &many, &lengths, NULL, &tile));
-        ck_assert_msg(kernel_is(tile.kernel, "register-tiled"), "%d rows planned %s", nq * hq, tile.kernel);
+        ck_assert_msg(kernel_is(tile.kernel, tensor_cores ? "tensor-core" : "register-tiled"), "%d rows planned %s",
+                      nq * hq, tile.kernel);
     }
     /* Every kernel that reads an E4M3 cache off: refused, saying so. */
-    flashcl_context *none = test_context_with_options("decode:off;decode-tensor-core:off;register-tiled:off;portable:off");
+    flashcl_context *none = test_context_with_options("decode:off;decode-tensor-core:off;tensor-core:off;register-tiled:off;portable:off");
     ck_assert_status(flashcl_forward_kv_cache_config(none, &a, &lengths, NULL, &tile), FLASHCL_ERROR_INVALID_CONFIG);
     ck_assert_msg(strstr(flashcl_last_error(), "E4M3 KV cache"), "the refusal says: %s", flashcl_last_error());
 #undef KV8_REFUSED
@@ -1085,6 +1133,8 @@ int main(void)
     tcase_add_loop_test(kv, kv8_tensor_core, 0, (int)COUNT(kv8_tc_cases));
     tcase_add_loop_test(kv, kv8_tensor_core_native, 0, (int)COUNT(kv8_tc_cases));
     tcase_add_loop_test(kv, kv8_prefill, 0, (int)COUNT(kv8_prefill_cases));
+    tcase_add_loop_test(kv, kv8_prefill_tensor_core, 0, (int)COUNT(kv8_prefill_tc_cases));
+    tcase_add_loop_test(kv, kv8_prefill_tensor_core_native, 0, (int)COUNT(kv8_prefill_tc_cases));
     tcase_add_test(kv, e4m3_conversions_every_code);
     tcase_add_test(kv, kv8_refusals);
     suite_add_tcase(s, kv);
