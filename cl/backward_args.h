@@ -29,55 +29,10 @@
     int seq_q, int seq_kv, int group, float scale_log2, float scale, __global const float *alibi, ulong alibi_off
 
 /* A row's LSE in base 2, +inf for a row that is absent or sees no key (P = 0 there). */
-static inline float lse2_of(float l)
-{
-    return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
-}
 static inline float row_lse2(__global const float *lse, ulong index, int row, int seq_q)
 {
-    return lse2_of(row < seq_q ? lse[index] : -INFINITY);
-}
-
-/* The dK/dV step's rows: each streamed block of BLOCK_M queries comes with their LSE and D, which a thread loads
- * for rows tid, tid + WG, .. of the block and stores to local memory beside the block's copies. -DROW_TERMS_AHEAD=1
- * (the default) loads them an iteration earlier, into registers, so their latency passes behind a block's products;
- * with 0 they are stored as loaded, and the threads that load them (the first warps) wait for them at every block,
- * and with those warps their warpgroup's products. */
-#ifndef ROW_TERMS_AHEAD
-#define ROW_TERMS_AHEAD 1
-#endif
-#define ROW_TERMS ((BLOCK_M + WG - 1) / WG)  /* a thread's rows of a block */
-struct row_terms {
-    float lse[ROW_TERMS], delta[ROW_TERMS];  /* as loaded: -inf and 0 past seq_q */
-};
-
-/* Rows q0 + tid, q0 + tid + WG, .. (< q0 + BLOCK_M) of one query head: lse_base and delta_base its offsets. */
-static inline __attribute__((always_inline)) void fetch_row_terms(struct row_terms *t, __global const float *lse,
-                                                                  ulong lse_base, ulong l_ss,
-                                                                  __global const float *delta, ulong delta_base,
-                                                                  int q0, int seq_q, int tid)
-{
-NV_UNROLL
-    for (int i = 0; i < ROW_TERMS; i++) {
-        const int r = tid + i * WG, row = q0 + r;
-        const bool in = r < BLOCK_M && row < seq_q;
-        t->lse[i] = in ? lse[lse_base + (ulong)row * l_ss] : -INFINITY;
-        t->delta[i] = in ? delta[delta_base + (ulong)row] : 0.0f;
-    }
-}
-
-/* Into the block's local arrays, the LSE in base 2 (lse2_of). */
-static inline __attribute__((always_inline)) void store_row_terms(const struct row_terms *t, __local float *lse2,
-                                                                  __local float *drow, int tid)
-{
-NV_UNROLL
-    for (int i = 0; i < ROW_TERMS; i++) {
-        const int r = tid + i * WG;
-        if (r < BLOCK_M) {
-            lse2[r] = lse2_of(t->lse[i]);
-            drow[r] = t->delta[i];
-        }
-    }
+    const float l = row < seq_q ? lse[index] : -INFINITY;
+    return l > -INFINITY ? l * M_LOG2E_F : INFINITY;
 }
 
 #endif /* FLASHCL_BACKWARD_ARGS_H */

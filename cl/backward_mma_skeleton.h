@@ -244,16 +244,6 @@ NV_UNROLL
 
     const struct lanes lanes = lane_offsets(lane);
 
-    /* Block j's rows' LSE and D (its query head and first row: the blocks are head-major) into `terms`. */
-#define FETCH_ROW_TERMS(j)                                                                                           \
-    fetch_row_terms(&terms, lse, l_off + (ulong)b * l_sb + (ulong)(hk * group + (j) / q_blocks) * l_sh, l_ss,      \
-                    delta, ((ulong)b * (ulong)heads_q + (ulong)(hk * group + (j) / q_blocks)) * (ulong)seq_q,      \
-                    q_begin + (j) % q_blocks * BLOCK_M, seq_q, tid)
-    struct row_terms terms;  /* the next block's (ROW_TERMS_AHEAD: fetched an iteration before it is stored) */
-#if ROW_TERMS_AHEAD
-    if (total > 0)
-        FETCH_ROW_TERMS(0);
-#endif
     for (int it = -1, stage = 1; it < total; it++, stage ^= 1) {
         /* Block it+1 goes into buffer stage ^ 1 while block it (buffer stage) is computed. The
          * barrier publishes the landed block and frees the buffer the block before it used. */
@@ -268,15 +258,14 @@ NV_UNROLL
             __local tile_t *ot = do_tiles + (stage ^ 1) * BLOCK_M * TILE_ROW;
             load_rows(qt, BLOCK_M, q + q_off + (ulong)b * q_sb + (ulong)h * q_sh, q_ss, nq0, seq_q, tid);
             load_rows(ot, BLOCK_M, d_o + do_off + (ulong)b * do_sb + (ulong)h * do_sh, do_ss, nq0, seq_q, tid);
-#if !ROW_TERMS_AHEAD
-            FETCH_ROW_TERMS(it + 1);
-#endif
-            store_row_terms(&terms, lse_rows + (stage ^ 1) * BLOCK_M, delta_rows + (stage ^ 1) * BLOCK_M, tid);
+            const ulong lse_base = l_off + (ulong)b * l_sb + (ulong)h * l_sh;
+            const ulong delta_base = ((ulong)b * (ulong)heads_q + (ulong)h) * (ulong)seq_q;
+            for (int i = tid; i < BLOCK_M; i += WG) {
+                const int row = nq0 + i;
+                lse_rows[(stage ^ 1) * BLOCK_M + i] = row_lse2(lse, lse_base + (ulong)row * l_ss, row, seq_q);
+                delta_rows[(stage ^ 1) * BLOCK_M + i] = row < seq_q ? delta[delta_base + (ulong)row] : 0.0f;
+            }
         }
-#if ROW_TERMS_AHEAD
-        if (it + 2 < total)
-            FETCH_ROW_TERMS(it + 2);  /* stored at the next iteration */
-#endif
         copy_async_commit();
         if (it < 0)
             continue;

@@ -30,9 +30,8 @@
  * KV_E4M3 (1, or 2 where the device converts E4M3 itself: sm_89+): K and V
  * are an E4M3 cache. Their bytes stream through the STAGES buffers as
  * stored (half the bytes of f16), and after each block lands the
- * warps convert it, exactly (cl/kv8_tiles.h), into one f16/bf16 K and V
- * tile that the products read as above, each warp the rows of its own keys
- * (only it reads them: its lanes meet, not the work-group). K's
+ * work-group converts it, exactly (cl/e4m3.h), into one f16/bf16 K and V
+ * tile that the products read as above: a second barrier a block. K's
  * descale is in scale_log2 (the host's), V's (v_descale) multiplies O.
  * Keep decode_mma_local_bytes in src/kernels.c in step with the arrays below.
  *
@@ -63,9 +62,6 @@
 #endif
 #ifndef KV_E4M3
 #define KV_E4M3 0            /* 1: K and V E4M3 bytes (converted in local memory); 2: by sm_89's cvt */
-#endif
-#ifndef KV8_GROUP_CONVERT
-#define KV8_GROUP_CONVERT 0  /* 1: the whole work-group converts each block, then a barrier (an A/B switch) */
 #endif
 
 #define ROWS 16                        /* the mma tile's rows: every query row of the group */
@@ -317,16 +313,9 @@ NV_UNROLL
         if (kb + (STAGES - 1) * BLOCK_N < kv_end)
             LOAD_BLOCK8(kv_space + ahead * STAGE8, ahead, kb + (STAGES - 1) * BLOCK_N);
         copy_async_commit();
-        /* The converted tiles: every warp is done with the block before's (the barrier above). Each warp converts its
-         * own keys' rows, which only it reads, so its lanes meet instead of the work-group (a second barrier a block
-         * before: KV8_GROUP_CONVERT=1). */
-#if KV8_GROUP_CONVERT
-        convert_kv8(k_converted, v_converted, kv_space + stage * STAGE8, 0, BLOCK_N, tid, WG);
+        /* The converted tiles: every warp is done with the block before's (the barrier above). */
+        convert_kv8(k_converted, v_converted, kv_space + stage * STAGE8, tid);
         barrier(CLK_LOCAL_MEM_FENCE);
-#else
-        convert_kv8(k_converted, v_converted, kv_space + stage * STAGE8, kw0, KW, lane, 32);
-        kv8_warp_sync();
-#endif
         __local const uint4 *k_tile = k_converted, *v_tile = v_converted;
 #else
         if (kb + (STAGES - 1) * BLOCK_N < kv_end)

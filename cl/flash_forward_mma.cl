@@ -372,7 +372,7 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
     if ((kb) + (KV_STAGES - 1) * BLOCK_N < kv_end)                                                                   \
         LOAD_KV8(kv8_stages + LOAD_STAGE(stage) * STAGE8, (kb) + (KV_STAGES - 1) * BLOCK_N);                        \
     copy_async_commit();                                                                                             \
-    convert_kv8(k_tiles, v_tiles, kv8_stages + (stage) * STAGE8, 0, BLOCK_N, tid, WG);                               \
+    convert_kv8(k_tiles, v_tiles, kv8_stages + (stage) * STAGE8, tid);                                               \
     barrier(CLK_LOCAL_MEM_FENCE)
 #define TILE_STAGE(stage) 0  /* one converted K and V tile */
 #elif OVERLAP

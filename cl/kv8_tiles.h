@@ -54,30 +54,18 @@ static inline void copy_chunk8(__local uint4 *dst, __global const uchar *src, bo
         *dst = (uint4)(0u);
 }
 
-/* Rows row0 .. row0 + rows - 1 of a landed stage converted into the K and V tiles the products read, by `count`
- * work-items (`id` this one's): stored chunk ch of a row is chunks 2 ch and 2 ch + 1 of the converted row. */
-static inline void convert_kv8(__local uint4 *k_tile, __local uint4 *v_tile, __local const uint4 *stage8, int row0,
-                               int rows, int id, int count)
+/* A landed stage converted into the K and V tiles the products read: stored chunk ch of a row is chunks 2 ch and
+ * 2 ch + 1 of the converted row. */
+static inline void convert_kv8(__local uint4 *k_tile, __local uint4 *v_tile, __local const uint4 *stage8, int tid)
 {
-    for (int c = id; c < rows * KV8_CHUNKS; c += count) {
-        const int r = row0 + c / KV8_CHUNKS, ch = c % KV8_CHUNKS;
+    for (int c = tid; c < BLOCK_N * KV8_CHUNKS; c += WG) {
+        const int r = c / KV8_CHUNKS, ch = c % KV8_CHUNKS;
         if (ch < CH8)
             kv8_chunk(stage8[r * CH8 + ch], &k_tile[kv_index(r, 2 * ch)], &k_tile[kv_index(r, 2 * ch + 1)]);
         if (ch < CH8_V)
             kv8_chunk(stage8[BLOCK_N * CH8 + r * CH8_V + ch], &v_tile[v_index(r, 2 * ch)],
                       &v_tile[v_index(r, 2 * ch + 1)]);
     }
-}
-
-/* A warp's lanes meet, their local-memory writes ordered before the reads after (a kernel whose warps each convert
- * the rows only they read); emulated, a work-group barrier. */
-static inline void kv8_warp_sync(void)
-{
-#if NV_EMULATE
-    barrier(CLK_LOCAL_MEM_FENCE);
-#else
-    __asm__ volatile("bar.warp.sync -1;" ::: "memory");
-#endif
 }
 
 #endif /* FLASHCL_KV8_TILES_H */
