@@ -644,9 +644,10 @@ static int backward_wgmma_owned_rows(const struct kernel_shape *s, const struct 
 static bool backward_wgmma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
                                       const struct problem *p)
 {
-    /* block_n 96 is on the axis's grid of 32s, not among the kernel's blocks (32, 64, 128). */
+    /* block_n 96 is on the axis's grid of 32s, not among the kernel's blocks (32, 64, 128). 128-query blocks
+     * with a softcap: its slopes (block_m / 2 floats a thread) beside S and dP would spill. */
     return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && (fcl_wide_dim(p) <= 128 || s->axis[W] == 8) &&
-           s->axis[N] != 96;
+           s->axis[N] != 96 && !(s->axis[M] == 128 && p->softcap != 0.0f);
 }
 
 /* The larger of the two kernels' arrays, in tiles of whole 64-column panels (128 bytes a row a panel; V's and
@@ -934,11 +935,15 @@ static const struct builtin_shape backward_mma_builtin[] = {
 };
 
 /* wgmma backward, warps x block_m (the queries dK/dV streams) x block_n (the keys dQ streams), preferred first:
- * two warpgroups (128 keys or rows a work-group) and 64-query blocks everywhere (past d = 64 dK's and dV's d
- * accumulators a thread leave no room for 128 queries' S and dP, 64 + 64 more); 128-key dQ blocks up to
- * d = 64. Past d = 128 (split columns, 8 warps only): 64-key dQ blocks to d = 192 (192 KB), 32-key ones past
- * it (192 KB at d = 256; 64 would need 256). */
+ * two warpgroups (128 keys or rows a work-group). Up to d = 64, 128-query blocks (S and dP one m64n128 product
+ * each, half the blocks and barriers) and 128-key dQ blocks: 252 registers, no spills; H100, against 8 x 64 x 128,
+ * 2 rounds in one call (docs/perf-history.md, 2026-12-07): f16 / bf16, N = 4k / 16k, +21..+27% non-causal,
+ * +21..+26% causal. With a softcap its slopes (64 floats more) would spill there: 64-query blocks
+ * (backward_wgmma_launchable). Past d = 64 dK's and dV's d accumulators a thread leave no room for 128 queries' S
+ * and dP: 64-query blocks. Past d = 128 (split columns, 8 warps only): 64-key dQ blocks to d = 192 (192 KB),
+ * 32-key ones past it (192 KB at d = 256; 64 would need 256). */
 static const struct builtin_shape backward_wgmma_builtin[] = {
+    {ARCH_ANY, 1, 64, -1, BSHAPE(8, 128, 128), ANY_BATCH},
     {ARCH_ANY, 1, 64, -1, BSHAPE(8, 64, 128), ANY_BATCH},
     {ARCH_ANY, 1, 192, -1, BSHAPE(8, 64, 64), ANY_BATCH},
     {ARCH_ANY, 129, 256, -1, BSHAPE(8, 64, 32), ANY_BATCH},

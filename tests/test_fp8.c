@@ -794,20 +794,20 @@ static void run_kv8_case(flashcl_context *ctx, const struct kv8_case *c, uint64_
 }
 
 /* Past 16 rows a KV head (chunked prefill against an E4M3 cache): the FMA forward kernels, register-tiled (the
- * default) and portable (register-tiled off). Causal with more queries than some sequences' keys (rows that see no
+ * default where no tensor core takes it: tensor-core off) and portable (register-tiled off too). Causal with more queries than some sequences' keys (rows that see no
  * key), a window, paged and contiguous, softcap + sinks + ALiBi. */
 static const struct kv8_case kv8_prefill_cases[] = {
     /* f16, GQA 4 x 8 queries (32 rows), causal, a sequence of 5 keys, host lengths */
-    {FLASHCL_F16, 3, 8, 160, {160, 5, 77}, 8, 2, 64, 0, {0.05f, 0.02f}, 1, .options = ""},
+    {FLASHCL_F16, 3, 8, 160, {160, 5, 77}, 8, 2, 64, 0, {0.05f, 0.02f}, 1, .options = "tensor-core:off"},
     /* bf16, GQA 2 x 16 queries, a window, paged (32-row pages, device table), device lengths */
     {FLASHCL_BF16, 2, 16, 128, {128, 50}, 4, 2, 64, 0, {0.05f, 0.0f}, 0, 1, 24, 0, .device_lengths = 1,
-     .page_size = 32, .device_table = 1, .options = ""},
+     .page_size = 32, .device_table = 1, .options = "tensor-core:off"},
     /* f32 on the portable kernel, d 128, MHA x 20 queries, causal, softcap, sinks and ALiBi */
     {FLASHCL_F32, 2, 20, 100, {100, 33}, 2, 2, 128, 0, {0.05f, 0.02f}, 1, .softcap = 0.4f, .sinks = 1, .alibi = 1,
-     .options = "register-tiled:off"},
+     .options = "tensor-core:off;register-tiled:off"},
     /* f16 on the portable kernel, GQA 4 x 6 queries, paged (16-row pages, host table), a window */
     {FLASHCL_F16, 2, 6, 96, {96, 40}, 8, 2, 64, 0, {0.02f, 0.05f}, 0, 1, 10, 2, .page_size = 16,
-     .options = "register-tiled:off"},
+     .options = "tensor-core:off;register-tiled:off"},
 };
 
 START_TEST(kv8_prefill)
