@@ -428,20 +428,20 @@ void flash_forward_mma(FORWARD_ARGS(ushort))
     const float slope2 = HEAD_ALIBI2(h);
 
     __global const ushort *q_base = q + q_off + (ulong)b * q_sb + (ulong)start_q * q_ss + (ulong)h * q_sh;
-#if !KV_E4M3
-    __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
-#endif
 #if KV_E4M3
     /* An E4M3 cache: its bytes (the views' offsets and strides count bytes). */
     __global const uchar *k_base = (__global const uchar *)k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss +
                                    (ulong)hk * k_sh;
     __global const uchar *v_base = (__global const uchar *)v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss +
                                    (ulong)hk * v_sh;
-#elif FP8 && VARLEN
+#else
+    __global const ushort *k_base = k + k_off + KV_BATCH(k_sb) + (ulong)start_k * k_ss + (ulong)hk * k_sh;
+#if FP8 && VARLEN
     /* Vᵀ of a packed batch: sequence b's keys are its columns from fp8_vt_column (bytes; 2-byte units here). */
     __global const ushort *v_base = v + v_off + fp8_vt_column(b, start_k) / 2 + (ulong)hk * v_sh;
 #else
     __global const ushort *v_base = v + v_off + KV_BATCH(v_sb) + (ulong)start_k * v_ss + (ulong)hk * v_sh;
+#endif
 #endif
 
     /* The keys this block's rows see; none for a block past its sequence's rows (varlen), which
