@@ -1430,9 +1430,11 @@ START_TEST(softcap_plans)
     size_t bytes = 0;
     ck_assert_str_eq(backward_config_and_workspace(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, &bytes).kernel,
                      "backward-wgmma");
-    ck_assert_str_eq(
-        backward_config_modified(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, 30.0f, NULL, &bytes).kernel,
-        "backward-wgmma");
+    /* With the cap, 64-query blocks: its slopes beside 128 queries' S and dP would spill. */
+    const struct flashcl_tile capped =
+        backward_config_modified(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, 30.0f, NULL, &bytes);
+    ck_assert_str_eq(capped.kernel, "backward-wgmma");
+    ck_assert_int_eq(capped.block_m, 64);
     ck_assert_str_eq(
         backward_config_modified(ctx, 64, FLASHCL_F16, 1, FLASHCL_PRECISION_EXACT, 0.0f, slopes, &bytes).kernel,
         "backward-wgmma");
@@ -1451,9 +1453,9 @@ START_TEST(backward_wgmma_gives_way)
         const char *options, *want;
         int warps, block_m, block_n;
     } cases[] = {
-        {"", "backward-wgmma", 8, 64, 128},  /* d = 64: 8 warps own 128 keys; 64-query, 128-key blocks */
+        {"", "backward-wgmma", 8, 128, 128},  /* d = 64: 8 warps own 128 keys; 128-query, 128-key blocks */
         {"backward-wgmma:off", "backward-tensor-core", 0, 0, 0},
-        {"backward-tensor-core-fused:off", "backward-wgmma", 8, 64, 128},  /* opt-in: off takes nothing along */
+        {"backward-tensor-core-fused:off", "backward-wgmma", 8, 128, 128},  /* opt-in: off takes nothing along */
         {"backward-tensor-core:warps=4,block_m=64,block_n=64", "backward-tensor-core", 4, 64, 64},
         {"backward-tensor-core-fused:on", "backward-tensor-core-fused", 0, 0, 0},
         {"backward-tensor-core:off", "backward-tiled", 0, 0, 0},
