@@ -204,6 +204,30 @@ static cl_int set_input_args(cl_kernel kernel, cl_uint *arg, const struct flashc
 
 /* dot -> dkdv -> dq, each gated by the previous one's event, so the chain
  * holds on out-of-order queues too. Caller holds ctx->lock. */
+/* FLASHCL_STEP_TIMES=1: waits for the call's steps and logs each one's time from the queue's profiling events
+ * (where the queue has profiling on), so a tuner sees where the backward's time goes. */
+static void log_step_times(flashcl_context *ctx, const struct kernel_info *k, cl_event dot, cl_event dkdv,
+                           cl_event dq)
+{
+    const cl_event steps[3] = {dot, dkdv, dq};
+    double ms[3];
+    if (clWaitForEvents(3, steps) != CL_SUCCESS) {
+        fcl_log_msg(ctx, FLASHCL_LOG_WARN, "FLASHCL_STEP_TIMES: waiting for the backward's steps failed");
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        cl_ulong start, end;
+        if (clGetEventProfilingInfo(steps[i], CL_PROFILING_COMMAND_START, sizeof(start), &start, NULL) != CL_SUCCESS ||
+            clGetEventProfilingInfo(steps[i], CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL) != CL_SUCCESS) {
+            fcl_log_msg(ctx, FLASHCL_LOG_WARN, "FLASHCL_STEP_TIMES: the queue has no profiling information");
+            return;
+        }
+        ms[i] = (double)(end - start) * 1e-6;
+    }
+    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "backward steps (%s): %s %.4f ms, %s %.4f ms, %s %.4f ms", k->name, k->steps[0],
+                ms[0], k->steps[1], ms[1], k->steps[2], ms[2]);
+}
+
 static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashcl_attention *a,
                                        const struct flashcl_attention_grad *g, const struct plan *plan,
                                        cl_mem ws, size_t ws_bytes, cl_command_queue queue, cl_uint n_wait,
@@ -320,10 +344,17 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
         stage = 1;
         err = clEnqueueNDRangeKernel(queue, dkdv, 3, NULL, dkdv_global, dkdv_local, 1, &dot_done, &dkdv_done);
     }
+    cl_event dq_done = NULL;
     if (err == CL_SUCCESS) {
         stage = 2;
-        err = clEnqueueNDRangeKernel(queue, dq, 3, NULL, dq_global, dq_local, 1, &dkdv_done, event);
+        err = clEnqueueNDRangeKernel(queue, dq, 3, NULL, dq_global, dq_local, 1, &dkdv_done, &dq_done);
     }
+    if (err == CL_SUCCESS && ctx->env.step_times)
+        log_step_times(ctx, k, dot_done, dkdv_done, dq_done);
+    if (dq_done && event)
+        *event = dq_done;
+    else if (dq_done)
+        clReleaseEvent(dq_done);
     if (dot_done)
         clReleaseEvent(dot_done);
     if (dkdv_done)

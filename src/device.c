@@ -194,6 +194,8 @@ static bool env_read(struct fcl_env *env)
     env->device = read_env("FLASHCL_DEVICE", NULL, &ok);
     const char *portable = getenv("FLASHCL_PORTABLE");
     env->portable = portable && strcmp(portable, "1") == 0;
+    const char *step_times = getenv("FLASHCL_STEP_TIMES");
+    env->step_times = step_times && strcmp(step_times, "1") == 0;
     env->tuning = read_env("FLASHCL_TUNING", NULL, &ok);
     env->cache_dir = read_env("FLASHCL_CACHE_DIR", NULL, &ok);
     env->build_options = read_env("FLASHCL_BUILD_OPTIONS", "", &ok);

@@ -347,6 +347,7 @@ flashcl_status fcl_backward_validate(const flashcl_context *ctx, const struct fl
 struct fcl_env {
     char *device;              /* FLASHCL_DEVICE; NULL when unset (the strings are the context's copies) */
     bool portable;             /* FLASHCL_PORTABLE=1 */
+    bool step_times;           /* FLASHCL_STEP_TIMES=1: each backward step's time logged (it waits for them) */
     char *tuning;              /* FLASHCL_TUNING; NULL when unset, "" for none */
     char *cache_dir;           /* FLASHCL_CACHE_DIR; NULL when unset */
     char *build_options;       /* FLASHCL_BUILD_OPTIONS; "" when unset */
