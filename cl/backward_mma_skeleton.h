@@ -19,7 +19,9 @@
  * per head, the BLOCK_M-row blocks of Q and dO that can see its keys
  * (double-buffered with cp.async, with their rows' LSE and D). Per block,
  * in chunks of Q_CHUNK queries, everything is computed transposed (keys as
- * the mma's rows):
+ * the mma's rows), the warp's key tiles the innermost loop so that each Q
+ * and dO fragment read from local memory serves all of them (ldmatrix's
+ * bandwidth, not the mma's, bounds this pass):
  *     Sᵀ = K Qᵀ, dPᵀ = V dOᵀ           K and V as A, Q and dO as B (load_b)
  *     Pᵀ = exp2(scale_log2 Sᵀ - lse2)  (0 where hidden), dSᵀ = Pᵀ ∘ (dPᵀ - D)
  *     dV += Pᵀ dO, dK += dSᵀ Q          Pᵀ and dSᵀ: the accumulators as A
@@ -82,6 +84,7 @@
  *   elem_t             a tensor element in global memory
  *   tile_t, TILE_ROW   a local tile's element and its elements a row
  *   frag_t             an operand register: A is frag_t[4], B frag_t[2 B_TILES]
+ *   FRAG_REGS          the 32-bit registers a frag_t takes
  *   MMA_K, B_TILES     the k of one mma; the 8-column n-tiles one B covers
  *   Q_CHUNK, K_CHUNK   queries (dkdv) and keys (dq) an inner step: multiples
  *                      of MMA_K and of 8 B_TILES
@@ -112,7 +115,14 @@
 #define KSTEPS (HEAD_DIM / MMA_K)                  /* k-steps of the products over d */
 #define D_TILES (HEAD_DIM / 8)                     /* 8-column n-tiles of dQ, dK, dV */
 #define KEY_TILES (BLOCK_N / (16 * WARPS))         /* dkdv: 16-key tiles per warp */
+#define WARP_KEYS (16 * KEY_TILES)                 /* dkdv: the keys a warp owns */
 #define ROW_TILES (BLOCK_M / (16 * WARPS))         /* dq: 16-row tiles per warp */
+/* dq: the warp's Q and dO A fragments read from local memory once and held in registers for the whole pass
+ * (they never change), where they take at most 64 registers a thread: the S and dP products then read only
+ * K and V from local memory, whose reads bound the pass. -DDQ_HOLD_Q=0 reads them at every block. */
+#ifndef DQ_HOLD_Q
+#define DQ_HOLD_Q (ROW_TILES * KSTEPS * 4 * 2 * FRAG_REGS <= 64)
+#endif
 
 #include "backward_dot.h"  /* step 0: flash_backward_dot */
 #include "block_order.h"
@@ -219,6 +229,7 @@ void BACKWARD_KERNEL(dkdv)(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(elem_t
 #endif
     const int k0 = kb * BLOCK_N;
     const int diag = seq_kv - seq_q;
+    const int warp_key0 = warp * WARP_KEYS;  /* the warp's first key, in the block */
 
     __global const elem_t *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const elem_t *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
@@ -288,93 +299,112 @@ NV_UNROLL
 #if FUSED_DQ
             __local ds_t *ds = ds_tiles + (chunk_count++ & 1) * BLOCK_N * DS_WORDS;
 #endif
-NV_UNROLL
-            for (int kt = 0; kt < KEY_TILES; kt++) {
-                const int key0 = (warp * KEY_TILES + kt) * 16;  /* the tile's first key, in the block */
 #if MASKED
-                /* No key of the tile (emulated: of the block) seen by a query of the chunk: nothing to add. */
-                if (WARP_SKIP(mask_tile_hidden(q0 + qc, Q_CHUNK, k0 + key0, 16, diag),
-                              mask_tile_hidden(q0 + qc, Q_CHUNK, k0, BLOCK_N, diag))) {
+            /* No key of the warp's (emulated: of the block's) seen by a query of the chunk: nothing to add. A
+             * warp's key tile hidden beside a visible one is computed and masked (only on the diagonal). */
+            const bool warp_hidden = WARP_SKIP(mask_tile_hidden(q0 + qc, Q_CHUNK, k0 + warp_key0, WARP_KEYS, diag),
+                                               mask_tile_hidden(q0 + qc, Q_CHUNK, k0, BLOCK_N, diag));
+            const bool edge = mask_tile_edge(q0 + qc, Q_CHUNK, k0 + warp_key0, WARP_KEYS, diag);
+#else
+            const bool warp_hidden = false;
+#endif
+            if (warp_hidden) {
 #if FUSED_DQ
-                    clear_ds(ds, key0, lane);  /* its dS rows are zeros */
+NV_UNROLL
+                for (int kt = 0; kt < KEY_TILES; kt++)
+                    clear_ds(ds, warp_key0 + 16 * kt, lane);  /* its dS rows are zeros */
 #endif
-                    continue;
-                }
-                const bool edge = mask_tile_edge(q0 + qc, Q_CHUNK, k0 + key0, 16, diag);
-#endif
+            } else {
 #if FUSED_DQ
                 /* Keys past seq_kv are zero rows of K and V, but their P (exp2(-lse2)) is not zero, and
                  * its dS feeds dQ here: mask them. */
-                const bool past_end = k0 + key0 + 15 >= seq_kv;
+                const bool past_end = k0 + warp_key0 + WARP_KEYS - 1 >= seq_kv;
 #endif
-                float s[Q_CHUNK / 8][4], dp[Q_CHUNK / 8][4];
+                float s[KEY_TILES][Q_CHUNK / 8][4], dp[KEY_TILES][Q_CHUNK / 8][4];
 NV_UNROLL
-                for (int n = 0; n < Q_CHUNK / 8; n++)
+                for (int kt = 0; kt < KEY_TILES; kt++)
 NV_UNROLL
-                    for (int e = 0; e < 4; e++)
-                        s[n][e] = dp[n][e] = 0.0f;
-                /* Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for 16 keys x Q_CHUNK queries. */
+                    for (int n = 0; n < Q_CHUNK / 8; n++)
+NV_UNROLL
+                        for (int e = 0; e < 4; e++)
+                            s[kt][n][e] = dp[kt][n][e] = 0.0f;
+                /* Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for the warp's keys x Q_CHUNK queries. The key tiles are the
+                 * innermost loop, so each Q and dO fragment read from local memory serves all of them. */
 NV_UNROLL
                 for (int kk = 0; kk < KSTEPS; kk++) {
-                    frag_t ka[4], va[4];
-                    load_a(ka, k_tile, key0, kk, &lanes NV_SCRATCH_ARG);
-                    load_a(va, v_tile, key0, kk, &lanes NV_SCRATCH_ARG);
+                    frag_t ka[KEY_TILES][4], va[KEY_TILES][4];
+NV_UNROLL
+                    for (int kt = 0; kt < KEY_TILES; kt++) {
+                        load_a(ka[kt], k_tile, warp_key0 + 16 * kt, kk, &lanes NV_SCRATCH_ARG);
+                        load_a(va[kt], v_tile, warp_key0 + 16 * kt, kk, &lanes NV_SCRATCH_ARG);
+                    }
 NV_UNROLL
                     for (int nb = 0; nb < Q_CHUNK / (8 * B_TILES); nb++) {
                         frag_t qb[2 * B_TILES], ob[2 * B_TILES];
                         load_b(qb, q_tile, qc + nb * 8 * B_TILES, kk, &lanes NV_SCRATCH_ARG);
                         load_b(ob, do_tile, qc + nb * 8 * B_TILES, kk, &lanes NV_SCRATCH_ARG);
-                        mma_b(&s[nb * B_TILES], ka, qb NV_SCRATCH_ARG);
-                        mma_b(&dp[nb * B_TILES], va, ob NV_SCRATCH_ARG);
+NV_UNROLL
+                        for (int kt = 0; kt < KEY_TILES; kt++) {
+                            mma_b(&s[kt][nb * B_TILES], ka[kt], qb NV_SCRATCH_ARG);
+                            mma_b(&dp[kt][nb * B_TILES], va[kt], ob NV_SCRATCH_ARG);
+                        }
                     }
                 }
-                /* Pᵀ and dSᵀ: this thread holds keys key0 + g (+8), queries qc + 8n + 2t (+1). */
+                /* Pᵀ and dSᵀ: this thread holds keys warp_key0 + 16 kt + g (+8), queries qc + 8n + 2t (+1). */
 #if ALIBI
-                float dist[4];  /* ALiBi's key - row - diag at element e of query tile 0; tile n's: - 8 n */
+                float dist[4];  /* ALiBi's key - row - diag at element e of key tile 0, query tile 0 */
 NV_UNROLL
                 for (int e = 0; e < 4; e++)
-                    dist[e] = (float)(k0 + key0 + g + 8 * (e >> 1) - q0 - qc - 2 * t - (e & 1) - diag);
+                    dist[e] = (float)(k0 + warp_key0 + g + 8 * (e >> 1) - q0 - qc - 2 * t - (e & 1) - diag);
 #endif
 NV_UNROLL
-                for (int n = 0; n < Q_CHUNK / 8; n++)
+                for (int kt = 0; kt < KEY_TILES; kt++)
 NV_UNROLL
-                    for (int e = 0; e < 4; e++) {
-                        const int qi = qc + n * 8 + 2 * t + (e & 1);
-                        const int key = k0 + key0 + g + 8 * (e >> 1);
-                        float slope = 1.0f;  /* the softcap's, where there is one (score_mod.h) */
-                        float p = SCORE_P_EXP(EXP2, s[n][e], scale_log2,
-                                              SCORE_LSE2_AT(lse2[qi], alibi2, dist[e] - (float)(8 * n)), slope);
+                    for (int n = 0; n < Q_CHUNK / 8; n++)
+NV_UNROLL
+                        for (int e = 0; e < 4; e++) {
+                            const int qi = qc + n * 8 + 2 * t + (e & 1);
+                            const int key = k0 + warp_key0 + 16 * kt + g + 8 * (e >> 1);
+                            float slope = 1.0f;  /* the softcap's, where there is one (score_mod.h) */
+                            float p = SCORE_P_EXP(EXP2, s[kt][n][e], scale_log2,
+                                                  SCORE_LSE2_AT(lse2[qi], alibi2, dist[e] + (float)(16 * kt - 8 * n)),
+                                                  slope);
 #if MASKED
-                        if (edge)
-                            p = mask_visible(q0 + qi, key, diag) ? p : 0.0f;
+                            if (edge)
+                                p = mask_visible(q0 + qi, key, diag) ? p : 0.0f;
 #endif
 #if FUSED_DQ
-                        if (past_end)
-                            p = key < seq_kv ? p : 0.0f;
+                            if (past_end)
+                                p = key < seq_kv ? p : 0.0f;
 #endif
-                        s[n][e] = p;
-                        dp[n][e] = p * (dp[n][e] - drow[qi]) * slope;
-                    }
-                frag_t pa[Q_CHUNK / MMA_K][4], dsa[Q_CHUNK / MMA_K][4];
+                            s[kt][n][e] = p;
+                            dp[kt][n][e] = p * (dp[kt][n][e] - drow[qi]) * slope;
+                        }
+                /* dV += Pᵀ dO, dK += dSᵀ Q: dO and Q [query][d] as B (k = query), each fragment serving all
+                 * the warp's key tiles. */
 NV_UNROLL
                 for (int kc = 0; kc < Q_CHUNK / MMA_K; kc++) {
-                    accumulators_as_a(pa[kc], &s[kc * (MMA_K / 8)]);
-                    accumulators_as_a(dsa[kc], &dp[kc * (MMA_K / 8)]);
-#if FUSED_DQ
-                    store_ds(ds, key0, kc, dsa[kc], g, t);
-#endif
-                }
-                /* dV += Pᵀ dO, dK += dSᵀ Q: dO and Q [query][d] as B (k = query). */
+                    frag_t pa[KEY_TILES][4], dsa[KEY_TILES][4];
 NV_UNROLL
-                for (int kc = 0; kc < Q_CHUNK / MMA_K; kc++)
+                    for (int kt = 0; kt < KEY_TILES; kt++) {
+                        accumulators_as_a(pa[kt], &s[kt][kc * (MMA_K / 8)]);
+                        accumulators_as_a(dsa[kt], &dp[kt][kc * (MMA_K / 8)]);
+#if FUSED_DQ
+                        store_ds(ds, warp_key0 + 16 * kt, kc, dsa[kt], g, t);
+#endif
+                    }
 NV_UNROLL
                     for (int nb = 0; nb < D_TILES / B_TILES; nb++) {
                         frag_t ob[2 * B_TILES], qb[2 * B_TILES];
                         load_b_trans(ob, do_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
                         load_b_trans(qb, q_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
-                        mma_b(&dv[kt][nb * B_TILES], pa[kc], ob NV_SCRATCH_ARG);
-                        mma_b(&dk[kt][nb * B_TILES], dsa[kc], qb NV_SCRATCH_ARG);
+NV_UNROLL
+                        for (int kt = 0; kt < KEY_TILES; kt++) {
+                            mma_b(&dv[kt][nb * B_TILES], pa[kt], ob NV_SCRATCH_ARG);
+                            mma_b(&dk[kt][nb * B_TILES], dsa[kt], qb NV_SCRATCH_ARG);
+                        }
                     }
+                }
             }
 #if FUSED_DQ
             barrier(CLK_LOCAL_MEM_FENCE);  /* the chunk's dS, to every warp */
@@ -461,7 +491,7 @@ NV_UNROLL
     for (int kt = 0; kt < KEY_TILES; kt++)
 NV_UNROLL
         for (int r = 0; r < 2; r++) {
-            const int key = k0 + (warp * KEY_TILES + kt) * 16 + g + 8 * r;
+            const int key = k0 + warp_key0 + 16 * kt + g + 8 * r;
             if (key >= seq_kv)
                 continue;
             __global elem_t *dk_dst = dk_base + (ulong)key * dk_ss + 2 * t;
@@ -536,6 +566,18 @@ NV_UNROLL
 
     const struct lanes lanes = lane_offsets(lane);
     const int warp_local0 = warp * 16 * ROW_TILES;  /* this warp's first row in the tiles */
+#if DQ_HOLD_Q
+    frag_t q_held[KSTEPS][ROW_TILES][4], o_held[KSTEPS][ROW_TILES][4];
+    COPY_ASYNC_WAIT(0);  /* Q and dO (and the first K/V block) landed */
+    barrier(CLK_LOCAL_MEM_FENCE);
+NV_UNROLL
+    for (int kk = 0; kk < KSTEPS; kk++)
+NV_UNROLL
+        for (int mt = 0; mt < ROW_TILES; mt++) {
+            load_a(q_held[kk][mt], q_tile, warp_local0 + 16 * mt, kk, &lanes NV_SCRATCH_ARG);
+            load_a(o_held[kk][mt], do_tile, warp_local0 + 16 * mt, kk, &lanes NV_SCRATCH_ARG);
+        }
+#endif
 
     for (int kb = kv_begin, stage = 0; kb < kv_end; kb += BLOCK_N, stage ^= 1) {
         COPY_ASYNC_WAIT(0);
@@ -573,12 +615,16 @@ NV_UNROLL
             /* S = Q Kᵀ, dP = dO Vᵀ. */
 NV_UNROLL
             for (int kk = 0; kk < KSTEPS; kk++) {
+#if DQ_HOLD_Q
+                frag_t (*qa)[4] = q_held[kk], (*oa)[4] = o_held[kk];
+#else
                 frag_t qa[ROW_TILES][4], oa[ROW_TILES][4];
 NV_UNROLL
                 for (int mt = 0; mt < ROW_TILES; mt++) {
                     load_a(qa[mt], q_tile, warp_local0 + 16 * mt, kk, &lanes NV_SCRATCH_ARG);
                     load_a(oa[mt], do_tile, warp_local0 + 16 * mt, kk, &lanes NV_SCRATCH_ARG);
                 }
+#endif
 NV_UNROLL
                 for (int nb = 0; nb < K_CHUNK / (8 * B_TILES); nb++) {
                     frag_t kb_frag[2 * B_TILES], vb_frag[2 * B_TILES];

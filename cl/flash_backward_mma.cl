@@ -29,6 +29,7 @@ typedef ushort elem_t;       /* f16 or bf16 bits */
 typedef uint4 tile_t;        /* a 16-byte chunk of a row */
 #define TILE_ROW ROW_CHUNKS
 typedef uint frag_t;         /* two f16 or bf16 values */
+#define FRAG_REGS 1
 #define MMA_K 16
 #define B_TILES 2            /* ldmatrix .x4: B of two 8-column n-tiles */
 #define Q_CHUNK (BLOCK_M % 32 == 0 ? 32 : 16)      /* dkdv: queries per inner step */

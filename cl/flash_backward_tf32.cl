@@ -35,6 +35,7 @@ typedef float tile_t;
 #define TILE_ROW PITCH
 #define CHUNKS (HEAD_DIM / 4)                      /* 16-byte chunks a row */
 typedef operand frag_t;      /* an f32 as TF32 (3xTF32: and its remainder) */
+#define FRAG_REGS (PASSES == 3 ? 2 : 1)
 #define MMA_K 8
 #define B_TILES 1
 /* Queries (dkdv) and keys (dq) per inner step: 32 where the accumulators leave room (d <= 64). */

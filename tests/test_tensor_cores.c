@@ -315,34 +315,41 @@ static const struct bwd_case backward_cases[] = {
     {1, 40, 56, 4, 2, 64, F16, 1, 0, LAYOUT_PADDED, 0},     /* not 16-byte rows: FMA units */
 };
 
-/* The default plan without wgmma: the two-pass kernel (measured faster than the fused one). */
-static void check_backward_default(int i)
+/* The two-pass kernel (measured faster than the fused one) under the given kernel options. */
+static void check_backward_two_pass(int i, const char *options)
 {
     const struct bwd_case *c = &backward_cases[i];
     char label[32];
     snprintf(label, sizeof(label), "backward %2d", i);
     struct bwd_result r;
-    run_case(context_with_options("backward-wgmma:off"), label, c, 1000 + (uint64_t)i, &r);
+    run_case(context_with_options(options), label, c, 1000 + (uint64_t)i, &r);
     ck_assert_str_eq(r.kernel, c->layout == LAYOUT_PADDED ? "backward-tiled"
                                                            : "backward-tensor-core");
 }
 
+/* The default plan without wgmma, and one warp with two tiles of each: two 16-key tiles in the dK/dV pass (its
+ * innermost loop; the sm_90 built-in up to d = 64 has two), two 16-row tiles in the dQ pass (Q's and dO's
+ * fragments held in registers at d = 16, read at every block at d = 128: DQ_HOLD_Q). */
+static const char *const backward_default = "backward-wgmma:off";
+static const char *const backward_two_key_tiles = "backward-wgmma:off;backward-tensor-core:warps=1,block_m=32,block_n=32";
+
 START_TEST(backward)
 {
-    check_backward_default(_i);
+    check_backward_two_pass(_i, backward_default);
+    check_backward_two_pass(_i, backward_two_key_tiles);
 }
 END_TEST
 
 /* The same cases through the fused kernel (dQ added up by the dK/dV pass in key-block order): its
  * built-in shape and two small forced ones (several K/V blocks take turns on each chunk; one chunk a
- * query block, so the two dS buffers alternate across blocks). */
+ * query block, so the two dS buffers alternate across blocks; two key tiles a warp). */
 static const char *const backward_fused = "backward-tensor-core-fused:on";
 static void check_backward_fused(int index)
 {
     const struct bwd_case *c = &backward_cases[index];
     static const char *const options[] = {"backward-tensor-core-fused:on",
                                           "backward-tensor-core-fused:warps=2,block_m=32,block_n=32",
-                                          "backward-tensor-core-fused:warps=1,block_m=16,block_n=16"};
+                                          "backward-tensor-core-fused:warps=1,block_m=16,block_n=32"};
     for (int i = 0; i < 3; i++) {
         char label[48];
         snprintf(label, sizeof(label), "backward %2d/%d", index, i);
@@ -454,11 +461,12 @@ START_TEST(backward_wgmma_emulated)
 }
 END_TEST
 
-/* Emulated (slow: about 2 minutes a case on 2 cores): Nq > Nk (rows with no key) at d = 128, d = 16 bf16, one key. */
+/* Emulated (slow: about 2 minutes a case on 2 cores): Nq > Nk (rows with no key) at d = 128, d = 16 bf16, one key;
+ * two key tiles a warp (the built-in plans' one tile runs natively and in kernel_check). */
 static const int emulated_backward_cases[] = {3, 5, 11};
 START_TEST(backward_emulated)
 {
-    check_backward_default(emulated_backward_cases[_i]);
+    check_backward_two_pass(emulated_backward_cases[_i], backward_two_key_tiles);
     check_backward_fused(emulated_backward_cases[_i]);
 }
 END_TEST
