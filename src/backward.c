@@ -206,8 +206,8 @@ static cl_int set_input_args(cl_kernel kernel, cl_uint *arg, const struct flashc
  * holds on out-of-order queues too. Caller holds ctx->lock. */
 /* FLASHCL_STEP_TIMES=1: waits for the call's steps and logs each one's time from the queue's profiling events
  * (where the queue has profiling on), so a tuner sees where the backward's time goes. */
-static void log_step_times(flashcl_context *ctx, const struct kernel_info *k, cl_event dot, cl_event dkdv,
-                           cl_event dq)
+static void log_step_times(flashcl_context *ctx, const struct kernel_info *k, const char *first_step, cl_event dot,
+                           cl_event dkdv, cl_event dq)
 {
     const cl_event steps[3] = {dot, dkdv, dq};
     double ms[3];
@@ -224,7 +224,7 @@ static void log_step_times(flashcl_context *ctx, const struct kernel_info *k, cl
         }
         ms[i] = (double)(end - start) * 1e-6;
     }
-    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "backward steps (%s): %s %.4f ms, %s %.4f ms, %s %.4f ms", k->name, k->steps[0],
+    fcl_log_msg(ctx, FLASHCL_LOG_INFO, "backward steps (%s): %s %.4f ms, %s %.4f ms, %s %.4f ms", k->name, first_step,
                 ms[0], k->steps[1], ms[1], k->steps[2], ms[2]);
 }
 
@@ -350,7 +350,7 @@ static flashcl_status enqueue_backward(flashcl_context *ctx, const struct flashc
         err = clEnqueueNDRangeKernel(queue, dq, 3, NULL, dq_global, dq_local, 1, &dkdv_done, &dq_done);
     }
     if (err == CL_SUCCESS && ctx->env.step_times)
-        log_step_times(ctx, k, dot_done, dkdv_done, dq_done);
+        log_step_times(ctx, k, sink_grad ? "flash_backward_sink_grad" : k->steps[0], dot_done, dkdv_done, dq_done);
     if (dq_done && event)
         *event = dq_done;
     else if (dq_done)
