@@ -15,7 +15,11 @@
  * dkdv: one work-group of WARPS warps per BLOCK_N keys of one (kv head,
  * batch). K and V stay in local memory; warp w owns keys
  * [16 KEY_TILES w, 16 KEY_TILES (w + 1)) of the block and keeps their dK and
- * dV as mma accumulators. It walks the group's query heads in order and,
+ * dV as mma accumulators. Past d = 128 (SPLIT_D) there is no room for all
+ * of dK's and dV's columns in a warp: warps 2w and 2w + 1 own the same keys,
+ * both compute their Sᵀ and dPᵀ, and each keeps half of the columns (up to
+ * 1.5x the pass's products; P and dS through local memory to the other warp
+ * would leave no room for the tiles at d = 256, as in the wgmma backward). It walks the group's query heads in order and,
  * per head, the BLOCK_M-row blocks of Q and dO that can see its keys
  * (double-buffered with cp.async, with their rows' LSE and D). Per block,
  * in chunks of Q_CHUNK queries, everything is computed transposed (keys as
@@ -114,8 +118,13 @@
 
 #define KSTEPS (HEAD_DIM / MMA_K)                  /* k-steps of the products over d */
 #define D_TILES (HEAD_DIM / 8)                     /* 8-column n-tiles of dQ, dK, dV */
-#define KEY_TILES (BLOCK_N / (16 * WARPS))         /* dkdv: 16-key tiles per warp */
+#define KEY_TILES (BLOCK_N / (16 * KEY_WARPS))     /* dkdv: 16-key tiles per warp */
 #define WARP_KEYS (16 * KEY_TILES)                 /* dkdv: the keys a warp owns */
+/* dkdv: dK's and dV's column blocks (a B operand's 8 B_TILES columns each) and those a warp keeps: all, or
+ * with SPLIT_D the first half (rounded up) for the even warp of a pair and the rest for the odd one. */
+#define COL_BLOCKS (D_TILES / B_TILES)
+#define OWN_BLOCKS (SPLIT_D ? (COL_BLOCKS + 1) / 2 : COL_BLOCKS)
+#define OWN_TILES (OWN_BLOCKS * B_TILES)
 #define ROW_TILES (BLOCK_M / (16 * WARPS))         /* dq: 16-row tiles per warp */
 /* dq: the warp's Q and dO A fragments read from local memory once and held in registers for the whole pass
  * (they never change), where they take at most 64 registers a thread: the S and dP products then read only
@@ -229,7 +238,8 @@ void BACKWARD_KERNEL(dkdv)(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(elem_t
 #endif
     const int k0 = kb * BLOCK_N;
     const int diag = seq_kv - seq_q;
-    const int warp_key0 = warp * WARP_KEYS;  /* the warp's first key, in the block */
+    const int warp_key0 = (SPLIT_D ? warp >> 1 : warp) * WARP_KEYS;  /* the warp's first key, in the block */
+    const int col_block0 = SPLIT_D ? (warp & 1) * OWN_BLOCKS : 0;    /* its first column block of dK, dV */
 
     __global const elem_t *k_base = k + k_off + (ulong)b * k_sb + (ulong)hk * k_sh;
     __global const elem_t *v_base = v + v_off + (ulong)b * v_sb + (ulong)hk * v_sh;
@@ -244,11 +254,11 @@ void BACKWARD_KERNEL(dkdv)(BACKWARD_INPUTS, FUSED_DQ_ARGS BACKWARD_TENSOR(elem_t
     load_rows(k_tile, BLOCK_N, k_base, k_ss, k0, seq_kv, tid);
     load_rows(v_tile, BLOCK_N, v_base, v_ss, k0, seq_kv, tid);
 
-    float dk[KEY_TILES][D_TILES][4], dv[KEY_TILES][D_TILES][4];
+    float dk[KEY_TILES][OWN_TILES][4], dv[KEY_TILES][OWN_TILES][4];
 NV_UNROLL
     for (int kt = 0; kt < KEY_TILES; kt++)
 NV_UNROLL
-        for (int n = 0; n < D_TILES; n++)
+        for (int n = 0; n < OWN_TILES; n++)
 NV_UNROLL
             for (int e = 0; e < 4; e++)
                 dk[kt][n][e] = dv[kt][n][e] = 0.0f;
@@ -394,14 +404,25 @@ NV_UNROLL
 #endif
                     }
 NV_UNROLL
-                    for (int nb = 0; nb < D_TILES / B_TILES; nb++) {
-                        frag_t ob[2 * B_TILES], qb[2 * B_TILES];
-                        load_b_trans(ob, do_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
-                        load_b_trans(qb, q_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
+                    for (int i = 0; i < OWN_BLOCKS; i++) {
+                        /* With SPLIT_D and an odd count of blocks the odd warp has one fewer: natively it
+                         * skips it; emulated (every lane at every mma) it computes the last block again into
+                         * a slot it never stores. */
+#if NV_EMULATE
+                        const int nb = min(col_block0 + i, COL_BLOCKS - 1);
+#else
+                        const int nb = col_block0 + i;
+                        if (!SPLIT_D || nb < COL_BLOCKS)
+#endif
+                        {
+                            frag_t ob[2 * B_TILES], qb[2 * B_TILES];
+                            load_b_trans(ob, do_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
+                            load_b_trans(qb, q_tile, qc + kc * MMA_K, nb, &lanes NV_SCRATCH_ARG);
 NV_UNROLL
-                        for (int kt = 0; kt < KEY_TILES; kt++) {
-                            mma_b(&dv[kt][nb * B_TILES], pa[kt], ob NV_SCRATCH_ARG);
-                            mma_b(&dk[kt][nb * B_TILES], dsa[kt], qb NV_SCRATCH_ARG);
+                            for (int kt = 0; kt < KEY_TILES; kt++) {
+                                mma_b(&dv[kt][i * B_TILES], pa[kt], ob NV_SCRATCH_ARG);
+                                mma_b(&dk[kt][i * B_TILES], dsa[kt], qb NV_SCRATCH_ARG);
+                            }
                         }
                     }
                 }
@@ -494,10 +515,12 @@ NV_UNROLL
             const int key = k0 + warp_key0 + 16 * kt + g + 8 * r;
             if (key >= seq_kv)
                 continue;
-            __global elem_t *dk_dst = dk_base + (ulong)key * dk_ss + 2 * t;
-            __global elem_t *dv_dst = dv_base + (ulong)key * dv_ss + 2 * t;
+            __global elem_t *dk_dst = dk_base + (ulong)key * dk_ss + col_block0 * B_TILES * 8 + 2 * t;
+            __global elem_t *dv_dst = dv_base + (ulong)key * dv_ss + col_block0 * B_TILES * 8 + 2 * t;
 NV_UNROLL
-            for (int n = 0; n < D_TILES; n++) {
+            for (int n = 0; n < OWN_TILES; n++) {
+                if (SPLIT_D && col_block0 * B_TILES + n >= D_TILES)
+                    continue;  /* the odd warp's missing block */
                 store_pair(dk_dst + n * 8, dk[kt][n][2 * r] * scale, dk[kt][n][2 * r + 1] * scale);
                 store_pair(dv_dst + n * 8, dv[kt][n][2 * r], dv[kt][n][2 * r + 1]);
             }

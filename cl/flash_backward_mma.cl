@@ -7,7 +7,7 @@
  * with FUSED_DQ (the "backward-tensor-core-fused" entry),
  * flash_backward_mma_dq_convert. The host picks this file on an NVIDIA
  * device of compute capability >= 8.0 whose compiler passed the probe, for
- * 16-byte-aligned views and HEAD_DIM a multiple of 16 up to 128.
+ * 16-byte-aligned views and HEAD_DIM a multiple of 16 up to 256.
  *
  * Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16" (g =
  * lane/4, t = lane%4). Local tiles are [row][HEAD_DIM] in 16-byte chunks

@@ -28,6 +28,10 @@
 #include "backward_mma_options.h"
 #include "nv_tf32.h"         /* mma m16n8k8 .tf32, the operand split */
 
+#if HEAD_DIM > 128
+#error "the TF32 backward takes HEAD_DIM up to 128 (its f32 tiles past it outgrow an A100's local memory)"
+#endif
+
 #define BACKWARD_KERNEL(step) flash_backward_tf32_##step
 typedef float elem_t;
 typedef float tile_t;

@@ -50,11 +50,12 @@
  * to E4M3 times P_SCALE, which keeps the small probabilities out of E4M3's subnormals; l sums the unrounded P.
  * The descales: Q's and K's are in scale_log2 (the host's), V's (v_descale) and 1 / P_SCALE multiply O at the end.
  *
- * -DKV_E4M3=1 (mma.sync only; 2 where the device converts E4M3 itself: compute capability 8.9+): K and V are an
- * E4M3 KV cache's bytes (Q and O f16 or bf16), chunked prefill against an FP8 cache. The bytes stream through
- * KV_STAGES stages of their own; after each block lands, the work-group converts it into one K and one V tile of
- * Q's type (cl/kv8_tiles.h: exact, every E4M3 value is an f16 and a bf16) behind a second barrier, and the
- * products run unchanged. K's descale is in scale_log2 (the host's), V's (v_descale) multiplies O.
+ * -DKV_E4M3=1 (2 where the device converts E4M3 itself: compute capability 8.9+; mma.sync, and wgmma without
+ * WGMMA_OVERLAP): K and V are an E4M3 KV cache's bytes (Q and O f16 or bf16), chunked prefill against an FP8
+ * cache. The bytes stream through KV_STAGES stages of their own; after each block lands, the work-group converts
+ * it into one K and one V tile of Q's type (cl/kv8_tiles.h: exact, every E4M3 value is an f16 and a bf16; in
+ * wgmma's panels there) behind a second barrier, and the products run unchanged. K's descale is in scale_log2
+ * (the host's), V's (v_descale) multiplies O.
  *
  * -DNV_EMULATE=1 runs it anywhere (PoCL in CI) on cl/nv_emulate.h's plain
  * OpenCL C primitives, whose lane exchanges are work-group barriers: every
@@ -132,8 +133,8 @@
 #ifndef KV_E4M3
 #define KV_E4M3 0
 #endif
-#if KV_E4M3 && (WGMMA || FP8)
-#error "an E4M3 KV cache (KV_E4M3) is read by the mma.sync build (WGMMA 0) of f16/bf16 Q"
+#if KV_E4M3 && FP8
+#error "an E4M3 KV cache (KV_E4M3) is read with f16/bf16 Q (DTYPE 1 or 2)"
 #endif
 #define P_SCALE 256.0f  /* FP8: P's factor before rounding (a power of two: exact either way) */
 /* -DWGMMA_OVERLAP=1 (wgmma only): a block's softmax runs while the tensor cores still add the previous
@@ -193,6 +194,9 @@
 #endif
 #if OVERLAP && FP8
 #error "WGMMA_OVERLAP is not written for E4M3's P"
+#endif
+#if OVERLAP && KV_E4M3
+#error "WGMMA_OVERLAP reads the previous block's V, which an E4M3 cache's one converted V tile no longer holds"
 #endif
 #if KV_STAGES == 3
 #define WAIT_BLOCK_LANDED() COPY_ASYNC_WAIT(1)  /* all but the newest group: the block after stays in flight */
@@ -366,13 +370,20 @@ static inline void keep_state(float acc[M_TILES][O_TILES][4], float m_row[M_TILE
 #if KV_E4M3
 /* The stored bytes of the block KV_STAGES - 1 ahead stream into the stage the previous block used; this block's
  * landed stage becomes the K and V tiles (every warp is done with the previous block's: the first barrier), and
- * the second barrier publishes them. */
+ * the second barrier publishes them (with wgmma, after the fence that makes the threads' stores visible to its
+ * reads, as cp.async's landed copies are). */
+#if WGMMA
+#define CONVERTED_FOR_WGMMA() fence_proxy_async()
+#else
+#define CONVERTED_FOR_WGMMA() ((void)0)
+#endif
 #define STREAM_BLOCK(kb, stage)                                                                                      \
     BLOCK_LANDED_FOR_ALL();                                                                                          \
     if ((kb) + (KV_STAGES - 1) * BLOCK_N < kv_end)                                                                   \
         LOAD_KV8(kv8_stages + LOAD_STAGE(stage) * STAGE8, (kb) + (KV_STAGES - 1) * BLOCK_N);                        \
     copy_async_commit();                                                                                             \
     convert_kv8(k_tiles, v_tiles, kv8_stages + (stage) * STAGE8, tid);                                               \
+    CONVERTED_FOR_WGMMA();                                                                                           \
     barrier(CLK_LOCAL_MEM_FENCE)
 #define TILE_STAGE(stage) 0  /* one converted K and V tile */
 #elif OVERLAP

@@ -21,8 +21,8 @@
 /* The mask as cl/mask.h reads it, for the kernels that take any window. */
 #define WINDOW_OPTIONS "-DWINDOW_LEFT=%d -DWINDOW_RIGHT=%d"
 
-/* K and V an E4M3 cache (-DKV_E4M3: the FMA forward kernels, tensor-core and the decode kernels read it), Q and O of the
- * problem's dtype. */
+/* K and V an E4M3 cache (-DKV_E4M3: the FMA forward kernels, tensor-core, tensor-core-wgmma and the decode kernels
+ * read it), Q and O of the problem's dtype. */
 static bool kv_e4m3(const struct problem *p)
 {
     return p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3;
@@ -261,18 +261,20 @@ static bool wgmma_overlaps(const struct problem *p, const struct kernel_shape *s
     const int per_thread = 65536 / (32 * s->axis[W]) & ~7;  /* registers are allocated 8 at a time */
     *cap = per_thread < 255 ? per_thread : 255;
     *live = s->axis[N] / 2 + fcl_value_dim(p) / 2 + s->axis[N] / 4 + 40;
-    return s->axis[N] == 64 && fcl_value_dim(p) > 96 && p->varlen != 3 && *live <= *cap;
+    return s->axis[N] == 64 && fcl_value_dim(p) > 96 && p->varlen != 3 && !kv_e4m3(p) && *live <= *cap;
 }
 
 /* cl/flash_forward_mma.cl with -DWGMMA=1 (Hopper's wgmma, the sm_90a route): Q, and K and V two or three
  * times (KV_STAGES, wgmma_kv_stages), in tiles of whole 64-column panels (128 bytes a row a panel: cl/nv_mma16.h's
- * ROW_CHUNKS; V's of head_dim_v). */
+ * ROW_CHUNKS; V's of head_dim_v). An E4M3 cache: one K and V tile, and the stored bytes as many times. */
 static size_t wgmma_bytes(const struct device_desc *dev, const struct kernel_shape *s, const struct problem *p,
                           int stages)
 {
     const size_t m = 16 * (size_t)s->axis[W], n = (size_t)s->axis[N], panels = ((size_t)p->head_dim + 63) / 64;
     const size_t v_panels = ((size_t)fcl_value_dim(p) + 63) / 64;
-    return ((m + (size_t)stages * n) * panels + (size_t)stages * n * v_panels) * 128 +
+    const size_t tiles = kv_e4m3(p) ? 1 : (size_t)stages;
+    const size_t bytes8 = kv_e4m3(p) ? (size_t)stages * n * (size_t)(p->head_dim + fcl_value_dim(p)) : 0;
+    return ((m + tiles * n) * panels + tiles * n * v_panels) * 128 + bytes8 +
            (dev->tensor_cores_emulated ? NV_EMULATE_SCRATCH_BYTES(s->axis[W]) : 0);
 }
 
@@ -392,8 +394,9 @@ static void wgmma_options(const struct device_desc *dev, const struct problem *p
     const bool skips = wgmma_skips(p, s);
     forward_mma_options(p, s, scale_log2, skips, wgmma_exp2_poly(p, s, skips, q_smem), buf, size);
     const size_t used = strlen(buf);
-    snprintf(buf + used, size - used, " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d",
-             q_smem, overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s));
+    snprintf(buf + used, size - used,
+             " -DWGMMA=1 -DQ_SMEM=%d -DWGMMA_OVERLAP=%d -DKV_STAGES=%d -DWGMMA_PINGPONG=%d -DKV_E4M3=%d", q_smem,
+             overlap, wgmma_kv_stages(dev, s, p), wgmma_pingpong(p, s), !kv_e4m3(p) ? 0 : nv_native_e4m3(dev) ? 2 : 1);
     /* The cap's reciprocal on the FMA units (cl/score_mod.h's CAP_FMA): H100, f16, N = 8k, d = 64/128, causal
      * both, +3.2..+8.7% against both on the MUFU; the exponent there too lost 29-38% (docs/perf.md). */
     if (p->softcap > 0.0f) {
@@ -574,12 +577,16 @@ static void backward_tiled_options(const struct device_desc *dev, const struct p
 
 /* ---- backward on tensor cores: cl/flash_backward_mma.cl (f16/bf16) ---- */
 
-/* Each warp owns whole 16-row tiles of both kernels: its keys in dK/dV, its rows in dQ. */
+/* Each warp owns whole 16-row tiles of both kernels: its keys in dK/dV, its rows in dQ. Past d = 128 the dK/dV
+ * pass's warps pair up on the same keys, each keeping half of dK's and dV's columns (SPLIT_D,
+ * cl/backward_mma_options.h): an even count of warps, and 16 keys a pair. */
 static bool backward_mma_launchable(const struct device_desc *dev, const struct kernel_shape *s,
                                     const struct problem *p)
 {
-    const int rows = 16 * s->axis[W];
-    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && s->axis[M] % rows == 0 && s->axis[N] % rows == 0;
+    const bool split_d = p->head_dim > 128;
+    const int rows = 16 * s->axis[W], keys = split_d ? rows / 2 : rows;
+    return (size_t)(32 * s->axis[W]) <= dev->max_workgroup && (!split_d || s->axis[W] % 2 == 0) &&
+           s->axis[M] % rows == 0 && s->axis[N] % keys == 0;
 }
 
 /* The larger of the two kernels' arrays, in 2-byte elements and floats:
@@ -924,7 +931,12 @@ static const struct builtin_shape decode_mma_builtin[] = {
  * warp: 256 accumulator registers, spilled). The sm_90 shapes need 160 KB
  * (d = 64) and 194 KB (d = 128) of local memory; elsewhere 8 x 128 x 128 up
  * to d = 64 (98 KB) and 4 x 64 x 64 past it (97 KB), then smaller shapes for
- * devices whose local memory those do not fit. */
+ * devices whose local memory those do not fit. Past d = 128 (SPLIT_D: warp
+ * pairs, a warp's half of dK's and dV's columns in 128 registers, a dQ row
+ * tile's d in as many) one key tile a pair: 4 x 64 x 32 (161 KB at d = 256,
+ * within an A100's 163; ptxas offline, sm_80: no spills to d = 192, 16 bytes
+ * in dQ at 256), then 2 x 32 x 16 (81 KB, for sm_86/89's 99 KB). Not yet
+ * timed on a GPU. */
 static const struct builtin_shape backward_mma_builtin[] = {
     {ARCH_NVIDIA_SM90, 1, 64, -1, BSHAPE(8, 128, 256), ANY_BATCH},
     {ARCH_NVIDIA_SM90, 65, 128, -1, BSHAPE(8, 128, 128), ANY_BATCH},
@@ -932,6 +944,8 @@ static const struct builtin_shape backward_mma_builtin[] = {
     {ARCH_ANY, 1, 128, -1, BSHAPE(4, 64, 64), ANY_BATCH},
     {ARCH_ANY, 1, 128, -1, BSHAPE(2, 32, 32), ANY_BATCH},
     {ARCH_ANY, 1, 128, -1, BSHAPE(1, 16, 16), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, BSHAPE(4, 64, 32), ANY_BATCH},
+    {ARCH_ANY, 129, 256, -1, BSHAPE(2, 32, 16), ANY_BATCH},
 };
 
 /* wgmma backward, warps x block_m (the queries dK/dV streams) x block_n (the keys dQ streams), preferred first:
@@ -1045,8 +1059,7 @@ static const struct builtin_shape tf32_builtin[] = {
  * dtypes, masks, head dims, shapes. */
 #define BACKWARD_MMA_COMMON                                                                                       \
     .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),                                                  \
-    .head_dim_step = 16,                                                                                         \
-    .head_dim_max = 128, .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,                            \
+    .head_dim_step = 16, .needs = NEEDS_TENSOR_CORES | NEEDS_ROWS_16B | NV_EMULATES,                            \
     .axes = {[M] = {16, 256, 16, {64, 128}}, [N] = {16, 256, 16, {64, 128, 256}}, [W] = {1, 8, 1, {4, 8}}},     \
     .builtin = backward_mma_builtin, .n_builtin = sizeof(backward_mma_builtin) / sizeof(backward_mma_builtin[0]), \
     .launchable = backward_mma_launchable, .geometry = backward_mma_geometry
@@ -1090,8 +1103,8 @@ const struct kernel_info fcl_kernels[] = {
     },
     {
         .name = "tensor-core-wgmma", .file = "cl/flash_forward_mma.cl",
-        .summary = "The forward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right; ahead of tensor-core.",
-        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true,
+        .summary = "The forward on Hopper (compute capability 9.0) through wgmma, built by the sm_90a route where its probe computed right; ahead of tensor-core. Reads E4M3 KV caches (chunked prefill).",
+        .op = OP_FORWARD, .sinks = true, .softcap = true, .alibi = true, .head_dim_v = true, .kv_e4m3 = true,
         .source = flashcl_source_flash_forward_mma, .entry = "flash_forward_mma",
         .dtypes = DTYPE_BIT(FLASHCL_F16) | DTYPE_BIT(FLASHCL_BF16),
         .masks = ALL_MASKS,
@@ -1229,7 +1242,7 @@ const struct kernel_info fcl_kernels[] = {
         .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq_convert"},
-        .dq_accumulated = true, .opt_in = true,
+        .dq_accumulated = true, .opt_in = true, .head_dim_max = 128,  /* its dQ tiles: no SPLIT_D */
         BACKWARD_MMA_COMMON, .local_bytes = backward_mma_fused_local_bytes, .options = backward_mma_fused_options,
         .masks = MASK_BIT(FLASHCL_MASK_NONE) | MASK_BIT(FLASHCL_MASK_CAUSAL),  /* its turns: no window */
     },
@@ -1239,7 +1252,7 @@ const struct kernel_info fcl_kernels[] = {
         .op = OP_BACKWARD, .softcap = true, .alibi = true,
         .source = flashcl_source_flash_backward_mma, .entry = "flash_backward_dot",
         .steps = {"flash_backward_dot", "flash_backward_mma_dkdv", "flash_backward_mma_dq"},
-        BACKWARD_MMA_COMMON, .local_bytes = backward_mma_local_bytes, .options = backward_mma_options,
+        .head_dim_max = 256, BACKWARD_MMA_COMMON, .local_bytes = backward_mma_local_bytes, .options = backward_mma_options,
         .masks = ALL_MASKS,
     },
     {

@@ -122,6 +122,33 @@ flashcl_context *test_emulated_context(const char *kernel_options, int cc, bool 
     return ctx;
 }
 
+flashcl_context *test_context_built_with(const char *kernel_options, const char *build_options, int cc, bool wgmma)
+{
+    const char *was = getenv("FLASHCL_BUILD_OPTIONS");
+    char *saved = was ? strdup(was) : NULL;
+    char joined[512];
+    const int n = snprintf(joined, sizeof(joined), "%s %s", saved ? saved : "", build_options);
+    ck_assert(n > 0 && (size_t)n < sizeof(joined));
+    setenv("FLASHCL_BUILD_OPTIONS", joined, 1);
+    flashcl_context *ctx = NULL;
+    if (cc) {
+        ctx = test_emulated_context(kernel_options, cc, wgmma);
+    } else {
+        struct test_env *e = test_env_get();
+        struct flashcl_context_params params = {0};
+        params.context = e->cl;
+        params.device = e->device;
+        params.kernel_options = kernel_options;
+        ck_assert_flashcl_ok(flashcl_context_create(&params, &ctx));
+    }
+    if (saved)
+        setenv("FLASHCL_BUILD_OPTIONS", saved, 1);
+    else
+        unsetenv("FLASHCL_BUILD_OPTIONS");
+    free(saved);
+    return ctx;
+}
+
 bool test_local_mem_holds(const flashcl_context *ctx, int kb, const char *what)
 {
     const size_t usable = flashcl_context_local_mem_bytes(ctx);

@@ -53,6 +53,10 @@ flashcl_context *test_context_with_options(const char *kernel_options);
  * capability `cc` (80 or 90), Hopper's wgmma kernel assumed too where `wgmma` (its probe passed), these kernel
  * options and no tuning file. The caller destroys it. */
 flashcl_context *test_emulated_context(const char *kernel_options, int cc, bool wgmma);
+/* A new context whose kernels also build with `build_options` (added to FLASHCL_BUILD_OPTIONS, which a context
+ * reads when it is created; the variable is restored after), emulated as test_emulated_context's where `cc` is
+ * not 0. For a kernel's compile-time switches no kernel option reaches (e.g. -DSPLIT_D=1). The caller destroys it. */
+flashcl_context *test_context_built_with(const char *kernel_options, const char *build_options, int cc, bool wgmma);
 /* Whether ctx's usable local memory holds `kb` KB (a case's footprint, which a forced or emulated shape cannot
  * shrink below); where not, prints that `what` is skipped: a smaller device plans other shapes, which other
  * cases cover. */

@@ -856,22 +856,50 @@ START_TEST(kv8_prefill_tensor_core)
 }
 END_TEST
 
+/* The same cases on Hopper's wgmma (tensor-core-wgmma converts each block into its 64-column panels), emulated as
+ * compute capability 9.0 with its probe taken as passed, a fresh context each case; the forced split as its own. */
+static struct kv8_case kv8_wgmma_case(int i)
+{
+    struct kv8_case c = kv8_prefill_tc_cases[i];
+    c.options = forced_splits(c.options) ? "tensor-core-wgmma:warps=4,block_n=64,splits=2" : "";
+    return c;
+}
+
+START_TEST(kv8_prefill_wgmma)
+{
+    const struct kv8_case c = kv8_wgmma_case(_i);
+    flashcl_context *ctx = test_emulated_context(c.options, 90, true);
+    struct flashcl_tile tile;
+    run_kv8_case(ctx, &c, 1050 + (uint64_t)_i, &tile);
+    ck_assert_msg(kernel_is(tile.kernel, "tensor-core-wgmma"), "case %d ran %s, not tensor-core-wgmma", _i,
+                  tile.kernel);
+    if (forced_splits(c.options))
+        ck_assert_int_eq(tile.splits, forced_splits(c.options));
+    flashcl_context_destroy(&ctx);
+}
+END_TEST
+
 static bool f16_cache_on_tensor_cores(flashcl_context *ctx);
 
-/* The same on the device's own tensor cores where it has them (NVIDIA's cvt on compute capability 8.9+); elsewhere
- * the plain context plans an FMA kernel, whose run is still checked, and the case says so. */
+/* The same on the device's own tensor cores where it has them (NVIDIA's cvt on compute capability 8.9+): wgmma's
+ * where the device has it (the wgmma cases' options), else mma.sync's; elsewhere the plain context plans an FMA
+ * kernel, whose run is still checked, and the case says so. */
 START_TEST(kv8_prefill_tensor_core_native)
 {
-    const struct kv8_case *c = &kv8_prefill_tc_cases[_i];
-    flashcl_context *ctx = test_context_with_options(c->options);
+    const bool wgmma = flashcl_context_has_wgmma(test_env_get()->ctx, NULL);
+    const struct kv8_case c = wgmma ? kv8_wgmma_case(_i) : kv8_prefill_tc_cases[_i];
+    const char *expected = wgmma ? "tensor-core-wgmma" : "tensor-core";
+    flashcl_context *ctx = test_context_with_options(c.options);
     const bool tensor_cores = f16_cache_on_tensor_cores(test_env_get()->ctx);
     struct flashcl_tile tile;
-    run_kv8_case(ctx, c, 1030 + (uint64_t)_i, &tile);
+    run_kv8_case(ctx, &c, 1030 + (uint64_t)_i, &tile);
     if (!tensor_cores) {
         printf("native e4m3 kv cache prefill case %d: no tensor cores here; ran %s\n", _i, tile.kernel);
         return;
     }
-    ck_assert_msg(kernel_is(tile.kernel, "tensor-core"), "case %d ran %s, not tensor-core", _i, tile.kernel);
+    ck_assert_msg(kernel_is(tile.kernel, expected), "case %d ran %s, not %s", _i, tile.kernel, expected);
+    if (forced_splits(c.options))
+        ck_assert_int_eq(tile.splits, forced_splits(c.options));
 }
 END_TEST
 
@@ -1135,6 +1163,7 @@ int main(void)
     tcase_add_loop_test(kv, kv8_prefill, 0, (int)COUNT(kv8_prefill_cases));
     tcase_add_loop_test(kv, kv8_prefill_tensor_core, 0, (int)COUNT(kv8_prefill_tc_cases));
     tcase_add_loop_test(kv, kv8_prefill_tensor_core_native, 0, (int)COUNT(kv8_prefill_tc_cases));
+    tcase_add_loop_test(kv, kv8_prefill_wgmma, 0, (int)COUNT(kv8_prefill_tc_cases));
     tcase_add_test(kv, e4m3_conversions_every_code);
     tcase_add_test(kv, kv8_refusals);
     suite_add_tcase(s, kv);

@@ -50,22 +50,28 @@ static void only_options(char *out, size_t size, const char *kernel, const char 
 static struct {
     char options[512];
     int emulated_cc;  /* 0: the device as it is; 80 or 90: tensor cores emulated as that compute capability */
+    const char *build_options;  /* NULL: none of its own */
     flashcl_context *ctx;
 } contexts[MAX_CONTEXTS];
 static int n_contexts;
 
-static flashcl_context *context_for(const char *kernel, const char *settings, int emulated_cc)
+static flashcl_context *context_for(const char *kernel, const char *settings, int emulated_cc,
+                                    const char *build_options)
 {
     char options[512];
     only_options(options, sizeof(options), kernel, settings);
     for (int i = 0; i < n_contexts; i++)
-        if (contexts[i].emulated_cc == emulated_cc && strcmp(contexts[i].options, options) == 0)
+        if (contexts[i].emulated_cc == emulated_cc && strcmp(contexts[i].options, options) == 0 &&
+            (contexts[i].build_options == build_options ||
+             (contexts[i].build_options && build_options && strcmp(contexts[i].build_options, build_options) == 0)))
             return contexts[i].ctx;
     ck_assert_int_lt(n_contexts, MAX_CONTEXTS);
-    flashcl_context *ctx = emulated_cc ? test_emulated_context(options, emulated_cc, emulated_cc >= 90)
-                                       : test_context_with_options(options);
+    flashcl_context *ctx = build_options ? test_context_built_with(options, build_options, emulated_cc, emulated_cc >= 90)
+                           : emulated_cc ? test_emulated_context(options, emulated_cc, emulated_cc >= 90)
+                                         : test_context_with_options(options);
     snprintf(contexts[n_contexts].options, sizeof(contexts[n_contexts].options), "%s", options);
     contexts[n_contexts].emulated_cc = emulated_cc;
+    contexts[n_contexts].build_options = build_options;
     contexts[n_contexts++].ctx = ctx;
     return ctx;
 }
@@ -73,7 +79,7 @@ static flashcl_context *context_for(const char *kernel, const char *settings, in
 static void destroy_contexts(void)
 {
     for (int i = 0; i < n_contexts; i++)
-        if (contexts[i].emulated_cc)  /* test_context_with_options' are the shared helper's */
+        if (contexts[i].emulated_cc || contexts[i].build_options)  /* test_context_with_options' are the helper's */
             flashcl_context_destroy(&contexts[i].ctx);
     n_contexts = 0;
 }
@@ -91,12 +97,14 @@ static bool selected(int index, const char *kernel)
 
 /* Which kernel a case forces (its settings, e.g. "splits=2" or "on") and must run; emulated_cc 80 or 90: the
  * tensor cores emulated as that compute capability; local_bytes: what the forced shape needs where that is more
- * than the 32 KiB every OpenCL device has (the planner's count; 0: no more). */
+ * than the 32 KiB every OpenCL device has (the planner's count; 0: no more); build_options: compile-time switches
+ * of its own (test_context_built_with), NULL for none. */
 struct kernel_under_check {
     const char *kernel, *settings;
     int emulated_cc;
     const char *expect;
     size_t local_bytes;
+    const char *build_options;
 };
 
 /* The wgmma kernels' local memory (the emulator's scratch included), in 128-byte panels of 64 columns a row:
@@ -115,7 +123,7 @@ static flashcl_context *case_context(int index, const struct kernel_under_check 
 {
     if (!selected(index, k->kernel))
         return NULL;
-    flashcl_context *ctx = context_for(k->kernel, k->settings, k->emulated_cc);
+    flashcl_context *ctx = context_for(k->kernel, k->settings, k->emulated_cc, k->build_options);
     const size_t usable = flashcl_context_local_mem_bytes(ctx), needs = k->local_bytes;
     if (usable < needs) {
         printf("case %d (%s:%s): skipped (%zu bytes of local memory, %zu needed)\n", index, k->kernel, k->settings,
@@ -224,9 +232,11 @@ static const struct backward_check backward_checks[] = {
     {{"backward-tiled", "on", 0, "backward-tiled"},
      {1, 21, 30, 2, 1, 8, BF16, 0, 0, LAYOUT_BNHD, 1, 0, 1, 6, 2}},
     /* The tensor-core programs with the cap (dS times its slope) and ALiBi on some of their cases; the mma.sync
-     * backwards with two 16-key tiles a warp (the dK/dV pass's innermost loop). */
-    {{"backward-tensor-core", "warps=2,block_m=64,block_n=64", 80, "backward-tensor-core"},
-     {1, 19, 37, 2, 1, 16, F16, 1, 0, LAYOUT_BNHD, .softcap = 1.0f, .alibi = 1}},
+     * backwards with two 16-key tiles a warp (the dK/dV pass's innermost loop). The two-pass one with its warps
+     * paired on the same keys, each keeping half of dK's and dV's columns (SPLIT_D, past d = 128 on its own; the
+     * fused and TF32 cases run the unpaired dK/dV pass), four 16-key tiles a pair, d = 32: 16 columns a warp. */
+    {{"backward-tensor-core", "warps=2,block_m=64,block_n=64", 80, "backward-tensor-core", 0, "-DSPLIT_D=1"},
+     {1, 19, 37, 2, 1, 32, F16, 1, 0, LAYOUT_BNHD, .softcap = 1.0f, .alibi = 1}},
     {{"backward-tensor-core-fused", "warps=2,block_m=64,block_n=64", 80, "backward-tensor-core-fused"},
      {1, 19, 37, 2, 1, 16, BF16, 0, 0, LAYOUT_BNHD, .alibi = 1}},
     {{"backward-tf32", "warps=1,block_m=32,block_n=32", 80, "backward-tf32"},

@@ -340,6 +340,46 @@ START_TEST(backward)
 }
 END_TEST
 
+/* ---- past d = 128: the dK/dV pass's warp pairs split dK's and dV's columns (SPLIT_D) ---- */
+
+/* backward_wide_cases (below) through the mma.sync kernel: the default plan and 2 warps x 32 x 16. */
+static const char *const backward_split_shapes[] = {
+    "backward-wgmma:off",
+    "backward-wgmma:off;backward-tensor-core:warps=2,block_m=32,block_n=16",
+};
+
+/* SPLIT_D forced at small head dims (-DSPLIT_D=1): d = 48's three column blocks leave the odd warp one fewer;
+ * GQA with Nq < Nk, and Nq > Nk (rows with no key). One pair, then two, with two key tiles each (shapes the host
+ * takes without the split, which knows of it past d = 128 only; one tile a pair is the built-in shapes' there). */
+static const struct bwd_case split_d_cases[] = {
+    {1, 45, 70, 2, 1, 48, F16, 1, 0, LAYOUT_BNHD, 0},
+    {1, 70, 45, 2, 2, 32, BF16, 1, 0.3f, LAYOUT_BNHD, 0},
+};
+static const char *const split_d_shapes[] = {
+    "backward-wgmma:off;backward-tensor-core:warps=2,block_m=32,block_n=32",
+    "backward-wgmma:off;backward-tensor-core:warps=4,block_m=64,block_n=64",
+};
+
+static void check_backward_split(const struct bwd_case *c, const char *options, const char *build_options,
+                                 const char *label, uint64_t seed)
+{
+    flashcl_context *ctx = test_context_built_with(options, build_options, emulated ? 80 : 0, false);
+    struct bwd_result r;
+    run_case(ctx, label, c, seed, &r);
+    ck_assert_str_eq(r.kernel, "backward-tensor-core");
+    flashcl_context_destroy(&ctx);
+}
+
+START_TEST(backward_split_d)
+{
+    for (int i = 0; i < (int)COUNT(split_d_shapes); i++) {
+        char label[48];
+        snprintf(label, sizeof(label), "split-d backward %d/%d", _i, i);
+        check_backward_split(&split_d_cases[_i], split_d_shapes[i], "-DSPLIT_D=1", label, 1300 + (uint64_t)_i);
+    }
+}
+END_TEST
+
 /* The same cases through the fused kernel (dQ added up by the dK/dV pass in key-block order): its
  * built-in shape and two small forced ones (several K/V blocks take turns on each chunk; one chunk a
  * query block, so the two dS buffers alternate across blocks; two key tiles a warp). */
@@ -404,6 +444,24 @@ static const struct bwd_case backward_wide_cases[] = {
     {1, 70, 130, 2, 2, 192, BF16, 0, 0, LAYOUT_BHND, 0},    /* 128 + 64 columns */
     {1, 90, 90, 2, 1, 144, F16, 1, -0.3f, LAYOUT_BNHD, 1},  /* 128 + 16 columns, MQA, a negative scale */
 };
+
+START_TEST(backward_mma_wide)
+{
+    const struct bwd_case *c = &backward_wide_cases[_i];
+    for (int i = 0; i < (int)COUNT(backward_split_shapes); i++) {
+        char label[48];
+        snprintf(label, sizeof(label), "mma.sync backward d = %d/%d", c->head_dim, i);
+        check_backward_split(c, backward_split_shapes[i], "", label, 1100 + (uint64_t)_i);
+    }
+}
+END_TEST
+
+/* Emulated: d = 144 (128 + 16 columns), MQA, a negative scale, its smaller shape only. */
+START_TEST(backward_mma_wide_emulated)
+{
+    check_backward_split(&backward_wide_cases[2], backward_split_shapes[1], "", "mma.sync backward d = 144", 1102);
+}
+END_TEST
 
 /* Their default plan, and d = 192 with 32-key dQ blocks too. */
 START_TEST(backward_wgmma_wide)
@@ -845,6 +903,8 @@ int main(void)
         TCase *bw = tcase_create("emulated backward (two-pass and fused)");
         tcase_set_timeout(bw, 1800);
         tcase_add_loop_test(bw, backward_emulated, 0, COUNT(emulated_backward_cases));
+        tcase_add_loop_test(bw, backward_split_d, 0, COUNT(split_d_cases));
+        tcase_add_test(bw, backward_mma_wide_emulated);
         tcase_add_loop_test(bw, backward_deterministic, 0, 2);
         suite_add_tcase(s, bw);
         TCase *bwg = tcase_create("emulated wgmma backward");
@@ -887,6 +947,8 @@ int main(void)
     tcase_add_loop_test(bw, backward, 0, COUNT(backward_cases));
     tcase_add_loop_test(bw, backward_other_shapes, 0, COUNT(backward_cases));
     tcase_add_loop_test(bw, backward_deterministic, 0, 2);
+    tcase_add_loop_test(bw, backward_split_d, 0, COUNT(split_d_cases));
+    tcase_add_loop_test(bw, backward_mma_wide, 0, COUNT(backward_wide_cases));
     suite_add_tcase(s, bw);
     TCase *bwg = tcase_create("backward wgmma");
     tcase_set_timeout(bwg, 600);
