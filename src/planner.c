@@ -291,10 +291,10 @@ flashcl_status fcl_plan(const flashcl_context *ctx, const struct problem *p, flo
             used += n > 0 ? (size_t)n : 0;
         }
     }
-    if (p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3)  /* the decode kernels read it */
-        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_CONFIG, "an E4M3 KV cache is read by the decode kernels only "
-                        "(a KV head's group x seq_q query rows, at most %d); no kernel runs this call on \"%s\" "
-                        "(%s)", FCL_DECODE_MAX_ROWS, ctx->dev.name, reasons);
+    if (p->kv_dtype == FLASHCL_E4M3 && p->dtype != FLASHCL_E4M3)  /* the kernels with kv_e4m3 read it */
+        return fcl_fail(ctx, FLASHCL_ERROR_INVALID_CONFIG, "an E4M3 KV cache is read by the kernels that take one "
+                        "(decode, decode-tensor-core, tensor-core, tensor-core-wgmma, register-tiled, portable); no "
+                        "kernel runs this call on \"%s\" (%s)", ctx->dev.name, reasons);
     if (p->dtype == FLASHCL_E4M3)  /* one kernel takes it, on one kind of device */
         return fcl_fail(ctx, FLASHCL_ERROR_UNSUPPORTED_DEVICE, "e4m3 inputs run on Hopper's wgmma (compute capability "
                         "9.0) only; no kernel runs this call on \"%s\" (%s)", ctx->dev.name, reasons);

@@ -801,9 +801,13 @@ START_TEST(kv8_refusals)
     bad = a;
     bad.o.descale = 2.0f;
     KV8_REFUSED(bad, FLASHCL_INVALID_VALUE);
-    /* More than 16 rows a KV head (4 heads x 5 queries, 17 heads x 1 query): past the decode kernels, on the mma.sync
-     * forward where the device has tensor cores, else the FMA forward kernels. */
+    /* More than 16 rows a KV head (4 heads x 5 queries, 17 heads x 1 query): past the decode kernels, on the wgmma
+     * forward where the device has it, else the mma.sync one where it has tensor cores, else the FMA forward
+     * kernels. */
     const bool tensor_cores = f16_cache_on_tensor_cores(e->ctx);
+    const char *prefill_kernel = flashcl_context_has_wgmma(ctx, NULL) ? "tensor-core-wgmma"
+                                 : tensor_cores                       ? "tensor-core"
+                                                                      : "register-tiled";
     const int many_rows[2][2] = {{5, 4}, {1, 17}};  /* queries, query heads */
     for (int i = 0; i < 2; i++) {
         const int nq = many_rows[i][0], hq = many_rows[i][1];
@@ -814,11 +818,12 @@ START_TEST(kv8_refusals)
         many.o = flashcl_tensor_bnhd(mems[3], FLASHCL_F16, (size_t)nq, (size_t)hq, 64);
         many.lse = flashcl_tensor_lse(mems[4], (size_t)nq, (size_t)hq);
         ck_assert_flashcl_ok(flashcl_forward_kv_cache_config(ctx, &many, &lengths, NULL, &tile));
-        ck_assert_msg(kernel_is(tile.kernel, tensor_cores ? "tensor-core" : "register-tiled"), "%d rows planned %s",
-                      nq * hq, tile.kernel);
+        ck_assert_msg(kernel_is(tile.kernel, prefill_kernel), "%d rows planned %s, not %s", nq * hq, tile.kernel,
+                      prefill_kernel);
     }
     /* Every kernel that reads an E4M3 cache off: refused, saying so. */
-    flashcl_context *none = test_context_with_options("decode:off;decode-tensor-core:off;tensor-core:off;register-tiled:off;portable:off");
+    flashcl_context *none = test_context_with_options(
+        "decode:off;decode-tensor-core:off;tensor-core-wgmma:off;tensor-core:off;register-tiled:off;portable:off");
     ck_assert_status(flashcl_forward_kv_cache_config(none, &a, &lengths, NULL, &tile), FLASHCL_ERROR_INVALID_CONFIG);
     ck_assert_msg(strstr(flashcl_last_error(), "E4M3 KV cache"), "the refusal says: %s", flashcl_last_error());
 #undef KV8_REFUSED
