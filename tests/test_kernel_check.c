@@ -117,6 +117,9 @@ struct kernel_under_check {
 #define WGMMA_BACKWARD_8x64x128_D64 104448  /* dQ: (256 + 512) rows x 128 + 6,144 scratch */
 #define WGMMA_BACKWARD_4x64x64_D128 102400  /* dK/dV: (128 + 256) rows x 256 + 1,024 + 3,072 scratch */
 #define WGMMA_BACKWARD_ATOMIC_D32 89088     /* dK/dV: (256 + 256) rows x 128 + 1,024 + dS 16,384 + 6,144 scratch */
+/* The mma.sync backward's forced 2 x 64 x 64 at d = 32 (rows of 80 bytes: five 16-byte chunks, an odd stride): dK/dV,
+ * K and V once, Q and dO twice, (128 + 256) rows x 80 + 1,024 of LSE and D + 1,536 of the emulator's scratch. */
+#define MMA_BACKWARD_2x64x64_D32 33280
 
 /* The context case `index` runs on; NULL where it is not selected or the device's local memory cannot hold
  * its forced shape (said on stdout). */
@@ -237,7 +240,8 @@ static const struct backward_check backward_checks[] = {
      * paired on the same keys, each keeping half of dK's and dV's columns (SPLIT_D, past d = 128 on its own; the
      * fused and TF32 cases run the unpaired dK/dV pass, and GQA's head loop), four 16-key tiles a pair, d = 32: 16
      * columns a warp, one query head (Oclgrind: 116 s with two). */
-    {{"backward-tensor-core", "warps=2,block_m=64,block_n=64", 80, "backward-tensor-core", 0, "-DSPLIT_D=1"},
+    {{"backward-tensor-core", "warps=2,block_m=64,block_n=64", 80, "backward-tensor-core", MMA_BACKWARD_2x64x64_D32,
+      "-DSPLIT_D=1"},
      {1, 19, 37, 1, 1, 32, F16, 1, 0, LAYOUT_BNHD, .softcap = 1.0f, .alibi = 1}},
     {{"backward-tensor-core-fused", "warps=2,block_m=64,block_n=64", 80, "backward-tensor-core-fused"},
      {1, 19, 37, 2, 1, 16, BF16, 0, 0, LAYOUT_BNHD, .alibi = 1}},
